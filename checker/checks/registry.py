@@ -1,0 +1,110 @@
+"""The check registry: every check id maps to one small function and its catalogue entry.
+
+A check is registered with :func:`check`::
+
+    @check("GG202", family="numeric", title="pullback is not linear in the cotangent")
+    def pullback_linear(case: Case) -> Iterable[Problem]:
+        '''One paragraph: what fails, why it matters.'''
+
+It receives a :class:`checker.case.Case` (one drawn input) and yields
+:class:`Problem` s; it never returns verdicts. Ids are stable. Checks run in
+id order; those with ``gates=True`` (structural contract checks) stop the
+others for that input when they fail, so the first message is the real cause.
+
+Checks that run on the whole rule rather than one input (the contexts' safety
+matrix) register with ``per_rule=True`` and receive the rule and run options.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+__all__ = ["Problem", "CheckInfo", "Skip", "check", "CHECKS", "FAMILIES", "catalogue"]
+
+FAMILIES = ("contract", "numeric", "cotangent", "state", "context", "compose")
+
+
+@dataclass
+class Problem:
+    """What a check found wrong on one input; the runner turns it into a :class:`~checker.report.Finding`."""
+
+    message: str
+    location: str | None = None
+    expected: str | None = None
+    actual: str | None = None
+    fix: str | None = None
+
+
+class Skip(Exception):
+    """Raised by a check that does not apply to this rule (the reason is reported)."""
+
+
+@dataclass
+class CheckInfo:
+    id: str
+    family: str
+    title: str
+    severity: str
+    explanation: str
+    fn: Callable[..., Iterable[Problem]]
+    gates: bool = False
+    per_rule: bool = False
+    kinds: tuple[str, ...] = ("numpy", "jax")
+    broken_example: str = ""
+    fixed_example: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        return self.fn.__module__
+
+
+CHECKS: dict[str, CheckInfo] = {}
+
+
+def check(
+    id: str,
+    *,
+    family: str,
+    title: str,
+    severity: str = "error",
+    gates: bool = False,
+    per_rule: bool = False,
+    kinds: tuple[str, ...] = ("numpy", "jax"),
+    broken: str = "",
+    fixed: str = "",
+) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
+    """Register a check under a stable id; its docstring is its catalogue explanation."""
+    if family not in FAMILIES:
+        raise ValueError(f"Got family={family!r}; families are {FAMILIES}.")
+    if severity not in ("error", "warning"):
+        raise ValueError(f"Got severity={severity!r}; use 'error' or 'warning'.")
+
+    def register(fn: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
+        if id in CHECKS and CHECKS[id].fn.__qualname__ != fn.__qualname__:
+            raise ValueError(f"check id {id} registered twice ({CHECKS[id].fn.__qualname__} and {fn.__qualname__})")
+        CHECKS[id] = CheckInfo(
+            id=id,
+            family=family,
+            title=title,
+            severity=severity,
+            explanation=inspect.cleandoc(fn.__doc__ or ""),
+            fn=fn,
+            gates=gates,
+            per_rule=per_rule,
+            kinds=kinds,
+            broken_example=inspect.cleandoc(broken),
+            fixed_example=inspect.cleandoc(fixed),
+        )
+        return fn
+
+    return register
+
+
+def catalogue() -> list[CheckInfo]:
+    """All registered checks, in id order."""
+    from checker import checks as _all  # noqa: F401  (importing registers every check module)
+
+    return [CHECKS[k] for k in sorted(CHECKS)]

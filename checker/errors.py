@@ -1,0 +1,34 @@
+"""Errors raised by the checker library.
+
+    GradguardError                 base of everything the checker raises on purpose
+    ├── SpecError                  a rule spec or option is invalid (raised at decoration time)
+    ├── LoadError                  a rule module could not be imported or holds no rules
+    └── UsageError                 bad arguments to `check()` or the CLI (unknown check id, ...)
+
+Findings about a user's rule are *not* exceptions: checks return them as data.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GradguardError", "SpecError", "LoadError", "UsageError"]
+
+
+class GradguardError(Exception):
+    """Base class of the errors raised by gradguard's checker."""
+
+
+class SpecError(GradguardError, ValueError):
+    """A rule spec is invalid; the message quotes the bad value and the fix."""
+
+
+class LoadError(GradguardError):
+    """A rule module failed to import; carries the user's traceback."""
+
+    def __init__(self, path: str, traceback_text: str) -> None:
+        super().__init__(f"could not import rule module {path}:\n{traceback_text}")
+        self.path = path
+        self.traceback_text = traceback_text
+
+
+class UsageError(GradguardError, ValueError):
+    """Invalid arguments to `check()` or to the command line."""

@@ -1,0 +1,311 @@
+"""Rule specs: how a rule author tells gradguard what to check.
+
+    @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+    def addone_rrule(a):
+        y = addone_(a)
+        return y, lambda ybar: (np.full(a.shape, ybar),)
+
+`rrule(...)` returns a :class:`RuleSpec`, which stays callable like the rule
+itself. Argument specs are Hypothesis strategies; `arrays`, `floats` and
+`constant` are convenience factories that compose like any other strategy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from hypothesis.strategies import SearchStrategy
+
+from checker.errors import SpecError
+
+__all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant"]
+
+# Arrays up to this many elements are drawn element by element through
+# Hypothesis (so failures shrink to readable values); larger ones are filled
+# from a seeded generator (Hypothesis draws only the seed), which keeps a
+# 10**6-element rule cheap to check.
+SHRINKABLE_SIZE = 64
+
+_CONSTANTS: "weakref.WeakSet[SearchStrategy]" = weakref.WeakSet()
+
+
+def constant(value: Any) -> SearchStrategy:
+    """A non-differentiable argument that always takes ``value``.
+
+    Its position is added to the rule's ``nondiff=`` automatically: the
+    pullback must return ``None`` for it.
+    """
+    strategy = st.just(value)
+    _CONSTANTS.add(strategy)
+    return strategy
+
+
+def is_constant(strategy: SearchStrategy) -> bool:
+    return strategy in _CONSTANTS
+
+
+def floats(min_value: float = -10.0, max_value: float = 10.0) -> SearchStrategy:
+    """A differentiable Python float in ``[min_value, max_value]`` (finite)."""
+    _check_bounds(min_value, max_value)
+    return st.floats(min_value=min_value, max_value=max_value, allow_nan=False, allow_infinity=False)
+
+
+def arrays(
+    shape: int | tuple[int, ...] | SearchStrategy = (3,),
+    dtype: str | np.dtype = "float64",
+    *,
+    elements: SearchStrategy | None = None,
+    min_value: float = -10.0,
+    max_value: float = 10.0,
+) -> SearchStrategy:
+    """A differentiable NumPy array.
+
+    ``shape`` is a tuple, an int or a strategy of tuples (e.g.
+    ``hypothesis.extra.numpy.array_shapes()``). Elements are finite and lie in
+    ``[min_value, max_value]`` unless ``elements`` is given; for complex
+    dtypes the bounds apply to the real and imaginary parts.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise SpecError(f"Got dtype={dtype!r}, which NumPy does not know. Use e.g. 'float64' or 'complex128'.") from exc
+    if dt.kind not in "fc":
+        raise SpecError(
+            f"Got dtype={dtype!r}, but differentiable arrays must be float or complex. "
+            "Use constant(...) for an integer or boolean argument."
+        )
+    _check_bounds(min_value, max_value)
+    if isinstance(shape, int):
+        shape = (shape,)
+    if isinstance(shape, tuple):
+        if not all(isinstance(s, int) and s >= 0 for s in shape):
+            raise SpecError(f"Got shape={shape!r}, but a shape must be a tuple of non-negative ints.")
+        shapes: SearchStrategy = st.just(shape)
+    elif isinstance(shape, SearchStrategy):
+        shapes = shape
+    else:
+        raise SpecError(f"Got shape={shape!r}; pass a tuple of ints, an int, or a strategy of tuples.")
+
+    if elements is None:
+        elements = _elements(dt, min_value, max_value)
+
+    def for_shape(shp: tuple[int, ...]) -> SearchStrategy:
+        size = math.prod(shp)
+        if size <= SHRINKABLE_SIZE:
+            return hnp.arrays(dt, shp, elements=elements, fill=st.nothing())
+        return st.integers(0, 2**32 - 1).map(lambda seed: _random_array(seed, shp, dt, min_value, max_value))
+
+    return shapes.flatmap(for_shape)
+
+
+def _elements(dt: np.dtype, lo: float, hi: float) -> SearchStrategy:
+    width = 32 if dt in (np.float32, np.complex64) else 64
+    real = st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False, width=width)
+    if dt.kind == "c":
+        return st.builds(complex, real, real)
+    return real
+
+
+def _random_array(seed: int, shape: tuple[int, ...], dt: np.dtype, lo: float, hi: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = rng.uniform(lo, hi, size=shape)
+    if dt.kind == "c":
+        out = out + 1j * rng.uniform(lo, hi, size=shape)
+    return out.astype(dt)
+
+
+def _check_bounds(lo: float, hi: float) -> None:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise SpecError(f"Got min_value={lo!r}, max_value={hi!r}, but both bounds must be finite.")
+    if lo > hi:
+        raise SpecError(f"Got min_value={lo!r} > max_value={hi!r}; swap them.")
+
+
+@dataclass(eq=False)
+class RuleSpec:
+    """A rule under test: the rrule, the primal it claims to differentiate, and its inputs."""
+
+    rrule: Callable[..., Any]
+    primal: Callable[..., Any]
+    name: str
+    arg_specs: tuple[SearchStrategy, ...] | None
+    args_strategy: SearchStrategy
+    nargs: int | None
+    mutates: frozenset[int] = frozenset()
+    nondiff: frozenset[int] = frozenset()
+    rtol: float | None = None
+    atol: float | None = None
+    kind: str = "numpy"  # "numpy" or "jax"
+    jax_fn: Any = None  # the custom_vjp function, for jax rules
+    source_file: str | None = None
+    source_lines: tuple[int, int] | None = None
+    module: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.rrule(*args)
+
+    def __repr__(self) -> str:
+        return f"<RuleSpec {self.name} for {getattr(self.primal, '__name__', self.primal)!r}>"
+
+
+def _positions(option: str, value: Any, nargs: int | None) -> frozenset[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, Iterable) or isinstance(value, (str, bytes)):
+        raise SpecError(f"Got {option}={value!r}, but {option} must be a tuple of argument positions, e.g. {option}=(0,).")
+    out = []
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise SpecError(f"Got {option}={value!r}, but {v!r} is not a non-negative argument position.")
+        if nargs is not None and v >= nargs:
+            raise SpecError(f"Got {option}={value!r}, but the rule takes {nargs} argument(s), so position {v} does not exist.")
+        out.append(v)
+    return frozenset(out)
+
+
+def _tolerance(option: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 or not math.isfinite(value):
+        raise SpecError(f"Got {option}={value!r}, but {option} must be a finite number >= 0.")
+    return float(value)
+
+
+def _primal_arity(primal: Callable[..., Any]) -> int | None:
+    try:
+        sig = inspect.signature(primal)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def source_location(fn: Callable[..., Any]) -> tuple[str | None, tuple[int, int] | None]:
+    try:
+        fn = inspect.unwrap(fn)
+        path = inspect.getsourcefile(fn)
+        lines, start = inspect.getsourcelines(fn)
+        return path, (start, start + len(lines) - 1)
+    except (TypeError, OSError):
+        return None, None
+
+
+def build_spec(
+    rule_fn: Callable[..., Any],
+    primal: Callable[..., Any],
+    arg_specs: tuple[Any, ...],
+    *,
+    args: SearchStrategy | None,
+    mutates: Any,
+    nondiff: Any,
+    name: str | None,
+    rtol: float | None,
+    atol: float | None,
+    kind: str = "numpy",
+    jax_fn: Any = None,
+) -> RuleSpec:
+    """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
+    if not callable(primal):
+        raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
+    if not callable(rule_fn):
+        raise SpecError(f"Got {rule_fn!r}, but rrule decorates a function returning (output, pullback).")
+    if arg_specs and args is not None:
+        raise SpecError("Pass either one spec per argument or args=<strategy of tuples>, not both.")
+    if args is None and not arg_specs:
+        raise SpecError(
+            f"No argument specs given for {getattr(rule_fn, '__name__', rule_fn)}. Pass one spec per positional "
+            "argument, e.g. rrule(f, arrays(shape=(3,))), or args=<strategy of tuples>."
+        )
+    for i, spec in enumerate(arg_specs):
+        if not isinstance(spec, SearchStrategy):
+            raise SpecError(
+                f"Got {spec!r} as the spec of argument {i}, but specs must be Hypothesis strategies: "
+                f"use arrays(...), floats(...) or constant({spec!r})."
+            )
+    if args is not None and not isinstance(args, SearchStrategy):
+        raise SpecError(f"Got args={args!r}, but args= must be a Hypothesis strategy of tuples, e.g. st.tuples(...).")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise SpecError(f"Got name={name!r}, but name must be a non-empty string.")
+
+    nargs = len(arg_specs) if arg_specs else None
+    arity = _primal_arity(primal)
+    if nargs is not None and arity is not None and arity != nargs:
+        raise SpecError(
+            f"The primal {primal.__name__} takes {arity} required argument(s), but {nargs} spec(s) were given. "
+            "Give one spec per positional argument."
+        )
+    mutates_set = _positions("mutates", mutates, nargs)
+    nondiff_set = _positions("nondiff", nondiff, nargs)
+    nondiff_set |= {i for i, s in enumerate(arg_specs) if is_constant(s)}
+
+    strategy = st.tuples(*arg_specs) if arg_specs else args
+    path, lines = source_location(rule_fn)
+    return RuleSpec(
+        rrule=rule_fn,
+        primal=primal,
+        name=name or getattr(rule_fn, "__name__", "rule"),
+        arg_specs=tuple(arg_specs) if arg_specs else None,
+        args_strategy=strategy,
+        nargs=nargs if nargs is not None else arity,
+        mutates=mutates_set,
+        nondiff=frozenset(nondiff_set),
+        rtol=_tolerance("rtol", rtol),
+        atol=_tolerance("atol", atol),
+        kind=kind,
+        jax_fn=jax_fn,
+        source_file=path,
+        source_lines=lines,
+        module=getattr(rule_fn, "__module__", None),
+    )
+
+
+def rrule(
+    primal: Callable[..., Any],
+    *arg_specs: SearchStrategy,
+    args: SearchStrategy | None = None,
+    mutates: Iterable[int] | int = (),
+    nondiff: Iterable[int] | int = (),
+    name: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Callable[[Callable[..., Any]], RuleSpec]:
+    """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
+
+    The decorated function takes the primal's arguments and returns
+    ``(output, pullback)``; ``pullback(ybar)`` returns one tangent per
+    argument (``None`` for non-differentiable ones).
+    """
+    if not callable(primal):
+        raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
+
+    def decorate(rule_fn: Callable[..., Any]) -> RuleSpec:
+        return build_spec(
+            rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol
+        )
+
+    # Validate the options now, not at decoration, so the error points at the rrule(...) line.
+    build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol)
+    return decorate
+
+
+def _validation_stub(*_args: Any) -> Any:  # pragma: no cover - never called
+    raise AssertionError
+
+
+def differentiable(value: Any) -> bool:
+    """True for values that carry a tangent: float/complex arrays and Python floats/complex numbers."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fc"
+    if isinstance(value, (np.floating, np.complexfloating)):
+        return True
+    return isinstance(value, (float, complex)) and not isinstance(value, bool)
