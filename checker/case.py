@@ -1,0 +1,218 @@
+"""One drawn input for one rule: what every check function receives.
+
+A :class:`Case` hands checks fresh copies of the arguments (rules may mutate
+them), runs the rule and its pullback with user exceptions wrapped in
+:class:`RuleRaised`, and draws everything random (cotangents, directions,
+scales) through Hypothesis, so a failure shrinks to a small cotangent as well
+as a small input, and a reproducer can replay the exact draws.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from typing import Any, Callable, Protocol
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from hypothesis.strategies import SearchStrategy
+
+from checker import tolerances
+from checker.checks.registry import Problem, Skip
+from checker.specs import SHRINKABLE_SIZE, RuleSpec, differentiable
+from checker.trees import copy_tree, describe, is_leaf, tree_map
+
+__all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws"]
+
+COTANGENT_BOUND = 4.0
+
+
+class RuleRaised(Exception):
+    """The user's rule (forward, pullback or primal) raised; carries the user's traceback."""
+
+    def __init__(self, phase: str, rule: str, exc: BaseException) -> None:
+        self.phase, self.rule, self.exc = phase, rule, exc
+        self.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        super().__init__(f"the {phase} of {rule} raised {type(exc).__name__}: {exc}")
+
+    def problem(self) -> Problem:
+        return Problem(
+            message=str(self),
+            actual=self.user_traceback.strip().splitlines()[-1],
+            fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's domain.",
+        )
+
+
+class Draws(Protocol):
+    def draw(self, strategy: SearchStrategy, label: str) -> Any: ...
+
+
+class HypothesisDraws:
+    def __init__(self, data: Any) -> None:
+        self._data = data
+
+    def draw(self, strategy: SearchStrategy, label: str) -> Any:
+        return self._data.draw(strategy, label=label)
+
+
+class ReplayDraws:
+    """Returns recorded draws in order: how a reproducer replays a failure exactly."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self._values = list(values)
+
+    def draw(self, strategy: SearchStrategy, label: str) -> Any:
+        if not self._values:
+            raise RuntimeError(f"the reproducer has no recorded value left for draw {label!r}; regenerate it")
+        return self._values.pop(0)
+
+
+class Case:
+    """A rule, one input, and the means to run and probe it."""
+
+    def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws) -> None:
+        self.rule = rule
+        self._args = tuple(args)
+        self._draws = draws
+        self.record: list[tuple[str, Any]] = []  # every draw, in order: counterexample and reproducer
+
+    # -- inputs ---------------------------------------------------------------------------------
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The pristine arguments. Never pass these to user code: use :meth:`fresh`."""
+        return self._args
+
+    def fresh(self) -> tuple[Any, ...]:
+        return copy_tree(self._args)
+
+    @property
+    def nargs(self) -> int:
+        return len(self._args)
+
+    @property
+    def diff_positions(self) -> list[int]:
+        """Argument positions that carry a tangent (float/complex values not declared nondiff)."""
+        return [i for i, a in enumerate(self._args) if i not in self.rule.nondiff and differentiable(a)]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The lowest-precision float dtype among the differentiable arguments (sets the tolerance)."""
+        dts = [np.asarray(self._args[i]).dtype for i in self.diff_positions]
+        if not dts:
+            return np.dtype("float64")
+        return min(dts, key=lambda d: np.finfo(d).eps * -1)
+
+    @property
+    def tol(self) -> tolerances.Tolerance:
+        return tolerances.for_dtype(self.dtype, rtol=self.rule.rtol, atol=self.rule.atol)
+
+    # -- running user code ----------------------------------------------------------------------
+    def call(self, phase: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Skip:
+            raise
+        except Exception as exc:  # the user's code failed: report it, do not crash the checker
+            raise RuleRaised(phase, self.rule.name, exc) from exc
+
+    def forward(self, args: tuple[Any, ...] | None = None) -> Any:
+        """The raw result of the rrule (not yet validated as a pair)."""
+        return self.call("forward", self.rule.rrule, *(self.fresh() if args is None else args))
+
+    def pair(self, args: tuple[Any, ...] | None = None) -> tuple[Any, Callable[..., Any]]:
+        """``(output, pullback)``; skips the check if the rrule does not return a pair (GG101 reports that)."""
+        result = self.forward(args)
+        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+            raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
+        return result
+
+    def pullback(self, pb: Callable[..., Any], ybar: Any) -> Any:
+        return self.call("pullback", pb, ybar)
+
+    def primal(self, args: tuple[Any, ...] | None = None) -> Any:
+        return self.call("primal", self.rule.primal, *(self.fresh() if args is None else args))
+
+    def tangents(self, pb: Callable[..., Any], ybar: Any) -> tuple[Any, ...]:
+        """Pullback result normalised to a tuple; skips if its structure is wrong (GG103/GG104 report that)."""
+        t = self.pullback(pb, ybar)
+        if not isinstance(t, (tuple, list)) or len(t) != self.nargs:
+            raise Skip("the pullback does not return one tangent per argument (see GG103)")
+        for i in self.diff_positions:
+            if t[i] is not None and np.shape(t[i]) != np.shape(self._args[i]):
+                raise Skip("a tangent's shape differs from its argument's (see GG104)")
+        return tuple(t)
+
+    # -- random draws ---------------------------------------------------------------------------
+    def draw(self, strategy: SearchStrategy, label: str) -> Any:
+        value = self._draws.draw(strategy, label)
+        self.record.append((label, value))
+        return value
+
+    def draw_like(self, value: Any, label: str, *, bound: float = COTANGENT_BOUND) -> Any:
+        """A random tree with the structure, shapes and dtypes of ``value`` (a cotangent or a direction)."""
+        return self.draw(_like_strategy(value, bound), label)
+
+    def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
+        return self.draw_like(y, label)
+
+    def direction(self, label: str = "direction") -> tuple[Any, ...]:
+        """A tangent direction: random for differentiable arguments, None for the others."""
+        diff = set(self.diff_positions)
+        drawn = self.draw_like(tuple(self._args[i] for i in sorted(diff)), label)
+        it = iter(drawn)
+        return tuple(next(it) if i in diff else None for i in range(self.nargs))
+
+    def draw_float(self, label: str, lo: float, hi: float) -> float:
+        return self.draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False), label)
+
+    def describe_args(self) -> str:
+        return ", ".join(describe(a) for a in self._args)
+
+
+def _like_strategy(value: Any, bound: float) -> SearchStrategy:
+    if not is_leaf(value):
+        return st.tuples(*(_like_strategy(v, bound) for v in value)).map(type(value) if isinstance(value, list) else tuple)
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        arr = np.asarray(value)
+        dt = arr.dtype if arr.dtype.kind in "fc" else np.dtype("float64")
+        width = 32 if dt in (np.float32, np.complex64) else 64
+        real = st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=width)
+        elements = st.builds(complex, real, real) if dt.kind == "c" else real
+        if arr.size <= SHRINKABLE_SIZE:
+            strat = hnp.arrays(dt, arr.shape, elements=elements, fill=st.nothing())
+        else:
+            strat = st.integers(0, 2**32 - 1).map(lambda s: _seeded(s, arr.shape, dt, bound))
+        return strat.map(lambda a: a[()] if isinstance(value, np.generic) else a)
+    if isinstance(value, complex):
+        real = st.floats(-bound, bound, allow_nan=False, allow_infinity=False)
+        return st.builds(complex, real, real)
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        return st.floats(-bound, bound, allow_nan=False, allow_infinity=False)
+    return st.none()
+
+
+def _seeded(seed: int, shape: tuple[int, ...], dt: np.dtype, bound: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = rng.uniform(-bound, bound, size=shape)
+    if dt.kind == "c":
+        out = out + 1j * rng.uniform(-bound, bound, size=shape)
+    return out.astype(dt)
+
+
+def zeros_like_tree(tree: Any) -> Any:
+    return tree_map(lambda x: np.zeros_like(x) if isinstance(x, np.ndarray) else (0.0 * x if x is not None else None), tree)
+
+
+def is_finite_tree(tree: Any) -> bool:
+    from checker.trees import leaves
+
+    return all(x is None or bool(np.all(np.isfinite(x))) for x in leaves(tree))
+
+
+def scale_tree(tree: Any, alpha: float) -> Any:
+    return tree_map(lambda x: None if x is None else x * alpha, tree)
+
+
+def magnitude(*values: float) -> float:
+    return math.fsum(abs(v) for v in values)

@@ -1,0 +1,10 @@
+"""The checks, one module per family; importing this package registers every check id.
+
+Find a check by its id in one hop: GG1xx contract.py, GG2xx numeric.py,
+GG3xx cotangent.py, GG4xx state.py, GG5xx context.py, GG6xx compose.py.
+"""
+
+from checker.checks import contract  # noqa: F401
+from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
+
+__all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

@@ -1,0 +1,267 @@
+"""Contract checks (GG1xx): the rule's structure, before any number is compared.
+
+They run first. GG101, GG103 and GG104 gate the other families: when the
+structure is wrong, numeric messages would only be noise.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from checker.case import Case
+from checker.checks.registry import Problem, check
+from checker.inputs import show
+from checker.trees import describe, leaves, same_structure
+
+__all__: list[str] = []
+
+
+@check(
+    "GG101",
+    family="contract",
+    title="rrule does not return an (output, pullback) pair",
+    gates=True,
+    broken="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            return x * x          # the output alone, no pullback
+    """,
+    fixed="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            return x * x, lambda ybar: (2 * x * ybar,)
+    """,
+)
+def returns_pair(case: Case) -> Iterable[Problem]:
+    """An rrule must return a pair ``(output, pullback)`` where ``pullback`` is callable. Anything else (the
+    output alone, a pullback that is not callable, a list of three things) cannot be used by any AD engine.
+    A forward pass that raises is reported here too: no pair could be made for that input."""
+    result = case.forward()
+    if isinstance(result, tuple) and len(result) == 2 and callable(result[1]):
+        return
+    if isinstance(result, tuple) and len(result) == 2:
+        actual = f"(output, {describe(result[1])})"
+        fix = "The second element must be the pullback function: return y, pullback."
+    else:
+        actual = describe(result)
+        fix = "Return a tuple (y, pullback), where pullback(ybar) returns one tangent per argument."
+    yield Problem(
+        message=f"the rrule {case.rule.name} must return a pair (output, pullback), but returned {actual}.",
+        expected="(output, callable pullback)",
+        actual=actual,
+        fix=fix,
+    )
+
+
+@check(
+    "GG102",
+    family="contract",
+    title="rrule's primal output differs from primal(*args)",
+    broken="""
+        @rrule(dropout_eval, arrays(shape=(4,)))
+        def dropout_rrule(x):
+            y = x * MASK          # training branch: not what dropout_eval computes
+            return y, lambda ybar: (ybar * MASK,)
+    """,
+    fixed="""
+        @rrule(dropout_eval, arrays(shape=(4,)))
+        def dropout_rrule(x):
+            y = dropout_eval(x)   # the forward pass is the primal
+            return y, lambda ybar: (ybar,)
+    """,
+)
+def forward_is_primal(case: Case) -> Iterable[Problem]:
+    """The first element an rrule returns must equal what the primal function computes on the same input.
+    A rule whose forward pass branches on "am I being differentiated?" (a training flag, ``within_gradient``)
+    makes AD differentiate a different function from the one users run, and different AD systems then
+    disagree on the gradient of the same program."""
+    y_rule, _ = case.pair()
+    y_primal = case.primal()
+    if not same_structure(y_rule, y_primal):
+        yield Problem(
+            message=f"the rrule's output is a {describe(y_rule)} but the primal returns a {describe(y_primal)}.",
+            expected=describe(y_primal),
+            actual=describe(y_rule),
+            fix="Return exactly what the primal returns as the first element of the pair.",
+        )
+        return
+    tol = case.tol
+    for k, (a, b) in enumerate(zip(leaves(y_rule), leaves(y_primal))):
+        a_arr, b_arr = np.asarray(a), np.asarray(b)
+        if a_arr.shape != b_arr.shape:
+            yield Problem(
+                message=f"the rrule's output has shape {a_arr.shape} but the primal's has shape {b_arr.shape}.",
+                location=f"output {k}" if not isinstance(y_rule, np.ndarray) else None,
+                expected=str(b_arr.shape),
+                actual=str(a_arr.shape),
+                fix="The forward pass must compute the primal itself; call the primal inside the rrule.",
+            )
+            continue
+        diff = np.abs(a_arr.astype(np.complex128) - b_arr.astype(np.complex128))
+        bound = tol.atol + tol.rtol * np.abs(b_arr)
+        bad = ~(diff <= bound) & ~(np.isnan(a_arr) & np.isnan(b_arr))
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if a_arr.ndim else ()
+            yield Problem(
+                message=(
+                    f"the rrule's forward output differs from primal(*args)"
+                    f"{f' at {list(idx)}' if idx else ''}: {show(a_arr[idx])} vs {show(b_arr[idx])}. "
+                    "The rule computes a different function from the one it claims to differentiate."
+                ),
+                location=f"output at {list(idx)}" if idx else "output",
+                expected=show(b_arr),
+                actual=show(a_arr),
+                fix="Make the forward pass compute the primal (no branch on training flags or within_gradient).",
+            )
+
+
+@check(
+    "GG103",
+    family="contract",
+    title="pullback returns the wrong number of tangents",
+    gates=True,
+    broken="""
+        @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+        def mul_rrule(a, b):
+            return a * b, lambda ybar: (ybar * b,)          # forgot b's tangent
+    """,
+    fixed="""
+        @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+        def mul_rrule(a, b):
+            return a * b, lambda ybar: (ybar * b, ybar * a)
+    """,
+)
+def tangent_count(case: Case) -> Iterable[Problem]:
+    """The pullback must return a tuple with exactly one tangent per positional argument of the primal, with
+    ``None`` for arguments that have no derivative. A missing or extra entry shifts every tangent onto the
+    wrong argument in the engine that consumes it."""
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    t = case.pullback(pb, ybar)
+    n = case.nargs
+    if isinstance(t, (tuple, list)) and len(t) == n:
+        return
+    got = f"{len(t)}" if isinstance(t, (tuple, list)) else f"a {describe(t)} instead of a tuple"
+    yield Problem(
+        message=f"the pullback of {case.rule.name} must return one tangent per argument ({n}), but returned {got}.",
+        expected=f"tuple of {n}",
+        actual=describe(t),
+        fix="Return a tuple with one entry per argument; use None for non-differentiable ones.",
+    )
+
+
+@check(
+    "GG104",
+    family="contract",
+    title="a tangent's shape differs from its argument's",
+    gates=True,
+    broken="""
+        @rrule(total, arrays(shape=(2, 3)))
+        def total_rrule(x):
+            return x.sum(), lambda ybar: (np.full(x.size, ybar),)   # flat, not (2, 3)
+    """,
+    fixed="""
+        @rrule(total, arrays(shape=(2, 3)))
+        def total_rrule(x):
+            return x.sum(), lambda ybar: (np.full(x.shape, ybar),)
+    """,
+)
+def tangent_shapes(case: Case) -> Iterable[Problem]:
+    """Each tangent must have the shape of its argument. A flattened or broadcast tangent may happen to add
+    up correctly in one program and fail, or silently broadcast into the wrong gradient, in another."""
+    y, pb = case.pair()
+    t = case.pullback(pb, case.cotangent_like(y))
+    if not isinstance(t, (tuple, list)) or len(t) != case.nargs:
+        return  # GG103's finding
+    for i in case.diff_positions:
+        if t[i] is None:
+            continue
+        want, got = np.shape(case.args[i]), np.shape(t[i])
+        if want != got:
+            yield Problem(
+                message=f"the tangent for argument {i} has shape {got}, but the argument has shape {want}.",
+                location=f"argument {i}",
+                expected=str(want),
+                actual=str(got),
+                fix=f"Return a tangent shaped like argument {i} (sum over broadcast axes, reshape flattened results).",
+            )
+
+
+@check(
+    "GG105",
+    family="contract",
+    title="a tangent's dtype differs from its argument's",
+    broken="""
+        @rrule(scale, arrays(shape=(3,), dtype="float32"))
+        def scale_rrule(x):
+            return 2 * x, lambda ybar: (np.full(x.shape, 2.0) * ybar,)   # float64 tangent
+    """,
+    fixed="""
+        @rrule(scale, arrays(shape=(3,), dtype="float32"))
+        def scale_rrule(x):
+            return 2 * x, lambda ybar: ((2 * ybar).astype(x.dtype),)
+    """,
+)
+def tangent_dtypes(case: Case) -> Iterable[Problem]:
+    """Each tangent must have its argument's dtype (float32 in, float32 out; a real argument gets a real
+    tangent). Dtype drift silently promotes whole models to float64 (slow, memory-hungry) or, for a complex
+    tangent of a real argument, leaks an imaginary part the engine may drop or propagate."""
+    y, pb = case.pair()
+    t = case.pullback(pb, case.cotangent_like(y))
+    if not isinstance(t, (tuple, list)) or len(t) != case.nargs:
+        return
+    for i in case.diff_positions:
+        if t[i] is None:
+            continue
+        arg = case.args[i]
+        if not isinstance(arg, np.ndarray):
+            continue  # Python scalars: any float-like tangent is fine
+        got = np.asarray(t[i]).dtype
+        if got != arg.dtype:
+            yield Problem(
+                message=f"the tangent for argument {i} has dtype {got}, but the argument has dtype {arg.dtype}.",
+                location=f"argument {i}",
+                expected=str(arg.dtype),
+                actual=str(got),
+                fix=f"Cast the tangent: .astype({arg.dtype.name}) (a real argument needs a real tangent).",
+            )
+
+
+@check(
+    "GG106",
+    family="contract",
+    title="a non-differentiable argument gets a non-None tangent",
+    broken="""
+        @rrule(power, arrays(shape=(3,)), constant(2))
+        def power_rrule(x, n):
+            return x**n, lambda ybar: (n * x ** (n - 1) * ybar, 0.0)   # tangent for the integer n
+    """,
+    fixed="""
+        @rrule(power, arrays(shape=(3,)), constant(2))
+        def power_rrule(x, n):
+            return x**n, lambda ybar: (n * x ** (n - 1) * ybar, None)
+    """,
+)
+def nondiff_gets_none(case: Case) -> Iterable[Problem]:
+    """Arguments declared non-differentiable (``nondiff=``, ``constant(...)``, integers, flags) must get
+    ``None`` from the pullback. A number there is accumulated by engines into something that has no
+    tangent space, or hides a wrong argument order."""
+    y, pb = case.pair()
+    t = case.pullback(pb, case.cotangent_like(y))
+    if not isinstance(t, (tuple, list)) or len(t) != case.nargs:
+        return
+    diff = set(case.diff_positions)
+    for i in range(case.nargs):
+        if i in diff or t[i] is None:
+            continue
+        why = "declared nondiff" if i in case.rule.nondiff else f"a {describe(case.args[i])}, which has no tangent"
+        yield Problem(
+            message=f"argument {i} is {why}, so its tangent must be None, but the pullback returned {show(t[i])}.",
+            location=f"argument {i}",
+            expected="None",
+            actual=show(t[i]),
+            fix=f"Return None in position {i} of the pullback's tuple.",
+        )
+

@@ -1,0 +1,64 @@
+"""How inputs are shown to people and written into reproducers.
+
+``show`` is for reading (short, rounded, elided); ``literal`` is exact Python
+source that rebuilds the value bit for bit (floats print with ``repr``, which
+round-trips).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["show", "literal", "format_call", "arg_names"]
+
+
+def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
+    if isinstance(value, np.ndarray):
+        with np.printoptions(precision=precision, threshold=threshold, edgeitems=3, suppress=False):
+            text = repr(value)
+        return " ".join(text.split())
+    if isinstance(value, tuple):
+        inner = ", ".join(show(v, precision=precision, threshold=threshold) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        return "[" + ", ".join(show(v, precision=precision, threshold=threshold) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:.{precision}g}"
+    return repr(value)
+
+
+def literal(value: Any) -> str:
+    """Exact source for ``value`` (arrays, scalars, None, tuples/lists of them)."""
+    if isinstance(value, np.ndarray):
+        if value.size > 10_000:
+            # Too large to inline: rebuild from the bytes, still exact.
+            return f"np.frombuffer(bytes.fromhex({value.tobytes().hex()!r}), dtype=np.{value.dtype}).reshape({value.shape!r}).copy()"
+        return f"np.array({value.tolist()!r}, dtype=np.{value.dtype})"
+    if isinstance(value, np.generic):
+        return f"np.{value.dtype}({value.item()!r})"
+    if isinstance(value, tuple):
+        items = ", ".join(literal(v) for v in value)
+        return f"({items},)" if len(value) == 1 else f"({items})"
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, float) and not np.isfinite(value):
+        return f"float({str(value)!r})"
+    return repr(value)
+
+
+def arg_names(fn: Callable[..., Any], n: int) -> list[str]:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(n)]
+
+
+def format_call(fn: Callable[..., Any], args: tuple[Any, ...], name: str | None = None) -> str:
+    """``addone_(a=array([0., 0.]))``: the failing input as people read it."""
+    names = arg_names(fn, len(args))
+    shown = ", ".join(f"{k}={show(v)}" for k, v in zip(names, args))
+    return f"{name or getattr(fn, '__name__', 'f')}({shown})"

@@ -1,0 +1,362 @@
+"""Running checks on rules: Hypothesis draws inputs, finds failures and shrinks them.
+
+For each rule and each selected per-input check, one Hypothesis search runs
+the check on drawn inputs; the first failure is shrunk to the smallest input
+(and cotangent) that still fails, and that final example becomes the finding,
+with its reproducer. Structural contract checks (``gates=True``) run first;
+when one fails, the checks that depend on the structure are skipped with the
+reason, so the first message is the real cause. Per-rule checks (the
+contexts' safety matrix) run last. Verdicts are deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings as hyp_settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
+
+from checker import reproducer
+from checker.case import Case, HypothesisDraws, RuleRaised
+from checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
+from checker.errors import UsageError
+from checker.inputs import format_call, show
+from checker.loader import collect
+from checker.report import Finding, Report, RuleResult
+from checker.specs import RuleSpec
+
+__all__ = ["check", "check_rule", "select_checks", "Options", "PerRule"]
+
+DEFAULT_MAX_EXAMPLES = 20
+DEFAULT_RULE_TIMEOUT_S = 120.0
+VERSION = "0.1.0"
+
+
+@dataclass
+class Options:
+    seed: int = 0
+    max_examples: int = DEFAULT_MAX_EXAMPLES
+    rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
+    root: str | None = None  # paths in reports and reproducers are relative to this
+
+
+@dataclass
+class PerRule:
+    """What a per-rule check (e.g. the safety matrix) receives."""
+
+    rule: RuleSpec
+    options: Options
+    result: RuleResult
+    shared: dict[str, Any] = field(default_factory=dict)  # computed once, used by several checks (the matrix)
+
+
+class _CheckFailed(Exception):
+    pass
+
+
+class RuleTimeout(BaseException):
+    """Raised in the main thread when a rule exceeds its time limit (BaseException: Hypothesis must not catch it)."""
+
+
+def select_checks(select: Any = None, ignore: Any = None) -> list[str]:
+    """Check ids matching the ``select`` prefixes minus the ``ignore`` prefixes (like a linter's codes)."""
+    known = [c.id for c in catalogue()]
+
+    def prefixes(option: str, value: Any) -> list[str]:
+        if value is None:
+            return []
+        items = [value] if isinstance(value, str) else list(value)
+        out = []
+        for item in items:
+            for part in str(item).split(","):
+                part = part.strip().upper()
+                if not part:
+                    continue
+                if not any(k.startswith(part) for k in known):
+                    close = difflib.get_close_matches(part, known, n=3)
+                    hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
+                    raise UsageError(f"Got {option}={part!r}, which matches no check id.{hint}")
+                out.append(part)
+        return out
+
+    chosen = prefixes("select", select) or ["GG"]
+    dropped = prefixes("ignore", ignore)
+    return [k for k in known if any(k.startswith(p) for p in chosen) and not any(k.startswith(p) for p in dropped)]
+
+
+def environment() -> dict[str, Any]:
+    env = {
+        "gradguard": VERSION,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(terse=True),
+        "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
+    }
+    if "jax" in sys.modules:
+        try:
+            from engines import jax_engine
+
+            env.update(jax_engine.environment())
+        except Exception:  # noqa: BLE001 - the environment block is informative only
+            pass
+    if os.environ.get("GRADGUARD_SANDBOX"):
+        env["sandbox"] = os.environ["GRADGUARD_SANDBOX"]
+    return env
+
+
+def check(
+    target: Any,
+    *,
+    select: Any = None,
+    ignore: Any = None,
+    seed: int = 0,
+    max_examples: int | None = None,
+    rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
+    progress: Callable[[RuleResult, int, int], None] | None = None,
+) -> Report:
+    """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
+    ids = select_checks(select, ignore)
+    started = time.perf_counter()
+    rules, failures = collect(target)
+    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd())
+    report = Report(
+        load_errors=failures,
+        settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
+    )
+    for i, rule in enumerate(rules):
+        result = check_rule(rule, ids, options)
+        report.rules.append(result)
+        if progress is not None:
+            progress(result, i + 1, len(rules))
+    report.environment = environment()
+    report.duration_s = time.perf_counter() - started
+    return report
+
+
+def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
+    start = time.perf_counter()
+    result = RuleResult(
+        name=rule.name,
+        module=rule.module,
+        source_file=_relative(rule.source_file, options.root),
+        source_lines=list(rule.source_lines) if rule.source_lines else None,
+        kind=rule.kind,
+    )
+    infos = [CHECKS[i] for i in ids]
+    try:
+        with _time_limit(options.rule_timeout_s):
+            _run_checks(rule, infos, options, result)
+    except RuleTimeout:
+        result.verdict = "error"
+        result.error = {
+            "type": "Timeout",
+            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit; the rule's forward or pullback may hang",
+            "traceback": "",
+        }
+    except _SpecCannotGenerate as exc:
+        result.verdict = "error"
+        result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
+    except _InternalError as exc:
+        result.verdict = "error"
+        result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
+    result.duration_s = round(time.perf_counter() - start, 4)
+    if result.verdict != "error":
+        result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+    return result
+
+
+class _SpecCannotGenerate(Exception):
+    pass
+
+
+class _InternalError(Exception):
+    def __init__(self, message: str, tb: str) -> None:
+        super().__init__(message)
+        self.tb = tb
+
+
+def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
+    gate_failed: str | None = None
+    raised_messages: set[str] = set()
+    shared: dict[str, Any] = {}
+    for info in infos:
+        if rule.kind not in info.kinds:
+            result.checks_skipped.append({"id": info.id, "reason": f"does not apply to {rule.kind} rules"})
+            continue
+        if gate_failed and not info.gates:
+            result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
+            continue
+        if info.per_rule:
+            _run_per_rule(rule, info, options, result, shared)
+            continue
+        outcome = _search(rule, info, options)
+        if outcome.skip_reason is not None and not outcome.ran:
+            result.checks_skipped.append({"id": info.id, "reason": outcome.skip_reason})
+            continue
+        result.checks_run.append(info.id)
+        result.examples += outcome.ran
+        if outcome.failure is None:
+            continue
+        case, problems, raised = outcome.failure
+        if raised is not None:
+            key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
+            if key in raised_messages:
+                continue  # the same crash, already reported by an earlier check
+            raised_messages.add(key)
+        for problem in problems:
+            result.findings.append(_finding(rule, info, case, problem, options))
+        if info.gates:
+            gate_failed = info.id
+
+
+@dataclass
+class _Outcome:
+    ran: int = 0
+    skip_reason: str | None = None
+    failure: tuple[Case, list[Problem], RuleRaised | None] | None = None
+
+
+def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
+    outcome = _Outcome()
+
+    @hyp_settings(
+        max_examples=options.max_examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+    @hyp_seed(options.seed)
+    @given(rule.args_strategy, st.data())
+    def search(args: Any, data: Any) -> None:
+        case = Case(rule, tuple(args), HypothesisDraws(data))
+        raised = None
+        try:
+            problems = list(info.fn(case) or ())
+        except Skip as skip:
+            outcome.skip_reason = str(skip)
+            return
+        except RuleRaised as exc:
+            problems, raised = [exc.problem()], exc
+        if problems:
+            outcome.failure = (case, problems, raised)
+            raise _CheckFailed(info.id)
+        outcome.ran += 1
+
+    try:
+        search()
+    except _CheckFailed:
+        pass
+    except Flaky:
+        pass  # the failure did not replay (a nondeterministic rule): report the last failing example seen
+    except Unsatisfiable as exc:
+        raise _SpecCannotGenerate(
+            f"the argument specs of {rule.name} could not generate an input ({exc}). "
+            "Loosen the specs' filters or bounds."
+        ) from None
+    except (RuleTimeout, KeyboardInterrupt):
+        raise
+    except HypothesisException as exc:
+        raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
+    except Exception as exc:  # a bug in gradguard's check, not in the rule
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+    if outcome.failure is not None:
+        outcome.ran += 1
+    return outcome
+
+
+def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: RuleResult, shared: dict[str, Any]) -> None:
+    ctx = PerRule(rule=rule, options=options, result=result, shared=shared)
+    try:
+        found = list(info.fn(ctx) or ())
+    except Skip as skip:
+        result.checks_skipped.append({"id": info.id, "reason": str(skip)})
+        return
+    except (RuleTimeout, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+    result.checks_run.append(info.id)
+    for item in found:
+        if isinstance(item, Finding):
+            result.findings.append(item)
+        else:
+            result.findings.append(_finding(rule, info, None, item, options))
+
+
+def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options) -> Finding:
+    counterexample = None
+    script = None
+    if case is not None:
+        counterexample = {
+            "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
+            "args": [show(a) for a in case.args],
+            "draws": {label: show(value) for label, value in case.record},
+        }
+        script = reproducer.script(rule, info.id, case, problem, root=options.root)
+    return Finding(
+        check_id=info.id,
+        severity=info.severity,
+        title=info.title,
+        rule=rule.name,
+        message=problem.message,
+        location=problem.location,
+        expected=problem.expected,
+        actual=problem.actual,
+        fix=problem.fix,
+        counterexample=counterexample,
+        reproducer=script,
+        source_file=_relative(rule.source_file, options.root),
+        source_lines=list(range(rule.source_lines[0], rule.source_lines[1] + 1)) if rule.source_lines else None,
+    )
+
+
+def _relative(path: str | None, root: str | None) -> str | None:
+    if path is None or root is None:
+        return path
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+@contextmanager
+def _time_limit(seconds: float | None) -> Iterator[None]:
+    """A per-rule wall-clock limit (main thread only; elsewhere the service's sandbox enforces limits)."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise RuleTimeout()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

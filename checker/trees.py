@@ -1,0 +1,69 @@
+"""Small helpers over the values rules exchange: arrays, Python scalars, and tuples/lists of them.
+
+A *tree* here is a leaf (ndarray, float, complex, None) or a tuple/list of trees.
+The real inner product ``<a, b> = sum(Re(conj(a) * b))`` is the one every
+numeric check uses, so complex tangents follow a single convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["leaves", "tree_map", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
+
+
+def is_leaf(x: Any) -> bool:
+    return not isinstance(x, (tuple, list))
+
+
+def leaves(tree: Any) -> list[Any]:
+    if is_leaf(tree):
+        return [tree]
+    return [leaf for sub in tree for leaf in leaves(sub)]
+
+
+def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
+    if is_leaf(tree):
+        return fn(tree, *rest)
+    return type(tree)(tree_map(fn, t, *(r[i] for r in rest)) for i, t in enumerate(tree))
+
+
+def same_structure(a: Any, b: Any) -> bool:
+    if is_leaf(a) or is_leaf(b):
+        return is_leaf(a) and is_leaf(b)
+    return len(a) == len(b) and all(same_structure(x, y) for x, y in zip(a, b))
+
+
+def copy_tree(tree: Any) -> Any:
+    """Deep copy of arrays (so a rule mutating its input never touches the original)."""
+    return tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
+
+
+def inner(a: Any, b: Any) -> float:
+    """Real inner product over matching trees; ``None`` on either side counts as zero."""
+    total = 0.0
+    for x, y in zip(leaves(a), leaves(b)):
+        if x is None or y is None:
+            continue
+        total += float(np.sum(np.real(np.conj(np.asarray(x, dtype=np.complex128)) * np.asarray(y, dtype=np.complex128))))
+    return total
+
+
+def max_abs(tree: Any) -> float:
+    vals = [float(np.max(np.abs(x))) for x in leaves(tree) if x is not None and np.size(x)]
+    return max(vals, default=0.0)
+
+
+def describe(x: Any) -> str:
+    """A short type description: ``float64 array of shape (3,)``, ``float``, ``tuple of 2``."""
+    if x is None:
+        return "None"
+    if isinstance(x, np.ndarray):
+        return f"{x.dtype} array of shape {x.shape}"
+    if isinstance(x, (tuple, list)):
+        return f"{type(x).__name__} of {len(x)}"
+    if isinstance(x, np.generic):
+        return f"NumPy {x.dtype} scalar"
+    return type(x).__name__
