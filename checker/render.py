@@ -1,0 +1,260 @@
+"""Renderers of a :class:`~checker.report.Report`: terminal text, JUnit XML and Markdown.
+
+All three read only the report's data, so a report loaded back from JSON (the
+service stores them) renders exactly like a fresh one.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any, Callable
+
+from checker.report import Finding, Report, RuleResult
+
+__all__ = ["render_text", "render_junit", "render_markdown", "matrix_table", "CATALOGUE_URL"]
+
+CATALOGUE_URL = "https://gradguard.dev/checks/{id}"  # overridden by the service with its own address
+
+_STATUS_MARK = {"right": "right", "wrong": "WRONG", "raised": "raised", "skipped": "-"}
+
+
+def _where(rule: RuleResult) -> str:
+    if not rule.source_file:
+        return rule.module or ""
+    if rule.source_lines:
+        return f"{rule.source_file}:{rule.source_lines[0]}"
+    return rule.source_file
+
+
+def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The safety matrix as a header and rows of short cell texts (contexts down, engines across)."""
+    engines = list(matrix.get("engines", []))
+    cells = {(c["context"], c["engine"]): c for c in matrix.get("cells", [])}
+    rows = []
+    for context in matrix.get("contexts", []):
+        row = [context]
+        for engine in engines:
+            cell = cells.get((context, engine))
+            if cell is None:
+                row.append("-")
+                continue
+            text = _STATUS_MARK.get(cell["status"], cell["status"])
+            if cell["status"] == "wrong" and cell.get("rel_error") is not None:
+                text += f" ({cell['rel_error']:.1e})"
+            row.append(text)
+        rows.append(row)
+    return ["context", *engines], rows
+
+
+# -- terminal -----------------------------------------------------------------------------------
+
+def render_text(report: Report, *, color: bool = False, verbose: bool = False) -> str:
+    style: Callable[..., str]
+    if color:
+        import click
+
+        style = click.style
+    else:
+        def style(text: str, **_: Any) -> str:
+            return text
+
+    colors = {"pass": "green", "fail": "red", "error": "magenta"}
+    settings = report.settings
+    lines = [
+        f"gradguard {report.environment.get('gradguard', '')} · {len(report.rules)} rule(s) · "
+        f"seed {settings.get('seed', 0)} · {settings.get('max_examples', '?')} examples per check",
+        "",
+    ]
+    width = max((len(r.name) for r in report.rules), default=10)
+    for rule in report.rules:
+        verdict = style(f"{rule.verdict.upper():5}", fg=colors.get(rule.verdict), bold=True)
+        if rule.verdict == "error" and rule.error:
+            detail = rule.error["message"]
+        elif rule.findings:
+            n = len(rule.findings)
+            detail = f"{n} finding{'s' if n != 1 else ''} ({', '.join(sorted({f.check_id for f in rule.findings}))})"
+        else:
+            detail = f"{len(rule.checks_run)} checks passed"
+        lines.append(f"  {verdict} {rule.name:<{width}}  {_where(rule):<28} {detail}  [{rule.duration_s:.2f} s]")
+    for failure in report.load_errors:
+        lines.append(f"  {style('ERROR', fg='magenta', bold=True)} {failure.path}: the module failed to import")
+
+    for rule in report.rules:
+        if rule.findings or (rule.verdict == "error" and rule.error) or (verbose and rule.safety_matrix):
+            lines += ["", style(f"{rule.name}", bold=True) + (f"  ({_where(rule)})" if rule.source_file else "")]
+        if rule.verdict == "error" and rule.error:
+            lines.append(f"  {rule.error['type']}: {rule.error['message']}")
+            if verbose and rule.error.get("traceback"):
+                lines += ["    " + ln for ln in rule.error["traceback"].rstrip().splitlines()]
+        for group in _group(rule.findings):
+            lines += _finding_lines(group, style)
+        if rule.safety_matrix and (verbose or any(c["status"] != "right" for c in rule.safety_matrix.get("cells", []))):
+            header, rows = matrix_table(rule.safety_matrix)
+            lines += ["", "  Safety matrix (contexts x engines):"] + _table(header, rows, indent=4)
+            for skipped in rule.safety_matrix.get("skipped", []):
+                lines.append(f"    skipped {skipped['context']}: {skipped['reason']}")
+
+    for failure in report.load_errors:
+        lines += ["", style(f"{failure.path} failed to import:", bold=True)]
+        lines += ["  " + ln for ln in failure.traceback.rstrip().splitlines()]
+
+    s = report.summary()
+    lines += [
+        "",
+        f"{s['passed']} passed, {s['failed']} failed, {s['errored']} errored"
+        + (f", {s['load_errors']} module(s) failed to import" if s["load_errors"] else "")
+        + f" · {s['findings']} finding(s)"
+        + (" (" + ", ".join(f"{k} x{v}" for k, v in s["by_check"].items()) + ")" if s["by_check"] else "")
+        + f" · {report.duration_s:.2f} s",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _group(findings: list[Finding]) -> list[list[Finding]]:
+    """Findings of the same check on the same rule are shown together."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.check_id, []).append(f)
+    return list(groups.values())
+
+
+def _finding_lines(group: list[Finding], style: Callable[..., str]) -> list[str]:
+    first = group[0]
+    sev = style(first.severity, fg="red" if first.severity == "error" else "yellow")
+    out = [f"  {style(first.check_id, bold=True)} {sev}  {first.title}"]
+    if len(group) > 1:
+        out.append(f"    found {len(group)} distinct failures")
+    for f in group:
+        out.append(f"    {f.message}")
+        if f.counterexample:
+            out.append(f"    Failing input: {f.counterexample['call']}")
+            for label, value in f.counterexample.get("draws", {}).items():
+                out.append(f"      {label}: {value}")
+        if f.expected is not None or f.actual is not None:
+            out.append(f"    Expected: {f.expected}")
+            out.append(f"    Actual:   {f.actual}")
+        if f.fix:
+            out.append(f"    Fix: {f.fix}")
+    out.append(f"    About {first.check_id}: gradguard explain {first.check_id}")
+    return out
+
+
+def _table(header: list[str], rows: list[list[str]], *, indent: int = 0) -> list[str]:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    pad = " " * indent
+
+    def line(cells: list[str]) -> str:
+        return pad + "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+    return [line(header), pad + "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+# -- JUnit XML ----------------------------------------------------------------------------------
+
+def render_junit(report: Report) -> str:
+    """One testcase per (rule, check); findings are failures, skipped checks are skipped, errors are errors."""
+    suites = ET.Element("testsuites", name="gradguard")
+    by_module: dict[str, list[RuleResult]] = {}
+    for rule in report.rules:
+        by_module.setdefault(rule.source_file or rule.module or "rules", []).append(rule)
+    for module, rules in by_module.items():
+        suite = ET.SubElement(suites, "testsuite", name=module)
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        for rule in rules:
+            if rule.verdict == "error" and rule.error:
+                case = ET.SubElement(suite, "testcase", classname=rule.name, name="checks", time=f"{rule.duration_s:.3f}")
+                err = ET.SubElement(case, "error", type=rule.error["type"], message=rule.error["message"])
+                err.text = rule.error.get("traceback") or rule.error["message"]
+                counts["tests"] += 1
+                counts["errors"] += 1
+            per_check: dict[str, list[Finding]] = {}
+            for f in rule.findings:
+                per_check.setdefault(f.check_id, []).append(f)
+            for check_id in rule.checks_run:
+                case = ET.SubElement(suite, "testcase", classname=rule.name, name=check_id)
+                counts["tests"] += 1
+                findings = per_check.get(check_id, [])
+                if findings:
+                    counts["failures"] += 1
+                    fail = ET.SubElement(case, "failure", type=check_id, message=findings[0].message)
+                    fail.text = "\n\n".join(_plain(f) for f in findings)
+            for skipped in rule.checks_skipped:
+                case = ET.SubElement(suite, "testcase", classname=rule.name, name=skipped["id"])
+                ET.SubElement(case, "skipped", message=skipped["reason"])
+                counts["tests"] += 1
+                counts["skipped"] += 1
+        for k, v in counts.items():
+            suite.set(k, str(v))
+    for failure in report.load_errors:
+        suite = ET.SubElement(suites, "testsuite", name=failure.path, tests="1", errors="1", failures="0", skipped="0")
+        case = ET.SubElement(suite, "testcase", classname=failure.path, name="import")
+        err = ET.SubElement(case, "error", type="ImportError", message=f"{failure.path} failed to import")
+        err.text = failure.traceback
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _plain(f: Finding) -> str:
+    parts = [f"{f.check_id} {f.title}", f.message]
+    if f.counterexample:
+        parts.append(f"Failing input: {f.counterexample['call']}")
+    if f.expected is not None or f.actual is not None:
+        parts.append(f"Expected: {f.expected}\nActual: {f.actual}")
+    if f.fix:
+        parts.append(f"Fix: {f.fix}")
+    return "\n".join(parts)
+
+
+# -- Markdown (GitHub job summaries, the service's summary.md) ------------------------------------
+
+def _md(text: Any) -> str:
+    """Escape text for a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_markdown(report: Report, *, run_url: str | None = None, catalogue_url: str = CATALOGUE_URL) -> str:
+    s = report.summary()
+    icon = {"pass": "✅", "fail": "❌", "error": "⚠️"}
+    lines = [
+        f"## {icon.get(s['verdict'], '')} gradguard: {s['passed']}/{s['rules']} rules pass",
+        "",
+        f"{s['failed']} failed, {s['errored']} errored, {s['findings']} finding(s) · seed {report.settings.get('seed', 0)}"
+        + (f" · [full report]({run_url})" if run_url else ""),
+        "",
+        "| verdict | rule | where | findings |",
+        "|---|---|---|---|",
+    ]
+    for rule in report.rules:
+        ids = ", ".join(f"[{i}]({catalogue_url.format(id=i)})" for i in sorted({f.check_id for f in rule.findings}))
+        detail = ids or (_md(rule.error["message"]) if rule.error else "")
+        lines.append(f"| {icon.get(rule.verdict, '')} {rule.verdict} | `{_md(rule.name)}` | {_md(_where(rule))} | {detail} |")
+    for failure in report.load_errors:
+        lines.append(f"| ⚠️ error | `{_md(failure.path)}` | | failed to import |")
+    for rule in report.rules:
+        if not rule.findings and not rule.safety_matrix:
+            continue
+        lines += ["", f"### `{_md(rule.name)}`"]
+        for f in rule.findings:
+            lines += [
+                "",
+                f"<details><summary><b>{f.check_id}</b> {_md(f.title)}</summary>",
+                "",
+                _md(f.message),
+                "",
+            ]
+            if f.counterexample:
+                lines += [f"Failing input: `{f.counterexample['call']}`", ""]
+            if f.expected is not None or f.actual is not None:
+                lines += [f"Expected `{_md(f.expected)}`, got `{_md(f.actual)}`", ""]
+            if f.fix:
+                lines += [f"**Fix:** {_md(f.fix)}", ""]
+            if f.reproducer:
+                lines += ["```python", f.reproducer.rstrip(), "```", ""]
+            lines.append("</details>")
+        if rule.safety_matrix:
+            header, rows = matrix_table(rule.safety_matrix)
+            lines += ["", "Safety matrix:", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    for failure in report.load_errors:
+        lines += ["", f"### `{_md(failure.path)}` failed to import", "", "```", failure.traceback.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
