@@ -1,0 +1,224 @@
+"""The tape: tracked values, one node per primitive call, and the reverse sweep.
+
+A `Tracked` wraps a raw value BY REFERENCE (the very ndarray the user passed
+or a rule returned) and remembers its slot on the tape. `bind` calls a rule's
+``rrule`` on the raw values, appends a `Node` holding the pullback, and wraps
+the outputs. `backward` walks the nodes in reverse, as Zygote does:
+
+* pullbacks read whatever their captured arrays hold *now*, so an in-place
+  mutation between the forward and the backward pass gives a silently wrong
+  gradient (that is the point: gradguard reproduces the hazard);
+* a node whose output receives no cotangent from the result ("unused"),
+  directly or because it only feeds unused nodes, follows the policy:
+  ``"zero"`` (default) calls its pullback with zeros shaped like the output,
+  ``"none"`` calls it with None, ``"skip"`` does not call it. Whatever an
+  unused node's pullback returns still flows upstream, as in a real AD.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from engines.errors import EngineError, TraceError
+from engines.tape._watch import Watcher, closure_arrays
+
+__all__ = ["Tracked", "Tape", "Node", "bind", "backward", "differentiable", "POLICIES"]
+
+POLICIES = ("zero", "none", "skip")
+
+
+def differentiable(value: Any) -> bool:
+    """Float or complex arrays and scalars are differentiable; ints, bools and the rest are not."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (float, complex, np.floating, np.complexfloating)):
+        return True
+    return isinstance(value, np.ndarray) and value.dtype.kind in "fc"
+
+
+class Tape:
+    """The record of one traced call: nodes in call order, and an optional watcher."""
+
+    def __init__(self, watch: bool = False) -> None:
+        self.nodes: list[Node] = []
+        self.active = False
+        self.watcher = Watcher() if watch else None
+        self._slots = itertools.count()
+
+    def track(self, value: Any) -> "Tracked":
+        return Tracked(value, self, next(self._slots))
+
+
+@dataclass(eq=False)
+class Node:
+    """One primitive call: its pullback, its Tracked inputs (None = no gradient) and outputs."""
+
+    name: str
+    step: int
+    pullback: Callable[[Any], Any]
+    inputs: tuple["Tracked | None", ...]
+    outputs: tuple[Any, ...]
+    is_tuple: bool
+    builtin: bool
+
+
+class Tracked:
+    """A value being differentiated: ``.value`` is the raw array itself, not a copy.
+
+    Operators, methods and NumPy calls route to the tape's rules (see `tnp`);
+    a NumPy function without a rule raises `TraceError` rather than silently
+    dropping the gradient.
+    """
+
+    __slots__ = ("value", "tape", "slot")
+    __array_priority__ = 100.0
+
+    def __init__(self, value: Any, tape: Tape, slot: int) -> None:
+        self.value, self.tape, self.slot = value, tape, slot
+
+    shape = property(lambda self: np.shape(self.value))
+    ndim = property(lambda self: np.ndim(self.value))
+    size = property(lambda self: np.size(self.value))
+    dtype = property(lambda self: np.result_type(self.value))
+
+    def __repr__(self) -> str:
+        return f"Tracked({self.value!r})"
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise TraceError(
+            "converting a Tracked value to a plain array (np.asarray, np.array or a NumPy function without a rule) "
+            "would silently drop its gradient. Use tnp operations on it, or register the computation as a "
+            "primitive with engines.tape.primitive(rrule, name=...)."
+        )
+
+    def _no_scalar(self, kind: str) -> Any:
+        raise TraceError(
+            f"{kind}() of a Tracked value would silently drop its gradient; keep it an array "
+            "(e.g. tnp.sum(x) instead of float(x)), or use x.value outside the differentiated path."
+        )
+
+    __float__ = lambda self: self._no_scalar("float")  # noqa: E731
+    __complex__ = lambda self: self._no_scalar("complex")  # noqa: E731
+    __int__ = lambda self: self._no_scalar("int")  # noqa: E731
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise TraceError(
+            "item assignment into a Tracked array (x[...] = v) is not supported by the tape. Build the result "
+            "with tnp.where or tnp.concatenate, or do the assignment inside a registered primitive."
+        )
+
+
+def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: Sequence[int] = (),
+         captures: Callable[[tuple, Any, Any], list] | None = None, builtin: bool = False) -> Any:
+    """Call ``rrule`` on the raw values of ``args``, record a node, and return Tracked output(s).
+
+    With no Tracked argument this is just ``rrule(*args)[0]``. ``captures``
+    lists the arrays the pullback reads, for watch mode (default: the arrays in
+    the pullback's closure).
+    """
+    tracked = [a for a in args if isinstance(a, Tracked)]
+    if not tracked:
+        return rrule(*args)[0]
+    tape = tracked[0].tape
+    if not tape.active:
+        raise TraceError(f"`{name}` got a Tracked value whose trace has finished; Tracked values must not escape "
+                         "the differentiated function. Return them instead of storing them.")
+    if any(a.tape is not tape for a in tracked):
+        raise TraceError(f"`{name}` mixes Tracked values from two traces; nested differentiation is not supported "
+                         "by the tape (use the JAX engine for grad-of-grad).")
+    raw = tuple(a.value if isinstance(a, Tracked) else a for a in args)
+    step = len(tape.nodes)
+    if tape.watcher:
+        tape.watcher.before_step(step)
+    result = rrule(*raw)
+    if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+        raise EngineError(f"the rrule of `{name}` must return a pair (output, pullback), but returned "
+                          f"{type(result).__name__} {result!r:.80}. Return `y, pullback`.")
+    out, pullback = result
+    outs = out if isinstance(out, tuple) else (out,)
+    wrapped = tuple(tape.track(o) if differentiable(o) else o for o in outs)
+    inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
+    tape.nodes.append(Node(name, step, pullback, inputs, wrapped, isinstance(out, tuple), builtin))
+    if tape.watcher:
+        tape.watcher.after_step(name, step)
+        held = captures(raw, out, pullback) if captures else closure_arrays(pullback, raw)
+        tape.watcher.capture(name, step, held)
+    return wrapped if isinstance(out, tuple) else wrapped[0]
+
+
+def _zero(value: Any) -> Any:
+    z = np.zeros_like(value)
+    return z if isinstance(value, np.ndarray) else z[()]
+
+
+def _project(tangent: Any, primal: Any) -> Any:
+    """A real input's tangent is real (ChainRules' ProjectTo): drop an imaginary part."""
+    return np.real(tangent) if np.iscomplexobj(tangent) and not np.iscomplexobj(primal) else tangent
+
+
+def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple[dict[int, Any], list[str], list]:
+    """Run the pullbacks in reverse order from ``seeds`` (pairs of Tracked output and cotangent).
+
+    Returns (cotangent per slot, names of the unused nodes in call order, mutation diagnoses).
+    """
+    ct: dict[int, Any] = {}
+    live: set[int] = set()
+    unused: list[str] = []
+    diagnoses: list = []
+    for t, c in seeds:
+        if isinstance(t, Tracked) and c is not None:
+            ct[t.slot] = ct[t.slot] + c if t.slot in ct else c
+            live.add(t.slot)
+    fill = None if policy == "none" else _zero
+    for node in reversed(tape.nodes):
+        used = any(isinstance(o, Tracked) and o.slot in live for o in node.outputs)
+        if not used:
+            unused.append(node.name)
+            if policy == "skip":
+                continue
+        cts = tuple(None if not isinstance(o, Tracked) else ct[o.slot] if o.slot in ct else fill and fill(o.value)
+                    for o in node.outputs)
+        if tape.watcher:
+            diagnoses += tape.watcher.check(node.step)
+        if node.builtin:
+            with np.errstate(all="ignore"):
+                tangents = node.pullback(cts if node.is_tuple else cts[0])
+        else:
+            tangents = node.pullback(cts if node.is_tuple else cts[0])
+        if tape.watcher:
+            tape.watcher.after_pullback(node.name, node.step)
+        _check_tangents(node, tangents)
+        for i, (a, t) in enumerate(zip(node.inputs, tangents)):
+            if a is None or t is None:
+                continue
+            if np.shape(t) != np.shape(a.value):
+                raise EngineError(f"the pullback of `{node.name}` returned a tangent of shape {np.shape(t)} for "
+                                  f"argument {i}, whose shape is {np.shape(a.value)}. Return tangents shaped like "
+                                  "their arguments.")
+            t = _project(t, a.value)
+            ct[a.slot] = ct[a.slot] + t if a.slot in ct else t
+            if used:
+                live.add(a.slot)
+    unused.reverse()
+    return ct, unused, diagnoses
+
+
+def _check_tangents(node: Node, tangents: Any) -> None:
+    n = len(node.inputs)
+    if not isinstance(tangents, (tuple, list)) or len(tangents) != n:
+        got = f"{len(tangents)}" if isinstance(tangents, (tuple, list)) else f"a {type(tangents).__name__}"
+        raise EngineError(f"the pullback of `{node.name}` must return one tangent per argument ({n}), but returned "
+                          f"{got}. Return a tuple with one entry per argument; use None for non-differentiable ones.")
