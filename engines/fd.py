@@ -1,0 +1,447 @@
+"""Finite differences as ground truth.
+
+Three entry points, all returning a `Derivative` (value, error estimate, cost):
+
+- `derivative(g)`: d/dt g(t) at t = 0 by central differences with Richardson
+  extrapolation (step halving, a table of `order` levels). The error estimate
+  combines the spread of the extrapolation table with a rounding-error term
+  ~ eps * |g| / h, so it stays honest when noise, not truncation, dominates.
+- `complex_step(g)`: Im(g(i h)) / h, exact to machine precision for analytic g.
+- `directional(f, args, directions, cotangent)`: d/dt <cotangent, f(args + t v)>,
+  the left-hand side of the checker's dot-product test. Its cost does not grow
+  with the input size, every call of `f` gets fresh copies of the arguments,
+  and the error estimate reflects the precision of the arguments and outputs
+  (a float32 function gets a float32-sized error).
+
+`inner(a, b)` is the real inner product the checker must use on the other side
+of the dot-product test: sum(Re(conj(a) * b)) over the leaves of two matching
+pytrees of tuples/lists, with None counting as zero.
+"""
+
+from __future__ import annotations
+
+import copy
+import numbers
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["Derivative", "derivative", "complex_step", "directional", "inner"]
+
+_RATIO = 2.0  # step ratio between the levels of the Richardson table
+_SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
+_SHRINKS = 4  # times the step is divided by 8 when g fails at a probe point
+_EPS64 = float(np.finfo(np.float64).eps)
+_LEVELS = 6  # Richardson levels of `directional`: deep enough to reach the asymptotic regime
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """A derivative with its estimated absolute error (max over elements) and cost."""
+
+    value: Any
+    error: float
+    evaluations: int
+    method: str
+    step: float
+
+
+# ---------------------------------------------------------------- pytrees
+
+
+def _is_node(x: Any) -> bool:
+    return isinstance(x, (tuple, list))
+
+
+def _leaves(x: Any) -> list:
+    return [leaf for item in x for leaf in _leaves(item)] if _is_node(x) else [x]
+
+
+def _tree_map(fn: Callable, x: Any) -> Any:
+    return type(x)(_tree_map(fn, item) for item in x) if _is_node(x) else fn(x)
+
+
+def _pairs(a: Any, b: Any, path: str = ""):
+    """Matching leaf pairs of two pytrees, skipping None; ValueError naming the first mismatch."""
+    if a is None or b is None:
+        return
+    if _is_node(a) or _is_node(b):
+        if not (_is_node(a) and _is_node(b)) or len(a) != len(b):
+            raise ValueError(f"pytrees differ at {path or 'the root'}: {_describe(a)} vs {_describe(b)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from _pairs(x, y, f"{path}[{i}]")
+        return
+    x, y = np.asarray(a), np.asarray(b)
+    if x.shape != y.shape:
+        raise ValueError(f"shapes differ at {path or 'the root'}: {x.shape} vs {y.shape}")
+    yield x, y
+
+
+def _describe(x: Any) -> str:
+    return f"{type(x).__name__} of length {len(x)}" if _is_node(x) else f"leaf of shape {np.shape(x)}"
+
+
+def inner(a: Any, b: Any) -> float:
+    """Real inner product sum(Re(conj(a) * b)) over matching pytrees; None counts as zero."""
+    return float(sum(np.sum(np.real(np.conj(x) * y)) for x, y in _pairs(a, b)))
+
+
+def _abs_inner(a: Any, b: Any) -> float:
+    return float(sum(np.sum(np.abs(x) * np.abs(y)) for x, y in _pairs(a, b)))
+
+
+def _eps(x: Any) -> float:
+    """Machine epsilon of an inexact leaf's dtype (float64 for Python numbers and exact dtypes)."""
+    dtype = np.asarray(x).dtype
+    return float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.inexact) else _EPS64
+
+
+# ---------------------------------------------------------------- argument checks
+
+
+def _check_step(name: str, value: Any) -> None:
+    valid = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value) and value > 0
+    if value is not None and not valid:
+        raise ValueError(f"Got {name}={value!r}, but {name} must be a finite number > 0 (or None for the default)")
+
+
+def _check_order(order: Any) -> None:
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"Got {order=}, but order must be an int >= 1 (levels of the Richardson table; 4 is a good default)")
+
+
+# ---------------------------------------------------------------- Richardson core
+
+
+class _ProbeFailed(Exception):
+    """g raised or returned a non-finite value at a probe point."""
+
+
+def _richardson(g: Callable, h0: float, order: int, input_noise: float = 0.0) -> tuple:
+    """Richardson table over central differences of g, which returns (value, noise).
+
+    `noise` is g's own absolute rounding error at that point (e.g. eps * |y|, or
+    eps * sum |c| |y| for a contraction <c, y>); `input_noise` is the absolute error
+    in g caused by rounding the probe points. Returns (value, error) for the table
+    entry with the smallest estimated error (truncation plus amplified rounding).
+    """
+    diffs, rounding = [], []
+    for k in range(order):
+        h = h0 / _RATIO**k
+        (yp, np_), (ym, nm) = g(h), g(-h)
+        diffs.append((yp - ym) / (2 * h))
+        rounding.append((np.asarray(np_) + np.asarray(nm) + input_noise) / (2 * h))
+    if order == 1:
+        return diffs[0], np.inf
+    # Each entry is (value, weights on the base differences); the weights price the rounding.
+    eye = np.eye(order)
+    table = [[(diffs[k], eye[k])] for k in range(order)]
+    for j in range(1, order):
+        factor = _RATIO ** (2 * j) - 1
+        for k in range(j, order):
+            (hi, w_hi), (lo, w_lo) = table[k][j - 1], table[k - 1][j - 1]
+            table[k].append((hi + (hi - lo) / factor, w_hi + (w_hi - w_lo) / factor))
+    best = (diffs[0], np.inf)
+    for j in range(1, order):
+        for k in range(j, order):
+            value, weights = table[k][j]
+            # A converged entry agrees with the entry it refines and with its same-order
+            # neighbours at the adjacent steps; two entries agreeing by coincidence rarely do.
+            neighbours = [table[k - 1][j - 1][0]] + [table[i][j][0] for i in (k - 1, k + 1) if j <= i < order]
+            truncation = np.max([np.abs(value - other) for other in neighbours], axis=0)
+            noise = _SAFETY * sum(abs(w) * r for w, r in zip(weights, rounding))
+            error = float(np.max(truncation + noise))
+            if error < best[1]:
+                best = (value, error)
+    return best
+
+
+def _with_shrinking(run: Callable[[float], tuple], h0: float, what: str) -> tuple:
+    """Call run(h) with h0, dividing the step by 8 when a probe point fails; returns (result, h)."""
+    h = h0
+    for _ in range(_SHRINKS + 1):
+        try:
+            return run(h), h
+        except _ProbeFailed as failure:
+            last = failure
+            h /= 8
+    raise ValueError(
+        f"{what} failed at a probe point even after shrinking the step from {h0:g} to {h * 8:g}: {last}. "
+        f"Pass max_step smaller than the distance to the edge of the function's domain."
+    ) from last.__cause__
+
+
+def _probe(fn: Callable, t: float) -> Any:
+    """fn(t), turning exceptions and non-finite values into _ProbeFailed."""
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            result = fn(t)
+    except Exception as exc:
+        raise _ProbeFailed(f"raised {exc!r} at t={t!r}") from exc
+    value = result[0] if isinstance(result, tuple) else result
+    if not np.all(np.isfinite(value)):
+        raise _ProbeFailed(f"returned a non-finite value at t={t!r}")
+    return result
+
+
+def _default_step(order: int, noise: float) -> float:
+    """Largest step balancing truncation ~h^(2 order) against rounding ~noise/h."""
+    return noise ** (1.0 / (2 * order + 1))
+
+
+def _plain(value: Any) -> Any:
+    value = np.asarray(value)
+    return value.item() if value.ndim == 0 else value
+
+
+def derivative(g: Callable, *, step: float | None = None, max_step: float | None = None, order: int = 4) -> Derivative:
+    """d/dt g(t) at t = 0 for g: float -> float | complex | ndarray, by central differences.
+
+    Richardson extrapolation over `order` levels of step halving starting at `step`
+    (default: about 1.8e-2 for order 4, chosen for float64; 6e-6 for order 1, which
+    has no error estimate and reports error=inf). Evaluations stay within
+    [-max_step, max_step]. If g raises or returns a non-finite value at a probe
+    point, the step is divided by 8 (up to 4 times) before a ValueError.
+    """
+    if not callable(g):
+        raise TypeError(f"Got g={g!r}, but g must be a callable taking a float t")
+    _check_step("step", step)
+    _check_step("max_step", max_step)
+    _check_order(order)
+    h0 = _default_step(order, _EPS64) if step is None else float(step)
+    if max_step is not None:
+        h0 = min(h0, float(max_step))
+    calls = 0
+
+    def evaluate(t: float) -> tuple:
+        nonlocal calls
+        calls += 1
+        y = np.asarray(g(t))
+        return y, _eps(y) * np.abs(y)
+
+    run = lambda h: _richardson(lambda t: _probe(evaluate, t), h, order)  # noqa: E731
+    (value, error), h = _with_shrinking(run, h0, "g")
+    return Derivative(_plain(value), float(error), calls, "richardson", h)
+
+
+# ---------------------------------------------------------------- complex step
+
+
+def complex_step(g: Callable, *, step: float = 1e-20) -> Derivative:
+    """Im(g(i h)) / h for g analytic on the real line: no cancellation, exact to rounding.
+
+    Raises TypeError if g does not accept complex input and ValueError if it returns
+    a real value (it dropped the imaginary part: abs, np.real, float(), ...). For
+    steps above 1e-8 a second evaluation at h/2 estimates the O(h^2) truncation.
+    """
+    if not callable(g):
+        raise TypeError(f"Got g={g!r}, but g must be a callable taking a (complex) t")
+    _check_step("step", step)
+    h = float(step)
+
+    def at(t: float) -> np.ndarray:
+        try:
+            y = np.asarray(g(1j * t))
+        except Exception as exc:
+            raise TypeError(
+                f"g raised {exc!r} when called with the complex t={1j * t!r}; the complex step needs a "
+                f"function written for complex input. Use derivative(g) instead."
+            ) from exc
+        if not np.iscomplexobj(y):
+            raise ValueError(
+                f"g returned the real value {y!r} for the complex t={1j * t!r}, so it dropped the imaginary "
+                f"part (abs, np.real, float(), a real output buffer). Use derivative(g) instead."
+            )
+        return y
+
+    y = at(h)
+    value = np.imag(y) / h
+    if not np.all(np.isfinite(value)):
+        raise ValueError(f"g returned the non-finite {y!r} at t={1j * h!r}; the complex step needs g finite near 0")
+    error = _SAFETY * _eps(y) * np.abs(value)
+    calls = 1
+    if h > 1e-8:
+        half = np.imag(at(h / 2)) / (h / 2)
+        calls, error = 2, error + np.abs(value - half) * 4 / 3
+        value = half + (half - value) / 3
+    return Derivative(_plain(value), float(np.max(error, initial=0.0)), calls, "complex-step", h)
+
+
+# ---------------------------------------------------------------- directional derivatives
+
+
+def _fresh(a: Any) -> Any:
+    """A copy f may mutate without touching the caller's value."""
+    if isinstance(a, np.ndarray):
+        return np.array(a, copy=True, order="K")
+    return copy.deepcopy(a) if isinstance(a, (list, dict, set)) else a
+
+
+def _moved(a: Any, v: Any, t: complex) -> Any:
+    """a + t v in float64/complex128 arithmetic, returned in a's own precision and type."""
+    arr = np.asarray(a)
+    dtype = arr.dtype
+    if isinstance(t, complex) and not np.issubdtype(dtype, np.complexfloating):
+        dtype = np.result_type(dtype, np.complex64)
+    wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
+    point = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(dtype)
+    if isinstance(a, np.ndarray):
+        return point
+    return point[()] if isinstance(a, np.generic) else point.item()
+
+
+def _check_directional(args: Any, directions: Any, cotangent: Any, max_step: Any, complex_step: Any) -> list[int]:
+    for name, value in (("args", args), ("directions", directions)):
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"Got {name}={value!r}, but {name} must be a tuple or list (one entry per argument of f)")
+    if len(args) != len(directions):
+        raise ValueError(
+            f"Got {len(args)} args but {len(directions)} directions; pass one direction per argument "
+            f"(None for arguments that do not move)"
+        )
+    _check_step("max_step", max_step)
+    if complex_step not in ("auto", True, False):
+        raise ValueError(f"Got {complex_step=}, but complex_step must be 'auto', True or False")
+    moving = [i for i, v in enumerate(directions) if v is not None]
+    if not moving:
+        raise ValueError("Got directions that are all None; at least one argument must move")
+    for i in moving:
+        a, v = np.asarray(args[i]), np.asarray(directions[i])
+        if not np.issubdtype(a.dtype, np.inexact):
+            raise ValueError(f"Got args[{i}] of dtype {a.dtype}, which cannot move; pass None as its direction")
+        if a.shape != v.shape:
+            raise ValueError(f"Got directions[{i}] of shape {v.shape} for args[{i}] of shape {a.shape}; shapes must match")
+        if np.iscomplexobj(v) and not np.iscomplexobj(a):
+            raise ValueError(f"Got a complex directions[{i}] for the real args[{i}]; a real argument moves along a real direction")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"Got directions[{i}] with non-finite entries; directions must be finite")
+    return moving
+
+
+def directional(
+    f: Callable,
+    args: Sequence,
+    directions: Sequence,
+    cotangent: Any = None,
+    *,
+    max_step: float | None = None,
+    complex_step: bool | str = "auto",
+) -> Derivative:
+    """d/dt <cotangent, f(*(a + t v))> at t = 0, or d/dt f(...) itself when cotangent is None.
+
+    `directions` has one entry per argument, None for arguments that do not move.
+    Every call of f gets fresh copies of its arguments, so f may mutate them. The
+    cost does not depend on the size of the arguments (2 for the base point and the
+    rounding probe, 12 for a six-level Richardson table, 1 for a complex step).
+    `complex_step`: "auto" also tries the complex step when every moving argument
+    is real and f maps complex input to complex output, and keeps it only when it
+    agrees with the Richardson value within that value's error; True uses only the
+    complex step (ValueError/TypeError if impossible); False never uses it.
+    """
+    if not callable(f):
+        raise TypeError(f"Got f={f!r}, but f must be callable")
+    moving = _check_directional(args, directions, cotangent, max_step, complex_step)
+    calls = 0
+
+    def call(t: complex, along: Sequence = directions) -> Any:
+        nonlocal calls
+        calls += 1
+        point = [_fresh(a) if v is None else _moved(a, v, t) for a, v in zip(args, along)]
+        return f(*point)
+
+    try:
+        base = call(0.0)
+    except Exception as exc:
+        raise ValueError(f"f raised {exc!r} at the given args, before any step was taken") from exc
+    if cotangent is None and _is_node(base):
+        raise ValueError(
+            f"f returned a {type(base).__name__} of {len(base)} outputs; pass a cotangent with the same "
+            f"structure to contract them"
+        )
+    try:
+        inner(cotangent, base)
+    except ValueError as exc:
+        raise ValueError(f"The cotangent does not match f's output: {exc}") from None
+    out_eps = max([_eps(leaf) for leaf in _leaves(base) if leaf is not None] + [_EPS64])
+    in_eps = max(_eps(args[i]) for i in moving)
+
+    def contract(out: Any) -> tuple:
+        """(value, its rounding noise) of the contraction with the cotangent."""
+        if cotangent is None:
+            y = np.asarray(out)
+            return y.astype(np.result_type(y.dtype, np.float64)), out_eps * np.abs(y)
+        return inner(cotangent, out), out_eps * _abs_inner(cotangent, out)
+
+    if complex_step is True:
+        value, error = _complex_directional(call, contract, args, moving, forced=True)
+        return Derivative(_plain(value), error, calls, "complex-step", 1e-20)
+
+    h0 = _default_step(4, max(in_eps, out_eps))  # tuned for 4 levels; 2 more refine it
+    if max_step is not None:
+        h0 = min(h0, float(max_step))
+    input_noise = in_eps * _rounding_scale(call, contract, base, args, directions, h0)
+    run = lambda h: _richardson(lambda t: _probe(lambda s: contract(call(s)), t), h, _LEVELS, input_noise)  # noqa: E731
+    (value, error), h = _with_shrinking(run, h0, "f")
+    result = Derivative(_plain(value), float(error), calls, "richardson", h)
+    if complex_step == "auto":
+        try:
+            cs_value, cs_error = _complex_directional(call, contract, args, moving, forced=False)
+        except _ProbeFailed:
+            return Derivative(result.value, result.error, calls, "richardson", h)
+        gap = float(np.max(np.abs(cs_value - value)))
+        if gap <= result.error:
+            return Derivative(_plain(cs_value), max(cs_error, gap), calls, "complex-step", 1e-20)
+    return Derivative(result.value, result.error, calls, "richardson", h)
+
+
+def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequence, directions: Sequence, h: float) -> Any:
+    """About |sum_i dg/dx_i x_i s_i| for random signs s: how much rounding the inputs moves g.
+
+    Rounding a probe point perturbs each x_i by ~eps |x_i|. One difference along
+    w = x * s, rescaled to the size of the directions (so it moves no further than
+    the main probes, max_step included), prices that at the cost of one evaluation.
+    """
+    rng = np.random.default_rng(0)
+    moving = [(np.asarray(a), np.asarray(v)) for a, v in zip(args, directions) if v is not None]
+    reach = max(float(np.max(np.abs(a), initial=0.0)) for a, _ in moving)
+    size = max(float(np.max(np.abs(v), initial=0.0)) for _, v in moving)
+    if reach == 0 or size == 0:
+        return 0.0
+    along = [None if v is None else np.asarray(a) * rng.choice([-1.0, 1.0], size=np.shape(a)) * (size / reach) for a, v in zip(args, directions)]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            moved, _ = contract(call(h, along))
+        scale = np.abs(moved - contract(base)[0]) / h * (reach / size)
+    except Exception:
+        return 0.0  # e.g. the probe left the domain; the table's spread still sees the noise
+    return np.where(np.isfinite(scale), scale, 0.0)
+
+
+def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], *, forced: bool) -> tuple:
+    """(value, error) of the complex step Im(<c, f(a + i h v)>) / h; _ProbeFailed when impossible."""
+
+    def impossible(reason: str, exc: type = ValueError):
+        if forced:
+            raise exc(f"complex_step=True is impossible: {reason}. Pass complex_step='auto' or False.")
+        raise _ProbeFailed(reason)
+
+    if any(np.iscomplexobj(args[i]) for i in moving):
+        impossible("a moving argument is complex (the complex step needs real arguments)")
+    h = 1e-20
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = call(1j * h)
+    except Exception as exc:
+        impossible(f"f raised {exc!r} on complex input", TypeError)
+    if not any(np.iscomplexobj(leaf) for leaf in _leaves(out)):
+        impossible("f returned real output for complex input, so it dropped the imaginary part")
+    value, noise = contract(_tree_map(np.imag, out))
+    value, noise = np.asarray(value) / h, np.asarray(noise) / h
+    if not np.all(np.isfinite(value)):
+        impossible("the complex step gave a non-finite value")
+    return value, float(np.max(_SAFETY * noise, initial=0.0))

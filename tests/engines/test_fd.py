@@ -1,0 +1,398 @@
+"""Finite differences against analytic derivatives: values, error estimates, cost, argument errors."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engines import fd
+from engines.fd import Derivative, complex_step, derivative, directional, inner
+
+points = st.floats(-3, 3, allow_nan=False)
+seeds = st.integers(0, 2**32 - 1)
+
+SMOOTH = {
+    "sin": (np.sin, np.cos),
+    "exp": (np.exp, np.exp),
+    "poly": (lambda x: 3 * x**5 - 2 * x**3 + x - 7, lambda x: 15 * x**4 - 6 * x**2 + 1),
+    "x_exp": (lambda x: x * np.exp(x), lambda x: (1 + x) * np.exp(x)),
+}
+
+
+def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> None:
+    """The reported error bounds the true error (and is a finite, non-negative number)."""
+    assert 0 <= result.error < math.inf
+    assert np.max(np.abs(np.asarray(result.value) - truth)) <= factor * result.error
+
+
+def test_exports():
+    assert sorted(fd.__all__) == sorted(["Derivative", "derivative", "complex_step", "directional", "inner"])
+
+
+# ---------------------------------------------------------------- derivative
+
+
+@pytest.mark.parametrize("name", SMOOTH)
+@given(x=points, scale=st.sampled_from([0.1, 1.0, 5.0]))
+@settings(max_examples=30, deadline=None)
+def test_derivative_of_smooth_functions_is_near_machine_precision(name, x, scale):
+    f, df = SMOOTH[name]
+    result = derivative(lambda t: f(x + scale * t))
+    truth = scale * df(x)
+    assert abs(result.value - truth) <= 1e-10 * max(1.0, abs(truth))
+    assert_within_estimate(result, truth)
+    assert result.error <= 1e-9 * max(1.0, abs(truth))  # the estimate is tight enough to be useful
+    assert (result.method, result.evaluations) == ("richardson", 8)
+
+
+@pytest.mark.parametrize("order", [2, 3, 4, 6])
+def test_every_order_bounds_its_error(order):
+    result = derivative(lambda t: np.arctan(0.7 + t), order=order)
+    assert_within_estimate(result, 1 / (1 + 0.7**2))
+    assert result.evaluations == 2 * order
+
+
+def test_order_one_is_a_plain_central_difference_with_no_error_estimate():
+    result = derivative(lambda t: np.sin(1 + t), order=1)
+    assert abs(result.value - np.cos(1)) < 1e-9
+    assert result.error == math.inf and result.evaluations == 2
+
+
+def test_array_valued_g_gives_elementwise_derivatives_and_max_error():
+    x = np.linspace(-2, 2, 7)
+    result = derivative(lambda t: np.sin(x + t) * np.exp(t))
+    truth = np.cos(x) + np.sin(x)
+    assert result.value.shape == x.shape
+    np.testing.assert_allclose(result.value, truth, rtol=0, atol=1e-11)
+    assert_within_estimate(result, truth)
+
+
+@given(x0=st.floats(1e-6, 1e-2))
+@settings(max_examples=30, deadline=None)
+def test_max_step_keeps_log_inside_its_domain(x0):
+    seen = []
+
+    def g(t):
+        seen.append(t)
+        return math.log(x0 + t)  # raises for x0 + t <= 0
+
+    result = derivative(g, max_step=x0 / 10)
+    assert max(abs(t) for t in seen) <= x0 / 10
+    assert result.evaluations == len(seen) == 8
+    assert abs(result.value - 1 / x0) <= 1e-9 / x0
+    assert_within_estimate(result, 1 / x0)
+
+
+def test_step_shrinks_when_g_fails_near_the_domain_edge():
+    result = derivative(lambda t: np.log(1e-3 + t))  # default step 1.8e-2 leaves the domain
+    assert result.step < 1e-3 and result.evaluations > 8
+    assert abs(result.value - 1e3) <= 1e-6 * 1e3
+    assert_within_estimate(result, 1e3)
+
+
+def test_g_that_always_fails_gives_a_clear_error():
+    with pytest.raises(ValueError, match="even after shrinking the step.*max_step"):
+        derivative(lambda t: math.sqrt(t))
+
+
+def test_float32_function_gets_a_float32_sized_error():
+    result = derivative(lambda t: np.sin(np.float32(1.0) + np.float32(t)))
+    assert 1e-9 < result.error < 1e-3
+    assert_within_estimate(result, np.cos(1.0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"step": 0.0}, r"Got step=0.0, but step must be a finite number > 0"),
+        ({"max_step": -1e-3}, r"Got max_step=-0.001, but max_step must be"),
+        ({"max_step": math.nan}, r"Got max_step=nan"),
+        ({"order": 0}, r"Got order=0, but order must be an int >= 1"),
+        ({"order": 2.5}, r"Got order=2.5"),
+    ],
+)
+def test_derivative_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        derivative(np.sin, **kwargs)
+
+
+# ---------------------------------------------------------------- complex step
+
+
+@pytest.mark.parametrize("name", SMOOTH)
+@given(x=points)
+@settings(max_examples=30, deadline=None)
+def test_complex_step_is_exact_on_analytic_functions(name, x):
+    f, df = SMOOTH[name]
+    result = complex_step(lambda t: f(x + t))
+    assert abs(result.value - df(x)) <= 4e-15 * max(1.0, abs(df(x)))
+    assert_within_estimate(result, df(x), factor=2)
+    assert (result.method, result.evaluations, result.step) == ("complex-step", 1, 1e-20)
+
+
+def test_complex_step_with_a_large_step_estimates_its_truncation():
+    result = complex_step(lambda t: np.exp(1 + t), step=1e-3)
+    assert result.evaluations == 2
+    assert_within_estimate(result, np.e)
+
+
+def test_complex_step_rejects_functions_without_complex_input():
+    with pytest.raises(TypeError, match="complex t=1e-20j.*Use derivative"):
+        complex_step(lambda t: math.sin(1 + t))
+
+
+def test_complex_step_rejects_functions_that_drop_the_imaginary_part():
+    with pytest.raises(ValueError, match="returned the real value.*dropped the imaginary part"):
+        complex_step(lambda t: np.abs(1 + t))
+
+
+# ---------------------------------------------------------------- inner
+
+
+def test_inner_is_the_real_inner_product_over_pytrees_with_none_as_zero():
+    a = (np.array([1 + 2j, 3.0]), [2.0, None])
+    b = (np.array([2 - 1j, 1.0]), [np.float32(3.0), np.ones(4)])
+    # Re(conj(1+2j) * (2-1j)) = Re((1-2j)(2-1j)) = 2 - 2 = 0
+    assert inner(a, b) == pytest.approx(0 + 3 + 6)
+    assert inner(None, b) == 0.0
+
+
+def test_inner_names_the_mismatched_leaf():
+    with pytest.raises(ValueError, match=r"shapes differ at \[1\]\[0\]: \(2,\) vs \(3,\)"):
+        inner((1.0, [np.ones(2)]), (1.0, [np.ones(3)]))
+    with pytest.raises(ValueError, match=r"pytrees differ at the root"):
+        inner((1.0, 2.0), (1.0,))
+
+
+# ---------------------------------------------------------------- directional
+
+
+def random_problem(seed, n, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    A, x, v, c = rng.normal(size=(n, n)), rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    return rng, A.astype(dtype), x.astype(dtype), v.astype(dtype), c
+
+
+@given(seed=seeds, n=st.integers(1, 30), complex_step=st.sampled_from(["auto", False]))
+@settings(max_examples=30, deadline=None)
+def test_directional_matrix_vector_product(seed, n, complex_step):
+    _, A, x, v, c = random_problem(seed, n)
+    dA = np.random.default_rng(seed + 1).normal(size=A.shape)
+    result = directional(lambda A, x: A @ x, [A, x], [dA, v], c, complex_step=complex_step)
+    truth = c @ (dA @ x + A @ v)
+    assert abs(result.value - truth) <= 1e-10 * (np.abs(c) @ (np.abs(dA) @ np.abs(x) + np.abs(A) @ np.abs(v)))
+    assert_within_estimate(result, truth)
+
+
+@given(seed=seeds, n=st.integers(1, 30))
+@settings(max_examples=30, deadline=None)
+def test_directional_elementwise_nonlinearity(seed, n):
+    _, A, x, v, c = random_problem(seed, n)
+    y = np.tanh(A @ x)
+    truth = c @ ((1 - y**2) * (A @ v))
+    result = directional(lambda A, x: np.tanh(A @ x), [A, x], [None, v], c, complex_step=False)
+    assert abs(result.value - truth) <= 1e-9 * (np.abs(c) @ np.abs(A @ v))
+    assert_within_estimate(result, truth)
+
+
+def test_directional_without_cotangent_returns_j_v_itself():
+    _, A, x, v, _ = random_problem(3, 5)
+    result = directional(lambda x: np.sin(A @ x), [x], [v])
+    truth = np.cos(A @ x) * (A @ v)
+    assert result.value.shape == (5,)
+    np.testing.assert_allclose(result.value, truth, rtol=1e-12, atol=1e-12)
+    assert_within_estimate(result, truth)
+
+
+@given(seed=seeds)
+@settings(max_examples=20, deadline=None)
+def test_directional_tuple_output_with_python_float_and_constant_args(seed):
+    rng, _, x, v, _ = random_problem(seed, 4)
+    s, ds = float(rng.normal()), float(rng.normal())
+    c = (rng.normal(size=4), [float(rng.normal()), None])
+
+    def f(x, s, label):
+        assert label == "constant"
+        return x * s, [np.sum(x**2), np.zeros(3)]
+
+    result = directional(f, [x, s, "constant"], [v, ds, None], c)
+    truth = c[0] @ (v * s + x * ds) + c[1][0] * 2 * (x @ v)
+    assert abs(result.value - truth) <= 1e-12 * max(1.0, abs(truth))
+    assert_within_estimate(result, truth)
+
+
+@given(seed=seeds, n=st.integers(1, 20))
+@settings(max_examples=30, deadline=None)
+def test_directional_on_complex_arrays(seed, n):
+    rng = np.random.default_rng(seed)
+    z, v, c = (rng.normal(size=n) + 1j * rng.normal(size=n) for _ in range(3))
+    result = directional(lambda z: z * np.exp(z), [z], [v], c)
+    truth = inner(c, (1 + z) * np.exp(z) * v)
+    assert result.method == "richardson"  # the complex step needs real arguments
+    assert abs(result.value - truth) <= 1e-10 * (np.abs(c) @ np.abs((1 + z) * np.exp(z) * v))
+    assert_within_estimate(result, truth)
+
+
+def test_mutating_f_sees_fresh_copies_and_leaves_the_caller_arrays_alone():
+    x, w = np.array([1.0, 2.0, 3.0]), np.array([0.5, -1.0, 2.0])
+    x_before, w_before = x.copy(), w.copy()
+    v = np.array([0.3, -0.2, 0.1])
+
+    def addone_then_square(x, w):
+        x += 1  # mutates its argument, as an in-place rule would
+        w *= 2  # and mutates a constant one
+        return np.sum(w * x**2)
+
+    result = directional(addone_then_square, [x, w], [v, None])
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(w, w_before)
+    truth = np.sum(2 * w * 2 * (x + 1) * v)  # each call started again from the caller's values
+    assert abs(result.value - truth) <= 1e-12 * abs(truth)
+
+
+def test_evaluation_count_does_not_depend_on_input_size():
+    counts = {}
+    for n in (10, 10**5):
+        _, _, x, v, c = random_problem(0, 1)
+        x, v, c = (np.random.default_rng(n).normal(size=n) for _ in range(3))
+        calls = []
+
+        def f(x):
+            calls.append(1)
+            return np.sin(x)
+
+        result = directional(f, [x], [v], c)
+        assert result.evaluations == len(calls)
+        assert abs(result.value - c @ (np.cos(x) * v)) <= 1e-10 * (np.abs(c) @ np.abs(v))
+        counts[n] = result.evaluations
+    assert counts[10] == counts[10**5] <= 16
+
+
+@given(seed=seeds, n=st.integers(1, 40))
+@settings(max_examples=30, deadline=None)
+def test_float32_function_error_estimate_covers_the_true_derivative(seed, n):
+    _, A, x, v, c = random_problem(seed, n, np.float32)
+    A64, x64, v64 = (a.astype(np.float64) for a in (A, x, v))
+    y = np.tanh(A64 @ x64)
+    truth = c @ ((1 - y**2) * (A64 @ v64))
+    for mode in ("auto", False):
+        result = directional(lambda A, x: np.tanh(A @ x), [A, x], [None, v], c, complex_step=mode)
+        assert_within_estimate(result, truth)
+        assert result.error <= 1e-2 * (np.abs(c) @ np.abs(A64 @ v64))  # still a useful estimate
+
+
+@pytest.mark.parametrize(("seed", "n"), [(195, 36), (230, 31), (258, 19), (303, 24), (306, 27), (318, 39)])
+def test_float32_table_entries_that_agree_by_coincidence_are_not_trusted(seed, n):
+    # Found by search: with a coarse step, two unconverged entries of the table agree
+    # closely; only comparing each entry with its neighbours at adjacent steps reveals it.
+    _, A, x, v, c = random_problem(seed, n, np.float32)
+    A64, x64, v64 = (a.astype(np.float64) for a in (A, x, v))
+    truth = c @ ((1 - np.tanh(A64 @ x64) ** 2) * (A64 @ v64))
+    result = directional(lambda A, x: np.tanh(A @ x), [A, x], [None, v], c, complex_step=False)
+    assert_within_estimate(result, truth)
+
+
+@given(seed=seeds)
+@settings(max_examples=30, deadline=None)
+def test_rounding_of_large_inputs_is_priced_into_the_error(seed):
+    # x + t v rounds to ulp(1e6) ~ 1e-10, which moves sin by far more than its own rounding.
+    rng = np.random.default_rng(seed)
+    x, v, c = 1e6 + rng.normal(size=5), rng.normal(size=5), rng.normal(size=5)
+    truth = c @ (np.cos(x) * v)
+    result = directional(np.sin, [x], [v], c, complex_step=False)
+    assert_within_estimate(result, truth)
+    assert result.error < 1e-4 * (np.abs(c) @ np.abs(v))
+    exact = directional(np.sin, [x], [v], c)  # the complex step does not round x at all
+    assert exact.method == "complex-step" and abs(exact.value - truth) <= 1e-12 * (np.abs(c) @ np.abs(v))
+
+
+def test_auto_complex_step_is_used_for_analytic_functions():
+    _, A, x, v, c = random_problem(1, 8)
+    result = directional(lambda x: np.exp(A @ x / 4), [x], [v], c)
+    truth = c @ (np.exp(A @ x / 4) * (A @ v) / 4)
+    assert result.method == "complex-step"
+    assert abs(result.value - truth) <= 1e-14 * (np.abs(c) @ np.abs(np.exp(A @ x / 4) * (A @ v) / 4))
+    assert_within_estimate(result, truth)
+
+
+@pytest.mark.parametrize(
+    ("f", "df"),
+    [
+        (np.abs, np.sign),  # real output for complex input: no complex step possible
+        (lambda x: x * np.abs(x), lambda x: 2 * np.abs(x)),  # complex output, but a wrong complex step
+    ],
+)
+def test_auto_complex_step_is_not_used_on_non_analytic_functions(f, df):
+    _, _, x, v, c = random_problem(2, 6)
+    result = directional(f, [x], [v], c)
+    truth = c @ (df(x) * v)
+    assert result.method == "richardson"
+    assert abs(result.value - truth) <= 1e-10 * (np.abs(c) @ np.abs(df(x) * v))
+    assert_within_estimate(result, truth)
+
+
+def test_auto_complex_step_through_maximum_is_right_whichever_method_wins():
+    # np.maximum orders complex numbers by real part first, so away from the kink the
+    # complex step follows the active branch; at the kink the two methods disagree.
+    x, v, c = np.array([-1.0, 0.5, 0.0, 2.0]), np.array([0.3, -0.7, 1.0, 1.1]), np.ones(4)
+    away = directional(lambda x: np.maximum(x[[0, 1, 3]], 0.0) ** 2, [x], [v], c[:3])
+    assert abs(away.value - 2 * (0.5 * -0.7 + 2.0 * 1.1)) <= max(away.error, 1e-12)
+    forced = directional(lambda x: np.maximum(x, 0.0), [x], [v], c, complex_step=True)
+    auto = directional(lambda x: np.maximum(x, 0.0), [x], [v], c)
+    central = -0.7 + 1.0 / 2 + 1.1  # the kink at x[2] = 0 contributes the mean of both slopes
+    assert abs(forced.value - central) > 0.4  # the complex step picks one branch at the kink
+    assert auto.method == "richardson" and abs(auto.value - central) <= 1e-10
+
+
+def test_x_times_abs_x_rejects_the_wrong_complex_step():
+    x, v = np.array([-1.5, 0.5, 2.0]), np.array([1.0, 1.0, 1.0])
+    forced = directional(lambda x: x * np.abs(x), [x], [v], np.ones(3), complex_step=True)
+    auto = directional(lambda x: x * np.abs(x), [x], [v], np.ones(3))
+    truth = np.sum(2 * np.abs(x))
+    assert abs(forced.value - truth) > 1  # the complex step alone is silently wrong here
+    assert auto.method == "richardson" and abs(auto.value - truth) <= 1e-10
+
+
+def test_forced_complex_step_errors_when_impossible():
+    x, v = np.array([1.0, 2.0]), np.array([1.0, -1.0])
+    with pytest.raises(ValueError, match="complex_step=True is impossible: f returned real output"):
+        directional(np.abs, [x], [v], complex_step=True)
+    with pytest.raises(TypeError, match="complex_step=True is impossible: f raised"):
+        directional(lambda x: math.sin(x), [1.0], [1.0], complex_step=True)
+    with pytest.raises(ValueError, match="moving argument is complex"):
+        directional(np.sin, [x + 0j], [v + 0j], complex_step=True)
+
+
+def test_directional_max_step_bounds_the_probe_points():
+    x, v = np.array([1e-4, 2e-4]), np.array([1.0, 1.0])
+    seen = []
+
+    def f(x):
+        seen.append(x.copy())
+        return np.log(x)
+
+    result = directional(f, [x], [v], np.ones(2), max_step=5e-5, complex_step=False)
+    assert max(np.max(np.abs(p - x)) for p in seen) <= 5e-5 * (1 + 1e-12)
+    assert abs(result.value - np.sum(v / x)) <= 1e-9 * np.sum(v / x)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(2), None]), ValueError, "Got 1 args but 2 directions"),
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(3)]), ValueError, r"directions\[0\] of shape \(3,\)"),
+        (lambda: directional(np.sin, [np.ones(2)], [None]), ValueError, "all None"),
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(2)], max_step=0), ValueError, "Got max_step=0, but max_step must be"),
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(2)], complex_step="yes"), ValueError, "Got complex_step='yes'"),
+        (lambda: directional(np.sin, [np.arange(2)], [np.ones(2)]), ValueError, r"args\[0\] of dtype int64, which cannot move"),
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(2) * 1j]), ValueError, r"complex directions\[0\] for the real"),
+        (lambda: directional(np.sin, np.ones(2), [np.ones(2)]), TypeError, "args must be a tuple or list"),
+        (lambda: directional(lambda x: (x, x), [np.ones(2)], [np.ones(2)]), ValueError, "pass a cotangent"),
+        (lambda: directional(np.sin, [np.ones(2)], [np.ones(2)], np.ones(3)), ValueError, "cotangent does not match"),
+    ],
+)
+def test_directional_rejects_bad_arguments(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
