@@ -26,7 +26,8 @@ def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(show(v, precision=precision, threshold=threshold) for v in value) + "]"
     if isinstance(value, float):
-        return f"{value:.{precision}g}"
+        text = repr(value)
+        return text if len(text) <= precision + 6 else f"{value:.{precision}g}"
     return repr(value)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["leaves", "tree_map", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
+__all__ = ["with_article", "leaves", "tree_map", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
 
 
 def is_leaf(x: Any) -> bool:
@@ -67,3 +67,8 @@ def describe(x: Any) -> str:
     if isinstance(x, np.generic):
         return f"NumPy {x.dtype} scalar"
     return type(x).__name__
+
+
+def with_article(text: str) -> str:
+    """``a float64 array``, ``an int``: for messages."""
+    return ("an " if text[:1].lower() in "aeiou" else "a ") + text

@@ -5,6 +5,7 @@ GG3xx cotangent.py, GG4xx state.py, GG5xx context.py, GG6xx compose.py.
 """
 
 from checker.checks import contract  # noqa: F401
+from checker.checks import state  # noqa: F401
 from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

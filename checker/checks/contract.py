@@ -13,7 +13,7 @@ import numpy as np
 from checker.case import Case
 from checker.checks.registry import Problem, check
 from checker.inputs import show
-from checker.trees import describe, leaves, same_structure
+from checker.trees import describe, leaves, same_structure, with_article
 
 __all__: list[str] = []
 
@@ -143,7 +143,7 @@ def tangent_count(case: Case) -> Iterable[Problem]:
     n = case.nargs
     if isinstance(t, (tuple, list)) and len(t) == n:
         return
-    got = f"{len(t)}" if isinstance(t, (tuple, list)) else f"a {describe(t)} instead of a tuple"
+    got = f"{len(t)}" if isinstance(t, (tuple, list)) else f"{with_article(describe(t))} instead of a tuple"
     yield Problem(
         message=f"the pullback of {case.rule.name} must return one tangent per argument ({n}), but returned {got}.",
         expected=f"tuple of {n}",
@@ -256,7 +256,7 @@ def nondiff_gets_none(case: Case) -> Iterable[Problem]:
     for i in range(case.nargs):
         if i in diff or t[i] is None:
             continue
-        why = "declared nondiff" if i in case.rule.nondiff else f"a {describe(case.args[i])}, which has no tangent"
+        why = "declared nondiff" if i in case.rule.nondiff else f"{with_article(describe(case.args[i]))}, which has no tangent"
         yield Problem(
             message=f"argument {i} is {why}, so its tangent must be None, but the pullback returned {show(t[i])}.",
             location=f"argument {i}",

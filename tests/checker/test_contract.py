@@ -1,0 +1,199 @@
+"""Test the tester: for each contract check, a broken rule fails it with its exact message and a correct twin passes."""
+
+import numpy as np
+import pytest
+
+from checker import arrays, check, constant, rrule
+
+
+def square(x):
+    return x * x
+
+
+def mul(a, b):
+    return a * b
+
+
+def power(x, n):
+    return x**n
+
+
+@rrule(square, arrays(shape=(3,)))
+def square_ok(x):
+    return x * x, lambda ybar: (2 * x * ybar,)
+
+
+@rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+def mul_ok(a, b):
+    return a * b, lambda ybar: (ybar * b, ybar * a)
+
+
+@rrule(power, arrays(shape=(3,)), constant(2))
+def power_ok(x, n):
+    return x**n, lambda ybar: (n * x ** (n - 1) * ybar, None)
+
+
+@rrule(square, arrays(shape=(3,), dtype="float32"))
+def square32_ok(x):
+    return x * x, lambda ybar: ((2 * x * ybar).astype(x.dtype),)
+
+
+def findings(rule, check_id):
+    report = check(rule, select=[check_id], seed=0)
+    return [f for f in report.findings if f.check_id == check_id]
+
+
+@pytest.mark.parametrize("rule", [square_ok, mul_ok, power_ok, square32_ok], ids=lambda r: r.name)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correct_twins_pass_every_contract_check(rule, seed):
+    report = check(rule, select=["GG1"], seed=seed)
+    assert report.passed, report.findings
+    assert report.rules[0].checks_run == ["GG101", "GG102", "GG103", "GG104", "GG105", "GG106"]
+
+
+def test_gg101_output_without_pullback():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        return x * x
+
+    (f,) = findings(bad, "GG101")
+    assert f.message == "the rrule bad must return a pair (output, pullback), but returned float64 array of shape (3,)."
+    assert f.fix.startswith("Return a tuple (y, pullback)")
+
+
+def test_gg101_pullback_not_callable():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        return x * x, 2 * x
+
+    (f,) = findings(bad, "GG101")
+    assert f.actual == "(output, float64 array of shape (3,))"
+
+
+def test_gg101_forward_raising_is_reported_with_the_exception():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        if np.any(x < 0):
+            raise ValueError("negative input")
+        return x * x, lambda ybar: (2 * x * ybar,)
+
+    (f,) = findings(bad, "GG101")
+    assert f.message == "the forward of bad raised ValueError: negative input"
+    # Shrunk to the smallest failing input: one negative element, the others zero.
+    assert "-" in f.counterexample["call"]
+
+
+def test_gg101_gates_the_other_checks():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        return x * x
+
+    report = check(bad, select=["GG1"])
+    skipped = {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}
+    assert skipped["GG102"] == "skipped because GG101 failed: fix the structure first"
+    assert [f.check_id for f in report.findings] == ["GG101"]
+
+
+def test_gg102_forward_branching_on_a_flag():
+    TRAINING = True
+
+    def dropout_eval(x):
+        return x
+
+    @rrule(dropout_eval, arrays(shape=(4,)))
+    def bad(x):
+        y = x * 0.5 if TRAINING else x
+        return y, lambda ybar: (ybar * 0.5,)
+
+    (f,) = findings(bad, "GG102")
+    assert f.message.startswith("the rrule's forward output differs from primal(*args) at [")
+    assert f.message.endswith("The rule computes a different function from the one it claims to differentiate.")
+    # Smallest counterexample: a single nonzero element.
+    x = np.array(eval(f.counterexample["args"][0].replace("array", "")))
+    assert np.count_nonzero(x) == 1
+
+
+def test_gg102_only_for_negative_inputs_is_found_and_shrunk():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        return x * np.abs(x), lambda ybar: (2 * x * ybar,)
+
+    (f,) = findings(bad, "GG102")
+    assert f.counterexample["call"].startswith("square(x=array(")
+    assert "-" in f.counterexample["call"]
+
+
+def test_gg103_missing_tangent():
+    @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+    def bad(a, b):
+        return a * b, lambda ybar: (ybar * b,)
+
+    (f,) = findings(bad, "GG103")
+    assert f.message == "the pullback of bad must return one tangent per argument (2), but returned 1."
+    assert f.fix == "Return a tuple with one entry per argument; use None for non-differentiable ones."
+
+
+def test_gg103_bare_array_instead_of_tuple():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        return x * x, lambda ybar: 2 * x * ybar
+
+    (f,) = findings(bad, "GG103")
+    assert f.message == (
+        "the pullback of bad must return one tangent per argument (1), "
+        "but returned a float64 array of shape (3,) instead of a tuple."
+    )
+
+
+def test_gg104_flattened_tangent():
+    def total(x):
+        return x.sum()
+
+    @rrule(total, arrays(shape=(2, 3)))
+    def bad(x):
+        return x.sum(), lambda ybar: (np.full(x.size, ybar),)
+
+    (f,) = findings(bad, "GG104")
+    assert f.message == "the tangent for argument 0 has shape (6,), but the argument has shape (2, 3)."
+    assert f.location == "argument 0"
+
+
+def test_gg104_only_for_non_square_shapes():
+    def transpose(x):
+        return x.T
+
+    @rrule(transpose, arrays(shape=(2, 3)))
+    def bad(x):
+        return x.T, lambda ybar: (ybar,)  # right only when x is square
+
+    (f,) = findings(bad, "GG104")
+    assert "has shape (3, 2), but the argument has shape (2, 3)" in f.message
+
+
+def test_gg105_float64_tangent_for_float32_argument():
+    @rrule(square, arrays(shape=(3,), dtype="float32"))
+    def bad(x):
+        return x * x, lambda ybar: ((2 * x * ybar).astype("float64"),)
+
+    (f,) = findings(bad, "GG105")
+    assert f.message == "the tangent for argument 0 has dtype float64, but the argument has dtype float32."
+
+
+def test_gg106_tangent_for_a_constant():
+    @rrule(power, arrays(shape=(3,)), constant(2))
+    def bad(x, n):
+        return x**n, lambda ybar: (n * x ** (n - 1) * ybar, 0.0)
+
+    (f,) = findings(bad, "GG106")
+    assert f.message == "argument 1 is declared nondiff, so its tangent must be None, but the pullback returned 0.0."
+
+
+def test_gg106_integer_argument_inferred_nondiff_with_args_strategy():
+    from hypothesis import strategies as st
+
+    @rrule(power, args=st.tuples(arrays(shape=(2,)), st.just(3)))
+    def bad(x, n):
+        return x**n, lambda ybar: (n * x ** (n - 1) * ybar, 1)
+
+    (f,) = findings(bad, "GG106")
+    assert f.message == "argument 1 is an int, which has no tangent, so its tangent must be None, but the pullback returned 1."

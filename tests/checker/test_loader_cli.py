@@ -1,0 +1,179 @@
+"""Loading rule modules and the `gradguard check` command: exit codes are contracts."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from checker import check
+from checker.cli import main
+
+GOOD = '''
+import numpy as np
+from checker import rrule, arrays
+
+def square(x):
+    return x * x
+
+@rrule(square, arrays(shape=(3,)))
+def square_rrule(x):
+    return x * x, lambda ybar: (2 * x * ybar,)
+'''
+
+BAD = '''
+import numpy as np
+from checker import rrule, arrays
+
+def total(x):
+    return x.sum()
+
+@rrule(total, arrays(shape=(2, 3)))
+def total_rrule(x):
+    return x.sum(), lambda ybar: (np.full(x.size, ybar),)
+'''
+
+BROKEN_IMPORT = '''
+import numpy as np
+raise RuntimeError("this module cannot be imported")
+'''
+
+
+@pytest.fixture
+def rules_dir(tmp_path):
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "bad.py").write_text(BAD)
+    (tmp_path / "broken.py").write_text(BROKEN_IMPORT)
+    return tmp_path
+
+
+def run(*args, cwd=None):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_exit_0_when_all_rules_pass(rules_dir):
+    result = run("check", str(rules_dir / "good.py"), "--select", "GG1")
+    assert result.exit_code == 0, result.output
+    assert "PASS  square_rrule" in result.output
+
+
+def test_exit_1_with_findings_and_import_failures_reported_with_the_users_traceback(rules_dir, tmp_path):
+    out = tmp_path / "report.json"
+    result = run("check", str(rules_dir), "--select", "GG1", "--json", str(out))
+    assert result.exit_code == 1
+    data = json.loads(out.read_text())
+    assert data["schema"] == "gradguard.report/1"
+    assert {r["name"]: r["verdict"] for r in data["rules"]} == {"total_rrule": "fail", "square_rrule": "pass"}
+    (failure,) = data["load_errors"]
+    assert failure["path"].endswith("broken.py")
+    assert 'raise RuntimeError("this module cannot be imported")' in failure["traceback"]
+    assert "importlib" not in failure["traceback"]  # the user's frames, not ours
+    assert "broken.py failed to import" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["check", "nowhere.py"], "Got path 'nowhere.py', which does not exist."),
+        (["chek", "x.py"], "Did you mean 'check'?"),
+        (["check", "--seeed", "1", "x.py"], "Did you mean one of: '--seed'"),
+        (["explain", "GG2O1"], "is not a check id."),
+    ],
+)
+def test_exit_2_on_usage_errors_with_close_matches(args, needle):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert needle in result.output
+
+
+def test_unknown_check_id_is_a_usage_error(rules_dir):
+    result = CliRunner().invoke(main, ["check", str(rules_dir / "good.py"), "--select", "GG10x"])
+    assert result.exit_code == 2
+    assert "Got select='GG10X', which matches no check id. Did you mean GG10" in result.output
+
+
+def test_exit_3_on_internal_error(rules_dir, monkeypatch):
+    import checker.runner
+
+    def explode(*a, **k):
+        raise RuntimeError("bug in gradguard")
+
+    monkeypatch.setattr(checker.runner, "check_rule", explode)
+    result = CliRunner().invoke(main, ["check", str(rules_dir / "good.py")])
+    assert result.exit_code == 3
+    assert "internal error" in result.output and "bug in gradguard" in result.output
+
+
+def test_junit_markdown_and_reproducers_are_written(rules_dir, tmp_path):
+    junit, md, repro = tmp_path / "j.xml", tmp_path / "s.md", tmp_path / "repro"
+    result = run("check", str(rules_dir / "bad.py"), "--select", "GG1", "--junit", str(junit), "--markdown", str(md), "--reproducers", str(repro))
+    assert result.exit_code == 1
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(junit).getroot()
+    failures = root.findall(".//failure")
+    assert [f.get("type") for f in failures] == ["GG104"]
+    assert "## ❌ gradguard: 0/1 rules pass" in md.read_text()
+    (script,) = list(repro.iterdir())
+    assert script.name.startswith("repro_total_rrule_GG104")
+
+
+def test_reproducer_replays_the_failure_as_a_standalone_script(rules_dir, tmp_path):
+    report = check(rules_dir / "bad.py", select=["GG104"])
+    (finding,) = report.findings
+    script = tmp_path / "repro.py"
+    script.write_text(finding.reproducer)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "AssertionError: GG104 a tangent's shape differs from its argument's: the tangent for argument 0 has shape (6,)" in proc.stderr
+
+
+def test_reproducer_passes_once_the_rule_is_fixed(rules_dir, tmp_path):
+    report = check(rules_dir / "bad.py", select=["GG104"])
+    script = report.findings[0].reproducer
+    (rules_dir / "bad.py").write_text(BAD.replace("np.full(x.size, ybar)", "np.full(x.shape, ybar)"))
+    (tmp_path / "repro.py").write_text(script)
+    proc = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "GG104 passes on this input: the rule is fixed." in proc.stdout
+
+
+def test_hanging_rule_hits_the_per_rule_time_limit_and_the_run_goes_on(tmp_path):
+    (tmp_path / "hang.py").write_text(textwrap.dedent('''
+        import time
+        from checker import rrule, arrays
+
+        def f(x):
+            return x
+
+        @rrule(f, arrays(shape=(2,)))
+        def a_hanging_rule(x):
+            while True:
+                time.sleep(0.01)
+    '''))
+    (tmp_path / "good.py").write_text(GOOD)
+    result = run("check", str(tmp_path), "--select", "GG1", "--timeout", "1")
+    assert result.exit_code == 1
+    assert "exceeded the 1 s per-rule time limit" in result.output
+    assert "PASS  square_rrule" in result.output
+
+
+def test_spec_that_cannot_generate_is_reported_for_that_rule_only(tmp_path):
+    (tmp_path / "nogen.py").write_text(textwrap.dedent('''
+        from hypothesis import strategies as st
+        from checker import rrule
+
+        def f(x):
+            return x
+
+        @rrule(f, st.floats(0, 1).filter(lambda v: v > 2))
+        def impossible(x):
+            return x, lambda g: (g,)
+    '''))
+    (tmp_path / "good.py").write_text(GOOD)
+    result = run("check", str(tmp_path), "--select", "GG1")
+    assert result.exit_code == 1
+    assert "could not generate an input" in result.output or "could not draw inputs" in result.output
+    assert "PASS  square_rrule" in result.output

@@ -1,0 +1,102 @@
+"""Rule specs fail eagerly, at decoration time, quoting the bad value."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker import SpecError, arrays, constant, floats, rrule
+from checker.specs import RuleSpec
+
+
+def square(x):
+    return x * x
+
+
+def mul(a, b):
+    return a * b
+
+
+def test_rrule_returns_a_callable_spec():
+    @rrule(square, arrays(shape=(3,)), name="sq", rtol=1e-3)
+    def sq(x):
+        return x * x, lambda ybar: (2 * x * ybar,)
+
+    assert isinstance(sq, RuleSpec)
+    assert sq.name == "sq" and sq.rtol == 1e-3 and sq.nargs == 1
+    y, pb = sq(np.array([1.0, 2.0, 3.0]))
+    assert np.array_equal(y, [1.0, 4.0, 9.0])
+    assert sq.source_file.endswith("test_specs.py") and sq.source_lines[1] > sq.source_lines[0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"mutates": (3,)}, "Got mutates=(3,), but the rule takes 1 argument(s), so position 3 does not exist."),
+        ({"mutates": "0"}, "Got mutates='0', but mutates must be a tuple of argument positions, e.g. mutates=(0,)."),
+        ({"nondiff": (-1,)}, "Got nondiff=(-1,), but -1 is not a non-negative argument position."),
+        ({"rtol": -1.0}, "Got rtol=-1.0, but rtol must be a finite number >= 0."),
+        ({"atol": float("nan")}, "Got atol=nan, but atol must be a finite number >= 0."),
+        ({"name": ""}, "Got name='', but name must be a non-empty string."),
+    ],
+)
+def test_bad_options_fail_at_decoration_time(kwargs, message):
+    with pytest.raises(SpecError) as err:
+        rrule(square, arrays(shape=(3,)), **kwargs)
+    assert str(err.value) == message
+
+
+def test_spec_count_must_match_the_primal():
+    with pytest.raises(SpecError, match=r"The primal mul takes 2 required argument\(s\), but 1 spec\(s\) were given"):
+        rrule(mul, arrays(shape=(3,)))
+
+
+def test_specs_must_be_strategies():
+    with pytest.raises(SpecError, match=r"Got 3 as the spec of argument 0, but specs must be Hypothesis strategies"):
+        rrule(square, 3)
+
+
+def test_either_per_argument_specs_or_args():
+    with pytest.raises(SpecError, match="not both"):
+        rrule(square, arrays(), args=st.tuples(arrays()))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dtype": "int32"}, "Got dtype='int32', but differentiable arrays must be float or complex."),
+        ({"dtype": "nonsense"}, "Got dtype='nonsense', which NumPy does not know."),
+        ({"shape": (2, -1)}, "Got shape=(2, -1), but a shape must be a tuple of non-negative ints."),
+        ({"min_value": 2.0, "max_value": 1.0}, "Got min_value=2.0 > max_value=1.0; swap them."),
+    ],
+)
+def test_bad_array_specs(kwargs, message):
+    with pytest.raises(SpecError) as err:
+        arrays(**kwargs)
+    assert str(err.value).startswith(message)
+
+
+def test_constant_positions_are_nondiff():
+    spec = rrule(pow, arrays(shape=(2,)), constant(3))(lambda x, n: (x**n, lambda g: (n * x ** (n - 1) * g, None)))
+    assert spec.nondiff == frozenset({1})
+
+
+@settings(max_examples=30, database=None)
+@given(arrays(shape=st.sampled_from([(2,), (3, 2)]), dtype="float32", min_value=-1.0, max_value=2.0))
+def test_arrays_respect_shape_dtype_and_bounds(x):
+    assert x.shape in [(2,), (3, 2)] and x.dtype == np.float32
+    assert np.all(x >= -1.0) and np.all(x <= 2.0)
+
+
+@settings(max_examples=5, database=None)
+@given(arrays(shape=(1000,), min_value=0.5, max_value=1.5))
+def test_large_arrays_are_filled_from_a_seed_and_vary(x):
+    assert x.shape == (1000,) and np.all((x >= 0.5) & (x <= 1.5))
+    assert np.unique(x).size > 900  # not a constant fill
+
+
+@settings(max_examples=20, database=None)
+@given(arrays(shape=(3,), dtype="complex128", min_value=-1, max_value=1), floats(-2.0, 2.0))
+def test_complex_arrays_and_floats(z, f):
+    assert z.dtype == np.complex128 and np.all(np.abs(z.real) <= 1) and np.all(np.abs(z.imag) <= 1)
+    assert isinstance(f, float) and -2 <= f <= 2
