@@ -1,0 +1,51 @@
+"""Operational routes at the root: ``/healthz`` (alive), ``/readyz`` (can serve), ``/metrics``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.db import ping
+from service.metrics import render
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """The process answers. No dependencies are checked (use /readyz)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "database or queue unreachable"}})
+def readyz(request: Request) -> JSONResponse:
+    """Database and queue reachable, and the sandbox isolation level runs would get here."""
+    state = request.app.state
+    body: dict[str, Any] = {}
+    ready = True
+    try:
+        ping(state.sessionmaker)
+        body["database"] = "ok"
+    except Exception as exc:
+        ready, body["database"] = False, f"unreachable: {type(exc).__name__}: {exc}"
+    queue_ok, body["queue"] = state.executor.health()
+    ready = ready and queue_ok
+    try:
+        from service.sandbox import sandbox_level
+
+        body["sandbox"] = sandbox_level()
+    except Exception as exc:
+        ready, body["sandbox"] = False, f"unavailable: {type(exc).__name__}: {exc}"
+    body["status"] = "ready" if ready else "unready"
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(request: Request) -> Response:
+    """Prometheus text format: runs by status, queue depth, check durations."""
+    return Response(render(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,95 @@
+"""Routes under ``/api/v1/projects``: create, read, list; submit and list runs; branch verdicts."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from service import crud
+from service.api.deps import (ExecutorDep, SessionDep, SettingsDep, TokenDep, base_url, can_read, check_can_read,
+                              check_can_submit, rate_limit, require_admin)
+from service.api.submission import SUBMISSION_OPENAPI, read_submission
+from service.errors import Invalid
+from service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
+                             RunAccepted, RunPage, run_out, run_urls)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/projects", tags=["projects"])
+
+
+@router.post("", status_code=201, response_model=ProjectCreated, dependencies=[Depends(require_admin)])
+def create_project(data: ProjectCreate, session: SessionDep) -> ProjectCreated:
+    """Create a project (admin token). The answer holds the submit token, shown this once."""
+    project, token = crud.create_project(session, data=data)
+    return ProjectCreated(**ProjectOut.model_validate(project).model_dump(), token=token)
+
+
+@router.get("", response_model=ProjectList)
+def list_projects(session: SessionDep, settings: SettingsDep, token: TokenDep) -> ProjectList:
+    """Public projects, plus private ones the token can read."""
+    projects = crud.list_projects(session, include_private=bool(token))
+    return ProjectList(items=[ProjectOut.model_validate(p) for p in projects if can_read(settings, p, token)])
+
+
+@router.get("/{project}", response_model=ProjectOut)
+def read_project(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep) -> ProjectOut:
+    found = crud.get_project(session, slug=project)
+    check_can_read(settings, found, token)
+    return ProjectOut.model_validate(found)
+
+
+@router.post("/{project}/runs", status_code=202, response_model=RunAccepted, openapi_extra=SUBMISSION_OPENAPI,
+             responses={413: {"description": "bundle too large"}, 429: {"description": "rate limited"}})
+async def submit_run(project: str, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep,
+                     executor: ExecutorDep) -> RunAccepted:
+    """Queue a run of the submitted rule files (project token). Poll ``urls.self`` for the verdict."""
+    found = await run_in_threadpool(crud.get_project, session, slug=project)
+    check_can_submit(settings, found, token)
+    rate_limit(request, token)
+    options, files = await read_submission(request, settings)
+    if not executor.accepts(options.device):
+        raise Invalid(f"device: no worker here runs {options.device!r} runs.", field="device",
+                      fix="Submit with device=cpu, or deploy GPU workers (GRADGUARD_LOCAL_DEVICES=cpu,gpu or "
+                          "GRADGUARD_EXECUTOR=celery with `gradguard worker --queue gpu`).")
+
+    def store() -> int:
+        run = crud.create_run(session, project=found, options=options, files=files)
+        session.commit()
+        return run.id
+
+    run_id = await run_in_threadpool(store)
+    executor.submit(run_id, options.device)
+    return RunAccepted(id=run_id, status="queued", urls=run_urls(run_id, base_url(request, settings)))
+
+
+@router.get("/{project}/runs", response_model=RunPage)
+def list_runs(project: str, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep,
+              branch: Annotated[str | None, Query(max_length=200)] = None,
+              limit: Annotated[int, Query(ge=1, le=100)] = 20,
+              cursor: Annotated[str | None, Query(max_length=64)] = None) -> RunPage:
+    """Runs of a project, newest first; filter by ``branch``; follow ``next_cursor`` for older ones."""
+    found = crud.get_project(session, slug=project)
+    check_can_read(settings, found, token)
+    runs, next_cursor = crud.list_runs(session, project=found, branch=branch, limit=limit, cursor=cursor)
+    base = base_url(request, settings)
+    return RunPage(items=[run_out(r, base) for r in runs], next_cursor=next_cursor)
+
+
+@router.get("/{project}/branches", response_model=BranchList)
+def list_branches(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep) -> BranchList:
+    """The latest verdict of every branch that has a finished run."""
+    found = crud.get_project(session, slug=project)
+    check_can_read(settings, found, token)
+    return BranchList(items=[BranchVerdict.model_validate(h) for h in crud.list_branch_heads(session, project=found)])
+
+
+@router.get("/{project}/latest", response_model=BranchVerdict)
+def latest_verdict(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep,
+                   branch: Annotated[str | None, Query(max_length=200)] = None) -> BranchVerdict:
+    """The latest finished run's verdict on ``branch`` (default: the project's default branch)."""
+    found = crud.get_project(session, slug=project)
+    check_can_read(settings, found, token)
+    return BranchVerdict.model_validate(crud.get_branch_head(session, project=found, branch=branch))

@@ -1,0 +1,66 @@
+"""Routes under ``/api/v1/runs``: a run's status, its report as JSON, JUnit XML and Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from service import crud
+from service.api.deps import SessionDep, SettingsDep, TokenDep, base_url, check_can_read
+from service.errors import Unavailable
+from service.models import Run
+from service.schemas import RunOut, run_out
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+
+def _readable_run(session: SessionDep, settings: SettingsDep, token: str | None, run_id: int) -> Run:
+    run = crud.get_run(session, run_id=run_id)
+    check_can_read(settings, run.project, token)
+    return run
+
+
+@router.get("/{run_id}", response_model=RunOut)
+def read_run(run_id: int, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep) -> RunOut:
+    """Status, timings, attempts, sandbox level and summary of a run."""
+    return run_out(_readable_run(session, settings, token, run_id), base_url(request, settings))
+
+
+@router.get("/{run_id}/report")
+def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> dict[str, Any]:
+    """The full ``gradguard.report/1`` JSON of a finished run."""
+    return crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+
+
+def _report_object(data: dict[str, Any]) -> Any:
+    from checker.report import Report
+
+    return Report.from_dict(data)
+
+
+def _renderer(name: str) -> Any:
+    try:
+        from checker import render
+    except ImportError as exc:
+        raise Unavailable(f"renderer: this installation has no checker.render ({exc}).", field="format",
+                          fix="Fetch /report (JSON) instead, or upgrade gradguard.") from exc
+    return getattr(render, name)
+
+
+@router.get("/{run_id}/junit.xml", response_class=Response, responses={200: {"content": {"application/xml": {}}}})
+def read_junit(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
+    """The report as JUnit XML (one test case per rule and check), for CI test views."""
+    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    return Response(_renderer("render_junit")(_report_object(report)), media_type="application/xml")
+
+
+@router.get("/{run_id}/summary.md", response_class=PlainTextResponse,
+            responses={200: {"content": {"text/markdown": {}}}})
+def read_markdown(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
+    """The report as Markdown, ready for a GitHub job summary."""
+    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    return PlainTextResponse(_renderer("render_markdown")(_report_object(report)), media_type="text/markdown")

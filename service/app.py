@@ -1,0 +1,62 @@
+"""Build the service's ASGI app: API routes, JSON errors, body limits, executor and metrics.
+
+``create_app(settings)`` is what ``gradguard serve``, the tests and ``web.app`` use. In embedded
+mode the database is migrated on start-up and an admin token is generated if none is set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api import api_router, ops_router
+from service.api.submission import BodyLimit
+from service.config import Settings
+from service.db import make_sessionmaker
+from service.errors import install_error_handlers
+from service.executors import make_executor
+from service.metrics import make_registry
+from service.migrate import upgrade
+from service.ratelimit import RateLimiter
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("gradguard.service")
+
+
+def create_app(settings: Settings | None = None, *, start_executor: bool = True) -> FastAPI:
+    """The API app. ``start_executor=False`` serves the API only (runs stay queued for other workers)."""
+    settings = settings or Settings()
+    settings, generated = settings.with_admin_token()
+    if generated:
+        log.warning("no GRADGUARD_ADMIN_TOKEN set; generated one for this process: %s", generated)
+    factory = make_sessionmaker(settings.database_url)
+    executor = make_executor(settings, factory, workers=None if start_executor else 0)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.mode == "embedded":
+            upgrade(settings.database_url)
+        executor.start()
+        try:
+            yield
+        finally:
+            executor.stop()
+
+    app = FastAPI(title="gradguard", version="1", lifespan=lifespan,
+                  description="Verdicts on custom reverse-mode differentiation rules: submit rule files, "
+                              "read reports. Errors are JSON: {detail: {field, message, fix}}.")
+    app.state.settings = settings
+    app.state.generated_admin_token = generated
+    app.state.sessionmaker = factory
+    app.state.executor = executor
+    app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute)
+    app.state.metrics_registry = make_registry(factory)
+    install_error_handlers(app)
+    app.include_router(api_router)
+    app.include_router(ops_router)
+    app.add_middleware(BodyLimit, max_bundle_bytes=settings.max_bundle_bytes, max_json_bytes=settings.max_unpacked_bytes)
+    return app

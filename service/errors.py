@@ -1,0 +1,126 @@
+"""Errors the service answers with, and the handlers that turn them into JSON.
+
+    ServiceError (status, field, message, fix)     base: every error a client can cause
+    ├── NotFound          404
+    ├── Unauthorized      401 (missing or wrong token)
+    ├── Forbidden         403
+    ├── Conflict          409
+    ├── Invalid           422 (a field or the bundle is wrong)
+    ├── TooLarge          413 (bundle size)
+    ├── RateLimited       429 (with Retry-After)
+    └── Unavailable       503
+
+Every error body has one shape, also for FastAPI's own validation errors::
+
+    {"detail": {"field": "bundle", "message": "...what is wrong...", "fix": "...what to do..."}}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+__all__ = [
+    "ServiceError",
+    "NotFound",
+    "Unauthorized",
+    "Forbidden",
+    "Conflict",
+    "Invalid",
+    "TooLarge",
+    "RateLimited",
+    "Unavailable",
+    "error_body",
+    "install_error_handlers",
+]
+
+
+class ServiceError(Exception):
+    """An error a client can fix; ``field`` names what was wrong, ``fix`` says what to do."""
+
+    status = 400
+
+    def __init__(self, message: str, *, field: str | None = None, fix: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.fix = fix
+        self.headers = headers
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Unauthorized(ServiceError):
+    status = 401
+
+
+class Forbidden(ServiceError):
+    status = 403
+
+
+class Conflict(ServiceError):
+    status = 409
+
+
+class Invalid(ServiceError):
+    status = 422
+
+
+class TooLarge(ServiceError):
+    status = 413
+
+
+class RateLimited(ServiceError):
+    status = 429
+
+
+class Unavailable(ServiceError):
+    status = 503
+
+
+def error_body(message: str, field: str | None = None, fix: str | None = None) -> dict[str, Any]:
+    return {"detail": {"field": field, "message": message, "fix": fix}}
+
+
+async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    headers = dict(exc.headers or {})
+    if exc.status == 401:
+        headers.setdefault("WWW-Authenticate", "Bearer")
+    return JSONResponse(error_body(exc.message, exc.field, exc.fix), status_code=exc.status, headers=headers)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    field = ".".join(loc) or None
+    message = f"{field or 'request'}: {first.get('msg')}"
+    if "input" in first and not isinstance(first["input"], (dict, list)):
+        message += f" (got {first['input']!r})"
+    body = error_body(message, field, "Correct this field; the API schema is at /docs.")
+    body["detail"]["errors"] = [
+        {"field": ".".join(str(p) for p in e.get("loc", ())), "message": e.get("msg")} for e in exc.errors()
+    ]
+    return JSONResponse(body, status_code=422)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    fix = "See /docs for the routes and methods." if exc.status_code in (404, 405) else None
+    return JSONResponse(error_body(str(exc.detail), None, fix), status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error with the one JSON shape above."""
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

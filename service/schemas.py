@@ -1,0 +1,161 @@
+"""Request and response bodies of the API (pydantic). Field names are the public contract."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+__all__ = [
+    "ProjectCreate",
+    "ProjectOut",
+    "ProjectCreated",
+    "ProjectList",
+    "RunOptions",
+    "RunSubmit",
+    "RunOut",
+    "RunAccepted",
+    "RunPage",
+    "BranchVerdict",
+    "BranchList",
+    "CHECK_ID",
+    "RunUrls",
+    "run_urls",
+    "run_out",
+]
+
+SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
+CHECK_ID = re.compile(r"^GG\d{1,3}$")
+Device = Literal["cpu", "gpu"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    @field_serializer("*", when_used="json", check_fields=False)
+    def _utc(self, value: Any) -> Any:
+        # SQLite hands back naive datetimes; everything is stored in UTC.
+        if isinstance(value, datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+class ProjectCreate(BaseModel):
+    slug: str = Field(pattern=SLUG, description="URL name: lowercase letters, digits and '-'")
+    name: str | None = Field(None, max_length=200)
+    public: bool = True
+    default_branch: str = Field("main", min_length=1, max_length=200)
+
+
+class ProjectOut(_Out):
+    slug: str
+    name: str
+    public: bool
+    default_branch: str
+    token_prefix: str
+    created_at: datetime
+
+
+class ProjectCreated(ProjectOut):
+    token: str = Field(description="The submit token. Shown only in this answer; store it as a CI secret.")
+
+
+class ProjectList(BaseModel):
+    items: list[ProjectOut]
+
+
+class RunOptions(BaseModel):
+    """What to record and how to check, shared by the JSON and multipart forms of a submission."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit: str | None = Field(None, max_length=64, pattern=r"^[0-9A-Za-z._-]*$")
+    branch: str = Field("main", min_length=1, max_length=200)
+    pull_request: int | None = Field(None, ge=1)
+    device: Device = "cpu"
+    select: list[str] | None = None
+    ignore: list[str] | None = None
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    max_examples: int | None = Field(None, ge=1, le=10_000)
+
+    @field_validator("select", "ignore")
+    @classmethod
+    def _check_ids(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        bad = [v for v in value if not CHECK_ID.match(v) and not re.fullmatch(r"GG\d{1,2}", v)]
+        if bad:
+            raise ValueError(f"{bad!r} are not check ids; use ids like 'GG201' or family prefixes like 'GG2'")
+        return value
+
+
+class RunSubmit(RunOptions):
+    files: dict[str, str] = Field(description="path -> file text; the rule modules to check")
+
+
+class RunUrls(BaseModel):
+    self: str
+    report: str
+    junit: str
+    markdown: str
+
+
+class RunOut(_Out):
+    id: int
+    project: str
+    status: Literal["queued", "running", "passed", "failed", "error"]
+    commit: str | None
+    branch: str
+    pull_request: int | None
+    device: str
+    attempts: int
+    sandbox_level: str | None
+    select: list[str] | None
+    ignore: list[str] | None
+    seed: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    duration_s: float | None
+    error: str | None
+    summary: dict[str, Any] | None
+    urls: RunUrls
+
+
+class RunAccepted(BaseModel):
+    id: int
+    status: str
+    urls: RunUrls
+
+
+class RunPage(BaseModel):
+    items: list[RunOut]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= to get the next (older) page")
+
+
+class BranchVerdict(_Out):
+    branch: str
+    status: str
+    run_id: int
+    commit: str | None
+    finished_at: datetime | None
+
+
+class BranchList(BaseModel):
+    items: list[BranchVerdict]
+
+
+def run_urls(run_id: int, base: str) -> RunUrls:
+    root = f"{base}/api/v1/runs/{run_id}"
+    return RunUrls(self=root, report=f"{root}/report", junit=f"{root}/junit.xml", markdown=f"{root}/summary.md")
+
+
+def run_out(run: Any, base: str) -> RunOut:
+    """The API view of a :class:`service.models.Run`."""
+    return RunOut(id=run.id, project=run.project.slug, status=run.status, commit=run.commit_sha, branch=run.branch,
+                  pull_request=run.pull_request, device=run.device, attempts=run.attempts,
+                  sandbox_level=run.sandbox_level, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
+                  created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
+                  duration_s=run.duration_s, error=run.error, summary=run.summary, urls=run_urls(run.id, base))

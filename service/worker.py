@@ -1,0 +1,74 @@
+"""Execute one run: claim it, unpack its files into a private folder, run the checker in the
+sandbox, store the outcome. Both executors (local pool, Celery) call :func:`execute_claimed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import crud, lifecycle
+from service.bundles import materialize
+from service.config import Settings
+from service.models import Run
+from service.sandbox import Limits, run_check
+
+__all__ = ["execute_claimed", "limits_from_settings"]
+
+log = logging.getLogger("gradguard.worker")
+
+
+def limits_from_settings(settings: Settings) -> Limits:
+    return Limits(wall_s=settings.run_wall_s, cpu_s=settings.run_cpu_s, memory_mb=settings.run_memory_mb)
+
+
+class _Heartbeat(threading.Thread):
+    """Renew the run's lease while the sandbox works, so nobody takes it over as stale."""
+
+    def __init__(self, factory: sessionmaker[Session], run_id: int, worker: str, lease_s: float) -> None:
+        super().__init__(name=f"lease-{run_id}", daemon=True)
+        self.factory, self.run_id, self.worker, self.lease_s = factory, run_id, worker, lease_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.lease_s / 4):
+            try:
+                with self.factory() as session:
+                    lifecycle.renew_lease(session, run_id=self.run_id, worker=self.worker, lease_s=self.lease_s)
+            except Exception:  # a missed heartbeat only shortens the lease
+                log.exception("could not renew the lease of run %s", self.run_id)
+
+
+def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, settings: Settings) -> str | None:
+    """Run the checker on a run this worker has claimed; returns the final status (None if it lost the run)."""
+    with factory() as session:
+        files = crud.load_files(session, run_id=run.id)
+    heartbeat = _Heartbeat(factory, run.id, worker, settings.lease_s)
+    heartbeat.start()
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"gradguard-run-{run.id}-") as tmp:
+            bundle = materialize(files, Path(tmp))
+            outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
+                                max_examples=run.max_examples or settings.default_max_examples, device=run.device,
+                                limits=limits_from_settings(settings))
+    except Exception as exc:  # the service's own failure, not the rule's: record it, never leave it running
+        log.exception("run %s failed outside the sandbox", run.id)
+        heartbeat.stopped.set()
+        with factory() as session:
+            lifecycle.fail_run(session, run_id=run.id, worker=worker,
+                               reason=f"internal error while running the sandbox: {type(exc).__name__}: {exc}")
+        return "error"
+    finally:
+        heartbeat.stopped.set()
+    with factory() as session:
+        status = lifecycle.finish_run(session, run_id=run.id, worker=worker, ok=outcome.ok, report=outcome.report,
+                                      level=outcome.level, reason=outcome.reason, duration_s=outcome.duration_s)
+    log.info("run %s: %s in %.2f s (sandbox %s)%s", run.id, status, time.monotonic() - started, outcome.level,
+             f": {outcome.reason}" if outcome.reason else "")
+    return status

@@ -1,0 +1,15 @@
+"""The ASGI app ``gradguard serve`` runs: the service API, onto which the web layer mounts pages."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from service.app import create_app as create_service_app
+from service.config import Settings
+
+__all__ = ["create_app"]
+
+
+def create_app(settings: Settings | None = None, *, start_executor: bool = True) -> FastAPI:
+    """The service API app (``/api/v1``, ``/docs``, ``/healthz``, ``/readyz``, ``/metrics``)."""
+    return create_service_app(settings, start_executor=start_executor)
