@@ -192,28 +192,38 @@ class _InternalError(Exception):
 
 
 def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
-    gate_failed: str | None = None
-    raised_messages: set[str] = set()
-    shared: dict[str, Any] = {}
+    applicable = []
     for info in infos:
         if rule.kind not in info.kinds:
             result.checks_skipped.append({"id": info.id, "reason": f"does not apply to {rule.kind} rules"})
-            continue
+        else:
+            applicable.append(info)
+    per_input = [i for i in applicable if not i.per_rule]
+    # One search runs every check on each drawn input (generation is the expensive part);
+    # only the checks that failed get a search of their own, which shrinks the failure.
+    survey = _survey(rule, per_input, options)
+    result.examples = survey.examples
+
+    gate_failed: str | None = None
+    raised_messages: set[str] = set()
+    shared: dict[str, Any] = {}
+    for info in applicable:
         if gate_failed and not info.gates:
             result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
             continue
         if info.per_rule:
             _run_per_rule(rule, info, options, result, shared)
             continue
-        outcome = _search(rule, info, options)
-        if outcome.skip_reason is not None and not outcome.ran:
-            result.checks_skipped.append({"id": info.id, "reason": outcome.skip_reason})
+        first_failure = survey.failures.get(info.id)
+        if first_failure is None:
+            if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
+                result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
+            else:
+                result.checks_run.append(info.id)
             continue
         result.checks_run.append(info.id)
-        result.examples += outcome.ran
-        if outcome.failure is None:
-            continue
-        case, problems, raised = outcome.failure
+        failure = _search(rule, info, options).failure or first_failure
+        case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
             if key in raised_messages:
@@ -225,17 +235,29 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
             gate_failed = info.id
 
 
+_Failure = tuple[Case, list[Problem], "RuleRaised | None"]
+
+
 @dataclass
-class _Outcome:
-    ran: int = 0
-    skip_reason: str | None = None
-    failure: tuple[Case, list[Problem], RuleRaised | None] | None = None
+class _Survey:
+    examples: int = 0
+    ran: dict[str, int] = field(default_factory=dict)
+    skip_reasons: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, _Failure] = field(default_factory=dict)
 
 
-def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
-    outcome = _Outcome()
+def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
+    """Problems found by one check on one case, or the reason it did not apply."""
+    try:
+        return list(info.fn(case) or ()), None
+    except Skip as skip:
+        return str(skip)
+    except RuleRaised as exc:
+        return [exc.problem()], exc
 
-    @hyp_settings(
+
+def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
+    return hyp_settings(
         max_examples=options.max_examples,
         database=None,
         deadline=None,
@@ -246,43 +268,88 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
         report_multiple_bugs=False,
         print_blob=False,
     )
-    @hyp_seed(options.seed)
-    @given(rule.args_strategy, st.data())
-    def search(args: Any, data: Any) -> None:
-        case = Case(rule, tuple(args), HypothesisDraws(data))
-        raised = None
-        try:
-            problems = list(info.fn(case) or ())
-        except Skip as skip:
-            outcome.skip_reason = str(skip)
-            return
-        except RuleRaised as exc:
-            problems, raised = [exc.problem()], exc
-        if problems:
-            outcome.failure = (case, problems, raised)
-            raise _CheckFailed(info.id)
-        outcome.ran += 1
 
+
+def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str) -> None:
+    """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
+    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
     try:
         search()
     except _CheckFailed:
         pass
     except Flaky:
-        pass  # the failure did not replay (a nondeterministic rule): report the last failing example seen
+        pass  # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
     except Unsatisfiable as exc:
         raise _SpecCannotGenerate(
-            f"the argument specs of {rule.name} could not generate an input ({exc}). "
-            "Loosen the specs' filters or bounds."
+            f"the argument specs of {rule.name} could not generate an input ({exc}). Loosen the specs' filters or bounds."
         ) from None
     except (RuleTimeout, KeyboardInterrupt):
         raise
     except HypothesisException as exc:
         raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
+    except _InternalError:
+        raise
     except Exception as exc:  # a bug in gradguard's check, not in the rule
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
-    if outcome.failure is not None:
+        raise _InternalError(f"internal error in {label} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+
+
+def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey:
+    survey = _Survey()
+    if not infos:
+        return survey
+
+    def body(args: Any, data: Any) -> None:
+        survey.examples += 1
+        gate_failed = False
+        for info in infos:
+            if info.id in survey.failures or (gate_failed and not info.gates):
+                continue
+            case = Case(rule, tuple(args), HypothesisDraws(data))
+            try:
+                outcome = _run_one(info, case)
+            except (RuleTimeout, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+            if isinstance(outcome, str):
+                survey.skip_reasons.setdefault(info.id, outcome)
+                continue
+            survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
+            problems, raised = outcome
+            if problems:
+                survey.failures[info.id] = (case, problems, raised)
+                gate_failed = gate_failed or info.gates
+
+    _drive(rule, options, body, "the checks")
+    return survey
+
+
+@dataclass
+class _Outcome:
+    ran: int = 0
+    skip_reason: str | None = None
+    failure: _Failure | None = None
+
+
+def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
+    """A search for one failing check: Hypothesis finds the failure again and shrinks it."""
+    outcome = _Outcome()
+
+    def body(args: Any, data: Any) -> None:
+        case = Case(rule, tuple(args), HypothesisDraws(data))
+        found = _run_one(info, case)
+        if isinstance(found, str):
+            outcome.skip_reason = found
+            return
+        problems, raised = found
+        if problems:
+            outcome.failure = (case, problems, raised)
+            raise _CheckFailed(info.id)
         outcome.ran += 1
+
+    _drive(rule, options, body, f"check {info.id}")
     return outcome
 
 
