@@ -11,5 +11,8 @@ __all__ = ["create_app"]
 
 
 def create_app(settings: Settings | None = None, *, start_executor: bool = True) -> FastAPI:
-    """The service API app (``/api/v1``, ``/docs``, ``/healthz``, ``/readyz``, ``/metrics``)."""
-    return create_service_app(settings, start_executor=start_executor)
+    """The service API app (``/api/v1``, ``/docs``, ``/healthz``, ``/readyz``, ``/metrics``) with the web
+    layer mounted on it: pages, badges and static files (:func:`web.site.mount`)."""
+    from web.site import mount
+
+    return mount(create_service_app(settings, start_executor=start_executor))

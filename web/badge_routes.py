@@ -1,0 +1,53 @@
+"""``/badge/{project}.svg`` and ``/badge/{project}.json``: the latest verdict on a branch, for READMEs.
+
+The verdict comes from the ``branch_heads`` cache (one indexed row joined to its run's summary).
+Responses carry ``Cache-Control: no-cache, max-age=0`` and an ETag, so GitHub's image proxy
+(camo) and browsers revalidate every time and get ``304 Not Modified`` while nothing changed.
+An unknown project, a private project without ``?token=``, or a branch with no finished run all
+get the grey "unknown" badge with status 200: a README never shows a broken image.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from web import queries
+from web.badges import UNKNOWN, badge_state, etag, render_endpoint, render_svg
+from web.deps import SessionDep, can_read
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/badge", tags=["badges"])
+CACHE = "no-cache, max-age=0, must-revalidate"
+
+
+def _state(request: Request, session: SessionDep, project: str, branch: str | None, token: str | None):  # type: ignore[no-untyped-def]
+    found, status, summary = queries.badge_source(session, slug=project, branch=branch or None)
+    if found is None or not can_read(request, found, token):
+        return UNKNOWN
+    return badge_state(status, summary)
+
+
+def _send(request: Request, body: str, media_type: str) -> Response:
+    tag = etag(body)
+    headers = {"Cache-Control": CACHE, "ETag": tag, "Expires": "0", "X-Content-Type-Options": "nosniff",
+               "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"}
+    if tag in [t.strip() for t in request.headers.get("if-none-match", "").split(",")]:
+        return Response(status_code=304, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+@router.get("/{project}.svg", summary="SVG badge of a branch's latest verdict")
+def badge_svg(request: Request, session: SessionDep, project: str, branch: str | None = None,
+              token: str | None = None) -> Response:
+    return _send(request, render_svg(_state(request, session, project, branch, token)), "image/svg+xml")
+
+
+@router.get("/{project}.json", summary="shields.io endpoint badge of a branch's latest verdict")
+def badge_json(request: Request, session: SessionDep, project: str, branch: str | None = None,
+               token: str | None = None) -> Response:
+    body = json.dumps(render_endpoint(_state(request, session, project, branch, token)), sort_keys=True)
+    return _send(request, body, "application/json")

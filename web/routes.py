@@ -1,0 +1,232 @@
+"""The pages: projects, a project, a run (with its live status), a rule's history, the check catalogue.
+
+Routes are thin: read through :mod:`service.crud` and :mod:`web.queries`, shape with :mod:`web.view`,
+render a template. Private projects answer 401 with the token form until a valid token is given
+(then a cookie keeps it); a missing object answers a 404 page, never a stack trace.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from sqlalchemy import func, select
+
+from checker.checks.registry import FAMILIES, CheckInfo, catalogue
+from service import crud
+from service.errors import Invalid, NotFound
+from service.models import FINAL_STATUSES, Project, Run
+from web import queries
+from web.chart import history_svg
+from web.deps import SessionDep, can_read, token_cookie, token_opens
+from web.templating import templates
+from web.view import rule_views
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+RUNS_PER_PAGE = 50
+COOKIE_MAX_AGE = 30 * 24 * 3600
+
+
+def _page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, context, status_code=status_code)
+
+
+def _not_found(request: Request, message: str, suggestions: list[dict[str, str]] | None = None) -> HTMLResponse:
+    return _page(request, "error.html", 404, heading="Not found", message=message, suggestions=suggestions or [])
+
+
+def _gate(request: Request, project: Project) -> HTMLResponse | None:
+    """``None`` if the request may read ``project``, else the token form (401)."""
+    if can_read(request, project, request.query_params.get("token")):
+        return None
+    return _page(request, "token.html", 401, slug=project.slug, next=request.url.path, error=None)
+
+
+def _project_url(project: Project) -> str:
+    return f"/p/{project.slug}"
+
+
+def _lookup(session: SessionDep, slug: str) -> Project | None:
+    try:
+        return crud.get_project(session, slug=slug)
+    except NotFound:
+        return None
+
+
+# -- projects --------------------------------------------------------------------------------------
+
+@router.get("/", response_class=HTMLResponse)
+def projects_page(request: Request, session: SessionDep) -> HTMLResponse:
+    projects = [p for p in crud.list_projects(session, include_private=True) if can_read(request, p)]
+    heads = queries.projects_with_heads(session, projects=projects)
+    counts = queries.run_counts(session, projects=projects)
+    rows = [{"project": p, "url": _project_url(p), "head": heads.get(p.id), "runs": counts.get(p.id, 0)}
+            for p in projects]
+    return _page(request, "projects.html", rows=rows)
+
+
+@router.get("/p/{slug}", response_class=HTMLResponse)
+def project_page(request: Request, session: SessionDep, slug: str, branch: str | None = None,
+                 cursor: str | None = None) -> HTMLResponse:
+    project = _lookup(session, slug)
+    if project is None:
+        return _not_found(request, f"There is no project named {slug!r}.")
+    if (gate := _gate(request, project)) is not None:
+        return gate
+    try:
+        crud.decode_cursor(cursor) if cursor else None
+    except Invalid:
+        cursor = None  # a stale or hand-edited cursor: show the newest runs
+    runs, next_cursor = crud.list_runs(session, project=project, branch=branch or None, limit=RUNS_PER_PAGE,
+                                       cursor=cursor or None)
+    branches = queries.branch_rows(session, project=project)
+    shown = branch or project.default_branch
+    names = sorted({b.branch for b in branches} | {shown}, key=lambda n: (n != project.default_branch, n))
+    total = session.scalar(select(func.count()).select_from(Run).where(Run.project_id == project.id)) or 0
+    base = _project_url(project)
+    keep = {"branch": branch} if branch else {}
+    server = str(request.base_url).rstrip("/")
+    badge_path = f"/badge/{project.slug}.svg?{urlencode({'branch': project.default_branch})}"
+    return _page(
+        request, "project.html",
+        project=project, project_url=base, branches=branches, branch=shown, branch_names=names,
+        filter_branch=branch, runs=runs, cursor=cursor, next_cursor=next_cursor, total_runs=total,
+        next_query=urlencode({**keep, "cursor": next_cursor or ""}), first_query=urlencode(keep),
+        chart=history_svg(queries.history(session, project=project, branch=shown), branch=shown),
+        badge_path=badge_path,
+        badge_markdown=f"[![gradguard]({server}{badge_path})]({server}{base})",
+        endpoint_url=f"{server}/badge/{project.slug}.json?{urlencode({'branch': project.default_branch})}",
+    )
+
+
+@router.get("/p/{slug}/token", response_class=HTMLResponse)
+def token_form(request: Request, slug: str, next: str = "") -> HTMLResponse:
+    return _page(request, "token.html", slug=slug, next=_safe_next(next, slug), error=None)
+
+
+@router.post("/p/{slug}/token", response_model=None)
+def token_submit(request: Request, session: SessionDep, slug: str, token: str = Form(""),
+                 next: str = Form("")) -> Response:
+    project = _lookup(session, slug)
+    target = _safe_next(next, slug)
+    if project is None or not token_opens(request, project, token.strip()):
+        return _page(request, "token.html", 403, slug=slug, next=target,
+                     error="That token does not open this project. Use the project's submit token.")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(token_cookie(slug), token.strip(), max_age=COOKIE_MAX_AGE, httponly=True, samesite="lax",
+                        secure=request.url.scheme == "https", path="/")
+    return response
+
+
+def _safe_next(target: str, slug: str) -> str:
+    """Only same-site paths: never an open redirect."""
+    if target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"/p/{slug}"
+
+
+# -- runs ------------------------------------------------------------------------------------------
+
+def _run_or_none(session: SessionDep, run_id: int) -> Run | None:
+    try:
+        return crud.get_run(session, run_id=run_id)
+    except NotFound:
+        return None
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, session: SessionDep, run_id: int) -> HTMLResponse:
+    run = _run_or_none(session, run_id)
+    if run is None:
+        return _not_found(request, f"There is no run #{run_id}.")
+    if (gate := _gate(request, run.project)) is not None:
+        return gate
+    final = run.status in FINAL_STATUSES
+    report, rules = None, []
+    if final:
+        try:
+            report = crud.get_report(session, run=run)
+        except NotFound:
+            report = None
+    if report:
+        files = crud.load_files(session, run_id=run.id)
+        rules = rule_views(report, files, rule_url=f"{_project_url(run.project)}/rules/{{name}}")
+    response = _page(request, "run.html", run=run, project=run.project, project_url=_project_url(run.project),
+                     final=final, report=report, rules=rules, families=FAMILIES)
+    if not final:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.get("/runs/{run_id}/status")
+def run_status(request: Request, session: SessionDep, run_id: int) -> JSONResponse:
+    """What the run page polls while the run is queued or running."""
+    run = _run_or_none(session, run_id)
+    if run is None or not can_read(request, run.project, request.query_params.get("token")):
+        return JSONResponse({"detail": {"message": f"no run #{run_id} that you can see"}}, status_code=404)
+    body = {"id": run.id, "status": run.status, "final": run.status in FINAL_STATUSES, "summary": run.summary}
+    return JSONResponse(body, headers={"Cache-Control": "no-store"})
+
+
+# -- rules -----------------------------------------------------------------------------------------
+
+@router.get("/p/{slug}/rules/{rule:path}", response_class=HTMLResponse)
+def rule_page(request: Request, session: SessionDep, slug: str, rule: str, branch: str | None = None) -> HTMLResponse:
+    project = _lookup(session, slug)
+    if project is None:
+        return _not_found(request, f"There is no project named {slug!r}.")
+    if (gate := _gate(request, project)) is not None:
+        return gate
+    runs = queries.rule_history(session, project=project, rule=rule, branch=branch or None)
+    counts = {"pass": 0, "fail": 0, "error": 0}
+    for r in runs:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    since = None
+    for r in runs:  # newest first: the oldest run of the current failing streak
+        if r.verdict == "pass":
+            break
+        since = r
+    branch_names = sorted({b.branch for b in queries.branch_rows(session, project=project)})
+    return _page(request, "rule.html", project=project, project_url=_project_url(project), rule=rule, runs=runs,
+                 counts=counts, since=since if runs and runs[0].verdict != "pass" else None, branch=branch or "",
+                 branch_names=branch_names, anchors={})
+
+
+# -- check catalogue -------------------------------------------------------------------------------
+
+_PARAGRAPH = re.compile(r"\n\s*\n")
+
+
+@router.get("/checks", response_class=HTMLResponse)
+def checks_page(request: Request) -> HTMLResponse:
+    checks = catalogue()
+    families = [(fam, [c for c in checks if c.family == fam]) for fam in FAMILIES]
+    return _page(request, "checks.html", families=[(f, items) for f, items in families if items])
+
+
+@router.get("/checks/{check_id}", response_class=HTMLResponse)
+def check_page(request: Request, check_id: str) -> HTMLResponse:
+    checks = catalogue()
+    ids = [c.id for c in checks]
+    wanted = check_id.upper()
+    if wanted != check_id and wanted in ids:
+        return RedirectResponse(f"/checks/{wanted}", status_code=301)  # type: ignore[return-value]
+    if wanted not in ids:
+        close = difflib.get_close_matches(wanted, ids, n=3)
+        return _not_found(request, f"{check_id!r} is not a check id.",
+                          [{"href": f"/checks/{c}", "text": c} for c in close])
+    i = ids.index(wanted)
+    info: CheckInfo = checks[i]
+    paragraphs = [" ".join(p.split()) for p in _PARAGRAPH.split(info.explanation) if p.strip()]
+    return _page(request, "check.html", c=info, paragraphs=paragraphs,
+                 prev=checks[i - 1] if i > 0 else None, next=checks[i + 1] if i + 1 < len(checks) else None)
+
+
+def rule_href(slug: str, name: str) -> str:
+    return f"/p/{slug}/rules/{quote(name, safe='')}"

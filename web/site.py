@@ -1,0 +1,69 @@
+"""Mount the web layer onto the service's app: pages, badges, static files, security headers.
+
+Every HTML page is served with a content security policy that allows only this site's own
+scripts, styles and images (no inline script, no CDN, no web fonts), and is not framed. The API's
+interactive docs (``/docs``, ``/redoc``) keep FastAPI's defaults.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from web import badge_routes, routes
+from web.templating import STATIC_DIR
+
+__all__ = ["mount", "SecurityHeaders", "CSP"]
+
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
+       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+_EXEMPT = ("/docs", "/redoc", "/openapi.json")
+
+
+class SecurityHeaders:
+    """Add the CSP and companion headers to HTML responses outside the API docs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(_EXEMPT):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or [])
+                names = {k.lower() for k, _ in headers}
+                ctype = dict((k.lower(), v) for k, v in headers).get(b"content-type", b"")
+                if ctype.startswith(b"text/html") and b"content-security-policy" not in names:
+                    headers.append((b"content-security-policy", CSP.encode()))
+                    headers.append((b"x-frame-options", b"DENY"))
+                if b"x-content-type-options" not in names:
+                    headers.append((b"x-content-type-options", b"nosniff"))
+                if b"referrer-policy" not in names:
+                    headers.append((b"referrer-policy", b"same-origin"))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class _CachedStatic(StaticFiles):
+    """Static files are addressed by content hash (``?v=``), so they may be cached for a year."""
+
+    async def get_response(self, path: str, scope: Scope):  # type: ignore[no-untyped-def]
+        response = await super().get_response(path, scope)
+        if response.status_code == 200:
+            response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+        return response
+
+
+def mount(app: FastAPI) -> FastAPI:
+    """Add the pages, badges and static files to ``app`` (the service API) and return it."""
+    app.include_router(badge_routes.router)
+    app.include_router(routes.router)
+    app.mount("/static", _CachedStatic(directory=STATIC_DIR), name="static")
+    app.add_middleware(SecurityHeaders)
+    return app

@@ -1,0 +1,178 @@
+"""Turn a ``gradguard.report/1`` dict and the submitted files into what the run page shows.
+
+Pure functions of data (no request, no database), so they are tested and benchmarked alone:
+the rules x check-family grid, each finding's source excerpt with the rule's lines highlighted,
+and the safety matrix as rows of cells.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from checker.checks.registry import FAMILIES
+
+__all__ = ["family_of", "rule_views", "find_source", "excerpt", "matrix_view", "CONTEXT_LINES"]
+
+CONTEXT_LINES = 3
+MAX_EXCERPT_LINES = 80
+
+
+def family_of(check_id: str) -> str:
+    """``GG2xx`` -> ``numeric``: the family is the first digit of the id (``checker.checks`` layout)."""
+    digits = check_id[2:3] if check_id.startswith("GG") else ""
+    index = int(digits) - 1 if digits.isdigit() else -1
+    return FAMILIES[index] if 0 <= index < len(FAMILIES) else "other"
+
+
+def find_source(files: Mapping[str, bytes], path: str | None) -> str | None:
+    """The submitted file a report path names: exact, else the longest path-suffix match, else by name."""
+    if not path or not files:
+        return None
+    norm = path.replace("\\", "/").lstrip("./")
+    if norm in files:
+        return norm
+    best = None
+    for name in files:
+        if norm.endswith("/" + name) or name.endswith("/" + norm):
+            if best is None or len(name) > len(best):
+                best = name
+    if best is None:
+        base = norm.rsplit("/", 1)[-1]
+        matches = [n for n in files if n.rsplit("/", 1)[-1] == base]
+        best = matches[0] if len(matches) == 1 else None
+    return best
+
+
+def _ranges(lines: list[int]) -> str:
+    out: list[str] = []
+    for n in sorted(set(lines)):
+        if out and out[-1][1] == n - 1:
+            out[-1] = (out[-1][0], n)  # type: ignore[assignment]
+        else:
+            out.append((n, n))  # type: ignore[arg-type]
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in out)  # type: ignore[misc]
+
+
+def excerpt(text: str, *, span: list[int] | None, highlight: list[int] | None) -> dict[str, Any]:
+    """Lines of ``text`` around ``span`` ([first, last] of the rule) with ``highlight`` lines marked."""
+    lines = text.splitlines()
+    marked = set(highlight or [])
+    anchor = sorted(set(span or []) | marked)
+    if anchor:
+        first = max(1, anchor[0] - CONTEXT_LINES)
+        last = min(len(lines), anchor[-1] + CONTEXT_LINES)
+    else:
+        first, last = 1, len(lines)
+    last = min(last, first + MAX_EXCERPT_LINES - 1)
+    return {
+        "lines": [{"no": n, "text": lines[n - 1], "hl": n in marked} for n in range(first, last + 1)],
+        "highlight": sorted(marked),
+        "highlight_text": _ranges(list(marked)),
+    }
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def _grid(rule: dict[str, Any], finding_anchors: dict[str, str]) -> list[dict[str, Any]]:
+    run = {family_of(c) for c in rule.get("checks_run") or []}
+    skipped: dict[str, list[str]] = {}
+    for s in rule.get("checks_skipped") or []:
+        skipped.setdefault(family_of(s.get("id", "")), []).append(f"{s.get('id')}: {s.get('reason')}")
+    failing: dict[str, list[dict[str, Any]]] = {}
+    for f in rule.get("findings") or []:
+        failing.setdefault(family_of(f.get("check_id", "")), []).append(f)
+    cells = []
+    for family in FAMILIES:
+        found = failing.get(family)
+        if found:
+            ids = sorted({f.get("check_id", "") for f in found})
+            cells.append({"status": "fail", "text": f"{len(found)} failing", "title": ", ".join(ids),
+                          "href": "#" + finding_anchors[ids[0]] if ids[0] in finding_anchors else None})
+        elif rule.get("verdict") == "error" and family not in run:
+            cells.append({"status": "error", "text": "not run", "title": "the rule errored", "href": None})
+        elif family in run:
+            cells.append({"status": "pass", "text": "pass", "title": f"{family} checks passed", "href": None})
+        elif family in skipped:
+            cells.append({"status": "skipped", "text": "skipped", "title": "; ".join(skipped[family]), "href": None})
+        else:
+            cells.append({"status": "none", "text": "—", "title": "not selected or not applicable", "href": None})
+    return cells
+
+
+def matrix_view(matrix: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The safety matrix as header, rows of cells, and notes for wrong or raised cells."""
+    if not matrix or not matrix.get("cells"):
+        return None
+    contexts = list(matrix.get("contexts") or [])
+    engines = list(matrix.get("engines") or [])
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    for cell in matrix["cells"]:
+        ctx, eng = cell.get("context"), cell.get("engine")
+        if ctx not in contexts:
+            contexts.append(ctx)
+        if eng not in engines:
+            engines.append(eng)
+        by_key[(ctx, eng)] = cell
+    rows, notes = [], []
+    for ctx in contexts:
+        cells = []
+        for eng in engines:
+            cell = by_key.get((ctx, eng))
+            if cell is None:
+                cells.append(None)
+                continue
+            status = cell.get("status", "skipped")
+            err = cell.get("rel_error")
+            text = {"right": "right", "wrong": "wrong", "raised": "raised", "skipped": "skipped"}.get(status, status)
+            if status == "wrong" and isinstance(err, (int, float)):
+                text = f"wrong ({err:.1e})"
+            title = " ".join(str(x) for x in (cell.get("message"), cell.get("diagnosis")) if x) or text
+            cells.append({"status": status, "text": text, "title": title})
+            if status in ("wrong", "raised") and (cell.get("message") or cell.get("diagnosis")):
+                notes.append({"context": ctx, "engine": eng, "status": status,
+                              "text": " ".join(str(x) for x in (cell.get("message"), cell.get("diagnosis")) if x)})
+        rows.append({"context": ctx, "cells": cells})
+    return {"engines": engines, "rows": rows, "notes": notes, "skipped": matrix.get("skipped") or []}
+
+
+def rule_views(report: dict[str, Any], files: Mapping[str, bytes], *, rule_url: str) -> list[dict[str, Any]]:
+    """Everything the run page shows per rule, in report order. ``rule_url`` has a ``{name}`` field."""
+    texts: dict[str, str] = {}
+    views = []
+    for i, rule in enumerate(report.get("rules") or []):
+        anchor = f"rule-{i + 1}"
+        findings, first_of = [], {}
+        for j, f in enumerate(rule.get("findings") or []):
+            fv = dict(f)
+            fv["anchor"] = f"{anchor}-finding-{j + 1}"
+            first_of.setdefault(f.get("check_id", ""), fv["anchor"])
+            path = find_source(files, f.get("source_file") or rule.get("source_file"))
+            if path is not None:
+                if path not in texts:
+                    texts[path] = _decode(files[path])
+                fv["source"] = {"path": path, **excerpt(texts[path], span=rule.get("source_lines"),
+                                                         highlight=f.get("source_lines") or rule.get("source_lines"))}
+            findings.append(fv)
+        where = rule.get("source_file") or rule.get("module") or ""
+        if rule.get("source_file") and rule.get("source_lines"):
+            where += f":{rule['source_lines'][0]}"
+        views.append({
+            "anchor": anchor,
+            "name": rule.get("name", "?"),
+            "verdict": rule.get("verdict", "error"),
+            "kind": rule.get("kind", "numpy"),
+            "examples": rule.get("examples", 0),
+            "duration_s": rule.get("duration_s", 0.0),
+            "where": where,
+            "error": rule.get("error"),
+            "findings": findings,
+            "grid": _grid(rule, first_of),
+            "matrix": matrix_view(rule.get("safety_matrix")),
+            "checks_skipped": rule.get("checks_skipped") or [],
+            "history_url": rule_url.format(name=quote(str(rule.get("name", "")), safe="")),
+        })
+    return views
