@@ -1,0 +1,43 @@
+"""The JAX engine: adapters between NumPy rrules and `jax.custom_vjp`, reference derivatives, transforms.
+
+    to_custom_vjp(rrule)              NumPy rrule -> JAX function (grad, jit, vmap through pure_callback)
+    rrule_from_custom_vjp(f)          jax.custom_vjp -> NumPy rrule (fwd/bwd compiled, NumPy in and out)
+    primal_of_custom_vjp(f)           the undecorated, JAX-traceable primal of a custom_vjp
+    reference_vjp(primal, args, ct)   jax.vjp of a jax.numpy primal (GG203's reference)
+    second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
+    run_under(f, args, transform=)    value or gradient under none/jit/grad/jit_grad/vmap (GG601, GG602)
+    configure(device=), environment() float64, device placement, versions for reports
+
+Importing this package does not import JAX; the first call of any function
+above does (and enables ``jax_enable_x64``). `is_jax_differentiation_tracer`
+never imports JAX and can be registered with `engines.within_gradient` at
+any time.
+"""
+
+from engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
+from engines.jax_engine._reference import reference_vjp, second_order_vjp
+from engines.jax_engine._relay import relaying
+from engines.jax_engine._runtime import DEVICES, configure, environment
+from engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
+from engines.jax_engine._tracers import is_jax_differentiation_tracer
+from engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_under
+
+__all__ = [
+    "to_custom_vjp",
+    "AdaptedRule",
+    "rrule_from_custom_vjp",
+    "primal_of_custom_vjp",
+    "custom_vjp_parts",
+    "CustomVjpParts",
+    "reference_vjp",
+    "second_order_vjp",
+    "run_under",
+    "TRANSFORMS",
+    "cache_info",
+    "clear_cache",
+    "relaying",
+    "configure",
+    "environment",
+    "DEVICES",
+    "is_jax_differentiation_tracer",
+]

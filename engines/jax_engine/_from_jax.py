@@ -1,0 +1,152 @@
+"""A `jax.custom_vjp` as a NumPy rrule, so every check written for rrules applies to it.
+
+    rule = rrule_from_custom_vjp(f)        # f decorated with @jax.custom_vjp
+    y, pullback = rule(x)                  # NumPy in, NumPy out
+    (xbar,) = pullback(ybar)
+
+The forward runs the user's ``fwd`` (float64 enabled), keeping its residuals
+as JAX values inside the pullback's closure; the pullback runs ``bwd``. Both
+are compiled with `jax.jit` (JAX caches one compilation per argument shapes
+and dtypes); when an argument or residual cannot pass through `jit` (an
+unhashable non-differentiable argument, a residual that is not an array)
+they run eagerly instead.
+
+Whatever ``bwd`` returns is handed back converted leaf-wise to NumPy, wrong
+length or not, so the checker's contract checks (GG103, GG104) report it.
+When ``bwd`` returns one entry per differentiable argument, ``None`` is
+inserted at the ``nondiff_argnums`` positions, giving one tangent per argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from engines.errors import AdapterError
+from engines.jax_engine._runtime import load
+
+__all__ = ["rrule_from_custom_vjp", "primal_of_custom_vjp", "CustomVjpParts", "custom_vjp_parts"]
+
+
+@dataclass(frozen=True)
+class CustomVjpParts:
+    """The pieces of a `jax.custom_vjp` function, as the adapters use them."""
+
+    fun: Callable[..., Any]
+    fwd: Callable[..., Any]
+    bwd: Callable[..., Any]
+    nondiff_argnums: tuple[int, ...]
+    name: str
+
+
+def custom_vjp_parts(fn: Any) -> CustomVjpParts:
+    """Take a `jax.custom_vjp` function apart; `AdapterError` if it is not one or has no `defvjp`."""
+    jax = load()
+    if not isinstance(fn, jax.custom_vjp):
+        raise AdapterError(
+            f"Got {fn!r}, but a jax.custom_vjp-decorated function was expected "
+            "(decorate with @jax.custom_vjp and call f.defvjp(fwd, bwd))."
+        )
+    name = getattr(fn.fun, "__name__", "custom_vjp")
+    if fn.fwd is None or fn.bwd is None:
+        raise AdapterError(f"custom_vjp {name} has no rule yet: call {name}.defvjp(fwd, bwd) before checking it.")
+    return CustomVjpParts(fn.fun, fn.fwd, fn.bwd, tuple(fn.nondiff_argnums), name)
+
+
+def primal_of_custom_vjp(fn: Any) -> Callable[..., Any]:
+    """The undecorated primal of a `jax.custom_vjp` (``fn.fun``): JAX-traceable, for reference gradients."""
+    return custom_vjp_parts(fn).fun
+
+
+def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any]]]:
+    """An rrule (NumPy args -> ``(np output, pullback)``) running ``fn``'s ``fwd`` and ``bwd``."""
+    parts = custom_vjp_parts(fn)
+    jax = load()
+    nondiff = parts.nondiff_argnums
+    jit_fwd = jax.jit(parts.fwd, static_argnums=nondiff)
+    jit_bwd = jax.jit(parts.bwd, static_argnums=tuple(range(len(nondiff))))
+
+    def rule(*args: Any) -> tuple[Any, Callable[..., Any]]:
+        jargs = [a if i in nondiff else _to_jax(a) for i, a in enumerate(args)]
+        statics = tuple(args[i] for i in nondiff if i < len(args))
+        compiled = _hashable(statics)
+        try:
+            y, res = _run(jit_fwd if compiled else parts.fwd, parts.fwd, jargs)
+        except AdapterError:
+            raise
+        except Exception as exc:
+            raise AdapterError(f"the fwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}") from exc
+        y_np = _to_numpy(y)
+
+        def pullback(ybar: Any) -> Any:
+            ct = jax.tree_util.tree_map(lambda leaf: np.zeros(np.shape(leaf), np.asarray(leaf).dtype), y) if ybar is None else _tree_to_jax(ybar)
+            try:
+                out = _run(jit_bwd if compiled else parts.bwd, parts.bwd, [*statics, res, ct])
+            except Exception as exc:
+                raise AdapterError(
+                    f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}. "
+                    f"bwd must return a tuple with one cotangent per differentiable argument "
+                    f"({len(args) - len(statics)}), shaped like the argument."
+                ) from exc
+            return _with_nondiff(_to_numpy(out), nondiff, len(args))
+
+        pullback.__qualname__ = f"pullback of {parts.name}"
+        return y_np, pullback
+
+    rule.__name__ = rule.__qualname__ = parts.name
+    rule.__doc__ = f"rrule adapted from the jax.custom_vjp {parts.name}."
+    rule.custom_vjp_parts = parts  # type: ignore[attr-defined]
+    return rule
+
+
+def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any]) -> Any:
+    """Call the jitted function; on a `TypeError` (a value `jit` cannot take) run eagerly instead.
+
+    A genuine `TypeError` of the user's code is raised again by the eager run.
+    """
+    if first is eager:
+        return eager(*args)
+    try:
+        return first(*args)
+    except TypeError:
+        return eager(*args)
+
+
+def _with_nondiff(out: Any, nondiff: tuple[int, ...], nargs: int) -> Any:
+    """Insert None at the non-differentiable positions when bwd returned one entry per differentiable one."""
+    if not nondiff or not isinstance(out, (tuple, list)) or len(out) != nargs - len(nondiff):
+        return out
+    it = iter(out)
+    return tuple(None if i in nondiff else next(it) for i in range(nargs))
+
+
+def _hashable(values: tuple[Any, ...]) -> bool:
+    try:
+        hash(values)
+        return True
+    except TypeError:
+        return False
+
+
+def _to_jax(a: Any) -> Any:
+    jax = load()
+    if isinstance(a, (np.ndarray, np.generic, float, complex, int)) and not isinstance(a, bool):
+        return jax.numpy.asarray(a)
+    return a
+
+
+def _tree_to_jax(tree: Any) -> Any:
+    jax = load()
+    return jax.tree_util.tree_map(_to_jax, tree)
+
+
+def _to_numpy(tree: Any) -> Any:
+    """Leaf-wise NumPy conversion; None and non-array leaves are kept as they are."""
+    jax = load()
+
+    def leaf(x: Any) -> Any:
+        return np.asarray(x) if isinstance(x, jax.Array) else x
+
+    return jax.tree_util.tree_map(leaf, tree)

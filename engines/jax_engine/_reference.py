@@ -1,0 +1,100 @@
+"""Independent reference derivatives from JAX for primals written in `jax.numpy`.
+
+`reference_vjp` is the GG203 reference: `jax.vjp` of the primal itself (never
+of the rule under test). `second_order_vjp` is the GG204 quantity: the
+derivative of the pullback along a direction in input space, computed as JAX
+forward mode over JAX reverse mode; the checker compares it with finite
+differences of the pullback.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from engines.errors import AdapterError
+from engines.jax_engine._runtime import load
+
+__all__ = ["reference_vjp", "second_order_vjp"]
+
+
+def reference_vjp(
+    primal: Callable[..., Any], args: Sequence[Any], cotangent: Any, *, nondiff: Sequence[int] = ()
+) -> tuple[Any, ...]:
+    """Tangents ``J(args)^T cotangent`` of ``primal`` by `jax.vjp` (float64); None at ``nondiff`` positions.
+
+    Raises `AdapterError` when JAX cannot trace ``primal`` (e.g. it calls
+    NumPy on a traced value).
+    """
+    jax = load()
+    call, diff = _partial(primal, args, nondiff)
+    try:
+        out, vjp = jax.vjp(call, *[jax.numpy.asarray(args[i]) for i in diff])
+        ct = jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=o.dtype), cotangent, out)
+        grads = vjp(ct)
+    except jax.errors.JAXTypeError as exc:
+        raise _untraceable(exc) from exc
+    return _spread(grads, diff, len(args))
+
+
+def second_order_vjp(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    cotangent: Any,
+    direction: Sequence[Any],
+    *,
+    nondiff: Sequence[int] = (),
+) -> tuple[Any, ...]:
+    """``d/dt [vjp(fn at args + t*direction)(cotangent)]`` at t=0, by `jax.jvp` of `jax.vjp`.
+
+    ``fn`` is a JAX-traceable function or a `jax.custom_vjp` (then its
+    ``bwd`` is what gets differentiated). ``direction`` has one entry per
+    argument (ignored at ``nondiff`` positions). Returns one array per
+    argument, None at ``nondiff`` positions.
+    """
+    jax = load()
+    jnp = jax.numpy
+    if len(direction) != len(args):
+        raise AdapterError(f"direction has {len(direction)} entries, but there are {len(args)} arguments: give one per argument.")
+    call, diff = _partial(fn, args, nondiff)
+    primals = [jnp.asarray(args[i]) for i in diff]
+    tangents = [jnp.asarray(direction[i], dtype=p.dtype) for i, p in zip(diff, primals)]
+
+    def pulled(*xs: Any) -> Any:
+        out, vjp = jax.vjp(call, *xs)
+        ct = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent, out)
+        return vjp(ct)
+
+    try:
+        _, dgrads = jax.jvp(pulled, primals, tangents)
+    except jax.errors.JAXTypeError as exc:
+        raise _untraceable(exc) from exc
+    return _spread(dgrads, diff, len(args))
+
+
+def _partial(fn: Callable[..., Any], args: Sequence[Any], nondiff: Sequence[int]) -> tuple[Callable[..., Any], list[int]]:
+    for i in nondiff:
+        if not 0 <= i < len(args):
+            raise AdapterError(f"Got nondiff={tuple(nondiff)!r}, but there are only {len(args)} arguments.")
+    diff = [i for i in range(len(args)) if i not in nondiff]
+
+    def call(*xs: Any) -> Any:
+        full = list(args)
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return fn(*full)
+
+    return call, diff
+
+
+def _spread(grads: Sequence[Any], diff: list[int], nargs: int) -> tuple[Any, ...]:
+    by_pos = dict(zip(diff, grads))
+    return tuple(np.asarray(by_pos[i]) if i in by_pos else None for i in range(nargs))
+
+
+def _untraceable(exc: BaseException) -> AdapterError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return AdapterError(
+        f"primal is not traceable by JAX: {reason} Write it with jax.numpy (not numpy) to get a JAX reference gradient."
+    )

@@ -1,0 +1,75 @@
+"""Loading JAX lazily, float64, device selection and the environment for reports.
+
+Nothing here imports JAX at module import; :func:`load` does, once, the first
+time an engine function runs. Loading enables ``jax_enable_x64`` (gradguard
+compares gradients in float64) and registers the JAX predicate with
+`engines.within_gradient`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from engines._within import register_within_gradient
+from engines.errors import PlatformUnavailable
+from engines.jax_engine._relay import install_log_filter
+from engines.jax_engine._tracers import is_jax_differentiation_tracer
+
+__all__ = ["load", "configure", "environment", "DEVICES"]
+
+DEVICES = ("cpu", "gpu")
+
+_lock = threading.Lock()
+_loaded = False
+
+
+def load() -> Any:
+    """Import JAX (once), enable float64 and register the within-gradient predicate; return the `jax` module."""
+    global _loaded
+    import jax
+
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                jax.config.update("jax_enable_x64", True)
+                register_within_gradient(is_jax_differentiation_tracer)
+                install_log_filter()
+                _loaded = True
+    return jax
+
+
+def configure(device: str = "cpu") -> dict[str, Any]:
+    """Enable float64 and place JAX computations on ``device`` ("cpu" or "gpu"); return :func:`environment`.
+
+    Raises `PlatformUnavailable` when a GPU is asked for and JAX sees none.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"Got device={device!r}, but device must be one of {DEVICES}.")
+    jax = load()
+    try:
+        devices = jax.devices(device)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        seen = ", ".join(sorted({d.platform for d in jax.devices()})) or "none"
+        raise PlatformUnavailable(
+            f"{device.upper()} requested but JAX sees no {device.upper()} here (devices: {seen}). "
+            "Run on a GPU worker or use --device cpu."
+        )
+    jax.config.update("jax_default_device", devices[0])
+    return environment()
+
+
+def environment() -> dict[str, Any]:
+    """Versions, device and precision in force, for reports: {"jax", "jaxlib", "device", "x64"}."""
+    jax = load()
+    import jaxlib
+
+    device = jax.config.jax_default_device or jax.devices()[0]
+    return {
+        "jax": jax.__version__,
+        "jaxlib": getattr(jaxlib, "__version__", "unknown"),
+        "device": f"{device.platform} ({device.device_kind})",
+        "x64": bool(jax.config.jax_enable_x64),
+    }

@@ -1,0 +1,141 @@
+"""Run a JAX function under a transform, for the composition checks (GG601 jit, GG602 vmap).
+
+    run_under(f, (x,), transform="jit")        # f's value under jit, as NumPy
+    run_under(f, (x,), transform="jit_grad")   # its gradient under jit
+
+Transformed functions are cached per (function, transform, non-differentiable
+positions, static positions) in a bounded LRU; `jax.jit` then caches one
+compilation per argument shapes and dtypes, so a check that runs many inputs
+of one shape compiles once. Arguments that are not arrays or numbers are
+static: passed as they are, never differentiated.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from engines.errors import AdapterError
+from engines.jax_engine import _relay
+from engines.jax_engine._runtime import load
+
+__all__ = ["TRANSFORMS", "run_under", "cache_info", "clear_cache"]
+
+TRANSFORMS = ("none", "jit", "grad", "jit_grad", "vmap")
+
+_MAX_CACHED = 256
+_cache: "collections.OrderedDict[Any, Callable[..., Any]]" = collections.OrderedDict()
+_stats = {"hits": 0, "misses": 0}
+
+
+def run_under(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    transform: str,
+    cotangent: Any = None,
+    nondiff: Sequence[int] = (),
+) -> Any:
+    """``fn(*args)`` under ``transform``, returned as NumPy.
+
+    - "none", "jit": the value.
+    - "grad", "jit_grad": one tangent per argument (None at ``nondiff`` and
+      static positions) of ``vjp(fn)(cotangent)``; ``cotangent`` defaults to
+      1 for a scalar output and must be given otherwise.
+    - "vmap": the value with ``fn`` mapped over the leading axis of every
+      argument not in ``nondiff`` (compare with a per-example loop).
+
+    Errors raised by a NumPy rule inside a host callback come back as the
+    rule's own exception (e.g. `AdapterError` for a mutating rule).
+    """
+    if transform not in TRANSFORMS:
+        raise ValueError(f"Got transform={transform!r}, but transform must be one of {TRANSFORMS}.")
+    jax = load()
+    nondiff = tuple(sorted(set(nondiff)))
+    static = tuple(i for i, a in enumerate(args) if not _numeric(a))
+    args = tuple(a if i in static else jax.numpy.asarray(a) for i, a in enumerate(args))
+    call = _transformed(fn, transform, nondiff, static, len(args))
+    with _relay.relaying():
+        if transform in ("grad", "jit_grad"):
+            ct = None if cotangent is None else jax.tree_util.tree_map(jax.numpy.asarray, cotangent)
+            grads = call(*args, ct)
+            by_pos = dict(zip(_diff(nondiff, static, len(args)), grads))
+            result = tuple(by_pos.get(i) for i in range(len(args)))
+        else:
+            result = call(*args)
+        result = jax.block_until_ready(result)
+    return jax.tree_util.tree_map(np.asarray, result)
+
+
+def _transformed(
+    fn: Callable[..., Any], transform: str, nondiff: tuple[int, ...], static: tuple[int, ...], nargs: int
+) -> Callable[..., Any]:
+    """The transformed ``fn``, built once per key and kept in a bounded LRU cache."""
+    key = (fn, transform, nondiff, static, nargs)
+    if key in _cache:
+        _stats["hits"] += 1
+        _cache.move_to_end(key)
+        return _cache[key]
+    _stats["misses"] += 1
+    built = _cache[key] = _build(fn, transform, nondiff, static, nargs)
+    while len(_cache) > _MAX_CACHED:
+        _cache.popitem(last=False)
+    return built
+
+
+def _build(
+    fn: Callable[..., Any], transform: str, nondiff: tuple[int, ...], static: tuple[int, ...], nargs: int
+) -> Callable[..., Any]:
+    jax = load()
+    if transform == "none":
+        return fn
+    if transform == "jit":
+        return jax.jit(fn, static_argnums=static)
+    if transform == "vmap":
+        return jax.vmap(fn, in_axes=tuple(None if i in nondiff or i in static else 0 for i in range(nargs)))
+    diff = _diff(nondiff, static, nargs)
+
+    def grad(*args_and_ct: Any) -> tuple[Any, ...]:
+        args, ct = args_and_ct[:-1], args_and_ct[-1]
+
+        def call(*xs: Any) -> Any:
+            full = list(args)
+            for i, x in zip(diff, xs):
+                full[i] = x
+            return fn(*full)
+
+        out, pullback = jax.vjp(call, *[args[i] for i in diff])
+        if ct is None:
+            if getattr(out, "shape", None) != ():
+                raise AdapterError(
+                    f"transform={transform!r} needs cotangent= for a function whose output is not a scalar "
+                    f"(output shape: {getattr(out, 'shape', type(out).__name__)})."
+                )
+            ct = jax.numpy.ones_like(out)
+        return pullback(ct)
+
+    return grad if transform == "grad" else jax.jit(grad, static_argnums=static)
+
+
+def _diff(nondiff: tuple[int, ...], static: tuple[int, ...], nargs: int) -> list[int]:
+    return [i for i in range(nargs) if i not in nondiff and i not in static]
+
+
+def cache_info() -> dict[str, int]:
+    """Cache statistics: transformed functions held, hits, misses, and compilations `jax.jit` holds for them."""
+    compiled = sum(f._cache_size() for f in _cache.values() if hasattr(f, "_cache_size"))
+    return {"transformed": len(_cache), "hits": _stats["hits"], "misses": _stats["misses"], "compiled": compiled}
+
+
+def clear_cache() -> None:
+    """Drop the cached transformed functions (and with them their compilations)."""
+    _cache.clear()
+    _stats.update(hits=0, misses=0)
+
+
+def _numeric(a: Any) -> bool:
+    if isinstance(a, (np.ndarray, np.generic, int, float, complex)):
+        return True
+    return hasattr(a, "shape") and hasattr(a, "dtype")  # JAX arrays and tracers
