@@ -125,8 +125,9 @@ def _read_tar(fileobj: IO[bytes], collector: _Collector) -> None:
                     clean_path(member.name, collector.limits, field=field)
                     continue
                 if not member.isreg():
-                    kind = "a symbolic link" if member.issym() else "a hard link" if member.islnk() else \
-                        "a device" if member.isdev() else "not a regular file"
+                    kind = ("a symbolic link" if member.issym() else "a hard link" if member.islnk() else
+                            "a device" if member.ischr() or member.isblk() else
+                            "a fifo" if member.isfifo() else "not a regular file")
                     raise Invalid(f"{field}: member {member.name!r} is {kind}; bundles hold regular files only.",
                                   field=field, fix="Replace links with the files they point to (tar --dereference).")
                 extracted = archive.extractfile(member)
@@ -146,7 +147,7 @@ def _read_zip(fileobj: IO[bytes], collector: _Collector) -> None:
                 if info.is_dir():
                     clean_path(info.filename, collector.limits, field=field)
                     continue
-                if mode and not stat.S_ISREG(mode):
+                if stat.S_IFMT(mode) and not stat.S_ISREG(mode):
                     kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
                     raise Invalid(f"{field}: member {info.filename!r} is {kind}; bundles hold regular files only.",
                                   field=field, fix="Replace links with the files they point to (zip without -y).")
