@@ -1,0 +1,456 @@
+"""Test the tester: for each state check (GG401-GG406), a broken rule fails it with its exact message and a
+correct twin passes it, and every correct twin passes the whole default suite."""
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from checker import arrays, check, constant, rrule
+
+# -- primals -------------------------------------------------------------------------------------
+
+
+def addone_(a):
+    a += 1
+    return a.sum()
+
+
+def addone_inplace(a):
+    a += 1
+    return a
+
+
+def square(x):
+    return x * x
+
+
+def total(x):
+    return x.sum()
+
+
+def transpose(x):
+    return x.T
+
+
+def sin(x):
+    return np.sin(x)
+
+
+def masked(x, seed):
+    return x * (np.random.default_rng(seed).random(x.shape) < 0.5)
+
+
+# -- correct twins -------------------------------------------------------------------------------
+
+
+# Every twin returns None tangents for an absent cotangent (an unused output), as GG302 asks.
+
+
+@rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+def addone_declared(a):
+    y = addone_(a)
+    return y, lambda ybar: (None if ybar is None else np.full(a.shape, ybar),)
+
+
+@rrule(square, arrays(shape=(3,)))
+def square_ok(x):
+    return x * x, lambda ybar: (None if ybar is None else 2 * x * ybar,)
+
+
+@rrule(total, arrays(shape=(3,)))
+def total_ok(x):
+    return x.sum(), lambda ybar: (None if ybar is None else np.full(x.shape, ybar),)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_ok(x):
+    c = np.cos(x)  # allocated per call, owned by this pullback
+    return np.sin(x), lambda ybar: (None if ybar is None else ybar * c,)
+
+
+_WORKSPACE: dict = {}
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_private_cache(x):
+    # A scratch buffer cached across calls, written only by the forward; the pullback never reads it.
+    work = _WORKSPACE.setdefault(x.shape, np.empty(x.shape))
+    np.sin(x, out=work)
+    y = work.copy()
+    c = np.cos(x)
+    return y, lambda ybar: (None if ybar is None else ybar * c,)
+
+
+@rrule(transpose, arrays(shape=(2, 3)))
+def transpose_ok(x):
+    return x.T.copy(), lambda ybar: (None if ybar is None else ybar.T.copy(),)
+
+
+@rrule(masked, arrays(shape=(4,)), constant(7))
+def masked_ok(x, seed):
+    mask = np.random.default_rng(seed).random(x.shape) < 0.5
+    return x * mask, lambda ybar: (None if ybar is None else ybar * mask, None)
+
+
+TWINS = [addone_declared, square_ok, total_ok, sin_ok, sin_private_cache, transpose_ok, masked_ok]
+
+
+def findings(rule, check_id):
+    report = check(rule, select=[check_id], seed=0)
+    assert report.rules[0].error is None, report.rules[0].error
+    return [f for f in report.findings if f.check_id == check_id]
+
+
+@pytest.mark.parametrize("rule", TWINS, ids=lambda r: r.name)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correct_twins_pass_the_full_default_suite(rule, seed):
+    report = check(rule, seed=seed, max_examples=10)
+    assert report.rules[0].error is None, report.rules[0].error
+    assert report.findings == []
+    assert {"GG401", "GG402", "GG403", "GG404", "GG405", "GG406"} <= set(report.rules[0].checks_run)
+
+
+@pytest.mark.parametrize("rule", TWINS, ids=lambda r: r.name)
+def test_correct_twins_pass_every_state_check(rule):
+    report = check(rule, select=["GG4"], seed=3)
+    assert report.findings == []
+    assert report.rules[0].checks_run == ["GG401", "GG402", "GG403", "GG404", "GG405", "GG406"]
+
+
+# -- GG401 ---------------------------------------------------------------------------------------
+
+
+def test_gg401_undeclared_mutation():
+    @rrule(addone_, arrays(shape=(3,)))
+    def addone_undeclared(a):
+        y = addone_(a)
+        return y, lambda ybar: (np.full(a.shape, ybar),)
+
+    (f,) = findings(addone_undeclared, "GG401")
+    assert f.severity == "error"
+    assert f.message == (
+        "the forward of addone_undeclared wrote into argument 0 (a), which is not declared in mutates=: "
+        "a at [0] changed from 0 to 1."
+    )
+    assert f.location == "argument 0 (a) at [0]"
+    assert f.fix == "Declare mutates=(0,) if the primal mutates a on purpose, or copy before writing (a = a.copy())."
+    assert "a=array([0., 0., 0.])" in f.counterexample["call"]
+    assert "replay(rule, 'GG401'" in f.reproducer
+
+
+def test_gg401_names_only_the_undeclared_argument():
+    def scale_both(a, b):
+        a *= 2
+        b *= 3
+        return a.sum() + b.sum()
+
+    ones_to_twos = arrays(shape=(2,), min_value=1, max_value=2)
+
+    @rrule(scale_both, ones_to_twos, ones_to_twos, mutates=(0,))
+    def scale_both_rrule(a, b):
+        return scale_both(a, b), lambda ybar: (np.full(a.shape, 2 * ybar), np.full(b.shape, 3 * ybar))
+
+    (f,) = findings(scale_both_rrule, "GG401")
+    assert f.message == (
+        "the forward of scale_both_rrule wrote into argument 1 (b), which is not declared in mutates=: "
+        "b at [0] changed from 1 to 3."
+    )
+    assert f.fix.startswith("Declare mutates=(0, 1) if the primal mutates b on purpose")
+
+
+def test_gg401_declared_mutation_passes():
+    assert findings(addone_declared, "GG401") == []
+
+
+def test_gg401_nan_is_not_a_change():
+    @rrule(square, arrays(shape=(2,), elements=st.just(float("nan"))))
+    def nan_square(x):
+        return x * x, lambda ybar: (2 * x * ybar,)
+
+    assert findings(nan_square, "GG401") == []
+
+
+# -- GG402 ---------------------------------------------------------------------------------------
+
+
+def test_gg402_pullback_clears_its_argument():
+    @rrule(total, arrays(shape=(3,)))
+    def total_clears(x):
+        def pullback(ybar):
+            x[...] = 0  # "frees" the residual: but x is the caller's array
+            return (np.full(x.shape, ybar),)
+
+        return x.sum(), pullback
+
+    (f,) = findings(total_clears, "GG402")
+    assert re.fullmatch(
+        r"the pullback of total_clears wrote into argument 0 \(x\): x at \[\d\] changed from \S+ to 0\. "
+        r"A pullback must only read the arguments: the caller still owns x, and other pullbacks may have captured it\.",
+        f.message,
+    ), f.message
+    assert f.fix == "Compute the tangent into a new array, never in place into x (no x *= ..., no out=x)."
+    assert findings(total_ok, "GG402") == []
+
+
+def test_gg402_pullback_writes_into_the_output():
+    @rrule(square, arrays(shape=(3,), min_value=1, max_value=2))
+    def square_scales_output(x):
+        y = x * x
+
+        def pullback(ybar):
+            y[...] *= 0  # reuses the output's memory as scratch
+            return (2 * x * ybar,)
+
+        return y, pullback
+
+    (f,) = findings(square_scales_output, "GG402")
+    assert f.message == (
+        "the pullback of square_scales_output wrote into the forward's output: output at [0] changed from 1 to 0. "
+        "The output belongs to the caller, and the pullbacks of operations that consumed it may still read it."
+    )
+    assert findings(square_ok, "GG402") == []
+
+
+def test_gg402_checks_a_declared_argument_after_the_forward():
+    @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+    def addone_pullback_writes(a):
+        y = addone_(a)
+
+        def pullback(ybar):
+            a[...] -= 1  # "undoes" the mutation from inside the pullback
+            return (np.full(a.shape, ybar),)
+
+        return y, pullback
+
+    (f,) = findings(addone_pullback_writes, "GG402")
+    assert f.message.startswith(
+        "the pullback of addone_pullback_writes wrote into argument 0 (a): a at [0] changed from 1 to 0."
+    )
+    assert findings(addone_declared, "GG402") == []
+
+
+# -- GG403 ---------------------------------------------------------------------------------------
+
+
+def test_gg403_pullback_accumulates_into_a_captured_array():
+    @rrule(square, arrays(shape=(3,)))
+    def square_accumulates(x):
+        grad = np.zeros_like(x)
+
+        def pullback(ybar):
+            grad[...] += 2 * x * ybar
+            return (grad.copy(),)
+
+        return x * x, pullback
+
+    (f,) = findings(square_accumulates, "GG403")
+    assert f.message == (
+        "calling the pullback of square_accumulates twice with the same cotangent gave different tangents for "
+        "argument 0 (x) at [0]: 2 on the first call, 4 on the second. The pullback changes state it reads "
+        "(it accumulates into a captured buffer or consumes its residuals)."
+    )
+    assert f.fix.startswith("Allocate the tangent in every call")
+    assert "cotangent" in f.counterexample["draws"]
+
+
+def test_gg403_pullback_pops_its_residuals():
+    @rrule(square, arrays(shape=(3,)))
+    def square_pops(x):
+        residuals = [2 * x]
+        return x * x, lambda ybar: (residuals.pop() * ybar,)
+
+    (f,) = findings(square_pops, "GG403")
+    assert f.message == (
+        "the pullback of square_pops raised IndexError: pop from empty list on its second call with the same "
+        "cotangent, after the first call succeeded. It consumes its residuals (list.pop, next() on an iterator, "
+        "a generator) instead of reading them."
+    )
+    # GG404 needs a reentrant pullback; it steps aside instead of reporting the same crash.
+    assert findings(square_pops, "GG404") == []
+
+
+def test_gg403_pullback_returns_a_reused_buffer():
+    @rrule(square, arrays(shape=(3,)))
+    def square_returns_buffer(x):
+        g = np.empty_like(x)
+
+        def pullback(ybar):
+            np.multiply(2 * x, ybar, out=g)
+            return (g,)
+
+        return x * x, pullback
+
+    (f,) = findings(square_returns_buffer, "GG403")
+    assert re.fullmatch(
+        r"the pullback of square_returns_buffer returns a buffer it reuses: calling it again with another "
+        r"cotangent overwrote the tangent for argument 0 \(x\) returned by the first call at \[\d\] "
+        r"\(\S+ became \S+\)\. Engines hold on to earlier tangents and add to them\.",
+        f.message,
+    ), f.message
+
+
+def test_gg403_reentrant_pullback_passes():
+    assert findings(square_ok, "GG403") == []
+
+
+# -- GG404 ---------------------------------------------------------------------------------------
+
+_COS = np.empty(3)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_shared_buffer(x):
+    np.cos(x, out=_COS)  # preallocated once, shared by every call
+    return np.sin(x), lambda ybar: (ybar * _COS,)
+
+
+_OUT = np.empty(3)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_returns_buffer(x):
+    np.sin(x, out=_OUT)
+    c = np.cos(x)
+    return _OUT, lambda ybar: (ybar * c,)
+
+
+def test_gg404_preallocated_residual_buffer():
+    (f,) = findings(sin_shared_buffer, "GG404")
+    assert re.fullmatch(
+        r"the pullback of the first call of sin_shared_buffer changed after a second forward call on another "
+        r"input: the tangent for argument 0 \(x\) at \[\d\] was \S+, then \S+, for the same cotangent\. "
+        r"The rule keeps residuals in state shared across calls \(a preallocated buffer or cache\) that the "
+        r"second call overwrote\.",
+        f.message,
+    ), f.message
+    assert "second input" in f.counterexample["draws"]
+    assert f.fix == "Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure."
+    # The same rule is fine for every check that runs one forward and its own pullback.
+    assert check(sin_shared_buffer, select=["GG401", "GG402", "GG403", "GG405", "GG406"]).findings == []
+
+
+def test_gg404_output_is_a_reused_buffer():
+    (f,) = findings(sin_returns_buffer, "GG404")
+    assert re.fullmatch(
+        r"calling sin_returns_buffer on a second input overwrote the output of the first call: output at \[\d\] "
+        r"changed from \S+ to \S+\. The rule returns a preallocated buffer that every call reuses\.",
+        f.message,
+    ), f.message
+
+
+def test_gg404_per_call_allocation_and_forward_only_cache_pass():
+    assert findings(sin_ok, "GG404") == []
+    assert findings(sin_private_cache, "GG404") == []
+
+
+# -- GG405 ---------------------------------------------------------------------------------------
+
+
+def test_gg405_output_is_a_transposed_view():
+    @rrule(transpose, arrays(shape=(2, 3)))
+    def transpose_view(x):
+        return x.T, lambda ybar: (ybar.T.copy(),)
+
+    (f,) = findings(transpose_view, "GG405")
+    assert f.severity == "warning"
+    assert f.message == (
+        "the output of transpose_view is a view of argument 0 (x) (shares its memory): an in-place write to either "
+        "silently changes the other, and an engine that captured one by reference sees the other's later writes."
+    )
+    assert check(transpose_view, select=["GG4"]).passed  # a warning does not fail the rule
+
+
+def test_gg405_output_is_the_argument_itself_even_when_declared():
+    @rrule(addone_inplace, arrays(shape=(3,)), mutates=(0,))
+    def addone_returns_a(a):
+        return addone_inplace(a), lambda ybar: (ybar.copy(),)
+
+    (f,) = findings(addone_returns_a, "GG405")
+    assert f.message == (
+        "the output of addone_returns_a is argument 0 (a) itself (a is declared in mutates=, but the hazard for "
+        "engines is the same): an in-place write to either silently changes the other, and an engine that "
+        "captured one by reference sees the other's later writes."
+    )
+
+
+def test_gg405_tangent_is_the_argument_itself():
+    @rrule(square, arrays(shape=(3,)))
+    def square_tangent_alias(x):
+        def pullback(ybar):
+            return (x,)
+
+        return x * x, pullback
+
+    (f,) = findings(square_tangent_alias, "GG405")
+    assert f.message == (
+        "the tangent for argument 0 (x) returned by the pullback of square_tangent_alias is argument 0 (x) itself: "
+        "engines accumulate gradients in place (g += t), which would write into the caller's array."
+    )
+
+
+def test_gg405_copies_pass():
+    assert findings(transpose_ok, "GG405") == []
+    assert findings(addone_declared, "GG405") == []
+
+
+# -- GG406 ---------------------------------------------------------------------------------------
+
+
+def test_gg406_unseeded_rng_in_the_forward():
+    @rrule(masked, arrays(shape=(4,), min_value=1, max_value=2), constant(7))
+    def masked_unseeded(x, seed):
+        mask = np.random.default_rng().random(x.shape) < 0.5  # ignores the seed
+        return x * mask, lambda ybar: (ybar * mask, None)
+
+    (f,) = findings(masked_unseeded, "GG406")
+    m = re.fullmatch(
+        r"two forward calls of masked_unseeded on identical copies of the same input gave different outputs: "
+        r"output at \[\d\] was (\S+), then (\S+)\. The rule depends on hidden state \(an unseeded or global random "
+        r"generator, the clock\)\.",
+        f.message,
+    )
+    assert m, f.message
+    assert m.group(1) != m.group(2)
+    assert f.fix == "Make randomness an explicit argument (a seed or key, declared nondiff) instead of global state."
+
+
+def test_gg406_unseeded_rng_in_the_pullback():
+    @rrule(square, arrays(shape=(3,)))
+    def square_noisy_pullback(x):
+        return x * x, lambda ybar: (2 * x * ybar + np.random.default_rng().normal(size=x.shape),)
+
+    (f,) = findings(square_noisy_pullback, "GG406")
+    assert re.fullmatch(
+        r"the pullbacks of two forward calls of square_noisy_pullback on identical copies of the same input gave "
+        r"different tangents for the same cotangent: the tangent for argument 0 \(x\) at \[\d\] was \S+, then \S+\. "
+        r"The forward or the pullback depends on hidden state \(an unseeded or global random generator, the clock\)\.",
+        f.message,
+    ), f.message
+
+
+def test_gg406_seeded_rng_passes():
+    assert findings(masked_ok, "GG406") == []
+
+
+def test_state_catalogue_entries():
+    from checker import catalogue
+
+    entries = {c.id: c for c in catalogue() if c.family == "state"}
+    assert sorted(entries) == ["GG401", "GG402", "GG403", "GG404", "GG405", "GG406"]
+    assert entries["GG405"].severity == "warning"
+    for entry in entries.values():
+        assert entry.module == "checker.checks.state"
+        assert entry.explanation and entry.broken_example and entry.fixed_example
+
+
+def test_gg404_reproducer_replays_the_second_input(tmp_path, monkeypatch):
+    import os
+
+    (f,) = findings(sin_shared_buffer, "GG404")
+    script = tmp_path / "repro.py"
+    script.write_text(f.reproducer)
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    with pytest.raises(AssertionError, match="GG404 stale residuals"):
+        exec(compile(script.read_text(), str(script), "exec"), {"__name__": "__repro__"})
