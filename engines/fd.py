@@ -261,7 +261,8 @@ def complex_step(g: Callable, *, step: float = 1e-20) -> Derivative:
     value = np.imag(y) / h
     if not np.all(np.isfinite(value)):
         raise ValueError(f"g returned the non-finite {y!r} at t={1j * h!r}; the complex step needs g finite near 0")
-    error = _SAFETY * _eps(y) * np.abs(value)
+    # Rounding relative to the value and, for cancellation inside the chain rule, to |g| itself.
+    error = _SAFETY * _eps(y) * (np.abs(value) + np.abs(np.real(y)))
     calls = 1
     if h > 1e-8:
         half = np.imag(at(h / 2)) / (h / 2)
@@ -334,8 +335,8 @@ def directional(
 
     `directions` has one entry per argument, None for arguments that do not move.
     Every call of f gets fresh copies of its arguments, so f may mutate them. The
-    cost does not depend on the size of the arguments (2 for the base point and the
-    rounding probe, 12 for a six-level Richardson table, 1 for a complex step).
+    cost does not depend on the size of the arguments (1 for the base point, 2 for
+    the rounding probes, 12 for a six-level Richardson table, 1 for a complex step).
     `complex_step`: "auto" also tries the complex step when every moving argument
     is real and f maps complex input to complex output, and keeps it only when it
     agrees with the Richardson value within that value's error; True uses only the
@@ -400,25 +401,28 @@ def directional(
 def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequence, directions: Sequence, h: float) -> Any:
     """About |sum_i dg/dx_i x_i s_i| for random signs s: how much rounding the inputs moves g.
 
-    Rounding a probe point perturbs each x_i by ~eps |x_i|. One difference along
-    w = x * s, rescaled to the size of the directions (so it moves no further than
-    the main probes, max_step included), prices that at the cost of one evaluation.
+    Rounding a probe point perturbs each x_i by ~eps |x_i| with unknown signs. Differences
+    along w = x * s for two sign patterns (the larger one, so that one unlucky
+    cancellation does not hide the scale), rescaled to the size of the directions so
+    they move no further than the main probes, price that at two evaluations.
     """
-    rng = np.random.default_rng(0)
     moving = [(np.asarray(a), np.asarray(v)) for a, v in zip(args, directions) if v is not None]
     reach = max(float(np.max(np.abs(a), initial=0.0)) for a, _ in moving)
     size = max(float(np.max(np.abs(v), initial=0.0)) for _, v in moving)
     if reach == 0 or size == 0:
         return 0.0
-    along = [None if v is None else np.asarray(a) * rng.choice([-1.0, 1.0], size=np.shape(a)) * (size / reach) for a, v in zip(args, directions)]
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            moved, _ = contract(call(h, along))
-        scale = np.abs(moved - contract(base)[0]) / h * (reach / size)
-    except Exception:
-        return 0.0  # e.g. the probe left the domain; the table's spread still sees the noise
-    return np.where(np.isfinite(scale), scale, 0.0)
+    rng, scale = np.random.default_rng(0), 0.0
+    for _ in range(2):
+        along = [None if v is None else a * rng.choice([-1.0, 1.0], size=np.shape(a)) * (size / reach) for a, v in zip(args, directions)]
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                moved, _ = contract(call(h, along))
+        except Exception:
+            continue  # e.g. the probe left the domain; the table's spread still sees the noise
+        slope = np.abs(moved - contract(base)[0]) / h * (reach / size)
+        scale = np.maximum(scale, np.where(np.isfinite(slope), slope, 0.0))
+    return scale
 
 
 def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], *, forced: bool) -> tuple:
@@ -441,7 +445,7 @@ def _complex_directional(call: Callable, contract: Callable, args: Sequence, mov
     if not any(np.iscomplexobj(leaf) for leaf in _leaves(out)):
         impossible("f returned real output for complex input, so it dropped the imaginary part")
     value, noise = contract(_tree_map(np.imag, out))
-    value, noise = np.asarray(value) / h, np.asarray(noise) / h
+    value, noise = np.asarray(value) / h, np.asarray(noise) / h + contract(_tree_map(np.real, out))[1]
     if not np.all(np.isfinite(value)):
         impossible("the complex step gave a non-finite value")
     return value, float(np.max(_SAFETY * noise, initial=0.0))
