@@ -1,33 +1,210 @@
-"""The program that runs inside the sandbox: check one bundle, write the report.
+"""The program that runs inside the sandbox: isolate, check one bundle, write the report.
 
-    python -m service._sandbox_main BUNDLE --report-fd 3 [--select GG1 ...] [--seed 0]
+    python -s -P -B _sandbox_main.py --plan JSON --report-fd 3 BUNDLE [--select GG1 ...] [--seed 0]
 
-It imports :mod:`checker`, calls ``checker.check(bundle, ...)`` and writes the
-report's JSON to the file descriptor the parent gave it (a pipe the parent
-reads with a size cap). Everything else it prints goes to stdout/stderr, which
-the parent also caps. Exit status: 0 when a report was written, 3 when the
-checker itself failed (the traceback is on stderr).
+:mod:`service.sandbox` starts it as a script (not ``-m service...``), so the
+service's own package is never importable in here: only ``checker`` and
+``engines`` are on the path. It imports the standard library alone until the
+plan is applied, then imports :mod:`checker`, calls ``checker.check(bundle,
+...)`` and writes the report's JSON to the file descriptor the parent gave it
+(a pipe the parent reads with a size cap).
 
-This module imports only the standard library at the top: it must start fast
-and must not pull in anything of the service (database, settings, secrets).
+The plan (JSON) says what is left to do in here:
+
+- ``isolate`` (namespaces level only; bubblewrap does this itself): unshare
+  the mount, network, IPC, UTS and PID namespaces, build a new root on a
+  tmpfs from read-only binds, ``pivot_root`` into it and fork the PID
+  namespace's first process, which runs the rest.
+- ``uid``/``gid``: when started as root, drop to this unprivileged id (one per
+  run, so the kernel's RLIMIT_NPROC counts this run's processes alone).
+- ``cwd``.
+
+Exit status: 0 a report was written, 3 the checker itself failed (traceback
+on stderr), 4 the isolation could not be set up, 128+N the checker was
+killed by signal N (namespaces level, like bubblewrap).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import os
+import signal
 import sys
 import traceback
 
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # system call numbers
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _sys(name: str, *args: object) -> None:
+    if getattr(_libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}{args!r}: {os.strerror(err)}")
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _sys("mount", enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data))
+
+
+def _locked_flags(path: str) -> int:
+    """Flags a bind of ``path`` must keep when remounted (the kernel locks them in a user namespace)."""
+    f = os.statvfs(path).f_flag
+    return (MS_NOEXEC if f & os.ST_NOEXEC else 0) | (MS_NOSUID if f & os.ST_NOSUID else 0) | (
+        MS_NODEV if f & os.ST_NODEV else 0
+    )
+
+
+def _bind(src: str, root: str, dst: str, *, writable: bool = False) -> None:
+    target = root + dst
+    if os.path.isdir(src):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _mount(src, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | _locked_flags(src)
+    if not writable:
+        flags |= MS_RDONLY | MS_NODEV
+    _mount(None, target, None, flags)
+
+
+def _isolate(spec: dict) -> None:
+    """Namespaces level: what bubblewrap would do, done with a few system calls."""
+    rootless = os.geteuid() != 0
+    uid, gid = os.geteuid(), os.getegid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+    _sys("unshare", flags | (CLONE_NEWUSER if rootless else 0))
+    if rootless:  # be root inside the new user namespace, nobody more outside
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"0 {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"0 {gid} 1")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = spec["root"]
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for src, dst in spec["binds"]:
+        _bind(src, root, dst)
+    for dev in spec["devices"]:
+        _bind(dev, root, dev, writable=True)
+    if spec.get("sys"):
+        _bind("/sys", root, "/sys")  # the GPU driver reads its topology there
+    for target, dst in spec["symlinks"]:
+        os.symlink(target, root + dst)
+    for d in ("/proc", "/tmp", "/dev/shm"):
+        os.makedirs(root + d, exist_ok=True)
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={spec['tmpfs_mb']}m")
+    os.makedirs(root + "/.oldroot")
+    _sys("syscall", ctypes.c_long(_PIVOT_ROOT[os.uname().machine]), root.encode(), (root + "/.oldroot").encode())
+    os.chdir("/")
+    _sys("umount2", b"/.oldroot", 2)
+    os.rmdir("/.oldroot")
+    _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _sys("sethostname", b"sandbox", 7)
+
+
+def _become_pid1(report_fd: int) -> None:
+    """Fork the PID namespace's first process; this one waits and passes its status on."""
+    pid = os.fork()
+    if pid == 0:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        return
+    os.close(report_fd)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, signal.SIGKILL))
+    _, status = os.waitpid(pid, 0)
+    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+
+
+def _drop(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # setuid cleared it; /proc/self must stay ours
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def _loopback_down() -> None:
+    """bubblewrap brings up ``lo`` in the new network namespace: remove its address and take it down.
+
+    Down alone is not enough: 127.0.0.1 stays a local address and a connect
+    waits for its timeout instead of failing at once.
+    """
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, siocsifaddr = 0x8913, 0x8914, 0x8916
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, struct.pack("16sH14x", b"lo", 0))[:18])[1]
+        fcntl.ioctl(s, siocsifaddr, struct.pack("16sH2s4s8x", b"lo", socket.AF_INET, b"", bytes(4)))
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags & ~0x1))  # IFF_UP
+
+
+def apply_plan(plan: dict, report_fd: int) -> None:
+    if plan.get("isolate"):
+        _isolate(plan["isolate"])
+        _become_pid1(report_fd)
+        sys.path_importer_cache.clear()  # the new root has folders the old one lacked
+    if plan.get("loopback_down"):
+        _loopback_down()
+    if plan.get("uid") is not None and os.geteuid() == 0:
+        _drop(plan["uid"], plan["gid"])
+    os.umask(0o077)
+    if plan.get("cwd"):
+        os.chdir(plan["cwd"])
+
+
+def probe(port: int) -> dict:
+    """What the isolation in force actually prevents; the parent uses it to pick the level."""
+    import socket
+
+    facts: dict[str, object] = {"uid": os.getuid()}
+    try:  # the parent listens there
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            facts["host_loopback"] = True
+    except OSError:
+        facts["host_loopback"] = False
+    try:
+        with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), "probe"), "w") as f:
+            f.write("x")
+        facts["tmp_writable"] = True
+    except OSError:
+        facts["tmp_writable"] = False
+    facts["root_writable"] = os.access("/", os.W_OK)
+    import checker  # noqa: F401 - the installation must be visible
+
+    facts["checker"] = True
+    return facts
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="service._sandbox_main")
+    parser = argparse.ArgumentParser(prog="_sandbox_main")
     parser.add_argument("bundle")
+    parser.add_argument("--plan", default="{}")
     parser.add_argument("--report-fd", type=int, required=True)
+    parser.add_argument("--origin", default=None, help="the bundle's path outside (a label for ps)")
     parser.add_argument("--select", action="append", default=None)
     parser.add_argument("--ignore", action="append", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None)
+    parser.add_argument("--probe", type=int, default=None, metavar="PORT")
     return parser.parse_args(argv)
 
 
@@ -49,18 +226,24 @@ def _check(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
-    # The report channel must not leak into anything the rules start.
-    os.set_inheritable(args.report_fd, False)
+    os.set_inheritable(args.report_fd, False)  # nothing a rule execs gets the report channel
     try:
-        text = _check(args)
-    except BaseException:  # noqa: BLE001 - the parent reports the last line
+        apply_plan(json.loads(args.plan), args.report_fd)
+    except Exception:  # noqa: BLE001
         traceback.print_exc()
-        sys.stderr.flush()
+        return 4
+    me = os.getpid()
+    try:
+        text = json.dumps(probe(args.probe)) if args.probe is not None else _check(args)
+    except BaseException:  # noqa: BLE001 - the parent reports the last line
+        if os.getpid() != me:  # a process a rule forked: it has no report to give
+            os._exit(0)
+        traceback.print_exc()
         return 3
-    data = text.encode()
+    if os.getpid() != me:
+        os._exit(0)
     with os.fdopen(args.report_fd, "wb", closefd=True) as out:
-        out.write(data)
-    sys.stdout.flush()
+        out.write(text.encode())
     return 0
 
 

@@ -1,0 +1,169 @@
+"""Run the checker on a stranger's bundle in a separate, isolated, limited process.
+
+    outcome = run_check(bundle_dir, select=["GG2"], limits=Limits(wall_s=60))
+    if outcome.ok: store(outcome.report)            # report["environment"]["sandbox"] == outcome.level
+    else: fail_run(outcome.reason, outcome.stderr_tail)   # "exceeded 60 s wall time"
+
+Levels, strongest first; :func:`sandbox_level` picks one once per process by
+actually starting a sandbox and checking what it prevents:
+
+==============  ===========================================================
+``bubblewrap``  ``bwrap``: new mount, PID, network, IPC and UTS namespaces;
+                a read-only view of the installation, a private tmpfs, no
+                network at all (not even loopback), plus everything below.
+``namespaces``  the same view built by the entry program itself (unshare,
+                bind mounts, pivot_root) where bwrap is missing.
+``rlimits``     a child process with the limits below, a clean environment
+                and a private temp folder; the host's file system stays
+                visible (read-only only as far as the uid allows). Weak.
+==============  ===========================================================
+
+At every level: the environment is built from nothing (no database URL, no
+token, nothing of the parent's), the bundle is a private read-only copy,
+rlimits bound CPU time (RLIMIT_CPU), memory (RLIMIT_AS on the CPU,
+RLIMIT_DATA on a GPU, where CUDA reserves terabytes of address space), open
+files (RLIMIT_NOFILE), file size (RLIMIT_FSIZE) and core dumps; the parent
+bounds wall time and output. Processes: when the service runs as root, each
+run gets a fresh unprivileged uid, so RLIMIT_NPROC counts that run's
+processes and threads alone, and cleanup kills every process of that uid;
+without root, bwrap's user namespace gives the run its own count. Memory is
+per process: ``processes`` x ``memory_mb`` bounds the total.
+
+``GRADGUARD_SANDBOX_LEVEL=namespaces|rlimits`` forces a weaker level (tests,
+or a host where the stronger one misbehaves); a level that does not work
+here is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import socket
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Limits", "SandboxOutcome", "run_check", "sandbox_level", "LEVELS"]
+
+LEVELS = ("bubblewrap", "namespaces", "rlimits")
+_STDERR_TAIL = 4096
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 60
+    cpu_s: float = 60
+    memory_mb: int = 2048
+    processes: int = 64  # processes and threads (Linux tasks) of the run
+    open_files: int = 256
+    output_bytes: int = 5 * 2**20  # stdout+stderr together; the report separately
+    tmpfs_mb: int = 64
+
+    def __post_init__(self) -> None:
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"Got {name}={value!r}, but {name} must be a positive number.")
+
+
+@dataclass
+class SandboxOutcome:
+    ok: bool  # the checker ran to completion and produced a report
+    report: dict | None  # schema "gradguard.report/1"; environment["sandbox"] = level
+    level: str  # "bubblewrap" | "namespaces" | "rlimits"
+    reason: str | None  # when not ok: "exceeded 60 s wall time", "checker crashed: <last line>", ...
+    duration_s: float
+    returncode: int | None
+    stderr_tail: str  # last few KB of stderr
+
+
+@functools.lru_cache(maxsize=None)
+def sandbox_level() -> str:
+    """The strongest level that works on this machine (detected once, by trying)."""
+    forced = os.environ.get("GRADGUARD_SANDBOX_LEVEL", "").strip().lower()
+    if forced and forced not in LEVELS:
+        raise ValueError(f"Got GRADGUARD_SANDBOX_LEVEL={forced!r}, but it must be one of {', '.join(LEVELS)}.")
+    candidates = LEVELS[LEVELS.index(forced) :] if forced else LEVELS
+    for level in candidates[:-1]:
+        problem = _probe(level)
+        if problem is None:
+            return level
+        if forced == level:
+            warnings.warn(f"GRADGUARD_SANDBOX_LEVEL={level} does not work here ({problem}); using a weaker level.")
+    return "rlimits"
+
+
+_BWRAP_SIZE_FLAG = True  # bubblewrap older than 0.7 lacks --size; the probe finds out
+
+
+def _probe(level: str) -> str | None:
+    """Start a real sandbox at ``level``; None when it isolates as promised, else what went wrong."""
+    global _BWRAP_SIZE_FLAG
+    from service.sandbox import _run
+
+    if level == "bubblewrap" and shutil.which("bwrap") is None:
+        return "bwrap is not installed"
+    limits = Limits(wall_s=30, cpu_s=30, memory_mb=1024, output_bytes=2**16)
+    with tempfile.TemporaryDirectory(prefix="gradguard-probe-") as empty, socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        probe = ["--probe", str(server.getsockname()[1])]
+        for size_flag in (True, False) if level == "bubblewrap" else (True,):
+            try:
+                raw = _run.execute(level, Path(empty), probe, limits, "cpu", size_flag=size_flag)
+            except OSError as e:
+                return str(e)
+            if raw.returncode == 0:
+                _BWRAP_SIZE_FLAG = size_flag
+                break
+        else:
+            return f"exit status {raw.returncode}: {raw.stderr.decode(errors='replace').strip()[-300:]}"
+    import json
+
+    facts = json.loads(raw.report)
+    if facts.get("host_loopback") or not facts.get("tmp_writable") or facts.get("root_writable"):
+        return f"isolation incomplete: {facts}"
+    return None
+
+
+def run_check(
+    bundle_dir: Path,
+    *,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    seed: int = 0,
+    max_examples: int | None = None,
+    device: str = "cpu",
+    limits: Limits = Limits(),
+) -> SandboxOutcome:
+    """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do."""
+    from service.sandbox import _judge, _run
+
+    bundle = Path(bundle_dir).resolve()
+    if not bundle.is_dir():
+        raise ValueError(f"Got bundle_dir={str(bundle_dir)!r}, but it must be an existing folder.")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"Got device={device!r}, but device must be 'cpu' or 'gpu'.")
+    level = sandbox_level()
+    args = ["--seed", str(int(seed))]
+    for check_id in select or []:
+        args += ["--select", str(check_id)]
+    for check_id in ignore or []:
+        args += ["--ignore", str(check_id)]
+    if max_examples is not None:
+        args += ["--max-examples", str(int(max_examples))]
+    start = time.monotonic()
+    raw = _run.execute(level, bundle, args, limits, device, size_flag=_BWRAP_SIZE_FLAG)
+    report, reason = _judge.judge(raw, limits, level)
+    return SandboxOutcome(
+        ok=reason is None,
+        report=report,
+        level=level,
+        reason=reason,
+        duration_s=time.monotonic() - start,
+        returncode=raw.returncode,
+        stderr_tail=raw.stderr[-_STDERR_TAIL:].decode(errors="replace"),
+    )

@@ -1,0 +1,266 @@
+"""Start the entry program at a given level, watch it, and always clean up.
+
+One loop reads stdout, stderr and the report pipe together (each capped),
+enforces the wall-time limit and kills the whole run when something is
+exceeded: the bubblewrap process (its PID namespace dies with it), the
+process group, and, when the run had its own uid, every process of that uid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.sandbox import _layout
+
+_TAIL = 8192
+_RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
+
+
+@dataclass
+class Raw:
+    """What happened, before it is judged: see :func:`service.sandbox._judge.outcome`."""
+
+    limit_hit: str | None  # "wall" | "output" | "report"
+    returncode: int | None
+    signal: int | None  # the signal that ended the checker, as far as we can tell
+    cpu_s: float
+    stderr: bytes  # the tail
+    report: bytes
+    duration_s: float
+
+
+def run_ids() -> tuple[int, int] | None:
+    """A fresh unprivileged uid/gid for one run, when we are root and the id is mapped here."""
+    if os.geteuid() != 0:
+        return None
+    ids = []
+    for name in ("uid_map", "gid_map"):
+        try:
+            rows = [tuple(map(int, line.split())) for line in Path(f"/proc/self/{name}").read_text().splitlines()]
+        except OSError:
+            rows = [(0, 0, 2**32 - 1)]
+        first, count = _RUN_UIDS
+        n = random.randrange(count)
+        ok = [r for r in rows if r[0] <= first and first + count <= r[0] + r[2]]
+        if ok:
+            ids.append(first + n)
+            continue
+        big = max(rows, key=lambda r: r[2])  # a container with a narrow map: its upper half
+        if big[2] < 2048:
+            return None
+        ids.append(big[0] + big[2] // 2 + n % (big[2] // 2 - 1))
+    return ids[0], ids[1]
+
+
+def env(device: str, *, pythonpath: str, tmp: str) -> dict[str, str]:
+    """The run's whole environment, built from nothing: no secret of the parent's can leak."""
+    out = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": tmp,
+        "TMPDIR": tmp,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": pythonpath,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONHASHSEED": "0",
+        "PYTHONUNBUFFERED": "1",
+        "GRADGUARD_DEVICE": device,
+        "JAX_PLATFORMS": "cpu" if device == "cpu" else "cuda",
+    }
+    if os.environ.get("XLA_FLAGS"):
+        out["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+    return out
+
+
+def _preexec(limits, device: str):
+    cpu = max(1, int(-(-limits.cpu_s // 1)))
+    mem = limits.memory_mb * 2**20
+    # RLIMIT_AS also counts address space that is only reserved; JAX on the CPU
+    # lives within 2 GB of it, but CUDA reserves terabytes, so GPU runs limit the
+    # data segment (heap and anonymous mappings) instead.
+    mem_kind = resource.RLIMIT_AS if device == "cpu" else resource.RLIMIT_DATA
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(mem_kind, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.tmpfs_mb * 2**20, limits.tmpfs_mb * 2**20))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+def command(level: str, stage: _layout.Stage, main_args: list[str], limits, device: str, *, size_flag=True):
+    """(argv, environment, cwd) for the entry program at ``level``."""
+    plan: dict = {"uid": stage.uid, "gid": stage.gid}
+    python = [sys.executable, "-s", "-P", "-B"]
+    if level == "bubblewrap":
+        argv = _layout.bwrap_argv(stage, device, limits.tmpfs_mb, size_flag=size_flag) + python + [_layout.MAIN]
+        plan["cwd"] = _layout.BUNDLE
+        plan["loopback_down"] = os.geteuid() == 0
+        return argv + ["--plan", json.dumps(plan), _layout.BUNDLE] + main_args, env(
+            device, pythonpath=_layout.LIB, tmp=_layout.TMP
+        ), None
+    if level == "namespaces":
+        plan["isolate"] = _layout.namespaces_spec(stage, device, limits.tmpfs_mb)
+        plan["cwd"] = _layout.BUNDLE
+        argv = python + [_layout.main_script(), "--plan", json.dumps(plan), _layout.BUNDLE] + main_args
+        return argv, env(device, pythonpath=_layout.LIB, tmp=_layout.TMP), None
+    # rlimits: the host's file system, a private (but not size-limited) temp folder
+    tmp = stage.root / "tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    if stage.uid is not None:
+        os.chown(tmp, stage.uid, stage.gid)
+    plan["cwd"] = str(stage.bundle)
+    argv = python + [_layout.main_script(), "--plan", json.dumps(plan), str(stage.bundle)] + main_args
+    return argv, env(device, pythonpath=str(stage.lib), tmp=str(tmp)), str(stage.bundle)
+
+
+def execute(level: str, bundle: Path, main_args: list[str], limits, device: str, *, size_flag=True) -> Raw:
+    start = time.monotonic()
+    ids = run_ids() if level != "rlimits" or _layout_readable() else None
+    with tempfile.TemporaryDirectory(prefix="gradguard-run-") as root:
+        stage = _layout.Stage(Path(root), *(ids or (None, None)))
+        stage.copy_bundle(bundle)
+        report_r, report_w = os.pipe()
+        args = ["--report-fd", str(report_w), "--origin", str(bundle), *main_args]
+        argv, environment, cwd = command(level, stage, args, limits, device, size_flag=size_flag)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                env=environment,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(report_w,),
+                start_new_session=True,
+                preexec_fn=_preexec(limits, device),
+            )
+        finally:
+            os.close(report_w)
+        try:
+            limit_hit, out, err, report = _pump(proc, report_r, limits, start)
+        finally:
+            _kill(proc)
+            status, usage = _reap(proc)
+            if stage.uid is not None:
+                sweep(stage.uid, stage.gid)
+            os.close(report_r)
+    code, sig = _decode(status, wrapped=level != "rlimits")
+    return Raw(limit_hit, code, sig, usage, err, report, time.monotonic() - start)
+
+
+def _layout_readable() -> bool:
+    """rlimits level as root: can a fresh uid read the installation through the host's folders?"""
+    paths = [*_layout.installation(), *_layout.packages().values(), _layout.main_script()]
+    for p in paths:
+        parts = Path(p).parts
+        for i in range(1, len(parts) + 1):
+            mode = os.stat(os.path.join(*parts[:i])).st_mode
+            if not mode & 0o001:
+                return False
+    return True
+
+
+def _pump(proc: subprocess.Popen, report_r: int, limits, start: float):
+    sel = selectors.DefaultSelector()
+    bufs = {"out": bytearray(), "err": bytearray(), "report": bytearray()}
+    for name, fd in (("out", proc.stdout.fileno()), ("err", proc.stderr.fileno()), ("report", report_r)):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, name)
+    deadline = start + limits.wall_s
+    printed = 0
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return "wall", bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
+            if not sel.get_map():
+                if _reap(proc, block=False) is not None:
+                    break
+                time.sleep(min(0.01, deadline - now))
+                continue
+            for key, _ in sel.select(timeout=min(0.25, deadline - now)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                buf = bufs[key.data]
+                buf += chunk
+                if key.data == "report":
+                    if len(buf) > limits.output_bytes:
+                        return "report", bytes(bufs["out"]), bytes(bufs["err"]), b""
+                    continue
+                printed += len(chunk)
+                del buf[:-_TAIL]
+                if printed > limits.output_bytes:
+                    return "output", bytes(bufs["out"]), bytes(bufs["err"]), b""
+        return None, bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
+    finally:
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap(proc: subprocess.Popen, *, block: bool = True) -> tuple[int, float] | None:
+    """(wait status, CPU seconds of the run and the descendants it waited for); None if still running."""
+    done = getattr(proc, "_sandbox_reaped", None)
+    if done is None:
+        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
+        if pid == 0:
+            return None
+        done = proc._sandbox_reaped = (status, usage.ru_utime + usage.ru_stime)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return done
+
+
+def _decode(status: int, *, wrapped: bool) -> tuple[int, int | None]:
+    """(returncode, signal): bubblewrap and our PID-1 pass a killed child on as 128+N."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status), os.WTERMSIG(status)
+    code = os.WEXITSTATUS(status)
+    if wrapped and code > 128:
+        return code, code - 128
+    return code, None
+
+
+def sweep(uid: int, gid: int) -> None:
+    """Kill every process of the run's uid (what a double fork might have left), until none is left."""
+    for _ in range(50):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child only makes system calls
+            try:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)  # all processes of this uid but the caller
+                os._exit(1)
+            except ProcessLookupError:
+                os._exit(0)
+            except BaseException:  # noqa: BLE001
+                os._exit(2)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 1:
+            return
+        time.sleep(0.01)

@@ -1,0 +1,14 @@
+"""A correct rule: the sandbox must run it to a passing report."""
+
+import numpy as np
+
+from checker import arrays, rrule
+
+
+def scale(x):
+    return 3.0 * x
+
+
+@rrule(scale, arrays(shape=(3,)))
+def scale_rrule(x):
+    return scale(x), lambda ybar: (3.0 * ybar,)

@@ -1,0 +1,187 @@
+"""Hostile submissions, each contained and reported: the sandbox's reason to exist.
+
+Every module under ``hostile/`` runs through ``run_check`` with small limits.
+Observers (secrets, network, writes) run at each isolation level that works
+here; attacks on limits run at the level this machine uses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import service.sandbox as sandbox
+from service.sandbox import Limits, run_check
+
+HOSTILE = Path(__file__).parent / "hostile"
+QUICK = Limits(wall_s=5, cpu_s=5, memory_mb=1536, processes=48, output_bytes=2**20, tmpfs_mb=16)
+ISOLATING = [lvl for lvl in ("bubblewrap", "namespaces") if sandbox._probe(lvl) is None]
+SECRETS = {
+    "GRADGUARD_DATABASE_URL": "postgresql://gradguard:hunter2-db@127.0.0.1/gradguard",
+    "GRADGUARD_ADMIN_TOKEN": "gga_hunter2_admin",
+    "AWS_SECRET_ACCESS_KEY": "hunter2-aws",
+}
+ALLOWED_ENV = {"PATH", "PWD", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS"}
+
+
+def bundle_of(tmp_path: Path, name: str, **params) -> Path:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy(HOSTILE / f"{name}.py", bundle / f"{name}.py")
+    (bundle / "params.json").write_text(json.dumps(params))
+    return bundle
+
+
+def facts(outcome) -> dict:
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    line = next(line for line in outcome.stderr_tail.splitlines() if line.startswith("GG-FACTS "))
+    return json.loads(line.removeprefix("GG-FACTS "))
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))}
+
+
+def strays(bundle: Path) -> list[str]:
+    """Processes still running from this bundle's run (the entry program carries --origin BUNDLE)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(bundle).encode() in cmdline:
+                out.append(f"{entry.name}: {b' '.join(cmdline)[:200]!r}")
+    return out
+
+
+@pytest.fixture(params=ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolating level here"))])
+def level(request, monkeypatch):
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: request.param)
+    return request.param
+
+
+def test_secrets_are_out_of_reach(tmp_path, monkeypatch, level):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    db = tmp_path / "service" / "gradguard.sqlite3"  # where the service keeps its data, outside any bind
+    db.parent.mkdir()
+    db.write_text("SQLite format 3 hunter2-row")
+    config = tmp_path / "service" / ".env"
+    config.write_text("GRADGUARD_ADMIN_TOKEN=gga_hunter2_admin\n")
+    source = Path(sandbox.__file__)  # the service's own code: not part of the sandbox's view
+    bundle = bundle_of(tmp_path, "reads_secrets", paths=[str(db), str(config), str(source)])
+    outcome = run_check(bundle, limits=QUICK, max_examples=5)
+    seen = facts(outcome)
+    assert outcome.report["environment"]["sandbox"] == level
+    assert set(seen["env"]) - ALLOWED_ENV <= {k for k in seen["env"] if k.startswith("PYTHON")}
+    blob = json.dumps(seen)
+    assert "hunter2" not in blob
+    for path, text in seen["files"].items():
+        assert text.startswith(("FileNotFoundError", "PermissionError")), (path, text)
+    assert seen["uid"] != 0
+
+
+def test_no_network_not_even_loopback(tmp_path, level):
+    accepted = []
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        stop = threading.Event()
+
+        def serve():
+            while not stop.is_set():
+                try:
+                    accepted.append(server.accept()[0].recv(100))
+                except OSError:
+                    pass
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        bundle = bundle_of(tmp_path, "opens_socket", port=server.getsockname()[1])
+        outcome = run_check(bundle, limits=QUICK, max_examples=5)
+        stop.set()
+        thread.join()
+    seen = facts(outcome)
+    assert accepted == []
+    assert "Network is unreachable" in seen["loopback"] or "Connection refused" in seen["loopback"]
+    if os.geteuid() == 0:  # we can take the namespace's loopback down: no network at all
+        assert "Network is unreachable" in seen["loopback"]
+    assert "connected" not in (seen["outside"], seen["loopback"])
+    assert "gaierror" in seen["dns"] or "Error" in seen["dns"]
+
+
+def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(tmp_path, level):
+    bundle = bundle_of(tmp_path, "writes_outside")
+    before = digest(bundle)
+    outcome = run_check(bundle, limits=QUICK, max_examples=5)
+    seen = facts(outcome)
+    assert seen.pop("tmpdir") == "written" and seen.pop("home") == "written"
+    for where, result in seen.items():
+        assert result.startswith(("OSError", "PermissionError", "FileNotFoundError")), (where, result)
+        assert "Read-only file system" in result or "Permission denied" in result or "No such file" in result
+    assert digest(bundle) == before
+    assert not (Path(sandbox.__file__).parent.parent.parent / "checker" / "pwned.py").exists()
+
+
+def test_fork_bomb_is_contained_and_leaves_no_process(tmp_path):
+    bundle = bundle_of(tmp_path, "forks_without_bound")
+    outcome = run_check(bundle, limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason in ("exceeded 48 processes", "exceeded 5 s wall time"), outcome
+    if sandbox_level_enforces_processes():
+        assert outcome.reason == "exceeded 48 processes"
+    time.sleep(0.2)
+    assert strays(bundle) == []
+
+
+def sandbox_level_enforces_processes() -> bool:
+    return os.geteuid() == 0 or sandbox.sandbox_level() != "rlimits"
+
+
+def test_50_gb_allocation_fails_fast_as_memory_limit(tmp_path):
+    bundle = bundle_of(tmp_path, "allocates_50gb")
+    outcome = run_check(bundle, limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 1536 MB memory"
+    assert outcome.duration_s < 4
+    assert outcome.report is not None  # the checker recorded the MemoryError as a load error
+
+
+def test_cpu_loop_ends_at_the_cpu_limit(tmp_path):
+    bundle = bundle_of(tmp_path, "loops_forever")
+    outcome = run_check(bundle, limits=Limits(wall_s=10, cpu_s=2))
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 2 s CPU time"
+    assert outcome.duration_s < 6
+    assert strays(bundle) == []
+
+
+def test_sleeping_forever_ends_at_the_wall_limit(tmp_path):
+    bundle = bundle_of(tmp_path, "sleeps_forever")
+    outcome = run_check(bundle, limits=Limits(wall_s=3, cpu_s=30))
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 3 s wall time"
+    assert 3 <= outcome.duration_s < 4.5
+    assert outcome.report is None and outcome.returncode is not None
+    assert strays(bundle) == []
+
+
+def test_printing_1_gb_is_cut_at_the_output_cap(tmp_path):
+    bundle = bundle_of(tmp_path, "prints_1gb")
+    outcome = run_check(bundle, limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 1 MB output"
+    assert outcome.duration_s < 4
+    assert len(outcome.stderr_tail) <= 4096
+    assert strays(bundle) == []
