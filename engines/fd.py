@@ -35,6 +35,7 @@ _SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
 _SHRINKS = 4  # times the step is divided by 8 when g fails at a probe point
 _EPS64 = float(np.finfo(np.float64).eps)
 _LEVELS = 6  # Richardson levels of `directional`: deep enough to reach the asymptotic regime
+_CS_STEP = 1e-20  # imaginary step of the complex step in `directional`
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def _moved(a: Any, v: Any, t: complex) -> Any:
     return point[()] if isinstance(a, np.generic) else point.item()
 
 
-def _check_directional(args: Any, directions: Any, cotangent: Any, max_step: Any, complex_step: Any) -> list[int]:
+def _check_directional(args: Any, directions: Any, max_step: Any, complex_step: Any) -> list[int]:
     for name, value in (("args", args), ("directions", directions)):
         if not isinstance(value, (tuple, list)):
             raise TypeError(f"Got {name}={value!r}, but {name} must be a tuple or list (one entry per argument of f)")
@@ -312,7 +313,7 @@ def _check_directional(args: Any, directions: Any, cotangent: Any, max_step: Any
     for i in moving:
         a, v = np.asarray(args[i]), np.asarray(directions[i])
         if not np.issubdtype(a.dtype, np.inexact):
-            raise ValueError(f"Got args[{i}] of dtype {a.dtype}, which cannot move; pass None as its direction")
+            raise ValueError(f"Got args[{i}] of dtype {a.dtype}, which cannot move; pass None as its direction (or a float argument)")
         if a.shape != v.shape:
             raise ValueError(f"Got directions[{i}] of shape {v.shape} for args[{i}] of shape {a.shape}; shapes must match")
         if np.iscomplexobj(v) and not np.iscomplexobj(a):
@@ -344,7 +345,7 @@ def directional(
     """
     if not callable(f):
         raise TypeError(f"Got f={f!r}, but f must be callable")
-    moving = _check_directional(args, directions, cotangent, max_step, complex_step)
+    moving = _check_directional(args, directions, max_step, complex_step)
     calls = 0
 
     def call(t: complex, along: Sequence = directions) -> Any:
@@ -377,8 +378,8 @@ def directional(
         return inner(cotangent, out), out_eps * _abs_inner(cotangent, out)
 
     if complex_step is True:
-        value, error = _complex_directional(call, contract, args, moving, forced=True)
-        return Derivative(_plain(value), error, calls, "complex-step", 1e-20)
+        value, error = _complex_directional(call, contract, args, moving, base, forced=True)
+        return Derivative(_plain(value), error, calls, "complex-step", _CS_STEP)
 
     h0 = _default_step(4, max(in_eps, out_eps))  # tuned for 4 levels; 2 more refine it
     if max_step is not None:
@@ -386,16 +387,15 @@ def directional(
     input_noise = in_eps * _rounding_scale(call, contract, base, args, directions, h0)
     run = lambda h: _richardson(lambda t: _probe(lambda s: contract(call(s)), t), h, _LEVELS, input_noise)  # noqa: E731
     (value, error), h = _with_shrinking(run, h0, "f")
-    result = Derivative(_plain(value), float(error), calls, "richardson", h)
     if complex_step == "auto":
         try:
-            cs_value, cs_error = _complex_directional(call, contract, args, moving, forced=False)
+            cs_value, cs_error = _complex_directional(call, contract, args, moving, base, forced=False)
+            gap = float(np.max(np.abs(cs_value - value)))
+            if gap <= error:  # a non-analytic f (abs, conj, a real part) gives a different value
+                return Derivative(_plain(cs_value), max(cs_error, gap), calls, "complex-step", _CS_STEP)
         except _ProbeFailed:
-            return Derivative(result.value, result.error, calls, "richardson", h)
-        gap = float(np.max(np.abs(cs_value - value)))
-        if gap <= result.error:
-            return Derivative(_plain(cs_value), max(cs_error, gap), calls, "complex-step", 1e-20)
-    return Derivative(result.value, result.error, calls, "richardson", h)
+            pass
+    return Derivative(_plain(value), float(error), calls, "richardson", h)
 
 
 def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequence, directions: Sequence, h: float) -> Any:
@@ -425,7 +425,7 @@ def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequenc
     return scale
 
 
-def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], *, forced: bool) -> tuple:
+def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], base: Any, *, forced: bool) -> tuple:
     """(value, error) of the complex step Im(<c, f(a + i h v)>) / h; _ProbeFailed when impossible."""
 
     def impossible(reason: str, exc: type = ValueError):
@@ -435,7 +435,9 @@ def _complex_directional(call: Callable, contract: Callable, args: Sequence, mov
 
     if any(np.iscomplexobj(args[i]) for i in moving):
         impossible("a moving argument is complex (the complex step needs real arguments)")
-    h = 1e-20
+    if any(np.iscomplexobj(leaf) for leaf in _leaves(base)):
+        impossible("f returns complex output for real input (the complex step needs a real-valued f)")
+    h = _CS_STEP
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -255,8 +255,8 @@ def test_mutating_f_sees_fresh_copies_and_leaves_the_caller_arrays_alone():
 def test_evaluation_count_does_not_depend_on_input_size():
     counts = {}
     for n in (10, 10**5):
-        _, _, x, v, c = random_problem(0, 1)
-        x, v, c = (np.random.default_rng(n).normal(size=n) for _ in range(3))
+        rng = np.random.default_rng(n)
+        x, v, c = (rng.normal(size=n) for _ in range(3))
         calls = []
 
         def f(x):
@@ -363,6 +363,17 @@ def test_forced_complex_step_errors_when_impossible():
         directional(lambda x: math.sin(x), [1.0], [1.0], complex_step=True)
     with pytest.raises(ValueError, match="moving argument is complex"):
         directional(np.sin, [x + 0j], [v + 0j], complex_step=True)
+    with pytest.raises(ValueError, match="complex output for real input"):
+        directional(lambda x: np.exp(1j * x), [x], [v], complex_step=True)
+
+
+def test_real_to_complex_functions_use_richardson():
+    x, v = np.array([0.3, -1.2]), np.array([1.0, 0.5])
+    result = directional(lambda x: np.exp(1j * x), [x], [v])
+    truth = 1j * np.exp(1j * x) * v
+    assert result.method == "richardson"
+    np.testing.assert_allclose(result.value, truth, rtol=0, atol=1e-12)
+    assert_within_estimate(result, truth)
 
 
 def test_directional_max_step_bounds_the_probe_points():
@@ -396,3 +407,18 @@ def test_directional_max_step_bounds_the_probe_points():
 def test_directional_rejects_bad_arguments(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def test_arguments_keep_their_own_type_and_precision_inside_f():
+    seen = []
+
+    def f(x, s, y):
+        seen.append((x.dtype, type(s), type(y)))
+        return np.sum(x * s) + y
+
+    x = np.array([1.0, 2.0], dtype=np.float32)
+    directions = [np.ones(2, np.float32), np.float32(1.0), 2.0]
+    result = directional(f, [x, np.float32(3.0), 0.5], directions, 1.0, complex_step=False)
+    assert set(seen) == {(np.dtype(np.float32), np.float32, float)}
+    assert 1e-9 < result.error < 1e-2  # float32 arguments: a float32-sized error
+    assert_within_estimate(result, 3.0 * 2 + 3.0 + 2.0)
