@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 __all__ = [
     "ProjectCreate",
@@ -139,7 +139,7 @@ class BranchVerdict(_Out):
     branch: str
     status: str
     run_id: int
-    commit: str | None
+    commit: str | None = Field(validation_alias=AliasChoices("commit_sha", "commit"))
     finished_at: datetime | None
 
 
