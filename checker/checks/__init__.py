@@ -5,6 +5,8 @@ GG3xx cotangent.py, GG4xx state.py, GG5xx context.py, GG6xx compose.py.
 """
 
 from checker.checks import contract  # noqa: F401
+from checker.checks import numeric  # noqa: F401
+from checker.checks import cotangent  # noqa: F401
 from checker.checks import state  # noqa: F401
 from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
 

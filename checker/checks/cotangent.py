@@ -1,0 +1,246 @@
+"""Cotangent checks (GG3xx): the cotangents engines really pass, not only random ones.
+
+An output that the program does not use still gets its pullback called in
+some engines: with a zero cotangent (JAX, the tape when zeros are
+instantiated) or with ``None`` (Zygote's ``nothing``, ChainRules' ``NoTangent``,
+our tape for unused outputs). And a cotangent buffer may be shared by several
+pullbacks (fan-out), so a pullback must treat it as read-only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from checker.case import Case, RuleRaised, zeros_like_tree
+from checker.checks.numeric import first_mismatch
+from checker.checks.registry import Problem, Skip, check
+from checker.inputs import show
+from checker.trees import copy_tree, describe, is_leaf, leaves
+
+__all__: list[str] = []
+
+
+def _first_nonzero(case: Case, tangents: Any, positions: Iterable[int]) -> tuple[int, tuple[int, ...], Any] | None:
+    """``(argument, index, value)`` of the first tangent element that is not zero (None counts as zero)."""
+    atol = case.tol.atol
+    for i in positions:
+        t = tangents[i]
+        if t is None:
+            continue
+        arr = np.asarray(t)
+        if arr.dtype.kind not in "biufc":
+            return i, (), t
+        with np.errstate(all="ignore"):
+            bad = ~(np.abs(arr) <= atol)
+        if np.any(bad):
+            idx = tuple(int(j) for j in np.argwhere(bad)[0]) if arr.ndim else ()
+            return i, idx, arr[idx].item()
+    return None
+
+
+def _where(i: int, idx: tuple[int, ...]) -> str:
+    return f"argument {i}" + (f" at {list(idx)}" if idx else "")
+
+
+@check(
+    "GG301",
+    family="cotangent",
+    title="zero cotangent does not give zero tangents",
+    broken="""
+        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+        def addone_rrule(a):
+            y = addone_(a)
+            return y, lambda ybar: (np.ones(a.shape),)           # 1 even when the output is unused
+    """,
+    fixed="""
+        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+        def addone_rrule(a):
+            y = addone_(a)
+            return y, lambda ybar: (np.full(a.shape, ybar),)
+    """,
+)
+def zero_cotangent(case: Case) -> Iterable[Problem]:
+    """``pullback(zeros_like(y))`` must return zero (or ``None``) tangents. Engines call the pullback of an
+    output the program never used with a zero cotangent; a rule that returns ``ones``, adds a constant, or
+    computes ``0 * inf = NaN`` there puts a gradient into the program that no use of the output justifies."""
+    y, pb = case.pair()
+    zero = zeros_like_tree(y)
+    tangents = case.tangents(pb, zero)
+    bad = _first_nonzero(case, tangents, range(case.nargs))
+    if bad is None:
+        return
+    i, idx, value = bad
+    yield Problem(
+        message=(
+            f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
+            f"{_where(i, idx)} is {show(value)}."
+        ),
+        location=_where(i, idx),
+        expected="0 (or None)",
+        actual=show(value),
+        fix=(
+            "Multiply every tangent by the cotangent (np.full(x.shape, ybar), not np.ones), and keep inf/NaN "
+            "factors out of it so 0 * factor stays 0."
+        ),
+    )
+
+
+def _fix_none(case: Case) -> str:
+    n = case.nargs
+    return (
+        "Treat None as a zero cotangent (ChainRules' NoTangent, Zygote's nothing): start the pullback with "
+        f"`if ybar is None: return {(None,) * n!r}`."
+    )
+
+
+def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
+    """(what, cotangent with None, the same with zeros): the whole output, then each output of a tuple."""
+    out: list[tuple[str, Any, Any]] = [("None as the cotangent", None, None)]
+    if not is_leaf(y):
+        for j in range(len(y)):
+            filled = case.cotangent_like(y, f"cotangent with output {j} absent")
+            absent = type(y)(None if k == j else filled[k] for k in range(len(y)))
+            zero = type(y)(zeros_like_tree(y[k]) if k == j else filled[k] for k in range(len(y)))
+            out.append((f"None as the cotangent of output {j}", absent, zero))
+    return out
+
+
+@check(
+    "GG302",
+    family="cotangent",
+    title="absent (None) cotangent is not accepted",
+    kinds=("numpy",),
+    broken="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            return x * x, lambda ybar: (2 * x * ybar,)           # TypeError for ybar=None
+    """,
+    fixed="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            def pullback(ybar):
+                if ybar is None:                                 # the output was not used
+                    return (None,)
+                return (2 * x * ybar,)
+            return x * x, pullback
+    """,
+)
+def none_cotangent(case: Case) -> Iterable[Problem]:
+    """An engine may call the pullback of an unused output with ``None`` instead of a cotangent (for a tuple
+    output, ``None`` in the unused positions), as Zygote passes ``nothing`` to the pullback of
+    an unused output. The pullback must
+    accept it and return zero or ``None`` tangents, like ChainRules' ``NoTangent``; a pullback that computes
+    ``None * x`` raises in the middle of someone's backward pass. (JAX always passes zeros, so this check
+    applies to NumPy rrules only.)"""
+    y, _ = case.pair()
+    for what, ybar, zero in _none_variants(case, y):
+        _, pb = case.pair()
+        try:
+            got = pb(copy_tree(ybar))
+        except Exception as exc:  # noqa: BLE001 - the user's pullback failed: that is the finding
+            raised = RuleRaised("pullback", case.rule.name, exc)
+            yield Problem(
+                message=(
+                    f"the pullback of {case.rule.name} must accept {what} (an unused output), but it raised "
+                    f"{type(exc).__name__}: {exc}."
+                ),
+                expected="zero or None tangents",
+                actual=raised.user_traceback.strip().splitlines()[-1],
+                fix=_fix_none(case),
+            )
+            return
+        if not isinstance(got, (tuple, list)) or len(got) != case.nargs:
+            yield Problem(
+                message=(
+                    f"the pullback of {case.rule.name} must return one tangent per argument ({case.nargs}) for {what}, "
+                    f"but returned {describe(got)}."
+                ),
+                expected=f"tuple of {case.nargs} zero or None tangents",
+                actual=describe(got),
+                fix=_fix_none(case),
+            )
+            return
+        if ybar is None:
+            bad = _first_nonzero(case, got, range(case.nargs))
+            if bad is not None:
+                i, idx, value = bad
+                yield Problem(
+                    message=(
+                        f"the pullback of {case.rule.name} must return zero or None tangents for {what}, but the "
+                        f"tangent for {_where(i, idx)} is {show(value)}."
+                    ),
+                    location=_where(i, idx),
+                    expected="0 (or None)",
+                    actual=show(value),
+                    fix=_fix_none(case),
+                )
+                return
+        else:
+            want = case.tangents(case.pair()[1], zero)
+            bad = first_mismatch(case, tuple(got), want)
+            if bad is not None:
+                i, idx, value, expected = bad
+                yield Problem(
+                    message=(
+                        f"the pullback of {case.rule.name} must treat {what} as a zero cotangent for that output, "
+                        f"but the tangent for {_where(i, idx)} is {show(value)}, not {show(expected)} as with zeros."
+                    ),
+                    location=_where(i, idx),
+                    expected=show(expected),
+                    actual=show(value),
+                    fix="Treat a None entry of the cotangent tuple as zeros for that output.",
+                )
+                return
+
+
+@check(
+    "GG303",
+    family="cotangent",
+    title="pullback mutates the cotangent it was given",
+    kinds=("numpy",),
+    broken="""
+        @rrule(double, arrays(shape=(3,)))
+        def double_rrule(x):
+            def pullback(ybar):
+                ybar *= 2                                        # writes into the caller's buffer
+                return (ybar,)
+            return 2 * x, pullback
+    """,
+    fixed="""
+        @rrule(double, arrays(shape=(3,)))
+        def double_rrule(x):
+            return 2 * x, lambda ybar: (2 * ybar,)               # a new array
+    """,
+)
+def cotangent_read_only(case: Case) -> Iterable[Problem]:
+    """A pullback must not write into the cotangent it receives. Engines hand the same cotangent buffer to
+    every pullback of a fanned-out output and keep accumulating into it; ``ybar *= 2`` inside one pullback
+    silently changes the gradient flowing into the others. (Returning ``ybar`` itself as a tangent is fine
+    as long as nothing writes into it. JAX arrays are immutable, so this check applies to NumPy rrules.)"""
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    if not any(isinstance(leaf, np.ndarray) for leaf in leaves(ybar)):
+        raise Skip("the cotangent is a scalar, which a pullback cannot modify")
+    given = copy_tree(ybar)
+    case.pullback(pb, given)
+    for k, (before, after) in enumerate(zip(leaves(ybar), leaves(given))):
+        if not isinstance(before, np.ndarray):
+            continue
+        changed = ~((before == after) | (np.isnan(before) & np.isnan(after)))
+        if not np.any(changed):
+            continue
+        idx = tuple(int(j) for j in np.argwhere(changed)[0]) if before.ndim else ()
+        where = (f"output {k}" if not is_leaf(y) else "the cotangent") + (f" at {list(idx)}" if idx else "")
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} modified the cotangent it was given: {where} was "
+                f"{show(before[idx].item())} before the call and {show(after[idx].item())} after."
+            ),
+            location=where,
+            expected=show(before[idx].item()),
+            actual=show(after[idx].item()),
+            fix="Treat ybar as read-only: write ybar = ybar * 2 instead of ybar *= 2, or work on ybar.copy().",
+        )
+        return

@@ -1,0 +1,429 @@
+"""Test the tester: each numeric check (GG201, GG202, GG205, GG206) fails a broken rule with its exact
+message and passes the correct twin; correct rules give no finding for many seeds (no false positives)."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from checker import arrays, check, constant, rrule
+
+NUM = r"(-?[0-9.e+-]+|nan|inf)"
+
+
+def accepting_none(n):
+    """Correct twins treat an absent cotangent as zero (GG302), so the full suite passes on them."""
+
+    def wrap(pullback):
+        return lambda ybar: (None,) * n if ybar is None else pullback(ybar)
+
+    return wrap
+
+
+def findings(rule, check_id, **kwargs):
+    report = check(rule, select=[check_id], **kwargs)
+    return [f for f in report.findings if f.check_id == check_id]
+
+
+# -- primals ---------------------------------------------------------------------------------------
+def mul(a, b):
+    return a * b
+
+
+def cube(x):
+    return x**3
+
+
+def row_mean(x):
+    return x.mean(axis=1)
+
+
+def addone_(a):
+    a += 1
+    return a.sum()
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def log(x):
+    return np.log(x)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def cmul(z, w):
+    return z * w
+
+
+def abs2(z):
+    return np.real(z * np.conj(z))
+
+
+def xabs(x):
+    return x * np.abs(x)
+
+
+def sqrt(x):
+    return np.sqrt(x)
+
+
+def square(x):
+    return x * x
+
+
+# -- GG201 -----------------------------------------------------------------------------------------
+@rrule(mul, arrays(shape=(2, 3)), arrays(shape=(2, 3)))
+def mul_wrong_b(a, b):
+    return a * b, accepting_none(2)(lambda ybar: (ybar * b, ybar * b))
+
+
+@rrule(mul, arrays(shape=(2, 3)), arrays(shape=(2, 3)))
+def mul_ok(a, b):
+    return a * b, accepting_none(2)(lambda ybar: (ybar * b, ybar * a))
+
+
+def test_gg201_points_at_the_wrong_argument_and_element():
+    (f,) = findings(mul_wrong_b, "GG201")
+    m = re.fullmatch(
+        rf"the pullback of mul_wrong_b disagrees with finite differences of the primal: cotangent for argument 1 "
+        rf"at \[(\d), (\d)\]: expected {NUM} \(finite differences\), got {NUM} \(dot-product test: <ybar, J v> = "
+        rf"{NUM} by finite differences, <pullback\(ybar\), v> = {NUM}\)\.",
+        f.message,
+    )
+    assert m, f.message
+    i, j = int(m[1]), int(m[2])
+    assert f.location == f"argument 1 at [{i}, {j}]"
+    assert float(m[3]) != float(m[4])
+    assert f.fix.startswith("Re-derive the tangent for argument 1")
+    assert set(f.counterexample["draws"]) == {"cotangent", "direction"}
+
+
+def test_gg201_correct_twin_passes_everything():
+    report = check(mul_ok)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+    assert "GG201" in report.rules[0].checks_run
+
+
+@rrule(cube, arrays(shape=(3,)))
+def cube_wrong_for_negatives(x):
+    return x**3, accepting_none(1)(lambda ybar: (ybar * 3 * x * np.abs(x),))
+
+
+@rrule(cube, arrays(shape=(3,)))
+def cube_ok(x):
+    return x**3, accepting_none(1)(lambda ybar: (ybar * 3 * x**2,))
+
+
+def test_gg201_wrong_only_for_negative_inputs():
+    (f,) = findings(cube_wrong_for_negatives, "GG201")
+    m = re.search(r"cotangent for argument 0 at \[(\d)\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
+    assert m, f.message
+    x = np.array(eval(f.counterexample["args"][0].replace("array", "")))  # noqa: S307 - our own repr
+    assert x[int(m[1])] < 0
+    assert float(m[2]) == pytest.approx(-float(m[3]))
+    assert findings(cube_ok, "GG201") == []
+
+
+SHAPES = hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=4)
+
+
+@rrule(row_mean, arrays(shape=SHAPES))
+def row_mean_wrong_unless_square(x):
+    return row_mean(x), accepting_none(1)(lambda ybar: (np.repeat(ybar[:, None], x.shape[1], axis=1) / len(x),))
+
+
+@rrule(row_mean, arrays(shape=SHAPES))
+def row_mean_ok(x):
+    return row_mean(x), accepting_none(1)(lambda ybar: (np.repeat(ybar[:, None], x.shape[1], axis=1) / x.shape[1],))
+
+
+def test_gg201_wrong_only_for_non_square_shapes():
+    (f,) = findings(row_mean_wrong_unless_square, "GG201")
+    assert re.search(r"cotangent for argument 0 at \[\d, \d\]: expected \S+ \(finite differences\), got \S+ ", f.message), f.message
+    shape = np.array(eval(f.counterexample["args"][0].replace("array", ""))).shape  # noqa: S307
+    assert shape[0] != shape[1]
+    assert findings(row_mean_ok, "GG201") == []
+
+
+@rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+def addone_ones(a):
+    y = addone_(a)
+    return y, lambda ybar: (np.ones(a.shape),)
+
+
+@rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+def addone_fixed(a):
+    y = addone_(a)
+    return y, accepting_none(1)(lambda ybar: (np.full(a.shape, ybar),))
+
+
+def test_gg201_wrong_only_for_non_unit_cotangent():
+    (f,) = findings(addone_ones, "GG201")
+    assert re.search(rf"cotangent for argument 0 at \[\d\]: expected {NUM} \(finite differences\), got 1\.0 ", f.message), f.message
+    assert findings(addone_fixed, "GG201") == []
+
+
+@rrule(square, arrays(shape=(4,), dtype="float32"))
+def square32(x):
+    return x * x, accepting_none(1)(lambda ybar: ((2 * x * ybar).astype(x.dtype),))
+
+
+@rrule(log, arrays(shape=(3,), min_value=0.1))
+def log_restricted(x):
+    return np.log(x), accepting_none(1)(lambda ybar: (ybar / x,))
+
+
+def test_float32_rule_passes_with_float32_tolerances():
+    report = check(square32)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+
+
+def test_restricted_domain_passes():
+    report = check(log_restricted)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+
+
+def opaque(x):
+    raise NotImplementedError("the primal cannot be evaluated outside the rule")
+
+
+@rrule(opaque, arrays(shape=(2,)))
+def opaque_rrule(x):
+    return 2 * x, lambda ybar: (2 * ybar,)
+
+
+def test_gg201_skips_when_finite_differences_fail_everywhere():
+    report = check(opaque_rrule, select=["GG201"])
+    assert report.findings == []
+    (skip,) = [s for s in report.rules[0].checks_skipped if s["id"] == "GG201"]
+    assert skip["reason"].startswith("finite differences of the primal failed at every input drawn")
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+@rrule(relu, arrays(shape=(3,)))
+def relu_rrule(x):
+    return relu(x), accepting_none(1)(lambda ybar: (ybar * (x > 0),))
+
+
+def test_gg201_accepts_a_subgradient_at_a_kink():
+    assert findings(relu_rrule, "GG201") == []
+
+
+# -- correct rules: no false positives over many seeds --------------------------------------------
+def _matmul_args():
+    dims = st.integers(1, 4)
+    return st.tuples(dims, dims, dims).flatmap(lambda s: st.tuples(arrays(shape=(s[0], s[1])), arrays(shape=(s[1], s[2]))))
+
+
+@rrule(matmul, args=_matmul_args())
+def matmul_rrule(a, b):
+    return a @ b, accepting_none(2)(lambda ybar: (ybar @ b.T, a.T @ ybar))
+
+
+@rrule(mul, arrays(shape=(2, 3)), arrays(shape=(3,)))
+def broadcast_mul_rrule(a, b):
+    return a * b, accepting_none(2)(lambda ybar: (ybar * b, (ybar * a).sum(axis=0)))
+
+
+@rrule(softplus, arrays(shape=(4,)))
+def softplus_rrule(x):
+    return softplus(x), accepting_none(1)(lambda ybar: (ybar / (1 + np.exp(-x)),))
+
+
+@rrule(cmul, arrays(shape=(3,), dtype="complex128"), arrays(shape=(3,), dtype="complex128"))
+def cmul_rrule(z, w):
+    return z * w, accepting_none(2)(lambda ybar: (ybar * np.conj(w), ybar * np.conj(z)))
+
+
+CORRECT = [matmul_rrule, broadcast_mul_rrule, softplus_rrule, cmul_rrule]
+
+
+@pytest.mark.parametrize("rule", CORRECT, ids=lambda r: r.name)
+def test_correct_rules_pass_the_full_suite(rule):
+    report = check(rule)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+    assert {"GG201", "GG202", "GG206"} <= set(report.rules[0].checks_run)
+
+
+@pytest.mark.parametrize("rule", CORRECT, ids=lambda r: r.name)
+def test_correct_rules_pass_numeric_checks_for_ten_seeds(rule):
+    for seed in range(1, 11):
+        report = check(rule, select=["GG2"], seed=seed, max_examples=10)
+        assert report.passed, (seed, [(f.check_id, f.message) for f in report.findings])
+
+
+# -- GG202 -----------------------------------------------------------------------------------------
+def test_gg202_ones_instead_of_full():
+    (f,) = findings(addone_ones, "GG202")
+    assert f.message == (
+        "the pullback of addone_ones is not linear in the cotangent: for argument 0 at [0], "
+        "pullback(2.0 * ybar) = 1.0, but 2.0 * pullback(ybar) = 2.0."
+    )
+    assert "np.full(x.shape, ybar)" in f.fix
+    assert findings(addone_fixed, "GG202") == []
+
+
+def double(x):
+    return 2 * x
+
+
+@rrule(double, arrays(shape=(3,)))
+def double_abs(x):
+    return 2 * x, lambda ybar: (2 * np.abs(ybar),)
+
+
+def test_gg202_not_additive():
+    (f,) = findings(double_abs, "GG202")
+    assert re.fullmatch(
+        rf"the pullback of double_abs is not linear in the cotangent: for argument 0 at \[\d\], "
+        rf"pullback\((ybar1 \+ ybar2|{NUM} \* ybar)\) = {NUM}, but (pullback\(ybar1\) \+ pullback\(ybar2\)|{NUM} \* "
+        rf"pullback\(ybar\)) = {NUM}\.",
+        f.message,
+    ), f.message
+
+
+RULE_MODULE = '''
+import numpy as np
+from checker import arrays, rrule
+
+
+def addone_(a):
+    a += 1
+    return a.sum()
+
+
+@rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+def addone_ones(a):
+    y = addone_(a)
+    return y, lambda ybar: (np.ones(a.shape),)
+'''
+
+
+def test_gg202_reproducer_fails_the_same_way(tmp_path):
+    module = tmp_path / "rules_addone.py"
+    module.write_text(textwrap.dedent(RULE_MODULE))
+    (f,) = [f for f in check(str(module), select=["GG202"]).findings]
+    script = tmp_path / "repro.py"
+    script.write_text(f.reproducer)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.run([sys.executable, str(script)], cwd=os.getcwd(), env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "AssertionError" in run.stderr
+    assert f.message in run.stderr
+
+
+# -- GG205 -----------------------------------------------------------------------------------------
+C = 2.0 + 1.0j
+
+
+def scale_c(z, c):
+    return c * z
+
+
+@rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C))
+def scale_c_jax_style(z, c):
+    return c * z, accepting_none(2)(lambda ybar: (c * ybar, None))
+
+
+@rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C))
+def scale_c_ok(z, c):
+    return c * z, accepting_none(2)(lambda ybar: (np.conj(c) * ybar, None))
+
+
+@rrule(abs2, arrays(shape=(3,), dtype="complex128"))
+def abs2_conj(z):
+    return abs2(z), accepting_none(1)(lambda ybar: (2 * np.conj(z) * ybar,))
+
+
+@rrule(abs2, arrays(shape=(3,), dtype="complex128"))
+def abs2_ok(z):
+    return abs2(z), accepting_none(1)(lambda ybar: (2 * z * ybar,))
+
+
+GG205_MESSAGE = (
+    rf"the pullback of (\w+) follows JAX's conjugation convention, but numpy rules must follow ChainRules' "
+    rf"convention \(the pullback is the adjoint for the real inner product: for a holomorphic f it returns conj\(f'\(z\)\) \* ybar\): "
+    rf"<ybar, J v> = {NUM} by finite differences, the pullback gives {NUM}, and read in JAX's convention it gives "
+    rf"{NUM}, which matches: a conjugate is missing or extra\."
+)
+
+
+@pytest.mark.parametrize("rule", [scale_c_jax_style, abs2_conj], ids=lambda r: r.name)
+def test_gg205_numpy_rule_with_jax_convention(rule):
+    (f,) = findings(rule, "GG205")
+    m = re.fullmatch(GG205_MESSAGE, f.message)
+    assert m and m[1] == rule.name, f.message
+    assert float(m[2]) == pytest.approx(float(m[4]), rel=1e-6, abs=1e-9)
+    (g,) = findings(rule, "GG201")
+    assert "see GG205" in g.fix
+
+
+@pytest.mark.parametrize("rule", [scale_c_ok, abs2_ok], ids=lambda r: r.name)
+def test_gg205_correct_twins_pass(rule):
+    report = check(rule)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+    assert "GG205" in report.rules[0].checks_run
+
+
+def test_gg205_skips_real_rules():
+    report = check(softplus_rrule, select=["GG205"])
+    assert report.rules[0].checks_skipped == [{"id": "GG205", "reason": "the rule has no complex argument or output"}]
+
+
+def test_gg205_wrong_in_both_conventions_is_left_to_gg201():
+    @rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C))
+    def scale_c_wrong(z, c):
+        return c * z, accepting_none(2)(lambda ybar: (3 * ybar, None))
+
+    assert findings(scale_c_wrong, "GG205") == []
+    assert findings(scale_c_wrong, "GG201")
+
+
+# -- GG206 -----------------------------------------------------------------------------------------
+@rrule(xabs, arrays(shape=(3,)))
+def xabs_nan_at_zero(x):
+    return xabs(x), accepting_none(1)(lambda ybar: (2 * x * x / np.abs(x) * ybar,))
+
+
+@rrule(xabs, arrays(shape=(3,)))
+def xabs_ok(x):
+    return xabs(x), accepting_none(1)(lambda ybar: (2 * np.abs(x) * ybar,))
+
+
+@rrule(sqrt, arrays(shape=(3,), min_value=0.0))
+def sqrt_rrule(x):
+    return np.sqrt(x), accepting_none(1)(lambda ybar: (ybar * 0.5 / np.sqrt(x),))
+
+
+def test_gg206_nan_where_the_derivative_is_finite():
+    (f,) = findings(xabs_nan_at_zero, "GG206")
+    assert re.fullmatch(
+        r"the pullback of xabs_nan_at_zero returned nan in the tangent for argument 0 at \[\d\], where the primal is "
+        r"finite and so is its derivative \(finite differences give (0\.0|-?[0-9.e-]+)\); [123] element\(s\) of this "
+        r"tangent are not finite\.",
+        f.message,
+    ), f.message
+    assert "np.where" in f.fix
+    assert findings(xabs_ok, "GG206") == []
+    assert check(xabs_ok).passed
+
+
+def test_gg206_no_finding_where_the_derivative_is_infinite():
+    # sqrt's derivative really is infinite at 0: finite differences cannot be taken there.
+    assert findings(sqrt_rrule, "GG206") == []
+    assert findings(sqrt_rrule, "GG201") == []
