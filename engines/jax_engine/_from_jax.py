@@ -11,6 +11,10 @@ and dtypes); when an argument or residual cannot pass through `jit` (an
 unhashable non-differentiable argument, a residual that is not an array)
 they run eagerly instead.
 
+The pullback passes the cotangent as JAX would: cast to the output's dtypes,
+and zeros in place of an absent (None) cotangent, since JAX never hands
+``bwd`` a None unless the rule opted into ``symbolic_zeros``.
+
 Whatever ``bwd`` returns is handed back converted leaf-wise to NumPy, wrong
 length or not, so the checker's contract checks (GG103, GG104) report it.
 When ``bwd`` returns one entry per differentiable argument, ``None`` is
@@ -39,6 +43,7 @@ class CustomVjpParts:
     bwd: Callable[..., Any]
     nondiff_argnums: tuple[int, ...]
     name: str
+    symbolic_zeros: bool = False  # fwd then takes CustomVJPPrimal(value, perturbed) arguments
 
 
 def custom_vjp_parts(fn: Any) -> CustomVjpParts:
@@ -52,7 +57,14 @@ def custom_vjp_parts(fn: Any) -> CustomVjpParts:
     name = getattr(fn.fun, "__name__", "custom_vjp")
     if fn.fwd is None or fn.bwd is None:
         raise AdapterError(f"custom_vjp {name} has no rule yet: call {name}.defvjp(fwd, bwd) before checking it.")
-    return CustomVjpParts(fn.fun, fn.fwd, fn.bwd, tuple(fn.nondiff_argnums), name)
+    return CustomVjpParts(
+        fn.fun,
+        fn.fwd,
+        fn.bwd,
+        tuple(fn.nondiff_argnums),
+        name,
+        symbolic_zeros=bool(getattr(fn, "symbolic_zeros", False)),
+    )
 
 
 def primal_of_custom_vjp(fn: Any) -> Callable[..., Any]:
@@ -65,7 +77,8 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
     parts = custom_vjp_parts(fn)
     jax = load()
     nondiff = parts.nondiff_argnums
-    jit_fwd = jax.jit(parts.fwd, static_argnums=nondiff)
+    fwd = _perturbed_fwd(parts) if parts.symbolic_zeros else parts.fwd
+    jit_fwd = jax.jit(fwd, static_argnums=nondiff)
     jit_bwd = jax.jit(parts.bwd, static_argnums=tuple(range(len(nondiff))))
 
     def rule(*args: Any) -> tuple[Any, Callable[..., Any]]:
@@ -73,7 +86,7 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
         statics = tuple(args[i] for i in nondiff if i < len(args))
         compiled = _hashable(statics)
         try:
-            y, res = _run(jit_fwd if compiled else parts.fwd, parts.fwd, jargs)
+            y, res = _run(jit_fwd if compiled else fwd, fwd, jargs)
         except AdapterError:
             raise
         except Exception as exc:
@@ -81,14 +94,14 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
         y_np = _to_numpy(y)
 
         def pullback(ybar: Any) -> Any:
-            ct = jax.tree_util.tree_map(lambda leaf: np.zeros(np.shape(leaf), np.asarray(leaf).dtype), y) if ybar is None else _tree_to_jax(ybar)
+            ct = _cotangent(ybar, y)
             try:
                 out = _run(jit_bwd if compiled else parts.bwd, parts.bwd, [*statics, res, ct])
             except Exception as exc:
                 raise AdapterError(
-                    f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}. "
-                    f"bwd must return a tuple with one cotangent per differentiable argument "
-                    f"({len(args) - len(statics)}), shaped like the argument."
+                    f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}. It is called as "
+                    "bwd(*nondiff_args, residuals, cotangent) and must return a tuple with one cotangent per "
+                    f"differentiable argument ({len(args) - len(statics)}), each shaped like its argument."
                 ) from exc
             return _with_nondiff(_to_numpy(out), nondiff, len(args))
 
@@ -99,6 +112,27 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
     rule.__doc__ = f"rrule adapted from the jax.custom_vjp {parts.name}."
     rule.custom_vjp_parts = parts  # type: ignore[attr-defined]
     return rule
+
+
+def _cotangent(ybar: Any, y: Any) -> Any:
+    """The cotangent as JAX would pass it: zeros for an absent one, the output's dtypes when the structure matches."""
+    jax = load()
+    if ybar is None:
+        return jax.tree_util.tree_map(lambda o: jax.numpy.zeros(np.shape(o), np.asarray(o).dtype), y)
+    if jax.tree_util.tree_structure(ybar) != jax.tree_util.tree_structure(y):
+        return _tree_to_jax(ybar)
+    return jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=np.asarray(o).dtype), ybar, y)
+
+
+def _perturbed_fwd(parts: CustomVjpParts) -> Callable[..., Any]:
+    """A fwd taking plain arrays, for rules defined with ``symbolic_zeros=True``: every input counts as perturbed."""
+    from jax.custom_derivatives import CustomVJPPrimal
+
+    def fwd(*args: Any) -> Any:
+        wrapped = [a if i in parts.nondiff_argnums else CustomVJPPrimal(a, True) for i, a in enumerate(args)]
+        return parts.fwd(*wrapped)
+
+    return fwd
 
 
 def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any]) -> Any:
@@ -143,10 +177,10 @@ def _tree_to_jax(tree: Any) -> Any:
 
 
 def _to_numpy(tree: Any) -> Any:
-    """Leaf-wise NumPy conversion; None and non-array leaves are kept as they are."""
+    """Leaf-wise NumPy conversion of arrays and numbers; None and other objects are kept as they are."""
     jax = load()
 
     def leaf(x: Any) -> Any:
-        return np.asarray(x) if isinstance(x, jax.Array) else x
+        return np.asarray(x) if isinstance(x, (jax.Array, np.generic, float, complex)) else x
 
     return jax.tree_util.tree_map(leaf, tree)

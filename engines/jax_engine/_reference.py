@@ -56,7 +56,9 @@ def second_order_vjp(
     jax = load()
     jnp = jax.numpy
     if len(direction) != len(args):
-        raise AdapterError(f"direction has {len(direction)} entries, but there are {len(args)} arguments: give one per argument.")
+        raise AdapterError(
+            f"direction has {len(direction)} entries, but there are {len(args)} arguments: give one per argument."
+        )
     call, diff = _partial(fn, args, nondiff)
     primals = [jnp.asarray(args[i]) for i in diff]
     tangents = [jnp.asarray(direction[i], dtype=p.dtype) for i, p in zip(diff, primals)]
@@ -73,7 +75,9 @@ def second_order_vjp(
     return _spread(dgrads, diff, len(args))
 
 
-def _partial(fn: Callable[..., Any], args: Sequence[Any], nondiff: Sequence[int]) -> tuple[Callable[..., Any], list[int]]:
+def _partial(
+    fn: Callable[..., Any], args: Sequence[Any], nondiff: Sequence[int]
+) -> tuple[Callable[..., Any], list[int]]:
     for i in nondiff:
         if not 0 <= i < len(args):
             raise AdapterError(f"Got nondiff={tuple(nondiff)!r}, but there are only {len(args)} arguments.")

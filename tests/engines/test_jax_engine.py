@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,9 +71,6 @@ def wrong_shape(x):
 wrong_shape.defvjp(lambda x: (jnp.sin(x), x), lambda x, ybar: (jnp.cos(x)[:1] * ybar[:1],))
 
 
-from functools import partial  # noqa: E402
-
-
 @partial(jax.custom_vjp, nondiff_argnums=(1,))
 def power(x, n):
     return x**n
@@ -88,8 +87,11 @@ W = np.array([1.5, 0.5, -2.0])
 
 
 def test_importing_engines_does_not_import_jax():
-    code = "import sys, engines, engines.jax_engine; assert 'jax' not in {m.split('.')[0] for m in sys.modules}, 'jax imported'"
-    subprocess.run([sys.executable, "-c", code], check=True)
+    code = (
+        "import sys, engines, engines.jax_engine; "
+        "assert 'jax' not in {m.split('.')[0] for m in sys.modules}, 'jax imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_public_surface():
@@ -174,7 +176,8 @@ def test_mutating_rule_is_reported_not_crashed():
 
 def test_pullback_with_the_wrong_arity_names_the_contract():
     f = ej.to_custom_vjp(lambda x: (2 * x, lambda ybar: (2 * ybar, ybar)), name="twice")
-    with pytest.raises(AdapterError, match=r"pullback of rule twice must return a tuple with one tangent per argument \(1\), but returned 2"):
+    message = r"pullback of rule twice must return a tuple with one tangent per argument \(1\), but returned 2"
+    with pytest.raises(AdapterError, match=message):
         ej.run_under(lambda x: f(x).sum(), (X,), transform="grad")
 
 
@@ -188,6 +191,30 @@ def test_unrunnable_probe_asks_for_example_args():
         jax.jit(ej.to_custom_vjp(picky))(jnp.asarray(X))
     ok = ej.to_custom_vjp(picky, example_args=(X,))
     np.testing.assert_allclose(jax.jit(ok)(jnp.asarray(X)), X)
+
+
+def test_a_rules_own_exception_comes_back_as_itself():
+    def failing(x):
+        def pullback(ybar):
+            raise KeyError("missing table entry")
+
+        return x.sum(), pullback
+
+    with pytest.raises(KeyError, match="missing table entry"):
+        ej.run_under(ej.to_custom_vjp(failing), (X,), transform="jit_grad")
+
+
+def test_jax_native_rule_under_every_transform():
+    loss = lambda x: cube(x).sum()  # noqa: E731
+    np.testing.assert_allclose(ej.run_under(cube, (X,), transform="jit"), X**3)
+    np.testing.assert_allclose(ej.run_under(cube, (np.stack([X, -X]),), transform="vmap"), np.stack([X, -X]) ** 3)
+    for transform in ("grad", "jit_grad"):
+        (g,) = ej.run_under(loss, (X,), transform=transform)
+        np.testing.assert_allclose(g, 3 * X**2)
+    (g,) = ej.run_under(cube, (X,), transform="grad", cotangent=np.array([1.0, 0.0, 2.0]))
+    np.testing.assert_allclose(g, 3 * X**2 * [1.0, 0.0, 2.0])
+    with pytest.raises(AdapterError, match="needs cotangent="):
+        ej.run_under(cube, (X,), transform="grad")
 
 
 def test_bad_arguments_are_rejected_eagerly():
@@ -214,6 +241,17 @@ def test_rrule_from_custom_vjp_round_trip():
     np.testing.assert_allclose(xbar, vjp(jnp.asarray(ybar))[0], rtol=1e-14)
     assert rule.__name__ == "cube"
     assert ej.primal_of_custom_vjp(cube) is cube.fun
+
+
+def test_rrule_from_custom_vjp_with_symbolic_zeros():
+    @jax.custom_vjp
+    def sine(x):
+        return jnp.sin(x)
+
+    sine.defvjp(lambda x: (jnp.sin(x.value), x.value), lambda x, ybar: (jnp.cos(x) * ybar,), symbolic_zeros=True)
+    y, pullback = ej.rrule_from_custom_vjp(sine)(X)
+    np.testing.assert_allclose(y, np.sin(X))
+    np.testing.assert_allclose(pullback(np.ones(3))[0], np.cos(X))
 
 
 def test_rrule_from_custom_vjp_inserts_none_for_nondiff_argnums():
