@@ -11,4 +11,4 @@ def scale(x):
 
 @rrule(scale, arrays(shape=(3,)))
 def scale_rrule(x):
-    return scale(x), lambda ybar: (3.0 * ybar,)
+    return scale(x), lambda ybar: (None if ybar is None else 3.0 * ybar,)

@@ -40,4 +40,4 @@ def neg(x):
 
 @rrule(neg, arrays(shape=(2,)))
 def neg_rrule(x):
-    return neg(x), lambda ybar: (-ybar,)
+    return neg(x), lambda ybar: (None if ybar is None else -ybar,)

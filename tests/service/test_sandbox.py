@@ -1,0 +1,145 @@
+"""The sandbox's contract: its public surface, the level it reports, benign runs at every level,
+limits that end in a clear reason, and the start-up cost. Hostile submissions: test_sandbox_hostile.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+import service.sandbox as sandbox
+from service.sandbox import Limits, SandboxOutcome, run_check, sandbox_level
+
+HOSTILE = Path(__file__).parent / "hostile"
+QUICK = Limits(wall_s=5, cpu_s=5, memory_mb=1536, processes=48, open_files=64, output_bytes=2**20, tmpfs_mb=16)
+WORKING = [lvl for lvl in sandbox.LEVELS[:-1] if sandbox._probe(lvl) is None] + ["rlimits"]
+
+
+def bundle_of(tmp_path: Path, *names: str) -> Path:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for name in names:
+        shutil.copy(HOSTILE / f"{name}.py", bundle / f"{name}.py")
+    return bundle
+
+
+@pytest.fixture(params=WORKING)
+def level(request, monkeypatch):
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: request.param)
+    return request.param
+
+
+def test_public_surface_is_the_agreed_interface():
+    assert {"Limits", "SandboxOutcome", "run_check", "sandbox_level"} <= set(sandbox.__all__)
+    assert Limits() == Limits(60, 60, 2048, 64, 256, 5 * 2**20, 64)
+    assert [f.name for f in dataclasses.fields(SandboxOutcome)] == [
+        "ok", "report", "level", "reason", "duration_s", "returncode", "stderr_tail"
+    ]
+
+
+@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_mb", "processes", "open_files", "output_bytes", "tmpfs_mb"])
+def test_limits_must_be_positive(field):
+    with pytest.raises(ValueError, match=f"Got {field}=0, but {field} must be a positive number"):
+        Limits(**{field: 0})
+
+
+def test_arguments_are_checked_eagerly(tmp_path):
+    with pytest.raises(ValueError, match="must be an existing folder"):
+        run_check(tmp_path / "missing")
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'gpu'"):
+        run_check(tmp_path, device="tpu")
+
+
+def test_level_is_the_strongest_that_works_and_is_detected_once():
+    level = sandbox_level()
+    assert level == WORKING[0]
+    if shutil.which("bwrap") and sys.platform == "linux":
+        assert level == "bubblewrap", sandbox._probe("bubblewrap")
+    before = sandbox_level.cache_info().misses
+    assert sandbox_level() == level
+    assert sandbox_level.cache_info().misses == before
+
+
+def test_a_weaker_level_can_be_forced_but_not_a_bogus_one(monkeypatch):
+    sandbox_level.cache_clear()
+    try:
+        monkeypatch.setenv("GRADGUARD_SANDBOX_LEVEL", "rlimits")
+        assert sandbox_level() == "rlimits"
+        sandbox_level.cache_clear()
+        monkeypatch.setenv("GRADGUARD_SANDBOX_LEVEL", "chroot")
+        with pytest.raises(ValueError, match="GRADGUARD_SANDBOX_LEVEL='chroot'"):
+            sandbox_level()
+    finally:
+        monkeypatch.delenv("GRADGUARD_SANDBOX_LEVEL")
+        sandbox_level.cache_clear()
+
+
+def test_benign_bundle_gives_a_passing_report_at_every_level(tmp_path, level, monkeypatch):
+    monkeypatch.setenv("GRADGUARD_DATABASE_URL", "postgresql://u:hunter2@127.0.0.1/db")
+    bundle = bundle_of(tmp_path, "benign")
+    outcome = run_check(bundle, select=["GG1", "GG202", "GG301", "GG302"], seed=3, max_examples=5, limits=QUICK)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    assert outcome.reason is None and outcome.returncode == 0 and outcome.level == level
+    report = outcome.report
+    assert report["schema"] == "gradguard.report/1"
+    assert report["environment"]["sandbox"] == level
+    assert report["environment"]["device"] == "cpu"
+    assert report["settings"]["seed"] == 3 and report["settings"]["select"] == ["GG1", "GG202", "GG301", "GG302"]
+    assert report["summary"]["verdict"] == "pass", json.dumps(report["rules"], indent=1)[:2000]
+    assert [r["name"] for r in report["rules"]] == ["scale_rrule"]
+    assert report["rules"][0]["source_file"].endswith("benign.py")
+
+
+def test_interpreter_crash_is_reported_with_its_signal(tmp_path):
+    outcome = run_check(bundle_of(tmp_path, "crashes"), limits=QUICK)
+    assert not outcome.ok and outcome.report is None
+    assert outcome.reason.startswith("checker killed by SIGSEGV"), outcome
+
+
+def test_report_channel_is_capped(tmp_path):
+    outcome = run_check(bundle_of(tmp_path, "floods_report"), limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 1 MB report"
+
+
+def test_tmpfs_is_bounded(tmp_path):
+    outcome = run_check(bundle_of(tmp_path, "fills_tmpfs"), limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 16 MB tmpfs", outcome
+
+
+def test_open_files_are_bounded(tmp_path):
+    outcome = run_check(bundle_of(tmp_path, "opens_many_files"), limits=QUICK)
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 64 open files", outcome
+
+
+def test_environment_is_built_from_nothing():
+    from service.sandbox import _run
+
+    env = _run.env("gpu", pythonpath="/opt/gradguard/lib", tmp="/tmp")
+    assert env["GRADGUARD_DEVICE"] == "gpu" and env["JAX_PLATFORMS"] == "cuda"
+    assert env["HOME"] == env["TMPDIR"] == "/tmp"
+    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS"}
+    assert {k for k in env if not k.startswith("PYTHON")} <= allowed
+
+
+def test_start_overhead_of_a_trivial_run(tmp_path, record_property):
+    """End to end, an empty bundle: sandbox start, interpreter, `import checker`, report, cleanup."""
+    bundle = tmp_path / "empty"
+    bundle.mkdir()
+    times = []
+    for _ in range(5):
+        outcome = run_check(bundle, limits=QUICK)
+        assert outcome.ok, outcome.reason
+        times.append(outcome.duration_s)
+    p50 = statistics.median(times)
+    record_property("sandbox_trivial_run_p50_s", round(p50, 3))
+    print(f"\ntrivial run at level {sandbox_level()}: p50 {p50:.3f} s of {[round(t, 3) for t in times]}")
+    assert p50 < 10
