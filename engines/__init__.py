@@ -5,6 +5,11 @@ This layer knows nothing of checks, reports or services.
 
 from engines._within import register_within_gradient, within_gradient
 from engines.errors import AdapterError, EngineError, PlatformUnavailable, TraceError
+from engines.jax_engine._tracers import is_jax_differentiation_tracer
+
+# JAX values being differentiated count as "within gradient" even before the JAX engine is
+# first used; the predicate looks JAX up in sys.modules and never imports it.
+register_within_gradient(is_jax_differentiation_tracer)
 
 __all__ = [
     "within_gradient",
