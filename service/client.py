@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -169,7 +170,7 @@ class Client:
         return f"{self.server}/runs/{run_id}"
 
     def badge(self, project: str, branch: str) -> str:
-        return f"{self.server}/badge/{project}.svg?branch={httpx.QueryParams({'b': branch})['b']}"
+        return f"{self.server}/badge/{project}.svg?branch={quote(branch, safe='')}"
 
     # -- API --------------------------------------------------------------------------------------
     def submit(self, project: str, bundle: bytes, request: RunRequest) -> dict[str, Any]:
@@ -191,7 +192,7 @@ class Client:
         *,
         timeout_s: float = 1800.0,
         poll_s: float = 0.5,
-        max_poll_s: float = 10.0,
+        max_poll_s: float = 5.0,
         on_status: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Poll the run until it is passed, failed or error; polls back off from ``poll_s`` to ``max_poll_s``."""
@@ -211,7 +212,7 @@ class Client:
                     fix=f"Look at {self.run_page(run_id)}; raise --timeout, or check that the server has workers for this device.",
                 )
             self._sleep(poll_s)
-            poll_s = min(max_poll_s, poll_s * 1.5)
+            poll_s = min(max_poll_s, poll_s * 1.3)
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _request(self, method: str, url: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:

@@ -27,7 +27,7 @@ import click
 
 from service.client import Client, ClientError, Rejected, RunRequest, make_bundle
 
-__all__ = ["submit", "github_context", "annotations", "exit_code", "write_outputs"]
+__all__ = ["submit", "github_context", "annotations", "exit_code", "write_outputs", "publish_local"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 MAX_ANNOTATIONS = 50
@@ -268,3 +268,39 @@ def _print_verdict(run: dict[str, Any], report: dict[str, Any] | None, run_url: 
                 where += f":{f['source_lines'][0]}"
             click.echo(f"  {f.get('check_id')} {rule.get('name')} {where}: {f.get('message')}")
     click.echo(f"  full report: {run_url}")
+
+
+def publish_local(report_path: str, fail_on: str, env: dict[str, str] | None = None) -> int:
+    """For the Action's ``mode: local``: annotate, summarize and set outputs from a ``gradguard check --json``
+    report, as ``submit --wait`` does for a server run; returns the exit code by ``fail_on``."""
+    env = dict(os.environ if env is None else env)
+    try:
+        report = json.loads(Path(report_path).read_text())
+    except (OSError, ValueError) as exc:
+        click.echo(f"gradguard: no readable report at {report_path} ({exc})", err=True)
+        write_outputs(env.get("GITHUB_OUTPUT"), {"verdict": "error", "report-url": "", "badge-url": ""})
+        return EXIT_INTERNAL
+    verdict = report.get("summary", {}).get("verdict", "error")
+    if env.get("GITHUB_ACTIONS") == "true":
+        for line in annotations(report):
+            click.echo(line)
+    if env.get("GITHUB_STEP_SUMMARY"):
+        from checker.render import render_markdown
+        from checker.report import Report
+
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
+            out.write(render_markdown(Report.from_dict(report)))
+    write_outputs(env.get("GITHUB_OUTPUT"), {"verdict": verdict, "report-url": "", "badge-url": ""})
+    status = {"pass": "passed", "fail": "failed"}.get(verdict, "error")
+    return exit_code(status, report, fail_on)
+
+
+if __name__ == "__main__":  # python -m service.client_cli publish-local REPORT.json --fail-on error
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m service.client_cli")
+    parser.add_argument("command", choices=["publish-local"])
+    parser.add_argument("report")
+    parser.add_argument("--fail-on", choices=["error", "warning", "never"], default="error")
+    args = parser.parse_args()
+    sys.exit(publish_local(args.report, args.fail_on))
