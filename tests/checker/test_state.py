@@ -249,7 +249,7 @@ def test_gg403_pullback_accumulates_into_a_captured_array():
     assert f.message == (
         "calling the pullback of square_accumulates twice with the same cotangent gave different tangents for "
         "argument 0 (x) at [0]: 2 on the first call, 4 on the second. The pullback changes state it reads "
-        "(it accumulates into a captured buffer or consumes its residuals)."
+        "(it accumulates into a captured buffer, consumes its residuals or draws random numbers)."
     )
     assert f.fix.startswith("Allocate the tangent in every call")
     assert "cotangent" in f.counterexample["draws"]
@@ -454,3 +454,21 @@ def test_gg404_reproducer_replays_the_second_input(tmp_path, monkeypatch):
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     with pytest.raises(AssertionError, match="GG404 stale residuals"):
         exec(compile(script.read_text(), str(script), "exec"), {"__name__": "__repro__"})
+
+
+def test_gg401_structural_change_of_a_list_argument():
+    def first_times_second(xs):
+        return xs[0] * xs[1]
+
+    pairs = st.tuples(st.tuples(arrays(shape=(2,)), arrays(shape=(2,))).map(list))
+
+    @rrule(first_times_second, args=pairs)
+    def appends(xs):
+        xs.append(xs[0])  # grows the caller's list
+        return xs[0] * xs[1], lambda ybar: ([ybar * xs[1], ybar * xs[0]],)
+
+    (f,) = findings(appends, "GG401")
+    assert f.message == (
+        "the forward of appends wrote into argument 0 (xs), which is not declared in mutates=: "
+        "xs changed from list of 2 to list of 3."
+    )
