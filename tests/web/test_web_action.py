@@ -1,0 +1,180 @@
+"""The composite GitHub Action, run the way a runner runs it: action.yml is parsed, ``${{ }}``
+expressions over inputs are substituted, each ``run:`` script is executed by bash with the
+step's env, GITHUB_* variables, an event file and summary/output files, against the live server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+REPO = Path(__file__).resolve().parents[2]
+EXPR = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
+
+
+@dataclass
+class ActionResult:
+    returncode: int
+    stdout: str
+    outputs: dict[str, str]
+    summary: str
+    ran: list[str]
+
+
+def _load() -> dict[str, Any]:
+    return yaml.safe_load((REPO / "action.yml").read_text())
+
+
+def _parse_outputs(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def run_action(inputs: dict[str, str], workdir: Path, tmp: Path, env: dict[str, str]) -> ActionResult:
+    action = _load()
+    values = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
+    unknown = set(inputs) - set(values)
+    assert not unknown, f"inputs {unknown} are not declared in action.yml"
+    values.update(inputs)
+    steps: dict[str, dict[str, str]] = {}
+
+    def evaluate(text: str) -> str:
+        def one(match: re.Match[str]) -> str:
+            expr = match.group(1)
+            if expr.startswith("inputs."):
+                return values[expr[len("inputs."):]]
+            if expr == "github.action_path":
+                return str(REPO)
+            found = re.fullmatch(r"steps\.([\w-]+)\.outputs\.([\w-]+)", expr)
+            if found:
+                return steps.get(found.group(1), {}).get(found.group(2), "")
+            raise AssertionError(f"the test runner does not know the expression {expr!r}")
+        return EXPR.sub(one, str(text))
+
+    def condition(text: str) -> bool:
+        found = re.fullmatch(r"inputs\.([\w-]+)\s*==\s*'([^']*)'", EXPR.sub(lambda m: m.group(1), text).strip())
+        assert found, f"the test runner does not know the condition {text!r}"
+        return values[found.group(1)] == found.group(2)
+
+    stdout, ran = [], []
+    summary = tmp / "step_summary.md"
+    summary.write_text("")
+    code = 0
+    for n, step in enumerate(action["runs"]["steps"]):
+        assert step.get("shell") == "bash" and "run" in step, "every step of the composite action is a bash script"
+        if "if" in step and not condition(step["if"]):
+            continue
+        script = tmp / f"step{n}.sh"
+        script.write_text(evaluate(step["run"]))
+        output = tmp / f"output{n}.txt"
+        output.write_text("")
+        step_env = {**env, **{k: evaluate(v) for k, v in (step.get("env") or {}).items()},
+                    "GITHUB_ACTION_PATH": str(REPO), "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)}
+        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)], cwd=workdir,
+                              env=step_env, capture_output=True, text=True, timeout=240)
+        ran.append(step.get("name", f"step {n}"))
+        stdout.append(done.stdout + done.stderr)
+        if step.get("id"):
+            steps[step["id"]] = _parse_outputs(output.read_text())
+        if done.returncode != 0:
+            code = done.returncode
+            break
+    outputs = {name: evaluate(spec["value"]) for name, spec in action["outputs"].items()}
+    return ActionResult(code, "\n".join(stdout), outputs, summary.read_text(), ran)
+
+
+@pytest.fixture
+def job(tmp_path: Path, rule_sources: dict[str, str]) -> dict[str, Any]:
+    """A checked-out repository with a broken rule, a runner environment and tools on PATH."""
+    workdir = tmp_path / "repo"
+    (workdir / "rules").mkdir(parents=True)
+    (workdir / "rules" / "ops.py").write_text(rule_sources["bad"])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, command in {"gradguard": f'"{sys.executable}" -c "from checker.cli import main; main()" "$@"',
+                          "python3": f'"{sys.executable}" "$@"'}.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\nexec {command}\n")
+        tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"ref": "refs/heads/main", "head_commit": {"id": "9" * 40}}))
+    runner_temp = tmp_path / "runner_temp"
+    runner_temp.mkdir()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GRADGUARD_"))}
+    env = {
+        **base,
+        "PATH": f"{bin_dir}{os.pathsep}{base.get('PATH', '')}",
+        "PYTHONPATH": str(REPO),
+        "GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_WORKSPACE": str(workdir), "RUNNER_TEMP": str(runner_temp),
+        "GITHUB_REPOSITORY": "octo/action-project", "GITHUB_SHA": "9" * 40, "GITHUB_REF": "refs/heads/main",
+        "GITHUB_REF_NAME": "main", "GITHUB_EVENT_NAME": "push", "GITHUB_EVENT_PATH": str(event),
+    }
+    return {"workdir": workdir, "tmp": tmp_path, "env": env}
+
+
+def test_action_declares_the_contract() -> None:
+    action = _load()
+    assert action["runs"]["using"] == "composite"
+    assert {"server-url", "token", "path", "wait", "fail-on", "device", "mode"} <= set(action["inputs"])
+    assert set(action["outputs"]) == {"verdict", "report-url", "badge-url"}
+    script = "\n".join(step["run"] for step in action["runs"]["steps"])
+    assert "inputs.token" not in script, "the token travels in the environment, never on a command line"
+
+
+def test_server_mode_submits_waits_and_fails_the_step(live: Any, job: dict[str, Any]) -> None:
+    token = live.create_project("action-project")
+    result = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false"},
+                        job["workdir"], job["tmp"], job["env"])
+    assert result.ran == ["Check the rules"]  # install: false skips the install step
+    assert result.returncode == 1, result.stdout
+    assert result.outputs["verdict"] == "fail"
+    assert re.fullmatch(re.escape(live.base) + r"/runs/\d+", result.outputs["report-url"])
+    assert result.outputs["badge-url"] == f"{live.base}/badge/action-project.svg?branch=main"
+    assert "::error file=rules/ops.py,line=" in result.stdout and "title=GG103" in result.stdout
+    assert "gradguard: 1/2 rules pass" in result.summary
+    run_id = int(result.outputs["report-url"].rsplit("/", 1)[1])
+    assert live.wait(run_id)["commit"] == "9" * 40
+    badge = live.http.get("/badge/action-project.svg").text
+    assert "1 failing" in badge
+
+    queued = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false", "wait": "false"},
+                        job["workdir"], job["tmp"], job["env"])
+    assert queued.returncode == 0 and queued.outputs["verdict"] == "pending"
+
+
+def test_local_mode_checks_in_the_job(job: dict[str, Any]) -> None:
+    result = run_action({"mode": "local", "path": "rules", "install": "false"}, job["workdir"], job["tmp"], job["env"])
+    assert result.returncode == 1, result.stdout
+    assert result.outputs == {"verdict": "fail", "report-url": "", "badge-url": ""}
+    assert "::error file=rules/ops.py,line=" in result.stdout
+    assert "gradguard: 1/2 rules pass" in result.summary
+    lenient = run_action({"mode": "local", "path": "rules", "install": "false", "fail-on": "never"},
+                         job["workdir"], job["tmp"], job["env"])
+    assert lenient.returncode == 0 and lenient.outputs["verdict"] == "fail"
+
+
+def test_bad_configuration_fails_with_a_clear_error(job: dict[str, Any]) -> None:
+    missing = run_action({"path": "rules", "install": "false"}, job["workdir"], job["tmp"], job["env"])
+    assert missing.returncode == 2 and "needs the server-url input" in missing.stdout
+    wrong = run_action({"mode": "cloud", "install": "false"}, job["workdir"], job["tmp"], job["env"])
+    assert wrong.returncode == 2 and "mode must be 'server' or 'local'" in wrong.stdout
+
+
+def test_example_workflow_uses_only_declared_inputs() -> None:
+    workflow = yaml.safe_load((REPO / "docs" / "examples" / "gradguard.yml").read_text())
+    declared = set(_load()["inputs"])
+    uses = [step for job in workflow["jobs"].values() for step in job["steps"]
+            if "gradguard" in str(step.get("uses", ""))]
+    assert uses, "the example workflow uses the action"
+    for step in uses:
+        assert set(step.get("with", {})) <= declared, step
