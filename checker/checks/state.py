@@ -178,7 +178,7 @@ def forward_mutates_undeclared(case: Case) -> Iterable[Problem]:
         @rrule(square, arrays(shape=(3,)))
         def square_rrule(x):
             def pullback(ybar):
-                x *= 2 * ybar                     # reuses x's memory for the tangent
+                x[...] *= 2 * ybar                # reuses x's memory for the tangent
                 return (x,)
             return x * x, pullback
     """,
@@ -427,6 +427,8 @@ def output_aliases_input(case: Case) -> Iterable[Problem]:
     names = _names(case)
 
     def relation(value: Any, i: int) -> str | None:
+        if not isinstance(value, np.ndarray):
+            return None  # Python and NumPy scalars are immutable: sharing one is harmless
         for arg_leaf in leaves(args[i]):
             if value is arg_leaf:
                 return f"is {names[i]} itself"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from checker import arrays, check, constant, rrule
+from checker import arrays, check, constant, floats, rrule
 
 # -- primals -------------------------------------------------------------------------------------
 
@@ -472,3 +472,14 @@ def test_gg401_structural_change_of_a_list_argument():
         "the forward of appends wrote into argument 0 (xs), which is not declared in mutates=: "
         "xs changed from list of 2 to list of 3."
     )
+
+
+def test_gg405_ignores_immutable_scalars():
+    def first(a, b):
+        return a
+
+    @rrule(first, floats(), floats())
+    def first_rrule(a, b):
+        return a, lambda ybar: (ybar, 0.0)  # the output *is* the Python float a: harmless
+
+    assert findings(first_rrule, "GG405") == []
