@@ -12,6 +12,7 @@ import json
 import os
 import random
 import resource
+import secrets
 import selectors
 import signal
 import subprocess
@@ -25,6 +26,8 @@ from service.sandbox import _layout
 
 _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
+_TAG = "GRADGUARD_SANDBOX_RUN"  # rlimits level without a uid of its own: marks the run's processes
+_WATCH_EVERY_S = 0.1
 
 
 @dataclass
@@ -137,6 +140,10 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
         report_r, report_w = os.pipe()
         args = ["--report-fd", str(report_w), "--origin", str(bundle), *main_args]
         argv, environment, cwd = command(level, stage, args, limits, device, size_flag=size_flag)
+        tag = None
+        if level == "rlimits" and stage.uid is None:  # nothing else bounds or finds its processes
+            tag = f"{_TAG}={secrets.token_hex(8)}".encode()
+            environment[_TAG] = tag.decode().split("=", 1)[1]
         try:
             proc = subprocess.Popen(
                 argv,
@@ -152,12 +159,15 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
         finally:
             os.close(report_w)
         try:
-            limit_hit, out, err, report = _pump(proc, report_r, limits, start)
+            watch = (lambda: "processes" if len(tagged(tag)) > limits.processes else None) if tag else None
+            limit_hit, out, err, report = _pump(proc, report_r, limits, start, watch)
         finally:
             _kill(proc)
             status, usage = _reap(proc)
             if stage.uid is not None:
                 sweep(stage.uid, stage.gid)
+            if tag:
+                sweep_tagged(tag)
             os.close(report_r)
     code, sig = _decode(status, wrapped=level != "rlimits")
     return Raw(limit_hit, code, sig, usage, err, report, time.monotonic() - start)
@@ -175,7 +185,7 @@ def _layout_readable() -> bool:
     return True
 
 
-def _pump(proc: subprocess.Popen, report_r: int, limits, start: float):
+def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=None):
     sel = selectors.DefaultSelector()
     bufs = {"out": bytearray(), "err": bytearray(), "report": bytearray()}
     for name, fd in (("out", proc.stdout.fileno()), ("err", proc.stderr.fileno()), ("report", report_r)):
@@ -183,17 +193,23 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float):
         sel.register(fd, selectors.EVENT_READ, name)
     deadline = start + limits.wall_s
     printed = 0
+    next_watch = start
     try:
         while True:
             now = time.monotonic()
             if now >= deadline:
                 return "wall", bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
+            if watch is not None and now >= next_watch:
+                next_watch = now + _WATCH_EVERY_S
+                hit = watch()
+                if hit:
+                    return hit, bytes(bufs["out"]), bytes(bufs["err"]), b""
             if not sel.get_map():
                 if _reap(proc, block=False) is not None:
                     break
                 time.sleep(min(0.01, deadline - now))
                 continue
-            for key, _ in sel.select(timeout=min(0.25, deadline - now)):
+            for key, _ in sel.select(timeout=min(_WATCH_EVERY_S, deadline - now)):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fd)
@@ -263,4 +279,31 @@ def sweep(uid: int, gid: int) -> None:
         _, status = os.waitpid(pid, 0)
         if os.waitstatus_to_exitcode(status) != 1:
             return
+        time.sleep(0.01)
+
+
+def tagged(tag: bytes) -> list[int]:
+    """Processes whose environment carries ``tag`` (what a run started, unless it exec'd a new environment)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if tag in f.read().split(b"\0"):
+                        out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
+def sweep_tagged(tag: bytes) -> None:
+    for _ in range(50):
+        pids = tagged(tag)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.01)

@@ -24,6 +24,8 @@ from service.sandbox import Limits, run_check
 HOSTILE = Path(__file__).parent / "hostile"
 QUICK = Limits(wall_s=5, cpu_s=5, memory_mb=1536, processes=48, output_bytes=2**20, tmpfs_mb=16)
 ISOLATING = [lvl for lvl in ("bubblewrap", "namespaces") if sandbox._probe(lvl) is None]
+ALL = [*ISOLATING, "rlimits"]
+OBSERVE = {"select": ["GG101"], "max_examples": 1}  # the observations happen at import: check little
 SECRETS = {
     "GRADGUARD_DATABASE_URL": "postgresql://gradguard:hunter2-db@127.0.0.1/gradguard",
     "GRADGUARD_ADMIN_TOKEN": "gga_hunter2_admin",
@@ -70,6 +72,12 @@ def level(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=ALL)
+def any_level(request, monkeypatch):
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: request.param)
+    return request.param
+
+
 def test_secrets_are_out_of_reach(tmp_path, monkeypatch, level):
     for key, value in SECRETS.items():
         monkeypatch.setenv(key, value)
@@ -80,7 +88,7 @@ def test_secrets_are_out_of_reach(tmp_path, monkeypatch, level):
     config.write_text("GRADGUARD_ADMIN_TOKEN=gga_hunter2_admin\n")
     source = Path(sandbox.__file__)  # the service's own code: not part of the sandbox's view
     bundle = bundle_of(tmp_path, "reads_secrets", paths=[str(db), str(config), str(source)])
-    outcome = run_check(bundle, limits=QUICK, max_examples=5)
+    outcome = run_check(bundle, limits=QUICK, **OBSERVE)
     seen = facts(outcome)
     assert outcome.report["environment"]["sandbox"] == level
     assert set(seen["env"]) - ALLOWED_ENV <= {k for k in seen["env"] if k.startswith("PYTHON")}
@@ -109,7 +117,7 @@ def test_no_network_not_even_loopback(tmp_path, level):
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
         bundle = bundle_of(tmp_path, "opens_socket", port=server.getsockname()[1])
-        outcome = run_check(bundle, limits=QUICK, max_examples=5)
+        outcome = run_check(bundle, limits=QUICK, **OBSERVE)
         stop.set()
         thread.join()
     seen = facts(outcome)
@@ -124,7 +132,7 @@ def test_no_network_not_even_loopback(tmp_path, level):
 def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(tmp_path, level):
     bundle = bundle_of(tmp_path, "writes_outside")
     before = digest(bundle)
-    outcome = run_check(bundle, limits=QUICK, max_examples=5)
+    outcome = run_check(bundle, limits=QUICK, **OBSERVE)
     seen = facts(outcome)
     assert seen.pop("tmpdir") == "written" and seen.pop("home") == "written"
     for where, result in seen.items():
@@ -134,19 +142,13 @@ def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(tmp_path, level):
     assert not (Path(sandbox.__file__).parent.parent.parent / "checker" / "pwned.py").exists()
 
 
-def test_fork_bomb_is_contained_and_leaves_no_process(tmp_path):
+def test_fork_bomb_is_contained_and_leaves_no_process(tmp_path, any_level):
+    """RLIMIT_NPROC on the run's own uid, or (rlimits level as root) the parent's process watchdog."""
     bundle = bundle_of(tmp_path, "forks_without_bound")
     outcome = run_check(bundle, limits=QUICK)
     assert not outcome.ok
-    assert outcome.reason in ("exceeded 48 processes", "exceeded 5 s wall time"), outcome
-    if sandbox_level_enforces_processes():
-        assert outcome.reason == "exceeded 48 processes"
-    time.sleep(0.2)
+    assert outcome.reason == "exceeded 48 processes", outcome
     assert strays(bundle) == []
-
-
-def sandbox_level_enforces_processes() -> bool:
-    return os.geteuid() == 0 or sandbox.sandbox_level() != "rlimits"
 
 
 def test_50_gb_allocation_fails_fast_as_memory_limit(tmp_path):
@@ -163,16 +165,16 @@ def test_cpu_loop_ends_at_the_cpu_limit(tmp_path):
     outcome = run_check(bundle, limits=Limits(wall_s=10, cpu_s=2))
     assert not outcome.ok
     assert outcome.reason == "exceeded 2 s CPU time"
-    assert outcome.duration_s < 6
+    assert outcome.duration_s < 9.5
     assert strays(bundle) == []
 
 
-def test_sleeping_forever_ends_at_the_wall_limit(tmp_path):
+def test_sleeping_forever_ends_at_the_wall_limit(tmp_path, any_level):
     bundle = bundle_of(tmp_path, "sleeps_forever")
-    outcome = run_check(bundle, limits=Limits(wall_s=3, cpu_s=30))
+    outcome = run_check(bundle, limits=Limits(wall_s=2.5, cpu_s=30))
     assert not outcome.ok
-    assert outcome.reason == "exceeded 3 s wall time"
-    assert 3 <= outcome.duration_s < 4.5
+    assert outcome.reason == "exceeded 2.5 s wall time"
+    assert 2.5 <= outcome.duration_s < 4
     assert outcome.report is None and outcome.returncode is not None
     assert strays(bundle) == []
 
