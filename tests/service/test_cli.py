@@ -1,0 +1,79 @@
+"""`gradguard migrate`, `gradguard worker` and `gradguard serve --demo` (through the real top-level CLI)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import inspect
+
+from service.cli import migrate, worker
+from service.db import get_engine
+from web.cli import serve
+
+from conftest import wait_for  # type: ignore[import-not-found]
+
+GRADGUARD = [sys.executable, "-c", "from checker.cli import main; main()"]
+
+
+def test_migrate_creates_the_schema(db_url: str) -> None:
+    result = CliRunner().invoke(migrate, ["--database-url", db_url])
+    assert result.exit_code == 0, result.output
+    assert "is at revision head" in result.output
+    assert "runs" in inspect(get_engine(db_url)).get_table_names()
+
+
+def test_bad_configuration_is_a_usage_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("GRADGUARD_MODE", "production")
+    monkeypatch.setenv("GRADGUARD_ADMIN_TOKEN", "changeme")
+    result = CliRunner().invoke(migrate, [])
+    assert result.exit_code == 2 and "GRADGUARD_ADMIN_TOKEN" in result.output
+
+
+def test_commands_document_their_options() -> None:
+    runner = CliRunner()
+    assert "--queue [cpu|gpu]" in runner.invoke(worker, ["--help"]).output
+    help_text = runner.invoke(serve, ["--help"]).output
+    assert all(option in help_text for option in ("--host", "--port", "--demo", "--workers"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_serve_demo_shows_verdicts_within_a_minute(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADGUARD_")}
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*GRADGUARD, "serve", "--port", str(port), "--demo", "--workers", "2"], cwd=tmp_path,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{base}/readyz", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                assert proc.poll() is None, log.read_text()
+                return False
+
+        wait_for(ready, 60, "gradguard serve to be ready")
+        output = log.read_text()
+        assert "admin token" in output and "demo project token" in output and f"{base}/api/v1/runs/" in output
+        branches = wait_for(lambda: httpx.get(f"{base}/api/v1/projects/demo/branches").json()["items"], 60,
+                            "the first demo verdict")
+        assert branches[0]["status"] in ("passed", "failed", "error")
+        assert (tmp_path / "gradguard.sqlite3").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
