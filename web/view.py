@@ -33,16 +33,14 @@ def find_source(files: Mapping[str, bytes], path: str | None) -> str | None:
     norm = path.replace("\\", "/").lstrip("./")
     if norm in files:
         return norm
-    best = None
-    for name in files:
-        if norm.endswith("/" + name) or name.endswith("/" + norm):
-            if best is None or len(name) > len(best):
-                best = name
-    if best is None:
-        base = norm.rsplit("/", 1)[-1]
-        matches = [n for n in files if n.rsplit("/", 1)[-1] == base]
-        best = matches[0] if len(matches) == 1 else None
-    return best
+    inside = [name for name in files if norm.endswith("/" + name)]  # an absolute path of the bundle folder
+    if inside:
+        return max(inside, key=len)
+    for candidates in ([n for n in files if n.endswith("/" + norm)],
+                       [n for n in files if n.rsplit("/", 1)[-1] == norm.rsplit("/", 1)[-1]]):
+        if len(candidates) == 1:
+            return candidates[0]
+    return None  # ambiguous or absent: do not guess
 
 
 def _ranges(lines: list[int]) -> str:
