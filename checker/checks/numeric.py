@@ -39,13 +39,14 @@ from engines import fd
 __all__ = ["CHAINRULES", "JAX", "convention", "other_convention", "adjoint_tangents", "finite_difference"]
 
 CHAINRULES, JAX = "ChainRules", "JAX"
-LOCALISE_MAX_SIZE = 4096  # arguments up to this size are localised to one element (bisection: ~2 log2(n) FD calls)
+LOCALISE_MAX_SIZE = 4096  # arguments up to this size are localised to one element (bisection: about log2(n) FD calls)
 NONFINITE_CANDIDATES = 4  # GG206 tries this many non-finite elements before giving up on an input
 
 _NO_FD = (
     "finite differences of the primal failed at every input drawn (it raised or was not finite near them): "
     "the specs may reach outside the function's domain, or its output differs from the rule's (see GG102)"
 )
+_RULES = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}
 _CONVENTION_TEXT = {
     CHAINRULES: "ChainRules' convention (the pullback is the adjoint for the real inner product: "
     "for a holomorphic f it returns conj(f'(z)) * ybar)",
@@ -79,8 +80,14 @@ def adjoint_tangents(case: Case, pb: Callable[..., Any], ybar: Any, conv: str) -
 
 
 def _as_rule_sees(value: Any, conv: str) -> Any:
-    """An adjoint-form value in the rule's own convention (what its pullback returned or should have)."""
-    return np.conj(value) if conv == JAX and np.iscomplexobj(value) else value
+    """An adjoint-form scalar in the rule's own convention (what its pullback returned or should have)."""
+    if conv == JAX and np.iscomplexobj(value):
+        value = np.conj(value)
+    return value.item() if isinstance(value, (np.ndarray, np.generic)) else value
+
+
+def _owner(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
 
 
 def _has_complex(case: Case, y: Any) -> bool:
@@ -146,9 +153,8 @@ def _one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> tuple
 
 # -- the dot-product test -------------------------------------------------------------------------
 def _abs_inner(a: Any, b: Any) -> float:
-    return math.fsum(
-        float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in zip(leaves(a), leaves(b)) if x is not None and y is not None
-    )
+    pairs = [(x, y) for x, y in zip(leaves(a), leaves(b)) if x is not None and y is not None]
+    return math.fsum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in pairs)
 
 
 @dataclass
@@ -235,8 +241,10 @@ class _Wrong:
 
 
 def _bisect(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], i: int, tol: tolerances.Tolerance) -> int | None:
-    """The first flat index of argument ``i`` whose tangent is wrong (the direction's support is halved
-    while the restricted dot-product test still fails on its lower half)."""
+    """The first flat index of argument ``i`` whose tangent is wrong, or None where FD fails.
+
+    The direction's support is halved each step: the lower half when the dot-product test restricted to it
+    fails, the upper half otherwise, so ``log2(n)`` finite differences find one wrong element of ``n``."""
     lo, hi = 0, int(np.size(case.args[i]))
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -326,7 +334,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     if _has_complex(case, y):
         other = adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv))
         if _dot(lhs, other, v).agrees(tol):
-            hint = f" The pullback matches {other_convention(conv)}'s conjugation convention instead: see GG205."
+            hint = f" The pullback matches {_owner(other_convention(conv))} conjugation convention instead: see GG205."
     name = case.rule.name
     test = f"<ybar, J v> = {show(float(lhs.value))} by finite differences, <pullback(ybar), v> = {show(whole.rhs)}"
     wrong = _localise(case, ybar, v, tangents, whole, conv) or [_Wrong(-1, whole)]
@@ -383,7 +391,8 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
     """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
 
     ``None`` tangents count as zeros; the bound is ``atol + rtol * max|.|`` over the whole tangent, so
-    cancellation inside a pullback is not mistaken for a wrong value."""
+    cancellation inside a pullback is not mistaken for a wrong value; equal infinities and NaN against NaN
+    agree (GG206 judges non-finite tangents)."""
     tol = case.tol
     for i in case.diff_positions:
         shape = np.shape(case.args[i])
@@ -392,7 +401,7 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
         a, b = np.broadcast_arrays(a, b)
         with np.errstate(all="ignore"):
             scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
-            bad = ~(np.abs(a - b) <= tol.atol + tol.rtol * scale) & ~(np.isnan(a) & np.isnan(b))
+            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b)))
         if np.any(bad):
             idx = tuple(int(j) for j in np.argwhere(bad)[0])
             return i, idx, a[idx].item(), b[idx].item()
@@ -508,9 +517,9 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
         return  # wrong in both conventions: GG201's finding
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} follows {other}'s conjugation convention, but {case.rule.kind} rules "
+            f"the pullback of {case.rule.name} follows {_owner(other)} conjugation convention, but {_RULES[conv]} "
             f"must follow {_CONVENTION_TEXT[conv]}: <ybar, J v> = {show(float(lhs.value))} by finite differences, "
-            f"the pullback gives {show(mine.rhs)}, and read in {other}'s convention it gives {show(theirs.rhs)}, "
+            f"the pullback gives {show(mine.rhs)}, and read in {_owner(other)} convention it gives {show(theirs.rhs)}, "
             "which matches: a conjugate is missing or extra."
         ),
         expected=show(float(lhs.value)),
