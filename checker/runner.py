@@ -36,11 +36,17 @@ from checker.inputs import format_call, show
 from checker.loader import collect
 from checker.report import Finding, Report, RuleResult
 from checker.specs import RuleSpec
+from engines.errors import PlatformUnavailable
 
 __all__ = ["check", "check_rule", "select_checks", "Options", "PerRule"]
 
 DEFAULT_MAX_EXAMPLES = 20
 DEFAULT_RULE_TIMEOUT_S = 120.0
+# Large inputs: the checks of one rule stop drawing new examples once they have spent this many
+# forward+pullback evaluations' worth of time (measured on the first example) ...
+EVALUATION_BUDGET = 50
+# ... but never before this many seconds, so small rules always get their full example count.
+BUDGET_FLOOR_S = 1.0
 VERSION = "0.1.0"
 
 
@@ -64,6 +70,10 @@ class PerRule:
 
 class _CheckFailed(Exception):
     pass
+
+
+class _BudgetSpent(BaseException):
+    """Ends a search early without a failure (BaseException: Hypothesis neither catches nor shrinks it)."""
 
 
 class RuleTimeout(BaseException):
@@ -161,6 +171,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     infos = [CHECKS[i] for i in ids]
     try:
         with _time_limit(options.rule_timeout_s):
+            _prepare_engine(rule)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:
         result.verdict = "error"
@@ -172,6 +183,9 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except _SpecCannotGenerate as exc:
         result.verdict = "error"
         result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
+    except PlatformUnavailable as exc:  # e.g. --device gpu where JAX sees none: this JAX rule errors, others run
+        result.verdict = "error"
+        result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
     except _InternalError as exc:
         result.verdict = "error"
         result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
@@ -179,6 +193,14 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     if result.verdict != "error":
         result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
     return result
+
+
+def _prepare_engine(rule: RuleSpec) -> None:
+    """Place JAX on the requested device (GRADGUARD_DEVICE) before a JAX rule's checks; NumPy rules need nothing."""
+    if rule.kind == "jax":
+        from checker.jax_rules import ensure_device
+
+        ensure_device()
 
 
 class _SpecCannotGenerate(Exception):
@@ -222,7 +244,10 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
                 result.checks_run.append(info.id)
             continue
         result.checks_run.append(info.id)
-        failure = _search(rule, info, options).failure or first_failure
+        # Shrinking re-runs the check many times: worth it for inputs people can read, not for
+        # seed-filled large arrays whose evaluations are expensive.
+        cheap = survey.eval_s * EVALUATION_BUDGET < BUDGET_FLOOR_S
+        failure = (_search(rule, info, options).failure if cheap else None) or first_failure
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
@@ -241,9 +266,23 @@ _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 @dataclass
 class _Survey:
     examples: int = 0
+    eval_s: float = 0.0  # one forward+pullback on the first input: the unit of the time budget
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
     failures: dict[str, _Failure] = field(default_factory=dict)
+
+
+def _time_one_evaluation(rule: RuleSpec, args: Any) -> float:
+    """Seconds for one forward+pullback of the rule on ``args`` (0 if the rule fails: the checks report that)."""
+    from checker.trees import copy_tree
+
+    start = time.perf_counter()
+    try:
+        y, pullback = rule.rrule(*copy_tree(tuple(args)))
+        pullback(copy_tree(y))
+    except Exception:  # noqa: BLE001 - measuring only; the checks report the failure
+        pass
+    return time.perf_counter() - start
 
 
 def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
@@ -275,7 +314,7 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
     try:
         search()
-    except _CheckFailed:
+    except (_CheckFailed, _BudgetSpent):
         pass
     except Flaky:
         pass  # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
@@ -299,7 +338,13 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
     if not infos:
         return survey
 
+    started = time.perf_counter()
+
     def body(args: Any, data: Any) -> None:
+        if survey.examples == 0:
+            survey.eval_s = _time_one_evaluation(rule, args)
+        elif time.perf_counter() - started > max(BUDGET_FLOOR_S, EVALUATION_BUDGET * survey.eval_s):
+            raise _BudgetSpent()
         survey.examples += 1
         gate_failed = False
         for info in infos:
