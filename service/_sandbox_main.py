@@ -15,9 +15,13 @@ The plan (JSON) says what is left to do in here:
   the mount, network, IPC, UTS and PID namespaces, build a new root on a
   tmpfs from read-only binds, ``pivot_root`` into it and fork the PID
   namespace's first process, which runs the rest.
+- ``limits``: rlimits to set first (here rather than in a ``preexec_fn``,
+  which is unsafe in a supervisor that has threads).
 - ``uid``/``gid``: when started as root, drop to this unprivileged id (one per
-  run, so the kernel's RLIMIT_NPROC counts this run's processes alone).
-- ``cwd``.
+  run, so the kernel's RLIMIT_NPROC counts this run's processes alone);
+  still root after that (no id to drop to): drop every capability instead.
+- ``loopback_down``, ``cwd``, ``supervisor`` (the parent's pid: when it dies,
+  so does the run).
 
 Exit status: 0 a report was written, 3 the checker itself failed (traceback
 on stderr), 4 the isolation could not be set up, 128+N the checker was
@@ -43,7 +47,7 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # system call numbers
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -137,7 +141,23 @@ def _drop(uid: int, gid: int) -> None:
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # setuid cleared it; /proc/self must stay ours
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # and this one too
+
+
+def _drop_capabilities() -> None:
+    """Still uid 0 (no uid of its own): keep the uid, lose every capability, for good."""
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails past the last capability: fine
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2: all empty
+    _sys("capset", header, data)
+
+
+def _set_limits(limits: dict) -> None:
+    import resource
+
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, name), (value, value if name != "RLIMIT_CPU" else value + 1))
 
 
 def _loopback_down() -> None:
@@ -158,6 +178,10 @@ def _loopback_down() -> None:
 
 
 def apply_plan(plan: dict, report_fd: int) -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the supervisor dies: so do we
+    if plan.get("supervisor") and os.getppid() != plan["supervisor"]:
+        os._exit(4)  # it died before we could ask
+    _set_limits(plan.get("limits", {}))
     if plan.get("isolate"):
         _isolate(plan["isolate"])
         _become_pid1(report_fd)
@@ -166,6 +190,9 @@ def apply_plan(plan: dict, report_fd: int) -> None:
         _loopback_down()
     if plan.get("uid") is not None and os.geteuid() == 0:
         _drop(plan["uid"], plan["gid"])
+    if os.geteuid() == 0:
+        _drop_capabilities()
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     os.umask(0o077)
     if plan.get("cwd"):
         os.chdir(plan["cwd"])

@@ -49,7 +49,7 @@ from pathlib import Path
 __all__ = ["Limits", "SandboxOutcome", "run_check", "sandbox_level", "LEVELS"]
 
 LEVELS = ("bubblewrap", "namespaces", "rlimits")
-_STDERR_TAIL = 4096
+_STDERR_TAIL = 8192
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,7 @@ def sandbox_level() -> str:
 _BWRAP_SIZE_FLAG = True  # bubblewrap older than 0.7 lacks --size; the probe finds out
 
 
+@functools.lru_cache(maxsize=None)
 def _probe(level: str) -> str | None:
     """Start a real sandbox at ``level``; None when it isolates as promised, else what went wrong."""
     global _BWRAP_SIZE_FLAG

@@ -85,6 +85,8 @@ class Stage:
         gid = 0 if self.gid is None else self.gid
         (self.root / "etc/passwd").write_text(f"sandbox:x:{uid}:{gid}:sandbox:{TMP}:/bin/sh\n")
         (self.root / "etc/group").write_text(f"sandbox:x:{gid}:\n")
+        for p in ("etc", "etc/passwd", "etc/group"):  # whatever the caller's umask
+            os.chmod(self.root / p, 0o755 if p == "etc" else 0o644)
         (self.root / "newroot").mkdir()  # namespaces level: mount point of the new root
         # rlimits level: the packages through links, as the other levels see them
         self.lib.mkdir()
@@ -92,14 +94,22 @@ class Stage:
             (self.lib / name).symlink_to(path)
 
     def copy_bundle(self, src: Path) -> None:
-        """A private snapshot: the run never sees (or can change) the caller's folder."""
-        shutil.copytree(src, self.bundle, symlinks=True)
-        for dirpath, dirnames, filenames in os.walk(self.bundle):
-            os.chmod(dirpath, 0o755)
+        """A private snapshot of the regular files and folders: the run never sees (or can change)
+        the caller's folder. Links and special files are left out: followed here, as root, a link
+        would copy what it points at into the sandbox."""
+        self.bundle.mkdir()
+        os.chmod(self.bundle, 0o755)
+        for dirpath, dirnames, filenames in os.walk(src):
+            rel = Path(dirpath).relative_to(src)
+            for name in dirnames:
+                if stat.S_ISDIR(os.lstat(os.path.join(dirpath, name)).st_mode):
+                    (self.bundle / rel / name).mkdir()
+                    os.chmod(self.bundle / rel / name, 0o755)
             for name in filenames:
-                p = os.path.join(dirpath, name)
-                if not os.path.islink(p):
-                    os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & 0o555 | 0o444)
+                path = os.path.join(dirpath, name)
+                if stat.S_ISREG(os.lstat(path).st_mode):
+                    shutil.copyfile(path, self.bundle / rel / name, follow_symlinks=False)
+                    os.chmod(self.bundle / rel / name, 0o444)
 
 
 def _system_entries() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -145,9 +155,10 @@ def devices(device: str) -> list[str]:
 def bwrap_argv(stage: Stage, device: str, tmpfs_mb: int, *, size_flag: bool = True) -> list[str]:
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net"]
     argv += ["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
-    if os.geteuid() == 0:  # our entry program drops to the run's uid; it needs these until then
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        argv += ["--cap-add", "CAP_NET_ADMIN"]  # to take the namespace's loopback down
+    if os.geteuid() == 0:
+        argv += ["--cap-drop", "ALL"]
+        if stage.uid is not None:  # the entry program needs these until it drops to the run's uid
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_NET_ADMIN"]
     else:
         argv += ["--unshare-user"]
     _, links = _system_entries()

@@ -9,9 +9,9 @@ process group, and, when the run had its own uid, every process of that uid.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
-import resource
 import secrets
 import selectors
 import signal
@@ -28,6 +28,7 @@ _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
 _TAG = "GRADGUARD_SANDBOX_RUN"  # rlimits level without a uid of its own: marks the run's processes
 _WATCH_EVERY_S = 0.1
+_DRAIN_S = 0.5
 
 
 @dataclass
@@ -86,33 +87,30 @@ def env(device: str, *, pythonpath: str, tmp: str) -> dict[str, str]:
     return out
 
 
-def _preexec(limits, device: str):
-    cpu = max(1, int(-(-limits.cpu_s // 1)))
-    mem = limits.memory_mb * 2**20
+def rlimits(limits, device: str) -> dict[str, int]:
+    """The rlimits the entry program sets on itself, by name."""
     # RLIMIT_AS also counts address space that is only reserved; JAX on the CPU
     # lives within 2 GB of it, but CUDA reserves terabytes, so GPU runs limit the
     # data segment (heap and anonymous mappings) instead.
-    mem_kind = resource.RLIMIT_AS if device == "cpu" else resource.RLIMIT_DATA
-
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(mem_kind, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.tmpfs_mb * 2**20, limits.tmpfs_mb * 2**20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
+    return {
+        "RLIMIT_CPU": max(1, math.ceil(limits.cpu_s)),
+        "RLIMIT_AS" if device == "cpu" else "RLIMIT_DATA": limits.memory_mb * 2**20,
+        "RLIMIT_NOFILE": limits.open_files,
+        "RLIMIT_NPROC": limits.processes,
+        "RLIMIT_FSIZE": limits.tmpfs_mb * 2**20,
+        "RLIMIT_CORE": 0,
+    }
 
 
 def command(level: str, stage: _layout.Stage, main_args: list[str], limits, device: str, *, size_flag=True):
     """(argv, environment, cwd) for the entry program at ``level``."""
-    plan: dict = {"uid": stage.uid, "gid": stage.gid}
+    plan: dict = {"uid": stage.uid, "gid": stage.gid, "limits": rlimits(limits, device), "supervisor": os.getpid()}
     python = [sys.executable, "-s", "-P", "-B"]
     if level == "bubblewrap":
         argv = _layout.bwrap_argv(stage, device, limits.tmpfs_mb, size_flag=size_flag) + python + [_layout.MAIN]
         plan["cwd"] = _layout.BUNDLE
-        plan["loopback_down"] = os.geteuid() == 0
+        plan["loopback_down"] = stage.uid is not None  # bwrap kept CAP_NET_ADMIN only then
+        plan["supervisor"] = None  # bwrap is our parent; --die-with-parent covers the supervisor
         return argv + ["--plan", json.dumps(plan), _layout.BUNDLE] + main_args, env(
             device, pythonpath=_layout.LIB, tmp=_layout.TMP
         ), None
@@ -154,7 +152,6 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
                 stderr=subprocess.PIPE,
                 pass_fds=(report_w,),
                 start_new_session=True,
-                preexec_fn=_preexec(limits, device),
             )
         finally:
             os.close(report_w)
@@ -194,9 +191,12 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
     deadline = start + limits.wall_s
     printed = 0
     next_watch = start
+    drain_until = None  # once the entry program is gone: what it left in the pipes, briefly
     try:
         while True:
             now = time.monotonic()
+            if drain_until is not None and now >= drain_until:
+                break  # a process it left behind holds a pipe open: cleanup kills it
             if now >= deadline:
                 return "wall", bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
             if watch is not None and now >= next_watch:
@@ -204,12 +204,15 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 hit = watch()
                 if hit:
                     return hit, bytes(bufs["out"]), bytes(bufs["err"]), b""
+            if drain_until is None and _reap(proc, block=False) is not None:
+                drain_until = now + _DRAIN_S
             if not sel.get_map():
-                if _reap(proc, block=False) is not None:
+                if drain_until is not None:
                     break
                 time.sleep(min(0.01, deadline - now))
                 continue
-            for key, _ in sel.select(timeout=min(_WATCH_EVERY_S, deadline - now)):
+            timeout = min(_WATCH_EVERY_S, deadline - now, _DRAIN_S if drain_until is None else drain_until - now)
+            for key, _ in sel.select(timeout=max(0.0, timeout)):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fd)
@@ -262,22 +265,18 @@ def _decode(status: int, *, wrapped: bool) -> tuple[int, int | None]:
 
 
 def sweep(uid: int, gid: int) -> None:
-    """Kill every process of the run's uid (what a double fork might have left), until none is left."""
+    """Kill every process of the run's uid (what a double fork might have left), until none is left.
+
+    ``kill -9 -1`` run as that uid signals every process of the uid but
+    itself, and fails once there is none. The uid switch happens in
+    subprocess's C code: no Python runs between fork and exec.
+    """
     for _ in range(50):
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child only makes system calls
-            try:
-                os.setgroups([])
-                os.setresgid(gid, gid, gid)
-                os.setresuid(uid, uid, uid)
-                os.kill(-1, signal.SIGKILL)  # all processes of this uid but the caller
-                os._exit(1)
-            except ProcessLookupError:
-                os._exit(0)
-            except BaseException:  # noqa: BLE001
-                os._exit(2)
-        _, status = os.waitpid(pid, 0)
-        if os.waitstatus_to_exitcode(status) != 1:
+        done = subprocess.run(
+            ["/bin/sh", "-c", "kill -9 -1"], user=uid, group=gid, extra_groups=[], env={},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+        )
+        if done.returncode != 0:
             return
         time.sleep(0.01)
 

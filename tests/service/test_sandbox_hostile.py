@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import checker
 import service.sandbox as sandbox
 from service.sandbox import Limits, run_check
 
@@ -66,46 +67,31 @@ def strays(bundle: Path) -> list[str]:
     return out
 
 
-@pytest.fixture(params=ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolating level here"))])
-def level(request, monkeypatch):
-    monkeypatch.setattr(sandbox, "sandbox_level", lambda: request.param)
-    return request.param
-
-
 @pytest.fixture(params=ALL)
 def any_level(request, monkeypatch):
     monkeypatch.setattr(sandbox, "sandbox_level", lambda: request.param)
     return request.param
 
 
-def test_secrets_are_out_of_reach(tmp_path, monkeypatch, level):
-    for key, value in SECRETS.items():
-        monkeypatch.setenv(key, value)
-    db = tmp_path / "service" / "gradguard.sqlite3"  # where the service keeps its data, outside any bind
+@pytest.fixture(scope="module", params=ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def observed(request, tmp_path_factory):
+    """One run per isolating level of the three observers together (one bundle): what could they see?"""
+    tmp = tmp_path_factory.mktemp(f"observers-{request.param}")
+    db = tmp / "service" / "gradguard.sqlite3"  # where the service keeps its data, outside any bind
     db.parent.mkdir()
     db.write_text("SQLite format 3 hunter2-row")
-    config = tmp_path / "service" / ".env"
+    config = tmp / "service" / ".env"
     config.write_text("GRADGUARD_ADMIN_TOKEN=gga_hunter2_admin\n")
     source = Path(sandbox.__file__)  # the service's own code: not part of the sandbox's view
-    bundle = bundle_of(tmp_path, "reads_secrets", paths=[str(db), str(config), str(source)])
-    outcome = run_check(bundle, limits=QUICK, **OBSERVE)
-    seen = facts(outcome)
-    assert outcome.report["environment"]["sandbox"] == level
-    assert set(seen["env"]) - ALLOWED_ENV <= {k for k in seen["env"] if k.startswith("PYTHON")}
-    blob = json.dumps(seen)
-    assert "hunter2" not in blob
-    for path, text in seen["files"].items():
-        assert text.startswith(("FileNotFoundError", "PermissionError")), (path, text)
-    assert seen["uid"] != 0
-
-
-def test_no_network_not_even_loopback(tmp_path, level):
-    accepted = []
-    with socket.socket() as server:
+    accepted: list[bytes] = []
+    stop = threading.Event()
+    with pytest.MonkeyPatch.context() as mp, socket.socket() as server:
+        for key, value in SECRETS.items():
+            mp.setenv(key, value)
+        mp.setattr(sandbox, "sandbox_level", lambda: request.param)
         server.bind(("127.0.0.1", 0))
         server.listen()
         server.settimeout(0.2)
-        stop = threading.Event()
 
         def serve():
             while not stop.is_set():
@@ -116,30 +102,51 @@ def test_no_network_not_even_loopback(tmp_path, level):
 
         thread = threading.Thread(target=serve, daemon=True)
         thread.start()
-        bundle = bundle_of(tmp_path, "opens_socket", port=server.getsockname()[1])
+        bundle = bundle_of(tmp, "reads_secrets", paths=[str(db), str(config), str(source)], port=server.getsockname()[1])
+        for name in ("opens_socket", "writes_outside"):
+            shutil.copy(HOSTILE / f"{name}.py", bundle / f"{name}.py")
+        before = digest(bundle)
         outcome = run_check(bundle, limits=QUICK, **OBSERVE)
         stop.set()
         thread.join()
-    seen = facts(outcome)
-    assert accepted == []
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    seen = {}
+    for line in outcome.stderr_tail.splitlines():
+        if line.startswith("GG-FACTS "):
+            data = json.loads(line.removeprefix("GG-FACTS "))
+            seen[data.pop("observer")] = data
+    assert set(seen) == {"secrets", "network", "writes"}, outcome.stderr_tail
+    return {"level": request.param, "outcome": outcome, "accepted": accepted, "bundle": bundle, "before": before, **seen}
+
+
+def test_secrets_are_out_of_reach(observed):
+    seen = observed["secrets"]
+    assert observed["outcome"].report["environment"]["sandbox"] == observed["level"]
+    assert set(seen["env"]) - ALLOWED_ENV <= {k for k in seen["env"] if k.startswith("PYTHON")}
+    assert "hunter2" not in json.dumps(seen)
+    for path, text in seen["files"].items():  # /etc/shadow, the database, the settings, service/ source
+        assert text.startswith(("FileNotFoundError", "PermissionError")), (path, text)
+    assert seen["uid"] != 0
+
+
+def test_no_network_not_even_loopback(observed):
+    seen = observed["network"]
+    assert observed["accepted"] == []  # the test's server on 127.0.0.1 never heard from the rule
     assert "Network is unreachable" in seen["loopback"] or "Connection refused" in seen["loopback"]
     if os.geteuid() == 0:  # we can take the namespace's loopback down: no network at all
         assert "Network is unreachable" in seen["loopback"]
-    assert "connected" not in (seen["outside"], seen["loopback"])
-    assert "gaierror" in seen["dns"] or "Error" in seen["dns"]
+    assert "Network is unreachable" in seen["outside"]
+    assert "gaierror" in seen["dns"]
 
 
-def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(tmp_path, level):
-    bundle = bundle_of(tmp_path, "writes_outside")
-    before = digest(bundle)
-    outcome = run_check(bundle, limits=QUICK, **OBSERVE)
-    seen = facts(outcome)
+def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(observed):
+    seen = dict(observed["writes"])
     assert seen.pop("tmpdir") == "written" and seen.pop("home") == "written"
     for where, result in seen.items():
         assert result.startswith(("OSError", "PermissionError", "FileNotFoundError")), (where, result)
         assert "Read-only file system" in result or "Permission denied" in result or "No such file" in result
-    assert digest(bundle) == before
-    assert not (Path(sandbox.__file__).parent.parent.parent / "checker" / "pwned.py").exists()
+    assert digest(observed["bundle"]) == observed["before"]
+    assert not (Path(checker.__file__).parent / "pwned.py").exists()
 
 
 def test_fork_bomb_is_contained_and_leaves_no_process(tmp_path, any_level):
@@ -162,10 +169,10 @@ def test_50_gb_allocation_fails_fast_as_memory_limit(tmp_path):
 
 def test_cpu_loop_ends_at_the_cpu_limit(tmp_path):
     bundle = bundle_of(tmp_path, "loops_forever")
-    outcome = run_check(bundle, limits=Limits(wall_s=10, cpu_s=2))
+    outcome = run_check(bundle, limits=Limits(wall_s=40, cpu_s=1))  # a busy machine stretches 1 s of CPU
     assert not outcome.ok
-    assert outcome.reason == "exceeded 2 s CPU time"
-    assert outcome.duration_s < 9.5
+    assert outcome.reason == "exceeded 1 s CPU time"
+    assert outcome.returncode == 128 + 24 or outcome.returncode == -24 or outcome.returncode == 128 + 9
     assert strays(bundle) == []
 
 
@@ -185,5 +192,5 @@ def test_printing_1_gb_is_cut_at_the_output_cap(tmp_path):
     assert not outcome.ok
     assert outcome.reason == "exceeded 1 MB output"
     assert outcome.duration_s < 4
-    assert len(outcome.stderr_tail) <= 4096
+    assert len(outcome.stderr_tail) <= 8192
     assert strays(bundle) == []

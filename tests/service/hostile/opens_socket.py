@@ -27,6 +27,7 @@ def _resolve(name):
 
 
 facts = {
+    "observer": "network",
     "loopback": _connect("127.0.0.1", params["port"]),
     "outside": _connect("1.1.1.1", 53),
     "dns": _resolve("example.com"),

@@ -20,6 +20,7 @@ def _read(path):
 
 
 facts = {
+    "observer": "secrets",
     "uid": os.getuid(),
     "env": dict(os.environ),
     "files": {p: _read(p) for p in ["/etc/shadow", *params["paths"]]},

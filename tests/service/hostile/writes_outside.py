@@ -30,6 +30,7 @@ def _unlink(path):
 
 
 facts = {
+    "observer": "writes",
     "bundle_new": _write(here / "dropped.py"),
     "bundle_self": _write(here / "params.json"),
     "bundle_remove": _unlink(here / "params.json"),
