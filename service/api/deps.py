@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -27,14 +27,12 @@ def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _session(request: Request) -> Iterator[Session]:
+async def _session(request: Request) -> AsyncIterator[Session]:
+    # An async generator, so opening and closing the session costs no thread hop; the routes that
+    # use it are sync and run in the thread pool. Routes commit what they write themselves.
     session = request.app.state.sessionmaker()
     try:
         yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
     finally:
         session.close()
 

@@ -24,6 +24,7 @@ router = APIRouter(prefix="/projects", tags=["projects"])
 def create_project(data: ProjectCreate, session: SessionDep) -> ProjectCreated:
     """Create a project (admin token). The answer holds the submit token, shown this once."""
     project, token = crud.create_project(session, data=data)
+    session.commit()
     return ProjectCreated(**ProjectOut.model_validate(project).model_dump(), token=token)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,10 +31,12 @@ def read_run(run_id: int, request: Request, session: SessionDep, settings: Setti
     return run_out(_readable_run(session, settings, token, run_id), base_url(request, settings))
 
 
-@router.get("/{run_id}/report")
-def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> dict[str, Any]:
+@router.get("/{run_id}/report", response_class=Response,
+            responses={200: {"content": {"application/json": {}}, "description": "a gradguard.report/1 document"}})
+def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
     """The full ``gradguard.report/1`` JSON of a finished run."""
-    return crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    return Response(json.dumps(report, separators=(",", ":")), media_type="application/json")
 
 
 def _report_object(data: dict[str, Any]) -> Any:
