@@ -116,3 +116,33 @@ def test_startup_requeues_runs_left_running_by_a_dead_process(make_settings, db_
             first, second = (session.get(Run, i) for i in ids)
             assert (first.status, first.attempts, first.worker) == ("queued", 1, None)
             assert second.status == "running"  # another machine's live lease is left alone
+
+
+HOSTILE = '''\
+import os
+secrets = dict(os.environ)
+try:
+    secrets["db"] = open({db!r}, "rb").read(200).hex()
+except OSError as exc:
+    secrets["db"] = f"unreadable: {{exc}}"
+raise RuntimeError(repr(secrets))
+'''
+
+
+@pytest.mark.slow
+def test_a_submission_cannot_see_the_services_secrets_or_database(make_settings, admin_headers, tmp_path,
+                                                                   monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    db_file = tmp_path / "gradguard.sqlite3"
+    monkeypatch.setenv("GRADGUARD_SECRET_CANARY", "canary-4a1f9e")  # inherited by the worker processes
+    app = create_app(make_settings(local_workers=1))
+    with TestClient(app) as client:
+        headers = _project(client, admin_headers)
+        run_id = _submit(client, headers, HOSTILE.format(db=str(db_file)))
+        run = wait_for(lambda: _status(client, run_id, *FINAL), 120, "the hostile run to finish")
+        report = client.get(f"/api/v1/runs/{run_id}/report").text
+        assert run["status"] == "error" and "RuntimeError" in report, run  # reported, nothing lost
+        for secret in ("canary-4a1f9e", admin_headers["Authorization"].split()[1], "GRADGUARD_DATABASE_URL"):
+            assert secret not in report
+        if run["sandbox_level"] != "rlimits":  # file-system isolation: the service's files are not there
+            assert "unreadable" in report and "53514c69746520666f726d6174" not in report  # "SQLite format"
+        assert client.get("/readyz").status_code == 200
