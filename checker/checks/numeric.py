@@ -436,41 +436,41 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     y, _ = case.pair()
     ybar = case.cotangent_like(y)
     alpha = case.draw(ALPHAS, "alpha")
-    base = _tangents_for(case, ybar)
-    scaled = _tangents_for(case, scale_tree(ybar, alpha))
-    bad = first_mismatch(case, scaled, scale_tree(base, alpha))
-    a = show(alpha)
-    if bad is not None:
-        i, idx, got, want = bad
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} is not linear in the cotangent: for {_where(i, idx)}, "
-                f"pullback({a} * ybar) = {show(got)}, but {a} * pullback(ybar) = {show(want)}."
-            ),
-            location=_where(i, idx),
-            expected=show(want),
-            actual=show(got),
-            fix=(
-                "Scale every tangent by the cotangent: np.full(x.shape, ybar) or ybar * dydx, never np.ones(x.shape) "
-                "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
-            ),
-        )
-        return
     ybar2 = case.cotangent_like(y, "second cotangent")
-    summed = _tangents_for(case, _add(ybar, ybar2))
-    bad = first_mismatch(case, summed, _add(base, _tangents_for(case, ybar2)))
-    if bad is not None:
-        i, idx, got, want = bad
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} is not linear in the cotangent: for {_where(i, idx)}, "
-                f"pullback(ybar1 + ybar2) = {show(got)}, but pullback(ybar1) + pullback(ybar2) = {show(want)}."
-            ),
-            location=_where(i, idx),
-            expected=show(want),
-            actual=show(got),
-            fix="Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar.",
+    # One combined test on the passing path (three pullbacks); the failing path says which law broke.
+    base, other = _tangents_for(case, ybar), _tangents_for(case, ybar2)
+    combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
+    bad = first_mismatch(case, combined, _add(scale_tree(base, alpha), other))
+    if bad is None:
+        return
+    a = show(alpha)
+    law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
+    fix = "Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, sign)."
+    scaled = first_mismatch(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha))
+    if scaled is not None:
+        bad = scaled
+        law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
+        fix = (
+            "Scale every tangent by the cotangent: np.full(x.shape, ybar) or ybar * dydx, never np.ones(x.shape) "
+            "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
         )
+    else:
+        summed = first_mismatch(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other))
+        if summed is not None:
+            bad = summed
+            law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"
+    i, idx, got, want = bad
+    yield Problem(
+        message=(
+            f"the pullback of {case.rule.name} is not linear in the cotangent: for {_where(i, idx)}, "
+            + law.format(got=show(got), want=show(want))
+            + "."
+        ),
+        location=_where(i, idx),
+        expected=show(want),
+        actual=show(got),
+        fix=fix,
+    )
 
 
 # -- GG205 ----------------------------------------------------------------------------------------
