@@ -138,6 +138,8 @@ def run_backward(fun: Callable[..., Any], args: Sequence[Any], cotangent: Any, *
     _check_policy(unused)
     args = tuple(args)
     wrt = range(len(args)) if wrt is None else (wrt,) if isinstance(wrt, int) else tuple(wrt)
+    if any(not isinstance(i, int) or not 0 <= i < len(args) for i in wrt):
+        raise ValueError(f"Got wrt={tuple(wrt)!r}, but wrt must hold argument positions 0..{len(args) - 1}.")
     trace = _Trace(fun, args, wrt, watch)
     grads, unused_nodes, diagnoses = trace.backward(cotangent, unused)
     return TapeResult(trace.value, grads, diagnoses, trace.steps, unused_nodes)

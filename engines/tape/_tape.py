@@ -13,10 +13,16 @@ the outputs. `backward` walks the nodes in reverse, as Zygote does:
   ``"zero"`` (default) calls its pullback with zeros shaped like the output,
   ``"none"`` calls it with None, ``"skip"`` does not call it. Whatever an
   unused node's pullback returns still flows upstream, as in a real AD.
+  Components of a tuple output that receive nothing get zeros (None under
+  "none") even when the node is used.
+
+Tangents for a real input are made real (ChainRules' ProjectTo), and a
+tangent shaped unlike its argument raises `EngineError` naming the rule.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -24,7 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from engines.errors import EngineError, TraceError
-from engines.tape._watch import Watcher, closure_arrays
+from engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
 
 __all__ = ["Tracked", "Tape", "Node", "bind", "backward", "differentiable", "POLICIES"]
 
@@ -153,15 +159,22 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
     inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
     tape.nodes.append(Node(name, step, pullback, inputs, wrapped, isinstance(out, tuple), builtin))
     if tape.watcher:
-        tape.watcher.after_step(name, step)
+        tape.watcher.after_step(name, step, raw)
         held = captures(raw, out, pullback) if captures else closure_arrays(pullback, raw)
         tape.watcher.capture(name, step, held)
     return wrapped if isinstance(out, tuple) else wrapped[0]
 
 
-def _zero(value: Any) -> Any:
-    z = np.zeros_like(value)
-    return z if isinstance(value, np.ndarray) else z[()]
+def _cotangent(output: Any, ct: dict[int, Any], policy: str) -> Any:
+    """What reached ``output``; if nothing did, zeros shaped like it (None under the "none" policy)."""
+    if not isinstance(output, Tracked):
+        return None  # a non-differentiable output (an int, a bool array)
+    if output.slot in ct:
+        return ct[output.slot]
+    if policy == "none":
+        return None
+    zero = np.zeros_like(output.value)
+    return zero if isinstance(output.value, np.ndarray) else zero[()]
 
 
 def _project(tangent: Any, primal: Any) -> Any:
@@ -169,7 +182,7 @@ def _project(tangent: Any, primal: Any) -> Any:
     return np.real(tangent) if np.iscomplexobj(tangent) and not np.iscomplexobj(primal) else tangent
 
 
-def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple[dict[int, Any], list[str], list]:
+def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple[dict[int, Any], list[str], list[MutationDiagnosis]]:
     """Run the pullbacks in reverse order from ``seeds`` (pairs of Tracked output and cotangent).
 
     Returns (cotangent per slot, names of the unused nodes in call order, mutation diagnoses).
@@ -177,26 +190,21 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple
     ct: dict[int, Any] = {}
     live: set[int] = set()
     unused: list[str] = []
-    diagnoses: list = []
+    diagnoses: list[MutationDiagnosis] = []
     for t, c in seeds:
         if isinstance(t, Tracked) and c is not None:
             ct[t.slot] = ct[t.slot] + c if t.slot in ct else c
             live.add(t.slot)
-    fill = None if policy == "none" else _zero
     for node in reversed(tape.nodes):
         used = any(isinstance(o, Tracked) and o.slot in live for o in node.outputs)
         if not used:
             unused.append(node.name)
             if policy == "skip":
                 continue
-        cts = tuple(None if not isinstance(o, Tracked) else ct[o.slot] if o.slot in ct else fill and fill(o.value)
-                    for o in node.outputs)
+        cts = tuple(_cotangent(o, ct, policy) for o in node.outputs)
         if tape.watcher:
             diagnoses += tape.watcher.check(node.step)
-        if node.builtin:
-            with np.errstate(all="ignore"):
-                tangents = node.pullback(cts if node.is_tuple else cts[0])
-        else:
+        with np.errstate(all="ignore") if node.builtin else contextlib.nullcontext():  # e.g. log(x) for d(x**y)/dy
             tangents = node.pullback(cts if node.is_tuple else cts[0])
         if tape.watcher:
             tape.watcher.after_pullback(node.name, node.step)

@@ -1,7 +1,7 @@
 """Watch mode: which pullback read an array that was mutated after it was captured, and who mutated it.
 
 Every array a pullback captures is fingerprinted when it is captured (shape,
-dtype and a blake2b hash of its bytes). The tape re-fingerprints the pending
+dtype and a CRC-32 of its bytes). The tape re-fingerprints the pending
 captures before and after every primitive call, at the end of the forward
 pass and after every pullback, so the FIRST culprit of each change is known:
 a primitive, "the program between step i and step j" (plain in-place NumPy
@@ -12,7 +12,7 @@ captures are compared with their fingerprints; each difference becomes a
 
 from __future__ import annotations
 
-import hashlib
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -60,10 +60,14 @@ class MutationDiagnosis:
 
 
 def fingerprint(a: np.ndarray) -> tuple:
-    """A cheap identity for an array's contents: shape, dtype and a hash of its bytes."""
-    buf = a if a.flags.c_contiguous else np.ascontiguousarray(a)
-    digest = hashlib.blake2b(buf.view(np.uint8) if buf.ndim else buf.reshape(1).view(np.uint8), digest_size=16).digest()
-    return a.shape, a.dtype.str, digest
+    """A cheap identity for an array's contents: shape, dtype and a CRC-32 of its bytes.
+
+    CRC-32 runs at memory speed (several times faster than blake2b), which
+    matters because every pending capture is re-fingerprinted at every step;
+    an accidental collision hides a mutation with probability 2**-32.
+    """
+    buf = np.ascontiguousarray(a).reshape(-1)
+    return a.shape, a.dtype.str, zlib.crc32(buf.view(np.uint8))
 
 
 def closure_arrays(pullback: Callable[..., Any], raw_args: tuple) -> list[tuple[int | None, str, np.ndarray]]:
@@ -96,7 +100,7 @@ class _Capture:
     argument: int | None
     what: str
     array: np.ndarray
-    print_: tuple
+    taken: tuple
     mutated_by: str | None = None
     mutated_step: int | None = None
     during_backward: bool = False
@@ -119,8 +123,15 @@ class Watcher:
         if self.last_step is not None:
             self._scan(f"the program between step {self.last_step} and step {step}", None)
 
-    def after_step(self, op: str, step: int) -> None:
-        self._scan(op, step)
+    def after_step(self, op: str, step: int, raw_args: tuple) -> None:
+        """Blame ``op`` for changes to arrays it could reach through its arguments.
+
+        A change elsewhere (e.g. a rule writing to a global) is caught at the
+        next step and blamed on the program; scanning only reachable arrays
+        halves the cost of watching.
+        """
+        reachable = [a for a in raw_args if isinstance(a, np.ndarray)]
+        self._scan(op, step, among=lambda arr: any(np.may_share_memory(arr, a) for a in reachable))
         self.last_step = step
 
     def end_forward(self) -> None:
@@ -134,15 +145,16 @@ class Watcher:
         """Diagnoses for the node at ``step``, whose pullback is about to run."""
         out = []
         for c in self.captures:
-            if c.op_step == step and fingerprint(c.array) != c.print_:
+            if c.op_step == step and fingerprint(c.array) != c.taken:
                 culprit = c.mutated_by or "code the tape could not see"
                 out.append(MutationDiagnosis(c.op, c.op_step, c.argument, culprit, c.mutated_step, c.what, c.during_backward))
         return out
 
-    def _scan(self, culprit: str, step: int | None, during_backward: bool = False) -> None:
+    def _scan(self, culprit: str, step: int | None, during_backward: bool = False,
+              among: Callable[[np.ndarray], bool] = lambda arr: True) -> None:
         prints: dict[int, tuple] = {}
         for c in self.captures:
-            if c.mutated_by is None:
+            if c.mutated_by is None and among(c.array):
                 now = prints.setdefault(id(c.array), fingerprint(c.array))
-                if now != c.print_:
+                if now != c.taken:
                     c.mutated_by, c.mutated_step, c.during_backward = culprit, step, during_backward

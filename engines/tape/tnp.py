@@ -13,7 +13,7 @@ import builtins
 from typing import Any
 
 import numpy as np
-from numpy import arange, e, eye, float64, complex128, linspace, newaxis, ones, pi, zeros  # noqa: F401  (constants)
+from numpy import arange, eye, linspace, newaxis, ones, pi, zeros  # noqa: F401  (constants, for convenience)
 
 from engines.errors import TraceError
 from engines.tape._rules import RULES
@@ -134,8 +134,7 @@ def _array_function(self: Tracked, func: Any, types: Any, args: tuple, kwargs: d
     if func in _CONSTANT_FUNCTIONS:
         return func(*(_raw(a) for a in args), **kwargs)
     module = getattr(func, "__module__", "numpy") or "numpy"
-    return_name = f"{module.replace('numpy', 'np', 1)}.{func.__name__}"
-    raise _unsupported(return_name)
+    raise _unsupported(f"{module.replace('numpy', 'np', 1)}.{func.__name__}")
 
 
 def _inplace(name: str):
