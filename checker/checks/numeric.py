@@ -90,6 +90,19 @@ def _owner(name: str) -> str:
     return f"{name}'" if name.endswith("s") else f"{name}'s"
 
 
+def numeric_tangents(case: Case, tangents: tuple[Any, ...]) -> bool:
+    """True when every differentiable argument's tangent is None or a number array (GG105 reports the rest)."""
+    for i in case.diff_positions:
+        if tangents[i] is None:
+            continue
+        try:
+            if np.asarray(tangents[i]).dtype.kind not in "biufc":
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
 def _has_complex(case: Case, y: Any) -> bool:
     values = [case.args[i] for i in case.diff_positions] + leaves(y)
     return any(x is not None and np.iscomplexobj(x) for x in values)
@@ -321,8 +334,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     v = case.direction()
     conv = convention(case)
     tangents = adjoint_tangents(case, pb, ybar, conv)
-    if not is_finite_tree([tangents[i] for i in case.diff_positions]):
-        return  # GG206 judges non-finite tangents
+    if not numeric_tangents(case, tangents) or not is_finite_tree([tangents[i] for i in case.diff_positions]):
+        return  # GG105 judges non-numeric tangents, GG206 non-finite ones
     lhs = finite_difference(case, ybar, v)
     if lhs is None:
         raise Skip(_NO_FD)
@@ -394,6 +407,8 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
     cancellation inside a pullback is not mistaken for a wrong value; equal infinities and NaN against NaN
     agree (GG206 judges non-finite tangents)."""
     tol = case.tol
+    if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
+        return None  # GG105 reports tangents that are not numbers
     for i in case.diff_positions:
         shape = np.shape(case.args[i])
         a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
@@ -502,7 +517,7 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
     v = case.direction()
     conv = convention(case)
     tangents = adjoint_tangents(case, pb, ybar, conv)
-    if not is_finite_tree(tangents):
+    if not numeric_tangents(case, tangents) or not is_finite_tree([tangents[i] for i in case.diff_positions]):
         return
     lhs = finite_difference(case, ybar, v)
     if lhs is None:
@@ -562,6 +577,8 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
     ybar = case.cotangent_like(y)
     conv = convention(case)
     tangents = adjoint_tangents(case, pb, ybar, conv)
+    if not numeric_tangents(case, tangents):
+        return
     tried = 0
     for i in case.diff_positions:
         if tangents[i] is None:
