@@ -130,7 +130,8 @@ class Watcher:
         next step and blamed on the program; scanning only reachable arrays
         halves the cost of watching.
         """
-        reachable = [a for a in raw_args if isinstance(a, np.ndarray)]
+        flat = [b for a in raw_args for b in (a if isinstance(a, (tuple, list)) else (a,))]
+        reachable = [a for a in flat if isinstance(a, np.ndarray)]
         self._scan(op, step, among=lambda arr: any(np.may_share_memory(arr, a) for a in reachable))
         self.last_step = step
 
@@ -155,6 +156,7 @@ class Watcher:
         prints: dict[int, tuple] = {}
         for c in self.captures:
             if c.mutated_by is None and among(c.array):
-                now = prints.setdefault(id(c.array), fingerprint(c.array))
-                if now != c.taken:
+                if id(c.array) not in prints:  # each distinct array is hashed once per scan
+                    prints[id(c.array)] = fingerprint(c.array)
+                if prints[id(c.array)] != c.taken:
                     c.mutated_by, c.mutated_step, c.during_backward = culprit, step, during_backward

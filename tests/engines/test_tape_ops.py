@@ -128,6 +128,14 @@ def test_ndarray_on_the_left_routes_to_the_tape():
     np.testing.assert_allclose(grad(lambda x: tnp.sum(a @ x) + tnp.sum(a * x), x), a.sum(0) * 2)
 
 
+def test_shape_queries_and_constant_numpy_functions_work_on_tracked_values():
+    def program(x):
+        assert np.shape(x) == (2, 3) and np.ndim(x) == 2 and x.shape == (2, 3) and x.dtype == np.float64
+        return tnp.sum(x * np.ones_like(x) + np.floor(x))
+
+    np.testing.assert_array_equal(grad(program, np.full((2, 3), 0.5)), np.ones((2, 3)))
+
+
 def test_comparisons_give_plain_arrays():
     seen = []
     grad(lambda x: seen.append(x > 0) or tnp.sum(x), np.array([1.0, -1.0]))
