@@ -216,6 +216,40 @@ def test_gg201_skips_when_finite_differences_fail_everywhere():
     assert skip["reason"].startswith("finite differences of the primal failed at every input drawn")
 
 
+@rrule(softplus, arrays(shape=(4,)))
+def softplus_slightly_off(x):
+    return softplus(x), accepting_none(1)(lambda ybar: (ybar / (1 + np.exp(-x)) * (1 + 1e-4),))
+
+
+def test_gg201_finds_a_relative_error_of_1e_4():
+    (f,) = findings(softplus_slightly_off, "GG201")
+    assert f.location.startswith("argument 0")
+
+
+def total_square(x):
+    return np.sum(x * x)
+
+
+@rrule(total_square, arrays(shape=(80, 60)))
+def total_square_one_wrong(x):
+    def pullback(ybar):
+        g = 2 * x * ybar
+        g[17, 33] *= -1
+        return (g,)
+
+    return total_square(x), pullback
+
+
+def test_gg201_large_argument_is_localised_to_the_argument():
+    (f,) = findings(total_square_one_wrong, "GG201")
+    assert re.fullmatch(
+        rf"the pullback of total_square_one_wrong disagrees with finite differences of the primal: the cotangent "
+        rf"for argument 0 is wrong: along the drawn direction, <ybar, J v> = {NUM} by finite differences, but the "
+        rf"pullback gives {NUM}\.",
+        f.message,
+    ), f.message
+
+
 def relu(x):
     return np.maximum(x, 0.0)
 
