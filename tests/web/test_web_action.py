@@ -133,7 +133,8 @@ def test_action_declares_the_contract() -> None:
 
 def test_server_mode_submits_waits_and_fails_the_step(live: Any, job: dict[str, Any]) -> None:
     token = live.create_project("action-project")
-    result = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false"},
+    result = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false",
+                         "select": "GG1"},
                         job["workdir"], job["tmp"], job["env"])
     assert result.ran == ["Check the rules"]  # install: false skips the install step
     assert result.returncode == 1, result.stdout
@@ -147,18 +148,20 @@ def test_server_mode_submits_waits_and_fails_the_step(live: Any, job: dict[str, 
     badge = live.http.get("/badge/action-project.svg").text
     assert "1 failing" in badge
 
-    queued = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false", "wait": "false"},
+    queued = run_action({"server-url": live.base, "token": token, "path": "rules", "install": "false", "wait": "false",
+                         "select": "GG1"},
                         job["workdir"], job["tmp"], job["env"])
     assert queued.returncode == 0 and queued.outputs["verdict"] == "pending"
 
 
 def test_local_mode_checks_in_the_job(job: dict[str, Any]) -> None:
-    result = run_action({"mode": "local", "path": "rules", "install": "false"}, job["workdir"], job["tmp"], job["env"])
+    result = run_action({"mode": "local", "path": "rules", "install": "false", "select": "GG1"}, job["workdir"], job["tmp"], job["env"])
     assert result.returncode == 1, result.stdout
     assert result.outputs == {"verdict": "fail", "report-url": "", "badge-url": ""}
     assert "::error file=rules/ops.py,line=" in result.stdout
     assert "gradguard: 1/2 rules pass" in result.summary
-    lenient = run_action({"mode": "local", "path": "rules", "install": "false", "fail-on": "never"},
+    lenient = run_action({"mode": "local", "path": "rules", "install": "false", "fail-on": "never",
+                          "select": "GG1"},
                          job["workdir"], job["tmp"], job["env"])
     assert lenient.returncode == 0 and lenient.outputs["verdict"] == "fail"
 

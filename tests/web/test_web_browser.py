@@ -95,7 +95,8 @@ def test_every_page_renders(page: Any, seeded: dict[str, int]) -> None:
     assert page.locator("table.grid tbody tr").count() == 2
     assert page.locator("article.finding").count() == 1
     _visit(page, "/p/alpha/rules/scale_rrule", "rule")
-    assert page.locator("tbody tr").count() == 4  # main twice, feature/x, xss
+    runs = page.locator("tbody th a").all_inner_texts()
+    assert runs == [f"#{seeded[k]}" for k in ("pass_main", "xss", "feature", "fail_main")], runs
     _visit(page, "/checks", "catalogue")
     _visit(page, "/checks/GG202", "check")
     assert "GG202" in page.locator("h1").inner_text()
@@ -104,8 +105,9 @@ def test_every_page_renders(page: Any, seeded: dict[str, int]) -> None:
 
 
 def test_live_status_reaches_the_final_verdict(page: Any, browser: Any, live: Any, seeded: dict[str, int],
-                                               rule_sources: dict[str, str]) -> None:
-    run_id = live.submit("alpha", {"rules/ops.py": rule_sources["good"]}, commit="c3ffffffffff", branch="live")
+                                               rule_sources: dict[str, str], quick: list[str]) -> None:
+    run_id = live.submit("alpha", {"rules/ops.py": rule_sources["good"]}, commit="c3ffffffffff", branch="live",
+                         select=quick)
     page.goto(f"/runs/{run_id}")
     first = page.locator("#run-status").get_attribute("data-status")
     assert first in ("queued", "running", "passed"), first
@@ -116,7 +118,8 @@ def test_live_status_reaches_the_final_verdict(page: Any, browser: Any, live: An
     assert page.locator("table.grid").count() == 1 and page.console_errors == []
 
     # Without JavaScript the page refreshes itself (a <noscript> meta refresh) until the verdict is in.
-    run_id = live.submit("alpha", {"rules/ops.py": rule_sources["good"]}, commit="c4ffffffffff", branch="live")
+    run_id = live.submit("alpha", {"rules/ops.py": rule_sources["good"]}, commit="c4ffffffffff", branch="live",
+                         select=quick)
     plain = browser.new_context(base_url=live.base, java_script_enabled=False)
     try:
         tab = plain.new_page()

@@ -58,7 +58,7 @@ def test_pull_request_job_with_findings(live: Any, repo: Path, tmp_path: Path, r
     env = _actions_env(tmp_path, "octo/GH-Project", {"pull_request": {"number": 7, "head": {"sha": head}}},
                        GITHUB_SHA="f" * 40, GITHUB_REF="refs/pull/7/merge", GITHUB_HEAD_REF="feature/y",
                        GITHUB_REF_NAME="7/merge", GRADGUARD_TOKEN=token)
-    done = _gradguard(["submit", "rules", "--server", live.base, "--wait"], cwd=repo, env=env)
+    done = _gradguard(["submit", "rules", "--server", live.base, "--wait", "--select", "GG1"], cwd=repo, env=env)
     assert done.returncode == 1, done.stdout + done.stderr
     run_id = int(_outputs(tmp_path / "output.txt")["run-id"])
     assert f"{live.base}/runs/{run_id}" in done.stdout
@@ -79,6 +79,7 @@ def test_pull_request_job_with_findings(live: Any, repo: Path, tmp_path: Path, r
 
     run = live.wait(run_id)
     assert (run["commit"], run["branch"], run["pull_request"]) == (head, "feature/y", 7)
+    assert run["select"] == ["GG1"]
     files = live.http.get(f"/runs/{run_id}").text
     assert "rules/ops.py" in files and "junk.py" not in files
 
@@ -87,7 +88,7 @@ def test_passing_rules_exit_0_and_no_wait_exits_at_once(live: Any, tmp_path: Pat
     token = live.create_project("cli-pass")
     (tmp_path / "ops.py").write_text(rule_sources["good"])
     done = _gradguard(["submit", "ops.py", "--server", live.base, "--token", token, "--project", "cli-pass",
-                       "--branch", "main", "--commit", "aaaa1111", "--wait"], cwd=tmp_path)
+                       "--branch", "main", "--commit", "aaaa1111", "--wait", "--select", "GG1,GG2"], cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2/2 rules pass" in done.stdout and "::error" not in done.stdout
     queued = _gradguard(["submit", "ops.py", "--server", live.base, "--token", token, "--project", "cli-pass",
