@@ -112,6 +112,10 @@ def test_ops_without_tracked_arguments_are_plain_numpy():
     np.testing.assert_array_equal(tnp.dot(x, x), 5.0)
 
 
+def test_abs_at_zero_follows_chainrules():
+    np.testing.assert_array_equal(grad(lambda x: tnp.sum(tnp.abs(x)), np.zeros(2)), [0.0, 0.0])  # JAX says 1
+
+
 def test_boolean_mask_gradient_scatters():
     x = np.array([1.0, -2.0, 3.0])
     mask = x > 0

@@ -30,7 +30,7 @@ UNARY = {
     "exp": lambda m, e: m.exp(m.tanh(e)),
     "log": lambda m, e: m.log(e * e + 1.0),
     "sqrt": lambda m, e: m.sqrt(e * e + 0.5),
-    "abs": lambda m, e: m.abs(e),
+    "abs": lambda m, e: m.abs(e) * e,  # abs'(0) is 0 here (ChainRules) but 1 in JAX; |e|e hides the kink
     "square": lambda m, e: e**2,
     "recip": lambda m, e: 1.0 / (1.0 + e * e),
     "transpose": lambda m, e: m.transpose(e).T,
