@@ -9,7 +9,6 @@ raises `TraceError` naming it.
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ __all__ = [
 def _apply(name: str, *args: Any, **static: Any) -> Any:
     """Run the built-in rule ``name``: plain NumPy without Tracked arguments, a recorded node with them."""
     forward, vjp, reads = RULES[name]
-    if not builtins.any(isinstance(a, Tracked) for a in args):
+    if not any(isinstance(a, Tracked) for a in args):
         return forward(*args, **static)
 
     def rrule(*raw: Any) -> tuple:
@@ -82,7 +81,7 @@ def dot(x: Any, y: Any) -> Any:
 
 
 def transpose(x: Any, axes: Any = None) -> Any:
-    axes = None if axes is None else tuple(int(a) % builtins.max(np.ndim(x), 1) for a in axes)
+    axes = None if axes is None else tuple(int(a) % max(np.ndim(x), 1) for a in axes)
     return _apply("transpose", x, axes=axes)
 
 
