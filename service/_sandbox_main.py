@@ -102,6 +102,8 @@ def _isolate(spec: dict) -> None:
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = spec["root"]
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    os.makedirs(root + "/tmp")  # first: an installation under /tmp (a CI venv) is bound inside it
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={spec['tmpfs_mb']}m")
     for src, dst in spec["binds"]:
         _bind(src, root, dst)
     for dev in spec["devices"]:
@@ -110,9 +112,7 @@ def _isolate(spec: dict) -> None:
         _bind("/sys", root, "/sys")  # the GPU driver reads its topology there
     for target, dst in spec["symlinks"]:
         os.symlink(target, root + dst)
-    for d in ("/proc", "/tmp", "/dev/shm"):
-        os.makedirs(root + d, exist_ok=True)
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={spec['tmpfs_mb']}m")
+    os.makedirs(root + "/proc", exist_ok=True)
     os.makedirs(root + "/.oldroot")
     _sys("syscall", ctypes.c_long(_PIVOT_ROOT[os.uname().machine]), root.encode(), (root + "/.oldroot").encode())
     os.chdir("/")

@@ -5,29 +5,45 @@
     else: fail_run(outcome.reason, outcome.stderr_tail)   # "exceeded 60 s wall time"
 
 Levels, strongest first; :func:`sandbox_level` picks one once per process by
-actually starting a sandbox and checking what it prevents:
+actually starting a sandbox and checking what it prevents (the probe must
+reach checker, write its tmpfs, and fail to reach a server the parent runs
+on 127.0.0.1):
 
 ==============  ===========================================================
-``bubblewrap``  ``bwrap``: new mount, PID, network, IPC and UTS namespaces;
-                a read-only view of the installation, a private tmpfs, no
-                network at all (not even loopback), plus everything below.
+``bubblewrap``  ``bwrap``: new mount, PID, network, IPC, UTS and cgroup
+                namespaces; a read-only view of the system, the Python
+                installation, checker/ and engines/ and a copy of the
+                bundle; a private tmpfs; no network at all (loopback's
+                address is removed); plus everything below.
 ``namespaces``  the same view built by the entry program itself (unshare,
-                bind mounts, pivot_root) where bwrap is missing.
+                bind mounts, pivot_root, a PID-namespace init) where bwrap
+                is missing.
 ``rlimits``     a child process with the limits below, a clean environment
-                and a private temp folder; the host's file system stays
-                visible (read-only only as far as the uid allows). Weak.
+                and a private temp folder; the host's file system and
+                network stay reachable. Weak: as root, the run (uid 0
+                without capabilities) can still read and write root's files
+                and signal root's processes.
 ==============  ===========================================================
 
 At every level: the environment is built from nothing (no database URL, no
-token, nothing of the parent's), the bundle is a private read-only copy,
-rlimits bound CPU time (RLIMIT_CPU), memory (RLIMIT_AS on the CPU,
+token, nothing of the parent's); the bundle is a private copy of its regular
+files; rlimits bound CPU time (RLIMIT_CPU), memory (RLIMIT_AS on the CPU,
 RLIMIT_DATA on a GPU, where CUDA reserves terabytes of address space), open
-files (RLIMIT_NOFILE), file size (RLIMIT_FSIZE) and core dumps; the parent
-bounds wall time and output. Processes: when the service runs as root, each
-run gets a fresh unprivileged uid, so RLIMIT_NPROC counts that run's
-processes and threads alone, and cleanup kills every process of that uid;
-without root, bwrap's user namespace gives the run its own count. Memory is
-per process: ``processes`` x ``memory_mb`` bounds the total.
+files (RLIMIT_NOFILE), file size (RLIMIT_FSIZE, = tmpfs_mb) and core dumps;
+the parent bounds wall time and output and kills everything at the end.
+Processes: when the service runs as root, each run gets a fresh unprivileged
+uid (random, 1.5e9 and up), so RLIMIT_NPROC counts that run's processes and
+threads alone and cleanup kills every process of that uid; without root,
+bwrap's user namespace gives the run its own count; at the rlimits level as
+root, the parent counts the run's processes (tagged in their environment)
+every 0.1 s and kills past the limit. Memory is per process: ``processes`` x
+``memory_mb`` bounds the total. The run dies with its supervisor.
+
+A limit hit inside the checker (MemoryError, fork failing, EMFILE, ENOSPC)
+is recorded by the checker as a load or rule error; the outcome then has
+``ok=False``, the limit as ``reason`` and still carries the ``report``.
+The report is the run's own word: rule code shares the process with the
+checker and could forge its own results (never anyone else's).
 
 ``GRADGUARD_SANDBOX_LEVEL=namespaces|rlimits`` forces a weaker level (tests,
 or a host where the stronger one misbehaves); a level that does not work

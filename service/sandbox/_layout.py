@@ -54,12 +54,13 @@ def packages() -> dict[str, str]:
 
 
 def installation() -> list[str]:
-    """Host folders of the Python installation, outermost only."""
+    """Folders of the Python installation, outermost only, as named and as resolved
+    (a venv's ``bin/python`` must keep its own path to find its ``pyvenv.cfg``)."""
     candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages()]
     candidates.append(str(Path(sys.executable).resolve().parent.parent))
-    real = sorted({os.path.realpath(p) for p in candidates if os.path.isdir(p)})
+    paths = {q for p in candidates if os.path.isdir(p) for q in (os.path.abspath(p), os.path.realpath(p))}
     out: list[str] = []
-    for p in real:
+    for p in sorted(paths):
         if any(p == q or p.startswith(q.rstrip("/") + "/") for q in (*out, "/usr")):
             continue
         out.append(p)
@@ -126,7 +127,7 @@ def _system_entries() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 def binds(stage: Stage) -> list[tuple[str, str]]:
     """Read-only binds (host, inside), system first."""
     out, _ = _system_entries()
-    out += [(p, p) for p in installation()]
+    out += [(os.path.realpath(p), p) for p in installation()]
     out += [(p, p) for p in _ETC if os.path.exists(p)]
     out += [(str(stage.root / "etc/passwd"), "/etc/passwd"), (str(stage.root / "etc/group"), "/etc/group")]
     out += [(path, f"{LIB}/{name}") for name, path in packages().items()]
@@ -163,8 +164,13 @@ def bwrap_argv(stage: Stage, device: str, tmpfs_mb: int, *, size_flag: bool = Tr
         argv += ["--unshare-user"]
     _, links = _system_entries()
     mounts = binds(stage)
+    argv += ["--perms", "1777"]  # first: an installation under /tmp (a CI venv) is bound inside it
+    if size_flag:
+        argv += ["--size", str(tmpfs_mb * 2**20)]
+    argv += ["--tmpfs", TMP]
     for d in _parents([dst for _, dst in mounts] + [TMP]):  # bwrap would make them 0700
-        argv += ["--perms", "0755", "--dir", d]
+        if d != TMP and not d.startswith(TMP + "/"):
+            argv += ["--perms", "0755", "--dir", d]
     for src, dst in mounts:
         argv += ["--ro-bind", src, dst]
     for target, dst in links:
@@ -174,10 +180,7 @@ def bwrap_argv(stage: Stage, device: str, tmpfs_mb: int, *, size_flag: bool = Tr
         argv += ["--dev-bind", dev, dev]
     if device != "cpu" and os.path.isdir("/sys"):
         argv += ["--ro-bind", "/sys", "/sys"]  # the GPU driver reads its topology there
-    argv += ["--perms", "1777"]
-    if size_flag:
-        argv += ["--size", str(tmpfs_mb * 2**20)]
-    argv += ["--tmpfs", TMP, "--remount-ro", "/", "--chdir", BUNDLE, "--"]
+    argv += ["--remount-ro", "/", "--chdir", BUNDLE, "--"]
     return argv
 
 

@@ -163,7 +163,7 @@ def test_50_gb_allocation_fails_fast_as_memory_limit(tmp_path):
     outcome = run_check(bundle, limits=QUICK)
     assert not outcome.ok
     assert outcome.reason == "exceeded 1536 MB memory"
-    assert outcome.duration_s < 4
+    assert outcome.duration_s < QUICK.wall_s  # failed at once, not at the wall limit
     assert outcome.report is not None  # the checker recorded the MemoryError as a load error
 
 
@@ -181,7 +181,7 @@ def test_sleeping_forever_ends_at_the_wall_limit(tmp_path, any_level):
     outcome = run_check(bundle, limits=Limits(wall_s=2.5, cpu_s=30))
     assert not outcome.ok
     assert outcome.reason == "exceeded 2.5 s wall time"
-    assert 2.5 <= outcome.duration_s < 4
+    assert 2.5 <= outcome.duration_s < 6  # killed at the limit; cleanup is quick even on a busy machine
     assert outcome.report is None and outcome.returncode is not None
     assert strays(bundle) == []
 
@@ -191,6 +191,6 @@ def test_printing_1_gb_is_cut_at_the_output_cap(tmp_path):
     outcome = run_check(bundle, limits=QUICK)
     assert not outcome.ok
     assert outcome.reason == "exceeded 1 MB output"
-    assert outcome.duration_s < 4
+    assert outcome.duration_s < QUICK.wall_s
     assert len(outcome.stderr_tail) <= 8192
     assert strays(bundle) == []
