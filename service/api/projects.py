@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from service import crud
+from service import crud, lifecycle
 from service.api.deps import (ExecutorDep, SessionDep, SettingsDep, TokenDep, base_url, can_read, check_can_read,
                               check_can_submit, rate_limit, require_admin)
 from service.api.submission import SUBMISSION_OPENAPI, read_submission
-from service.errors import Invalid
+from service.errors import Invalid, Unavailable
 from service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
                              RunAccepted, RunPage, run_out, run_urls)
 
@@ -62,7 +62,13 @@ async def submit_run(project: str, request: Request, session: SessionDep, settin
         return run.id
 
     run_id = await run_in_threadpool(store)
-    executor.submit(run_id, options.device)
+    try:
+        executor.submit(run_id, options.device)
+    except Exception as exc:  # the broker is down: do not leave a run queued that nobody will get
+        await run_in_threadpool(lifecycle.fail_run, session, run_id=run_id, worker=None,
+                                reason=f"could not be queued: {type(exc).__name__}: {exc}")
+        raise Unavailable(f"queue: the broker did not take run {run_id} ({type(exc).__name__}).", field="queue",
+                          fix="Retry in a minute; GET /readyz shows whether the queue is reachable.") from exc
     return RunAccepted(id=run_id, status="queued", urls=run_urls(run_id, base_url(request, settings)))
 
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from celery import Celery
 from celery.signals import worker_ready
+from sqlalchemy import select
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import lifecycle
 from service.config import Settings
 from service.db import make_sessionmaker, session_scope
-from service.models import Run
+from service.models import Run, utcnow
 
 __all__ = ["CeleryExecutor", "make_celery", "TASK_NAME"]
 
@@ -44,7 +47,9 @@ def make_celery(settings: Settings) -> Celery:
         accept_content=["json"],
     )
 
-    @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+    # A database outage must not drop the message (a failed task is acknowledged): retry until it is back.
+    @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None,
+              autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60)
     def execute_run(task, run_id: int) -> str | None:  # type: ignore[no-untyped-def]
         from service.worker import execute_claimed
 
@@ -66,15 +71,25 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-def _redispatch_stale(app: Celery, settings: Settings, factory: sessionmaker[Session]) -> list[int]:
+def _redispatch_stale(app: Celery, settings: Settings, factory: sessionmaker[Session], *,
+                      orphans: bool = False) -> list[int]:
+    """Requeue runs whose worker died and send them again; with ``orphans``, also resend runs queued
+    for longer than a lease (their message may have been lost with a broker). Extra messages are
+    harmless: a claim of a run that is not claimable does nothing."""
     with session_scope(factory) as session:
         requeued = lifecycle.requeue_stale(session)
-        devices = {r.id: r.device for r in session.query(Run).filter(Run.id.in_(requeued))} if requeued else {}
-    for run_id, device in devices.items():
+        query = select(Run.id, Run.device).where(Run.id.in_(requeued))
+        if orphans:
+            cutoff = utcnow() - timedelta(seconds=settings.lease_s)
+            query = select(Run.id, Run.device).where(
+                Run.id.in_(requeued) | ((Run.status == "queued") & (Run.created_at < cutoff)))
+        runs = session.execute(query).all()
+    for run_id, device in runs:
         app.send_task(TASK_NAME, args=[run_id], queue=settings.queue_name(device))
-    if requeued:
-        log.warning("requeued runs left running by a dead process: %s", requeued)
-    return requeued
+    if runs:
+        log.warning("sent again runs left running by a dead process or queued without a worker: %s",
+                    [run_id for run_id, _ in runs])
+    return [run_id for run_id, _ in runs]
 
 
 @worker_ready.connect
@@ -97,7 +112,7 @@ class CeleryExecutor:
 
     def start(self) -> None:
         try:
-            _redispatch_stale(self.app, self.settings, self.factory)
+            _redispatch_stale(self.app, self.settings, self.factory, orphans=True)
         except Exception:
             log.exception("could not requeue stale runs at start-up (broker down?)")
 
