@@ -111,6 +111,7 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     "GG302",
     family="cotangent",
     title="absent (None) cotangent is not accepted",
+    severity="warning",
     kinds=("numpy",),
     broken="""
         @rrule(square, arrays(shape=(3,)))
@@ -133,7 +134,8 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     an unused output. The pullback must
     accept it and return zero or ``None`` tangents, like ChainRules' ``NoTangent``; a pullback that computes
     ``None * x`` raises in the middle of someone's backward pass. (JAX always passes zeros, so this check
-    applies to NumPy rrules only.)"""
+    applies to NumPy rrules only.) It is a warning, not an error: whether ``None`` ever arrives depends on the
+    engine, and the safety matrix's ``tape[none]`` column shows which programs it breaks."""
     y, _ = case.pair()
     for what, ybar, zero in _none_variants(case, y):
         _, pb = case.pair()

@@ -106,7 +106,7 @@ def findings(rule, check_id):
 @pytest.mark.parametrize("rule", TWINS, ids=lambda r: r.name)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_correct_twins_pass_the_full_default_suite(rule, seed):
-    report = check(rule, seed=seed, max_examples=10)
+    report = check(rule, seed=seed, max_examples=10, ignore=["GG5", "GG6"])  # contexts: their own tests
     assert report.rules[0].error is None, report.rules[0].error
     assert report.findings == []
     assert {"GG401", "GG402", "GG403", "GG404", "GG405", "GG406"} <= set(report.rules[0].checks_run)
