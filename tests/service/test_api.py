@@ -37,6 +37,8 @@ def test_health_ready_and_docs(client) -> None:  # type: ignore[no-untyped-def]
     assert ready.json()["sandbox"] in ("bubblewrap", "namespaces", "rlimits")
     paths = client.get("/openapi.json").json()["paths"]
     assert "/api/v1/projects/{project}/runs" in paths and "/api/v1/runs/{run_id}/junit.xml" in paths
+    bodies = paths["/api/v1/projects/{project}/runs"]["post"]["requestBody"]["content"]
+    assert {"application/json", "multipart/form-data"} <= set(bodies)
     assert client.get("/docs").status_code == 200
 
 
@@ -60,6 +62,10 @@ def test_private_projects_are_hidden_without_a_token(client, admin_headers) -> N
     assert client.get("/api/v1/projects/secret", headers=own).status_code == 200
     assert "token" not in client.get("/api/v1/projects/secret", headers=own).json()
     assert [p["slug"] for p in client.get("/api/v1/projects", headers=admin_headers).json()["items"]] == ["open", "secret"]
+    run = client.post("/api/v1/projects/secret/runs", json={"files": {"a.py": "x = 1"}}, headers=own).json()
+    assert client.get(f"/api/v1/runs/{run['id']}").status_code == 404
+    assert client.get("/api/v1/projects/secret/runs").status_code == 404
+    assert client.get(f"/api/v1/runs/{run['id']}", headers=own).json()["project"] == "secret"
 
 
 def test_submit_json_then_read_run_list_and_latest(client, project) -> None:  # type: ignore[no-untyped-def]
