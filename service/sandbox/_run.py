@@ -162,7 +162,7 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
             _kill(proc)
             status, usage = _reap(proc)
             if stage.uid is not None:
-                sweep(stage.uid, stage.gid)
+                sweep(stage.uid)
             if tag:
                 sweep_tagged(tag)
             os.close(report_r)
@@ -264,40 +264,47 @@ def _decode(status: int, *, wrapped: bool) -> tuple[int, int | None]:
     return code, None
 
 
-def sweep(uid: int, gid: int) -> None:
-    """Kill every process of the run's uid (what a double fork might have left), until none is left.
+def sweep(uid: int) -> None:
+    """Kill every process whose real uid is the run's (what a double fork may have left), until none is left."""
+    _sweep(lambda pid: _real_uid(pid) == uid)
 
-    ``kill -9 -1`` run as that uid signals every process of the uid but
-    itself, and fails once there is none. The uid switch happens in
-    subprocess's C code: no Python runs between fork and exec.
-    """
-    for _ in range(50):
-        done = subprocess.run(
-            ["/bin/sh", "-c", "kill -9 -1"], user=uid, group=gid, extra_groups=[], env={},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-        )
-        if done.returncode != 0:
-            return
-        time.sleep(0.01)
+
+def sweep_tagged(tag: bytes) -> None:
+    _sweep(lambda pid: _has_tag(pid, tag))
 
 
 def tagged(tag: bytes) -> list[int]:
     """Processes whose environment carries ``tag`` (what a run started, unless it exec'd a new environment)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if tag in f.read().split(b"\0"):
-                        out.append(int(name))
-            except OSError:
-                continue
-    return out
+    return [pid for pid in _pids() if _has_tag(pid, tag)]
 
 
-def sweep_tagged(tag: bytes) -> None:
-    for _ in range(50):
-        pids = tagged(tag)
+def _pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _real_uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _has_tag(pid: int, tag: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return tag in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _sweep(match) -> None:
+    me = os.getpid()
+    for _ in range(100):  # each round kills what exists; what they forked meanwhile goes next round
+        pids = [pid for pid in _pids() if pid != me and match(pid)]
         if not pids:
             return
         for pid in pids:
@@ -305,4 +312,4 @@ def sweep_tagged(tag: bytes) -> None:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        time.sleep(0.01)
+        time.sleep(0.005)

@@ -143,3 +143,18 @@ def test_start_overhead_of_a_trivial_run(tmp_path, record_property):
     record_property("sandbox_trivial_run_p50_s", round(p50, 3))
     print(f"\ntrivial run at level {sandbox_level()}: p50 {p50:.3f} s of {[round(t, 3) for t in times]}")
     assert p50 < 20  # a measurement, not a benchmark: CI machines are busy
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0, reason="needs root")
+def test_cleanup_kills_every_process_of_the_runs_uid():
+    """The last line of defence: whatever escaped the session and the namespace, its uid gives it away."""
+    import subprocess
+
+    from service.sandbox import _run
+
+    uid, gid = _run.run_ids()
+    procs = [subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[], start_new_session=True)
+             for _ in range(3)]
+    _run.sweep(uid)
+    for proc in procs:
+        assert proc.wait(timeout=5) == -9
