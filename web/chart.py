@@ -58,8 +58,10 @@ def history_svg(points: Sequence[Point], *, branch: str, run_href: str = "/runs/
         ty = y(tick)
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#d0d7de" stroke-width="1"/>'
                      f'<text x="{LEFT - 8}" y="{ty + 4:.1f}" text-anchor="end" font-size="12" fill="#444">{tick}</text>')
-    parts.append(f'<text x="{LEFT}" y="{HEIGHT - 8}" font-size="12" fill="#444">run {first.run_id}</text>'
-                 f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 8}" text-anchor="end" font-size="12" fill="#444">run {last.run_id}</text>')
+    parts.append(f'<text x="{LEFT}" y="{HEIGHT - 8}" font-size="12" fill="#444">run {first.run_id}</text>')
+    if n > 1:
+        parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 8}" text-anchor="end" font-size="12" fill="#444">'
+                     f'run {last.run_id}</text>')
     total = " ".join(f"{x(i):.1f},{y(p.rules):.1f}" for i, p in enumerate(points))
     parts.append(f'<polyline points="{total}" fill="none" stroke="#57606a" stroke-width="1.5" stroke-dasharray="5 4"/>')
     steps: list[str] = []

@@ -102,6 +102,8 @@ def project_page(request: Request, session: SessionDep, slug: str, branch: str |
         badge_path=badge_path,
         badge_markdown=f"[![gradguard]({server}{badge_path})]({server}{base})",
         endpoint_url=f"{server}/badge/{project.slug}.json?{urlencode({'branch': project.default_branch})}",
+        shields_url="https://img.shields.io/endpoint?" + urlencode(
+            {"url": f"{server}/badge/{project.slug}.json?{urlencode({'branch': project.default_branch})}"}),
     )
 
 
@@ -195,7 +197,7 @@ def rule_page(request: Request, session: SessionDep, slug: str, rule: str, branc
     branch_names = sorted({b.branch for b in queries.branch_rows(session, project=project)})
     return _page(request, "rule.html", project=project, project_url=_project_url(project), rule=rule, runs=runs,
                  counts=counts, since=since if runs and runs[0].verdict != "pass" else None, branch=branch or "",
-                 branch_names=branch_names, anchors={})
+                 branch_names=branch_names)
 
 
 # -- check catalogue -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ release is fetched at once.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 
 __all__ = ["templates", "STATIC_DIR", "static_url"]
 
@@ -42,6 +44,15 @@ def human(value: datetime | None) -> str:
     return _aware(value).strftime("%Y-%m-%d %H:%M UTC") if value else ""
 
 
+_CODE = re.compile(r"``(.+?)``|`([^`]+)`")
+
+
+def inline_code(text: str | None) -> Markup:
+    """Escape ``text``, then show its ``literal`` and `literal` spans (reST and Markdown style) as code."""
+    escaped = str(escape(text or ""))
+    return Markup(_CODE.sub(lambda m: f"<code>{m.group(1) or m.group(2)}</code>", escaped))
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"),
@@ -52,6 +63,7 @@ def _environment() -> Environment:
     )
     env.filters["iso"] = iso
     env.filters["human"] = human
+    env.filters["code"] = inline_code
     env.globals["static"] = static_url
     return env
 

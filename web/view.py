@@ -115,7 +115,8 @@ def matrix_view(matrix: dict[str, Any] | None) -> dict[str, Any] | None:
         if eng not in engines:
             engines.append(eng)
         by_key[(ctx, eng)] = cell
-    rows, notes = [], []
+    rows = []
+    notes: dict[tuple[str, str], dict[str, list[str]]] = {}  # (status, text) -> {context: [engines]}
     for ctx in contexts:
         cells = []
         for eng in engines:
@@ -125,16 +126,30 @@ def matrix_view(matrix: dict[str, Any] | None) -> dict[str, Any] | None:
                 continue
             status = cell.get("status", "skipped")
             err = cell.get("rel_error")
-            text = {"right": "right", "wrong": "wrong", "raised": "raised", "skipped": "skipped"}.get(status, status)
+            text = status
             if status == "wrong" and isinstance(err, (int, float)):
                 text = f"wrong ({err:.1e})"
-            title = " ".join(str(x) for x in (cell.get("message"), cell.get("diagnosis")) if x) or text
-            cells.append({"status": status, "text": text, "title": title})
-            if status in ("wrong", "raised") and (cell.get("message") or cell.get("diagnosis")):
-                notes.append({"context": ctx, "engine": eng, "status": status,
-                              "text": " ".join(str(x) for x in (cell.get("message"), cell.get("diagnosis")) if x)})
+            detail = _sentences(cell.get("message"), cell.get("diagnosis"))
+            cells.append({"status": status, "text": text, "title": detail or text})
+            if status in ("wrong", "raised") and detail:
+                notes.setdefault((status, detail), {}).setdefault(ctx, []).append(eng)
         rows.append({"context": ctx, "cells": cells})
-    return {"engines": engines, "rows": rows, "notes": notes, "skipped": matrix.get("skipped") or []}
+    grouped = [{"status": status, "text": text,
+                "where": "; ".join(f"{ctx} × {', '.join(engs)}" for ctx, engs in places.items())}
+               for (status, text), places in notes.items()]
+    all_right = all(c is None or c["status"] in ("right", "skipped") for row in rows for c in row["cells"])
+    return {"engines": engines, "rows": rows, "notes": grouped, "skipped": matrix.get("skipped") or [],
+            "all_right": all_right, "cells": sum(c is not None for row in rows for c in row["cells"])}
+
+
+def _sentences(*parts: Any) -> str:
+    """Join message parts into one text, each ending as a sentence."""
+    out = []
+    for part in parts:
+        text = str(part).strip() if part else ""
+        if text:
+            out.append(text if text[-1] in ".!?:;)" else text + ".")
+    return " ".join(out)
 
 
 def rule_views(report: dict[str, Any], files: Mapping[str, bytes], *, rule_url: str) -> list[dict[str, Any]]:

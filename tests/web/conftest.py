@@ -61,6 +61,26 @@ BAD_RULES = GOOD_RULES.replace(
     "        return (3.0 * ybar, None)  # one tangent too many\n    return scale(x), pullback",
 )
 
+# The run the screenshots show adds the canonical hazard: an in-place rule that is right alone and
+# wrong where dot() captured its input first (GG501, with the safety matrix).
+SHOWCASE_RULES = BAD_RULES + '''
+
+def addone_(a):
+    a += 1
+    return a.sum()
+
+
+@rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+def addone_rrule(a):
+    y = addone_(a)
+
+    def pullback(ybar):
+        if ybar is None:
+            return (None,)
+        return (np.full(a.shape, ybar),)
+    return y, pullback
+'''
+
 XSS_RULES = GOOD_RULES.replace("@rrule(square, arrays(shape=(3,)))", f"@rrule(square, arrays(shape=(3,)), name={XSS!r})")
 
 
@@ -156,7 +176,7 @@ def seeded(live: Live) -> dict[str, Any]:
     live.create_project("secret", public=False)
     quick = {"select": QUICK}
     runs = {
-        "fail_main": live.submit("alpha", {"rules/ops.py": BAD_RULES}, commit="c1aaaaaaaaaa", branch="main"),
+        "fail_main": live.submit("alpha", {"rules/ops.py": SHOWCASE_RULES}, commit="c1aaaaaaaaaa", branch="main"),
         "feature": live.submit("alpha", {"rules/ops.py": BAD_RULES}, commit="f1bbbbbbbbbb", branch="feature/x", **quick),
         "xss": live.submit("alpha", {"rules/ops.py": XSS_RULES}, commit="x1cccccccccc", branch="xss", **quick),
         "secret": live.submit("secret", {"ops.py": BAD_RULES}, commit="s1dddddddddd", branch="main", **quick),

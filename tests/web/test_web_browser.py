@@ -92,8 +92,11 @@ def test_every_page_renders(page: Any, seeded: dict[str, int]) -> None:
     _visit(page, "/p/alpha", "project")
     assert page.locator("svg.chart circle").count() == 2
     _visit(page, f"/runs/{seeded['fail_main']}", "run")
-    assert page.locator("table.grid tbody tr").count() == 2
-    assert page.locator("article.finding").count() == 1
+    assert page.locator("table.grid tbody tr").count() == 3
+    assert page.locator("article.finding").count() == 3
+    matrix = page.locator("#rule-3 table.matrix")
+    assert matrix.locator("th[scope=row]", has_text="captured-before").count() == 1
+    assert matrix.locator(".pill.s-wrong").count() >= 2
     _visit(page, "/p/alpha/rules/scale_rrule", "rule")
     runs = page.locator("tbody th a").all_inner_texts()
     assert runs == [f"#{seeded[k]}" for k in ("pass_main", "xss", "feature", "fail_main")], runs

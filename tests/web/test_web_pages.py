@@ -56,6 +56,9 @@ def test_run_page_shows_grid_findings_sources_and_reproducer(live: Any, seeded: 
     assert 'data-copy-target="rule-2-finding-1-repro"' in text and 'id="rule-2-finding-1-repro"' in text
     assert "replay(rule, &#39;GG103&#39;" in text
     assert "data-status-url" not in text  # finished: no polling
+    # The canonical hazard: right alone, wrong where dot() captured the input first.
+    assert 'href="/checks/GG501"' in text and "Safety matrix" in text and "captured-before" in text
+    assert 'class="pill s-wrong"' in text
 
 
 def test_run_status_endpoint(live: Any, seeded: dict[str, int]) -> None:
@@ -67,7 +70,7 @@ def test_run_status_endpoint(live: Any, seeded: dict[str, int]) -> None:
 def test_rule_page_shows_the_verdict_over_commits(live: Any, seeded: dict[str, int]) -> None:
     page = _get(live, "/p/alpha/rules/scale_rrule", params={"branch": "main"})
     assert page.status_code == 200
-    rows = re.findall(r'<a href="/runs/(\d+)#[^"]*">#\d+</a>', page.text)
+    rows = re.findall(r'<th scope="row"><a href="/runs/(\d+)">#\d+</a>', page.text)
     assert rows == [str(seeded["pass_main"]), str(seeded["fail_main"])]
     assert "c2eeeeeeee" in page.text and "c1aaaaaaaa" in page.text
     assert "1 passed, 1 failed" in page.text
@@ -125,7 +128,8 @@ def test_missing_things_get_a_404_page(live: Any, path: str) -> None:
 def test_pages_load_nothing_external(live: Any, seeded: dict[str, int]) -> None:
     for path in ("/", "/p/alpha", f"/runs/{seeded['fail_main']}", "/checks", "/checks/GG201"):
         text = _get(live, path).text
-        assert not re.search(r'(src|href)="(https?:)?//', text), path
+        assert not re.search(r'src="(https?:)?//', text), path  # links may point out; nothing is loaded from outside
+        assert not re.search(r'<link[^>]+href="(https?:)?//', text), path
         assert "<script>" not in text and " style=" not in text and "onclick" not in text, path
     static = _get(live, "/static/app.js")
     assert static.status_code == 200 and "immutable" in static.headers["cache-control"]

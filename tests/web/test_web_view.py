@@ -73,7 +73,9 @@ def test_matrix_view_rows_cells_and_notes() -> None:
     view = matrix_view(MATRIX)
     assert view is not None and view["engines"] == ["tape", "jax"]
     assert [[c["text"] for c in row["cells"]] for row in view["rows"]] == [["right", "right"], ["wrong (5.0e-01)", "raised"]]
-    assert [n["status"] for n in view["notes"]] == ["wrong", "raised"]
+    assert [(n["status"], n["where"]) for n in view["notes"]] == [("wrong", "dot then call × tape"), ("raised", "dot then call × jax")]
+    assert view["notes"][0]["text"] == "gradient of x off by 50%. dot's pullback read x after <addone_> mutated it."
+    assert view["all_right"] is False and view["cells"] == 4
     assert matrix_view(None) is None and matrix_view({"cells": []}) is None
 
 
