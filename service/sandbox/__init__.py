@@ -124,7 +124,7 @@ def _probe(level: str) -> str | None:
     if level == "bubblewrap" and shutil.which("bwrap") is None:
         return "bwrap is not installed"
     limits = Limits(wall_s=30, cpu_s=30, memory_mb=1024, output_bytes=2**16)
-    with tempfile.TemporaryDirectory(prefix="gradguard-probe-") as empty, socket.socket() as server:
+    with tempfile.TemporaryDirectory(prefix=f"{_run._STAGE_PREFIX}{os.getpid()}-probe-") as empty, socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         probe = ["--probe", str(server.getsockname()[1])]
