@@ -7,6 +7,8 @@ interactive docs (``/docs``, ``/redoc``) keep FastAPI's defaults.
 
 from __future__ import annotations
 
+import time
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,7 +24,8 @@ _EXEMPT = ("/docs", "/redoc", "/openapi.json")
 
 
 class SecurityHeaders:
-    """Add the CSP and companion headers to HTML responses outside the API docs."""
+    """Add the CSP and companion headers to HTML responses outside the API docs, and a
+    ``Server-Timing: app;dur=<ms>`` header (time from the request to the response's start)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -32,9 +35,12 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
 
+        started = time.perf_counter()
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
+                headers.append((b"server-timing", f"app;dur={(time.perf_counter() - started) * 1000:.1f}".encode()))
                 names = {k.lower() for k, _ in headers}
                 ctype = dict((k.lower(), v) for k, v in headers).get(b"content-type", b"")
                 if ctype.startswith(b"text/html") and b"content-security-policy" not in names:
