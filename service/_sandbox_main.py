@@ -123,16 +123,36 @@ def _isolate(spec: dict) -> None:
 
 
 def _become_pid1(report_fd: int) -> None:
-    """Fork the PID namespace's first process; this one waits and passes its status on."""
+    """Fork the PID namespace's init, which forks the checker and reaps orphans, as bubblewrap's does.
+
+    This process waits outside the namespace and passes the checker's status
+    on (128+N for a signal). When init ends, the kernel kills everything left
+    in the namespace; when this process dies, init dies (parent-death signal).
+    """
     pid = os.fork()
-    if pid == 0:
+    if pid != 0:
+        os.close(report_fd)
+        _exit_like(_wait_for(pid))
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    checker_pid = os.fork()
+    if checker_pid == 0:  # pid 2: the checker
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         return
     os.close(report_fd)
+    while True:  # pid 1: reap every orphan until the checker ends
+        pid, status = os.waitpid(-1, 0)
+        if pid == checker_pid:
+            _exit_like(status)
+
+
+def _wait_for(pid: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: os.kill(pid, signal.SIGKILL))
-    _, status = os.waitpid(pid, 0)
+    return os.waitpid(pid, 0)[1]
+
+
+def _exit_like(status: int) -> None:
     os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
 
 

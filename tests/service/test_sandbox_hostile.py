@@ -149,6 +149,19 @@ def test_writes_outside_tmpfs_fail_and_bundle_is_unchanged(observed):
     assert not (Path(checker.__file__).parent / "pwned.py").exists()
 
 
+def test_environment_secrets_are_gone_even_at_the_rlimits_level(tmp_path, monkeypatch):
+    for key, value in SECRETS.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: "rlimits")
+    bundle = bundle_of(tmp_path, "reads_secrets", paths=[], port=0)
+    outcome = run_check(bundle, limits=QUICK, **OBSERVE)
+    assert outcome.ok, outcome.reason
+    line = next(x for x in outcome.stderr_tail.splitlines() if x.startswith("GG-FACTS "))
+    env = json.loads(line.removeprefix("GG-FACTS "))["env"]
+    assert {k for k in env if not k.startswith("PYTHON")} <= ALLOWED_ENV | {"GRADGUARD_SANDBOX_RUN"}
+    assert "hunter2" not in json.dumps(env)
+
+
 def test_fork_bomb_is_contained_and_leaves_no_process(tmp_path, any_level):
     """RLIMIT_NPROC on the run's own uid, or (rlimits level as root) the parent's process watchdog."""
     bundle = bundle_of(tmp_path, "forks_without_bound")
