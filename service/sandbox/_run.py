@@ -36,9 +36,9 @@ _DRAIN_S = 0.5
 
 @dataclass
 class Raw:
-    """What happened, before it is judged: see :func:`service.sandbox._judge.outcome`."""
+    """What happened, before it is judged: see :func:`service.sandbox._judge.judge`."""
 
-    limit_hit: str | None  # "wall" | "output" | "report"
+    limit_hit: str | None  # "wall" | "output" | "report" | "processes": what the supervisor stopped
     returncode: int | None
     signal: int | None  # the signal that ended the checker, as far as we can tell
     cpu_s: float
@@ -157,6 +157,9 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
                 pass_fds=(report_w,),
                 start_new_session=True,
             )
+        except BaseException:
+            os.close(report_r)
+            raise
         finally:
             os.close(report_w)
         try:
@@ -185,14 +188,14 @@ def _remove_stale_stages() -> None:
 
 
 def _layout_readable() -> bool:
-    """rlimits level as root: can a fresh uid read the installation through the host's folders?"""
-    paths = [*_layout.installation(), *_layout.packages().values(), _layout.main_script()]
-    for p in paths:
+    """rlimits level as root: can a fresh uid reach the installation through the host's folders?"""
+    for p in [*_layout.installation(), *_layout.packages().values(), _layout.main_script()]:
         parts = Path(p).parts
-        for i in range(1, len(parts) + 1):
-            mode = os.stat(os.path.join(*parts[:i])).st_mode
-            if not mode & 0o001:
+        for i in range(1, len(parts)):
+            if not os.stat(os.path.join(*parts[:i])).st_mode & 0o001:  # others may not pass
                 return False
+        if not os.stat(p).st_mode & 0o004:  # others may not read
+            return False
     return True
 
 
@@ -218,7 +221,7 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 hit = watch()
                 if hit:
                     return hit, bytes(bufs["out"]), bytes(bufs["err"]), b""
-            if drain_until is None and _reap(proc, block=False) is not None:
+            if drain_until is None and _exited(proc):
                 drain_until = now + _DRAIN_S
             if not sel.get_map():
                 if drain_until is not None:
@@ -249,23 +252,26 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+    """The entry program and its process group; it is not reaped yet, so its pid is still ours.
+    (Not ``proc.kill()``: that polls first, and polling reaps.)"""
+    for kill in (os.killpg, os.kill):
         try:
-            kill()
+            kill(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def _reap(proc: subprocess.Popen, *, block: bool = True) -> tuple[int, float] | None:
-    """(wait status, CPU seconds of the run and the descendants it waited for); None if still running."""
-    done = getattr(proc, "_sandbox_reaped", None)
-    if done is None:
-        pid, status, usage = os.wait4(proc.pid, 0 if block else os.WNOHANG)
-        if pid == 0:
-            return None
-        done = proc._sandbox_reaped = (status, usage.ru_utime + usage.ru_stime)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return done
+def _exited(proc: subprocess.Popen) -> bool:
+    """Has the entry program ended? Leaves it a zombie: its pid (our process group's id) stays
+    reserved until :func:`_reap`, so the group kill can never hit a stranger that got the number."""
+    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int, float]:
+    """(wait status, CPU seconds of the run and the descendants it waited for)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage.ru_utime + usage.ru_stime
 
 
 def _decode(status: int, *, wrapped: bool) -> tuple[int, int | None]:
