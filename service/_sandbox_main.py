@@ -116,7 +116,7 @@ def _isolate(spec: dict) -> None:
     os.makedirs(root + "/.oldroot")
     _sys("syscall", ctypes.c_long(_PIVOT_ROOT[os.uname().machine]), root.encode(), (root + "/.oldroot").encode())
     os.chdir("/")
-    _sys("umount2", b"/.oldroot", 2)
+    _sys("umount2", b"/.oldroot", MNT_DETACH)
     os.rmdir("/.oldroot")
     _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     _sys("sethostname", b"sandbox", 7)
@@ -258,16 +258,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _check(args: argparse.Namespace) -> str:
     import checker
 
-    check = getattr(checker, "check", None)
-    if check is None:  # the checker core predates `check`: say so in a valid report
-        from checker.report import LoadFailure, Report
-
-        report = Report(
-            load_errors=[LoadFailure(path=args.bundle, traceback="checker.check is not available in this installation")],
-            settings={"seed": args.seed, "max_examples": args.max_examples, "select": args.select, "ignore": args.ignore},
-        )
-    else:
-        report = check(args.bundle, select=args.select, ignore=args.ignore, seed=args.seed, max_examples=args.max_examples)
+    report = checker.check(args.bundle, select=args.select, ignore=args.ignore, seed=args.seed,
+                           max_examples=args.max_examples)
     return report.to_json()
 
 

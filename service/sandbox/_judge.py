@@ -15,10 +15,9 @@ import re
 import signal
 from typing import Any
 
-SCHEMA = "gradguard.report/1"
+SCHEMA = "gradguard.report/1"  # checker.report.SCHEMA, not imported: the supervisor stays light
 
-_CRASH_CODE = 3
-_SETUP_CODE = 4
+_SETUP_CODE = 4  # the entry program could not isolate itself
 
 
 def _g(x: float) -> str:
@@ -82,7 +81,10 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
         kind = _from_text(last_line(tail))
         if kind:
             return None, reasons[kind]
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
         return None, f"checker killed by {name}" + (f": {last_line(tail)}" if last_line(tail) else "")
     if raw.returncode != 0:
         kind = _from_text(last_line(tail))
@@ -102,7 +104,8 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
         env = report["environment"] = {}
     env["sandbox"] = level
     for text in _tracebacks(report):
-        kind = _from_text(last_line(text)) or _from_text(text[-2000:])
+        # exception lines start at column 0; source lines in a traceback are indented
+        kind = _from_text("\n".join(line for line in text.splitlines() if line and not line[0].isspace()))
         if kind:
             return report, reasons[kind]
     return report, None
