@@ -12,9 +12,9 @@ plan is applied, then imports :mod:`checker`, calls ``checker.check(bundle,
 The plan (JSON) says what is left to do in here:
 
 - ``isolate`` (namespaces level only; bubblewrap does this itself): unshare
-  the mount, network, IPC, UTS and PID namespaces, build a new root on a
-  tmpfs from read-only binds, ``pivot_root`` into it and fork the PID
-  namespace's first process, which runs the rest.
+  the mount, network, IPC, UTS and PID namespaces, fork the PID namespace's
+  init, which builds a new root on a tmpfs from read-only binds,
+  ``pivot_root``s into it and forks the checker.
 - ``limits``: rlimits to set first (here rather than in a ``preexec_fn``,
   which is unsafe in a supervisor that has threads).
 - ``uid``/``gid``: when started as root, drop to this unprivileged id (one per
@@ -86,8 +86,9 @@ def _bind(src: str, root: str, dst: str, *, writable: bool = False) -> None:
     _mount(None, target, None, flags)
 
 
-def _isolate(spec: dict) -> None:
-    """Namespaces level: what bubblewrap would do, done with a few system calls."""
+def _unshare() -> None:
+    """Namespaces level, first step: new mount, network, IPC, UTS and PID namespaces (and a user
+    namespace where we are not root, in which we become root)."""
     rootless = os.geteuid() != 0
     uid, gid = os.geteuid(), os.getegid()
     flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
@@ -99,6 +100,14 @@ def _isolate(spec: dict) -> None:
             f.write(f"0 {uid} 1")
         with open("/proc/self/gid_map", "w") as f:
             f.write(f"0 {gid} 1")
+
+
+def _build_root(spec: dict) -> None:
+    """Namespaces level, in the PID namespace's init: the new root, what bubblewrap would build.
+
+    /proc is mounted before pivot_root: in a user namespace the kernel only
+    allows a new procfs while a full one is still visible in the mount namespace.
+    """
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = spec["root"]
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
@@ -113,6 +122,7 @@ def _isolate(spec: dict) -> None:
     for target, dst in spec["symlinks"]:
         os.symlink(target, root + dst)
     os.makedirs(root + "/proc", exist_ok=True)
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.makedirs(root + "/.oldroot")
     _sys("syscall", ctypes.c_long(_PIVOT_ROOT[os.uname().machine]), root.encode(), (root + "/.oldroot").encode())
     os.chdir("/")
@@ -122,7 +132,7 @@ def _isolate(spec: dict) -> None:
     _sys("sethostname", b"sandbox", 7)
 
 
-def _become_pid1(report_fd: int) -> None:
+def _become_pid1(report_fd: int, spec: dict) -> None:
     """Fork the PID namespace's init, which forks the checker and reaps orphans, as bubblewrap's does.
 
     This process waits outside the namespace and passes the checker's status
@@ -134,7 +144,7 @@ def _become_pid1(report_fd: int) -> None:
         os.close(report_fd)
         _exit_like(_wait_for(pid))
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _build_root(spec)
     checker_pid = os.fork()
     if checker_pid == 0:  # pid 2: the checker
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -203,8 +213,8 @@ def apply_plan(plan: dict, report_fd: int) -> None:
         os._exit(4)  # it died before we could ask
     _set_limits(plan.get("limits", {}))
     if plan.get("isolate"):
-        _isolate(plan["isolate"])
-        _become_pid1(report_fd)
+        _unshare()
+        _become_pid1(report_fd, plan["isolate"])
         sys.path_importer_cache.clear()  # the new root has folders the old one lacked
     if plan.get("loopback_down"):
         _loopback_down()
