@@ -13,8 +13,9 @@ on 127.0.0.1):
 ``bubblewrap``  ``bwrap``: new mount, PID, network, IPC, UTS and cgroup
                 namespaces; a read-only view of the system, the Python
                 installation, checker/ and engines/ and a copy of the
-                bundle; a private tmpfs; no network at all (loopback's
-                address is removed); plus everything below.
+                bundle; a private tmpfs; no network (as root, even the
+                namespace's own loopback loses its address; otherwise it is
+                up but empty); plus everything below.
 ``namespaces``  the same view built by the entry program itself (unshare,
                 bind mounts, pivot_root, a PID-namespace init) where bwrap
                 is missing.
@@ -34,7 +35,7 @@ the parent bounds wall time and output and kills everything at the end.
 Processes: when the service runs as root, each run gets a fresh unprivileged
 uid (random, 1.5e9 and up), so RLIMIT_NPROC counts that run's processes and
 threads alone and cleanup kills every process of that uid; without root,
-bwrap's user namespace gives the run its own count; at the rlimits level as
+the run's user namespace gives it its own count; at the rlimits level as
 root, the parent counts the run's processes (tagged in their environment)
 every 0.1 s and kills past the limit. Memory is per process: ``processes`` x
 ``memory_mb`` bounds the total. The run dies with its supervisor.
