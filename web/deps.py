@@ -1,8 +1,8 @@
 """What the pages need from a request: a database session, the service settings, and access checks.
 
 Private projects are readable with their submit token, entered once on the token form and then
-kept in an HttpOnly cookie scoped to the site (one cookie per project), or passed as ``?token=``
-(badges, scripts). The admin token opens every project.
+kept in an HttpOnly cookie (one per project; the token itself says which project it opens), or
+passed as ``?token=`` (badges, scripts) or a bearer header. The admin token opens every project.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from service.db import make_sessionmaker
 from service.models import Project
 from service.security import token_matches
 
-__all__ = ["SessionDep", "get_session", "settings_of", "can_read", "token_opens", "token_cookie", "COOKIE_PREFIX"]
+__all__ = ["SessionDep", "get_session", "settings_of", "can_read", "token_opens", "is_admin", "token_cookie",
+           "COOKIE_PREFIX", "ADMIN_COOKIE"]
 
 COOKIE_PREFIX = "gg_token_"
+ADMIN_COOKIE = "gg_admin"
 
 
 def settings_of(request: Request) -> Settings:
@@ -59,7 +61,7 @@ def can_read(request: Request, project: Project, token: str | None = None) -> bo
     """Whether this request may see ``project``: public, or a matching project or admin token."""
     if project.public:
         return True
-    candidates = [token, request.cookies.get(token_cookie(project.slug))]
+    candidates = [token, request.cookies.get(token_cookie(project.slug)), request.cookies.get(ADMIN_COOKIE)]
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         candidates.append(auth[7:].strip())
@@ -68,7 +70,9 @@ def can_read(request: Request, project: Project, token: str | None = None) -> bo
 
 def token_opens(request: Request, project: Project, token: str) -> bool:
     """Whether ``token`` is ``project``'s submit token or the admin token."""
-    if token_matches(token, project.token_hash):
-        return True
+    return token_matches(token, project.token_hash) or is_admin(request, token)
+
+
+def is_admin(request: Request, token: str) -> bool:
     admin = settings_of(request).admin_token
     return admin is not None and hmac.compare_digest(token.encode(), admin.get_secret_value().encode())

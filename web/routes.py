@@ -1,8 +1,9 @@
 """The pages: projects, a project, a run (with its live status), a rule's history, the check catalogue.
 
 Routes are thin: read through :mod:`service.crud` and :mod:`web.queries`, shape with :mod:`web.view`,
-render a template. Private projects answer 401 with the token form until a valid token is given
-(then a cookie keeps it); a missing object answers a 404 page, never a stack trace.
+render a template. A private project without a valid token looks exactly like a missing one (a 404
+page that offers the token form), so its name does not leak; the token is kept in a cookie once
+entered. Nothing answers a stack trace.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from checker.checks.registry import FAMILIES, CheckInfo, catalogue
 from service import crud
 from service.errors import Invalid, NotFound
 from service.models import FINAL_STATUSES, Project, Run
+from service.security import hash_token
 from web import queries
 from web.chart import history_svg
-from web.deps import SessionDep, can_read, token_cookie, token_opens
+from web.deps import ADMIN_COOKIE, SessionDep, can_read, is_admin, token_cookie
 from web.templating import templates
 from web.view import rule_views
 
@@ -41,11 +43,16 @@ def _not_found(request: Request, message: str, suggestions: list[dict[str, str]]
     return _page(request, "error.html", 404, heading="Not found", message=message, suggestions=suggestions or [])
 
 
-def _gate(request: Request, project: Project) -> HTMLResponse | None:
-    """``None`` if the request may read ``project``, else the token form (401)."""
+def _hidden(request: Request, what: str) -> HTMLResponse:
+    """The answer for something missing or private: 404, with the token form for private projects."""
+    return _page(request, "token.html", 404, what=what, next=_safe_next(request.url.path), error=None)
+
+
+def _gate(request: Request, project: Project, what: str) -> HTMLResponse | None:
+    """``None`` if the request may read ``project``, else the same 404 as for a missing project."""
     if can_read(request, project, request.query_params.get("token")):
         return None
-    return _page(request, "token.html", 401, slug=project.slug, next=request.url.path, error=None)
+    return _hidden(request, what)
 
 
 def _project_url(project: Project) -> str:
@@ -76,8 +83,8 @@ def project_page(request: Request, session: SessionDep, slug: str, branch: str |
                  cursor: str | None = None) -> HTMLResponse:
     project = _lookup(session, slug)
     if project is None:
-        return _not_found(request, f"There is no project named {slug!r}.")
-    if (gate := _gate(request, project)) is not None:
+        return _hidden(request, f"project {slug!r}")
+    if (gate := _gate(request, project, f"project {slug!r}")) is not None:
         return gate
     try:
         crud.decode_cursor(cursor) if cursor else None
@@ -107,30 +114,34 @@ def project_page(request: Request, session: SessionDep, slug: str, branch: str |
     )
 
 
-@router.get("/p/{slug}/token", response_class=HTMLResponse)
-def token_form(request: Request, slug: str, next: str = "") -> HTMLResponse:
-    return _page(request, "token.html", slug=slug, next=_safe_next(next, slug), error=None)
+@router.get("/token", response_class=HTMLResponse)
+def token_form(request: Request, next: str = "/") -> HTMLResponse:
+    return _page(request, "token.html", what=None, next=_safe_next(next), error=None)
 
 
-@router.post("/p/{slug}/token", response_model=None)
-def token_submit(request: Request, session: SessionDep, slug: str, token: str = Form(""),
-                 next: str = Form("")) -> Response:
-    project = _lookup(session, slug)
-    target = _safe_next(next, slug)
-    if project is None or not token_opens(request, project, token.strip()):
-        return _page(request, "token.html", 403, slug=slug, next=target,
-                     error="That token does not open this project. Use the project's submit token.")
+@router.post("/token", response_model=None)
+def token_submit(request: Request, session: SessionDep, token: str = Form(""), next: str = Form("/")) -> Response:
+    """Keep a project token (or the admin token) in a cookie; the token itself names the project."""
+    token, target = token.strip(), _safe_next(next)
+    project = session.scalar(select(Project).where(Project.token_hash == hash_token(token))) if token else None
+    if project is not None:
+        name = token_cookie(project.slug)
+    elif token and is_admin(request, token):
+        name = ADMIN_COOKIE
+    else:
+        return _page(request, "token.html", 403, what=None, next=target,
+                     error="That token opens no project here. Use the project's submit token.")
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(token_cookie(slug), token.strip(), max_age=COOKIE_MAX_AGE, httponly=True, samesite="lax",
+    response.set_cookie(name, token, max_age=COOKIE_MAX_AGE, httponly=True, samesite="lax",
                         secure=request.url.scheme == "https", path="/")
     return response
 
 
-def _safe_next(target: str, slug: str) -> str:
+def _safe_next(target: str) -> str:
     """Only same-site paths: never an open redirect."""
     if target.startswith("/") and not target.startswith("//") and "\\" not in target:
         return target
-    return f"/p/{slug}"
+    return "/"
 
 
 # -- runs ------------------------------------------------------------------------------------------
@@ -146,8 +157,8 @@ def _run_or_none(session: SessionDep, run_id: int) -> Run | None:
 def run_page(request: Request, session: SessionDep, run_id: int) -> HTMLResponse:
     run = _run_or_none(session, run_id)
     if run is None:
-        return _not_found(request, f"There is no run #{run_id}.")
-    if (gate := _gate(request, run.project)) is not None:
+        return _hidden(request, f"run #{run_id}")
+    if (gate := _gate(request, run.project, f"run #{run_id}")) is not None:
         return gate
     final = run.status in FINAL_STATUSES
     report, rules = None, []
@@ -182,8 +193,8 @@ def run_status(request: Request, session: SessionDep, run_id: int) -> JSONRespon
 def rule_page(request: Request, session: SessionDep, slug: str, rule: str, branch: str | None = None) -> HTMLResponse:
     project = _lookup(session, slug)
     if project is None:
-        return _not_found(request, f"There is no project named {slug!r}.")
-    if (gate := _gate(request, project)) is not None:
+        return _hidden(request, f"project {slug!r}")
+    if (gate := _gate(request, project, f"project {slug!r}")) is not None:
         return gate
     runs = queries.rule_history(session, project=project, rule=rule, branch=branch or None)
     counts = {"pass": 0, "fail": 0, "error": 0}

@@ -103,7 +103,7 @@ def test_every_page_renders(page: Any, seeded: dict[str, int]) -> None:
     _visit(page, "/checks", "catalogue")
     _visit(page, "/checks/GG202", "check")
     assert "GG202" in page.locator("h1").inner_text()
-    _visit(page, f"/runs/{seeded['secret']}", "private-project", status=401)
+    _visit(page, f"/runs/{seeded['secret']}", "private-project", status=404)
     assert page.locator("label[for=token]").inner_text() == "Project token"
 
 
