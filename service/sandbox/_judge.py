@@ -40,7 +40,9 @@ def limit_reasons(limits) -> dict[str, str]:
 # Exceptions a rule meets when a limit bites (checked against the last line of a traceback).
 _TRACES = [
     ("memory", re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|RESOURCE_EXHAUSTED: Out of memory")),
-    ("processes", re.compile(r"BlockingIOError: \[Errno 11\]|Resource temporarily unavailable|can't start new thread")),
+    ("processes", re.compile(
+        r"BlockingIOError: \[Errno 11\]|Resource temporarily unavailable|can't start new thread|pthread_create"
+    )),
     ("open_files", re.compile(r"Too many open files")),
     ("tmpfs", re.compile(r"No space left on device|File too large")),
 ]
@@ -78,7 +80,7 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
             return None, reasons["cpu"]
         if sig == signal.SIGXFSZ:
             return None, reasons["tmpfs"]
-        kind = _from_text(last_line(tail))
+        kind = _from_text(last_line(tail)) or _from_text(tail)  # native aborts explain themselves earlier
         if kind:
             return None, reasons[kind]
         try:

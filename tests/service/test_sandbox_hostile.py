@@ -207,3 +207,13 @@ def test_printing_1_gb_is_cut_at_the_output_cap(tmp_path):
     assert outcome.duration_s < QUICK.wall_s
     assert len(outcome.stderr_tail) <= 8192
     assert strays(bundle) == []
+
+
+def test_threads_count_as_processes_even_when_native_code_aborts(tmp_path):
+    """XLA starts a thread pool per client; pthread_create fails and it aborts with a stack trace."""
+    if sandbox.sandbox_level() == "rlimits" and os.geteuid() == 0:
+        pytest.skip("at the rlimits level as root, RLIMIT_NPROC does not apply and the watchdog counts processes")
+    bundle = bundle_of(tmp_path, "starts_threads")
+    outcome = run_check(bundle, limits=Limits(wall_s=60, processes=8))
+    assert not outcome.ok
+    assert outcome.reason == "exceeded 8 processes", (outcome.reason, outcome.stderr_tail[-2000:])
