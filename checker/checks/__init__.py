@@ -8,6 +8,7 @@ from checker.checks import contract  # noqa: F401
 from checker.checks import numeric  # noqa: F401
 from checker.checks import cotangent  # noqa: F401
 from checker.checks import state  # noqa: F401
+from checker.checks import context  # noqa: F401
 from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

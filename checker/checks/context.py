@@ -1,0 +1,285 @@
+"""Context checks (GG5xx): the rule inside adversarial programs, under every engine (the safety matrix).
+
+The matrix (`checker.contexts`) is computed once per rule, by whichever of
+these checks runs first, and stored in ``RuleResult.safety_matrix``. A wrong
+cell in an aliasing context (the same array twice, ``x`` and ``x.T``, tied
+weights) is GG502; a wrong cell elsewhere is GG501; GG503 is a program whose
+value under an engine differs from what users run, or engines that disagree
+where finite differences cannot settle it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from checker import tolerances
+from checker.checks.registry import Problem, Skip, check
+from checker.contexts import Outcome, run_matrix
+
+if TYPE_CHECKING:
+    from checker.runner import PerRule
+    from checker.contexts._matrix import Row
+
+__all__: list[str] = []
+
+_SHARED_KEY = "safety_matrix"
+
+
+def outcome_for(ctx: "PerRule") -> Outcome:
+    """The rule's safety matrix, computed once and shared by GG501-GG503."""
+    if _SHARED_KEY not in ctx.shared:
+        outcome = run_matrix(ctx.rule, seed=ctx.options.seed)
+        ctx.shared[_SHARED_KEY] = outcome
+        ctx.result.safety_matrix = outcome.to_json()
+    outcome = ctx.shared[_SHARED_KEY]
+    if not outcome.rows:
+        reasons = "; ".join(f"{s['context']}: {s['reason']}" for s in outcome.skipped[:3])
+        raise Skip(f"no context applies to this rule ({reasons})")
+    return outcome
+
+
+BASELINE = "output-used"
+
+
+def _wrong(row: "Row", baseline: "Row | None" = None) -> list[str]:
+    """Engines whose gradient is wrong in this context although they compute the program users run (a
+    different value is GG503's finding) and are right in the baseline program (a rule wrong even there is
+    wrong alone: the isolation checks report it, not every context again)."""
+    return [
+        e for e, c in row.cells.items()
+        if c.status == "wrong" and not _value_differs(row, e)
+        and (baseline is None or baseline is row or baseline.cells[e].status != "wrong")
+    ]
+
+
+def _baseline(outcome: Outcome) -> "Row | None":
+    return next((r for r in outcome.rows if r.context.name == BASELINE), None)
+
+
+def _context_rows(outcome: Outcome, ctx: "PerRule", aliasing: bool) -> list["Row"]:
+    """The rows with a finding: wrong beyond the baseline; the baseline itself only when no isolation check
+    ran to report a rule that is wrong alone."""
+    base = _baseline(outcome)
+    isolation_ran = any(c[:3] in ("GG1", "GG2", "GG3", "GG4") for c in ctx.result.checks_run)
+    rows = []
+    for row in outcome.rows:
+        if row.context.aliasing != aliasing:
+            continue
+        if row is base and isolation_ran:
+            continue
+        if _wrong(row, base):
+            rows.append(row)
+    return rows
+
+
+def _value_differs(row: "Row", engine: str) -> bool:
+    # JAX cannot mutate: a declared mutation it drops (an unused output's callback) changes its value by design.
+    cell = row.cells[engine]
+    if row.value is None or cell.value is None or (engine == "jax" and row.mutates):
+        return False
+    return not _close(cell.value, row.value, row.tol)
+
+
+def _right(outcome: Outcome, aliasing: bool) -> list[str]:
+    return [r.context.name for r in outcome.rows if r.context.aliasing == aliasing and not _wrong(r, _baseline(outcome))]
+
+
+def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
+    engines = _wrong(row, _baseline(outcome))
+    worst = max((row.cells[e].rel_error or 0.0 for e in engines), default=0.0)
+    diagnosis = next((row.cells[e].diagnosis for e in engines if row.cells[e].diagnosis), None)
+    nonfinite = [e for e in engines if row.cells[e].rel_error is None]
+    error = "a non-finite gradient" if nonfinite and worst == 0.0 else f"relative error {worst:.1e}"
+    message = (
+        f"in context `{row.context.name}` ({row.context.description}) the gradient of the program is wrong "
+        f"under {', '.join(engines)} ({error})."
+    )
+    if diagnosis:
+        message += f" Watch mode: {diagnosis}"
+    actual = "; ".join(f"{e}: {row.cells[e].slope:.6g}" for e in engines if row.cells[e].slope is not None)
+    return Problem(
+        message=message,
+        location=f"context {row.context.name}",
+        expected=f"<gradient, v> = {row.slope:.6g} (finite differences of the whole program)",
+        actual=actual or None,
+        fix=fix,
+    )
+
+
+_FIXES = {
+    "output-unused": (
+        "The pullback must give zero tangents when the output is unused (a zero or None cotangent): multiply "
+        "every tangent by the cotangent and treat None as zero."
+    ),
+    "called-twice": (
+        "The pullback reads state that a second call of the rule overwrites (a shared buffer, cache or global): "
+        "keep each call's residuals in the pullback's own closure."
+    ),
+    "fan-out": (
+        "The pullback must treat its cotangent as read-only and must not keep it: engines share one cotangent "
+        "buffer among the consumers of an output."
+    ),
+    "strided-view": (
+        "The rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in a "
+        "copy): index by shape, use np.ascontiguousarray on input, and build tangents with np.zeros(x.shape)."
+    ),
+    "transposed-view": (
+        "The rule assumes C-ordered arguments (memory order, .ravel()/.reshape(-1) writes into a copy of a "
+        "Fortran-ordered view): index by shape and build tangents with np.zeros(x.shape) in C order."
+    ),
+}
+
+
+def _mutation_fix(outcome: Outcome, rule_mutates: bool, unsafe: list[str]) -> str:
+    safe = ", ".join(_right(outcome, False)) or "none"
+    return (
+        f"`{outcome.primitive_name}` mutates {'its argument' if rule_mutates else 'an array'} in place, so it is "
+        f"unsafe where another operation captured that array before the call or reads it after "
+        f"({', '.join(unsafe)}); safe here: {safe}. Make the rule safe: return a new array instead of mutating "
+        "(y = a + 1, not a += 1), or copy before mutating (a = a.copy()); if in-place is the point, declare "
+        "mutates= and never pass it an array that other operations have captured."
+    )
+
+
+@check(
+    "GG501",
+    family="context",
+    title="wrong gradient in a context (safety-matrix cell)",
+    per_rule=True,
+    broken="""
+        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
+        def addone_rrule(a):
+            y = addone_(a)                       # a += 1: dot(a, a) computed earlier reads the new a
+            return y, lambda ybar: (None,) if ybar is None else (np.full(a.shape, ybar),)
+    """,
+    fixed="""
+        @rrule(addone, arrays(shape=(3,)))
+        def addone_rrule(a):
+            y = (a + 1).sum()                    # a new array: nothing anyone captured changes
+            return y, lambda ybar: (None,) if ybar is None else (np.full(a.shape, ybar),)
+    """,
+)
+def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
+    """A rule that is right in isolation can still give a wrong gradient inside a program: it mutates an array
+    an earlier pullback captured by reference (``y = dot(x, x); addone_(x)``), it keeps state a second call
+    overwrites, it assumes contiguous memory, or its pullback misbehaves when the output is unused. Each
+    context embeds the rule in such a program and compares every engine's gradient with finite differences of
+    the whole program, which sees mutation as it really happens. One finding per wrong context, with the
+    engines, the relative error and the watch mode's account of which capture was mutated by whom."""
+    outcome = outcome_for(ctx)
+    rows = _context_rows(outcome, ctx, aliasing=False)
+    base = _baseline(outcome)
+    mutated = [r.context.name for r in rows
+               if any(f"`{outcome.primitive_name}`" in (r.cells[e].diagnosis or "") for e in _wrong(r, base))]
+    for row in rows:
+        if row.context.name in mutated or (ctx.rule.mutates and row.context.name in ("captured-before", "read-after")):
+            fix = _mutation_fix(outcome, bool(ctx.rule.mutates), mutated or [row.context.name])
+        else:
+            fix = _FIXES.get(row.context.name, (
+                "The pullback is wrong in this program although it may pass in isolation: compare its tangents "
+                "with finite differences on the inputs this context passes (see the reproducer)."
+            ))
+        yield _problem(outcome, row, fix)
+
+
+@check(
+    "GG502",
+    family="context",
+    title="aliased arguments: gradient does not accumulate",
+    per_rule=True,
+    broken="""
+        @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+        def mul_rrule(a, b):
+            if a is b:                            # "helpfully" returns the total derivative in both slots
+                return a * b, lambda g: (2 * g * a, 2 * g * a)
+            return a * b, lambda g: (g * b, g * a)
+    """,
+    fixed="""
+        @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+        def mul_rrule(a, b):
+            return a * b, lambda g: (g * b, g * a)  # one partial per slot; the engine adds them
+    """,
+)
+def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
+    """When one array reaches a rule through several slots (``f(x, x)``, ``f(x, x.T)``, tied weights ``W`` and
+    ``W.T``), the gradient with respect to that array is the sum of the per-slot tangents, and engines add them.
+    A rule that special-cases aliasing, writes into one argument while reading another, or mutates ``W`` that a
+    transposed use shares, breaks that sum (seed: gradients with aliased variables and tied weights)."""
+    outcome = outcome_for(ctx)
+    if not any(r.context.aliasing for r in outcome.rows):
+        raise Skip("no aliasing context applies (needs two array arguments of one shape, x and x.T, or a 2-D W)")
+    fix = (
+        "Return each slot's own partial derivative, computed as if the slots were distinct arrays; engines sum "
+        "them over aliases. Do not branch on `a is b` or np.shares_memory, do not write into one argument "
+        "while reading another (copy first), and do not mutate weights that a transposed view may share."
+    )
+    for row in _context_rows(outcome, ctx, aliasing=True):
+        yield _problem(outcome, row, fix)
+
+
+@check(
+    "GG503",
+    family="context",
+    title="engines disagree (e.g. a branch on within_gradient)",
+    per_rule=True,
+    broken="""
+        @rrule(dropout_eval, arrays(shape=(4,)))
+        def dropout_rrule(x):
+            y = x * MASK                          # the training branch, taken only when differentiated
+            return y, lambda ybar: (ybar * MASK,)
+    """,
+    fixed="""
+        @rrule(dropout_eval, arrays(shape=(4,)))
+        def dropout_rrule(x):
+            return dropout_eval(x), lambda ybar: (ybar,)
+    """,
+)
+def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
+    """Every engine must differentiate the program users run. When code branches on "am I being
+    differentiated?" (``engines.within_gradient``, a training flag) or a rule's forward is not its primal, the
+    program computes one value when run and another under AD, and engines that take different branches
+    disagree with each other (seed: Zygote, Diffractor and Yota give 4.0, 4.0 and 2.0 for
+    ``x -> within_gradient(x) ? x^2 : x``). Reported once per rule, naming the contexts and the values."""
+    outcome = outcome_for(ctx)
+    tol = outcome.tol
+    value_gaps: list[str] = []
+    splits: list[str] = []
+    for row in outcome.rows:
+        ran = {e: c for e, c in row.cells.items() if c.slope is not None}
+        if row.value is not None:
+            off = [e for e in ran if _value_differs(row, e)]
+            if off:
+                shown = ", ".join(f"{e} {ran[e].value:.6g}" for e in off)
+                value_gaps.append(f"`{row.context.name}`: {shown} vs {row.value:.6g} when run")
+        elif len(ran) >= 2:
+            slopes = sorted(ran.items(), key=lambda kv: kv[1].slope)
+            (e1, c1), (e2, c2) = slopes[0], slopes[-1]
+            if not tolerances.close(c1.slope, c2.slope, tol):
+                splits.append(f"`{row.context.name}`: {e1} {c1.slope:.6g} vs {e2} {c2.slope:.6g}")
+    if value_gaps:
+        yield Problem(
+            message=(
+                "the program computes a different value under AD than when run, so AD differentiates a different "
+                f"function from the one users run: {'; '.join(value_gaps)}."
+            ),
+            location="context " + value_gaps[0].split("`")[1],
+            expected="the same value under every engine as under plain NumPy",
+            actual=value_gaps[0],
+            fix=(
+                "Make the forward pass compute the primal: do not branch on engines.within_gradient, a training "
+                "flag or the engine's array type, and return primal(*args) as the rrule's output."
+            ),
+        )
+    if splits:
+        yield Problem(
+            message=(
+                "the engines give different gradients where finite differences cannot settle it (the program "
+                f"raised under plain NumPy): {'; '.join(splits)}."
+            ),
+            location="context " + splits[0].split("`")[1],
+            fix="Make the primal run on the inputs the rule accepts, so the program has a ground truth.",
+        )
+
+
+def _close(a: Any, b: Any, tol: tolerances.Tolerance) -> bool:
+    return a is not None and b is not None and tolerances.close(float(a), float(b), tol)

@@ -1,0 +1,42 @@
+"""Adversarial contexts and the safety matrix: in which programs is a rule safe to use?
+
+    from checker.contexts import safety_matrix
+    matrix = safety_matrix(addone_rrule, seed=0)
+
+A context is a program template that embeds the rule (output used, output
+unused, an input captured before the call, read after it, the rule called
+twice, fan-out, aliased arguments, non-contiguous views, tied weights). Each
+applicable context runs under every engine (the tape with each unused-output
+policy, JAX) and is compared with finite differences of the whole program.
+
+The matrix, as stored in ``RuleResult.safety_matrix``::
+
+    {"contexts": [name, ...], "engines": ["tape[zero]", "tape[none]", "tape[skip]", "jax"],
+     "cells": [{"context", "engine", "status": "right" | "wrong" | "raised" | "skipped",
+                "rel_error": float | None, "message": str | None, "diagnosis": str | None}, ...],
+     "skipped": [{"context", "reason"}, ...],
+     "descriptions": {context: one-line description}}
+
+Modules: `_ops` (the NumPy / tape / JAX namespaces programs are written
+against), `_programs` (the templates), `_inputs` (deterministic draws),
+`_matrix` (running and judging the cells), `_compare` (a program under every
+engine, for code that branches on `within_gradient`).
+"""
+
+from checker.contexts._compare import EngineView, compare_engines
+from checker.contexts._matrix import ENGINES, Outcome, run_matrix, safety_matrix
+from checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature
+
+__all__ = [
+    "safety_matrix",
+    "run_matrix",
+    "Outcome",
+    "ENGINES",
+    "CONTEXTS",
+    "Context",
+    "Plan",
+    "Signature",
+    "NotApplicable",
+    "compare_engines",
+    "EngineView",
+]

@@ -1,0 +1,310 @@
+"""The safety matrix: every applicable context under every engine, against finite differences.
+
+For each context the program is differentiated
+
+* by finite differences of the whole program under plain NumPy, with the
+  rule's primal, on fresh copies of the inputs: the true derivative, mutation
+  included as it really happens (a directional derivative along a random
+  direction ``v``, so the cost does not grow with the input size);
+* by the tape with the rule registered as a primitive, once per unused-output
+  policy; a wrong cell is run again in watch mode for its diagnosis;
+* by JAX with the rule adapted through `to_custom_vjp` (or the rule's own
+  `custom_vjp`, adapted once per rule), under eager ``value_and_grad``.
+
+Each engine's ``<gradient, v>`` is compared with the finite difference within
+the rule's tolerance plus the finite-difference error. A rule that raises
+inside a context makes that cell "raised" and the run goes on; an operation
+the tape cannot trace in a context program is gradguard's bug and raises
+`TraceError`.
+"""
+
+from __future__ import annotations
+
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from checker import tolerances
+from checker.contexts._inputs import NoInput, draw_inputs
+from checker.contexts._ops import jax_ops, numpy_ops, tape_ops
+from checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
+from checker.specs import RuleSpec
+from checker.trees import copy_tree, inner, leaves
+from engines.errors import TraceError
+
+__all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix"]
+
+POLICIES = ("zero", "none", "skip")
+ENGINES = tuple(f"tape[{p}]" for p in POLICIES) + ("jax",)
+
+
+@dataclass
+class Cell:
+    engine: str
+    status: str  # right | wrong | raised | skipped
+    rel_error: float | None = None
+    message: str | None = None
+    diagnosis: str | None = None
+    value: Any = None  # the program's value under this engine
+    slope: float | None = None  # <gradient, v>
+
+    def to_json(self, context: str) -> dict[str, Any]:
+        return {"context": context, "engine": self.engine, "status": self.status, "rel_error": self.rel_error,
+                "message": self.message, "diagnosis": self.diagnosis}
+
+
+@dataclass
+class Row:
+    """One context: the ground truth and one cell per engine."""
+
+    context: Context
+    cells: dict[str, Cell] = field(default_factory=dict)
+    value: Any = None  # the program's value under plain NumPy (what users run)
+    slope: float | None = None  # the finite-difference <gradient, v>
+    truth_error: str | None = None  # why there is no ground truth
+    tol: tolerances.Tolerance = tolerances.for_dtype("float64")
+    mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
+
+
+@dataclass
+class Outcome:
+    """Everything the context checks need: the rows, the skipped contexts and the tolerance used."""
+
+    rows: list[Row]
+    skipped: list[dict[str, str]]
+    engines: tuple[str, ...]
+    tol: tolerances.Tolerance
+    primitive_name: str
+    descriptions: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "contexts": [r.context.name for r in self.rows],
+            "engines": list(self.engines),
+            "cells": [r.cells[e].to_json(r.context.name) for r in self.rows for e in self.engines],
+            "skipped": list(self.skipped),
+            "descriptions": dict(self.descriptions),
+        }
+
+
+def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
+                  engines: Sequence[str] | None = None) -> dict[str, Any]:
+    """The safety matrix of ``rule`` as the report's JSON (see `checker.contexts`)."""
+    return run_matrix(rule, seed=seed, contexts=contexts, engines=engines).to_json()
+
+
+def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
+               engines: Sequence[str] | None = None) -> Outcome:
+    chosen = CONTEXTS if contexts is None else by_name(contexts)
+    engines = ENGINES if engines is None else tuple(engines)
+    for e in engines:
+        if e not in ENGINES:
+            raise ValueError(f"Got engine {e!r}; engines are {', '.join(ENGINES)}.")
+    name = getattr(rule.primal, "__name__", None) or rule.name
+    descriptions = {c.name: c.description for c in chosen}
+    outcome = Outcome([], [], engines, tolerances.for_dtype("float64", rtol=rule.rtol, atol=rule.atol), name, descriptions)
+    try:
+        args, args2, output = draw_inputs(rule, seed)
+    except NoInput as exc:
+        outcome.skipped = [{"context": c.name, "reason": str(exc)} for c in chosen]
+        return outcome
+    sig = Signature(rule, args, args2, output)
+    if not sig.diff:
+        outcome.skipped = [{"context": c.name, "reason": "the rule has no differentiable argument"} for c in chosen]
+        return outcome
+    outcome.tol = tolerances.for_dtype(_lowest_dtype(args[i] for i in sig.diff), rtol=rule.rtol, atol=rule.atol)
+    runners = _Runners(rule, name, args)
+    for ctx in chosen:
+        rng = np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
+        try:
+            plan = ctx.plan(sig, rng)
+        except NotApplicable as exc:
+            outcome.skipped.append({"context": ctx.name, "reason": str(exc)})
+            continue
+        outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), runners, engines, outcome.tol))
+    return outcome
+
+
+def _lowest_dtype(values: Any) -> np.dtype:
+    dts = [np.asarray(v).dtype for v in values]
+    return min(dts, key=lambda d: -np.finfo(d).eps) if dts else np.dtype("float64")
+
+
+# -- one context ------------------------------------------------------------------------------------
+
+
+def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: tuple[str, ...],
+             tol: tolerances.Tolerance) -> Row:
+    from engines.fd import directional
+
+    row = Row(ctx, tol=tol, mutates=bool(runners.rule.mutates))
+    users = numpy_ops(runners.rule.primal)
+
+    def program(*xs: Any) -> Any:
+        return plan.program(users, plan.consts, *xs)
+
+    try:
+        row.value = _scalar(program(*copy_tree(plan.inputs)))
+        fd = directional(program, plan.inputs, v, complex_step=False)
+        row.slope, fd_error = float(np.real(fd.value)), fd.error
+    except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
+        row.truth_error = _text(exc.__cause__ or exc)
+        fd_error = 0.0
+    for engine in engines:
+        cell = runners.run(engine, ctx, plan)
+        if cell.status == "ran":
+            cell.value, grads = cell.value
+            cell.slope = inner(grads, v)
+            _judge(cell, row, tol, fd_error, _abs_inner(grads, v))
+            if cell.status == "wrong" and engine.startswith("tape"):
+                cell.diagnosis = runners.diagnose(engine, plan)
+        row.cells[engine] = cell
+    return row
+
+
+def _judge(cell: Cell, row: Row, tol: tolerances.Tolerance, fd_error: float, scale: float) -> None:
+    if row.slope is None:
+        cell.status = "skipped"
+        cell.message = f"no ground truth: the program raised under plain NumPy ({row.truth_error})"
+        return
+    a, b = cell.slope, row.slope
+    if not np.isfinite(a):
+        cell.status, cell.message = "wrong", f"the gradient is not finite (<gradient, v> = {a!r})"
+        return
+    cell.rel_error = float(abs(a - b) / max(abs(b), tol.atol))
+    right = tolerances.close(a, b, tol, scale=scale, fd_error=fd_error)
+    cell.status = "right" if right else "wrong"
+    if not right:
+        cell.message = f"<gradient, v> = {a:.6g}, finite differences of the program give {b:.6g}"
+
+
+def _abs_inner(grads: Any, v: Any) -> float:
+    """``sum |g_i v_i|``: the size of the terms of ``<g, v>``, which sets the rounding a comparison forgives."""
+    return float(sum(np.sum(np.abs(np.asarray(g) * np.asarray(d))) for g, d in zip(leaves(grads), leaves(v))
+                     if g is not None and d is not None))
+
+
+def _scalar(value: Any) -> float:
+    return float(np.real(np.asarray(value)))
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- the engines ------------------------------------------------------------------------------------
+
+
+class _Runners:
+    """The rule as each engine sees it, built once per matrix (JAX compilations are kept per rule)."""
+
+    def __init__(self, rule: RuleSpec, name: str, example_args: tuple) -> None:
+        from engines.tape import primitive
+
+        self.rule = rule
+        self.name = name
+        self.primitive = primitive(_numpy_rrule(rule), name=name, nondiff=tuple(sorted(rule.nondiff)))
+        self.example_args = example_args
+
+    def run(self, engine: str, ctx: Context, plan: Plan) -> Cell:
+        if engine == "jax":
+            return self._jax(ctx, plan)
+        policy = engine[len("tape[") : -1]
+        try:
+            result = self._tape(plan, policy, watch=False)
+        except TraceError:
+            raise  # a context used an operation the tape lacks: our bug, not the rule's
+        except Exception as exc:  # noqa: BLE001 - the rule raised inside the program
+            return Cell(engine, "raised", message=_text(exc))
+        return Cell(engine, "ran", value=(_scalar(result.value), result.grads))
+
+    def _tape(self, plan: Plan, policy: str, watch: bool) -> Any:
+        from engines.tape import run_backward
+
+        ops = tape_ops(self.primitive)
+        with np.errstate(all="ignore"):
+            return run_backward(lambda *xs: plan.program(ops, plan.consts, *xs), copy_tree(plan.inputs), 1.0,
+                                unused=policy, watch=watch)
+
+    def diagnose(self, engine: str, plan: Plan) -> str | None:
+        """The watch mode's account of a wrong tape cell, in plain words (None when nothing was mutated)."""
+        try:
+            result = self._tape(plan, engine[len("tape[") : -1], watch=True)
+        except Exception:  # noqa: BLE001 - the diagnosis is informative only
+            return None
+        first = {}  # one sentence per (capturing op, mutator): dot(x, x) captures x twice
+        for d in result.diagnoses:
+            first.setdefault((d.op, d.op_step, d.mutated_by, d.mutated_step), d.message)
+        return " ".join(first.values()) or None
+
+    def _jax(self, ctx: Context, plan: Plan) -> Cell:
+        try:
+            fn = _jax_function(self, ctx, plan)
+        except ImportError as exc:
+            return Cell("jax", "skipped", message=f"JAX is not available: {exc}")
+        from engines.jax_engine import relaying
+
+        try:
+            with relaying():
+                value, grads = fn(plan.consts, *plan.inputs)
+        except TraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - includes AdapterError for a mutating rule
+            return Cell("jax", "raised", message=_text(exc))
+        grads = tuple(np.conj(np.asarray(g)) if np.iscomplexobj(g) else np.asarray(g) for g in grads)
+        return Cell("jax", "ran", value=(_scalar(value), grads))
+
+
+def _numpy_rrule(rule: RuleSpec) -> Callable[..., Any]:
+    if rule.kind != "jax":
+        return rule.rrule
+
+    def rrule(*args: Any) -> Any:  # a JAX rule's rrule may hand back JAX arrays: the tape tracks NumPy ones
+        out, pullback = rule.rrule(*args)
+        return _to_numpy(out), lambda g: pullback(g)
+
+    return rrule
+
+
+def _to_numpy(tree: Any) -> Any:
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_to_numpy(t) for t in tree)
+    return np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
+
+
+# The adapted rule per live rule (its host callbacks and output shapes are cached inside it).
+_ADAPTED: "weakref.WeakKeyDictionary[RuleSpec, Any]" = weakref.WeakKeyDictionary()
+
+
+def _jax_function(runners: _Runners, ctx: Context, plan: Plan) -> Callable[..., Any]:
+    """``value_and_grad(program)`` with the rule as a JAX function, run eagerly.
+
+    JAX compiles each primitive once per shape and keeps it for every later
+    rule, which costs far less than compiling every context program with
+    ``jit`` (seconds per rule) and is as fast once warm.
+    """
+    import jax
+
+    from engines.jax_engine import to_custom_vjp
+    from engines.jax_engine._runtime import load
+
+    load()
+    rule = runners.rule
+    adapted = _ADAPTED.get(rule)
+    if adapted is None:
+        if rule.kind == "jax" and rule.jax_fn is not None:
+            adapted = rule.jax_fn
+        else:
+            adapted = to_custom_vjp(rule.rrule, nondiff=tuple(sorted(rule.nondiff)), name=runners.name,
+                                    example_args=copy_tree(runners.example_args))
+        _ADAPTED[rule] = adapted
+    ops = jax_ops(adapted)
+    program = plan.program
+
+    def run(consts: Any, *xs: Any) -> Any:
+        return program(ops, consts, *xs)
+
+    return jax.value_and_grad(run, argnums=tuple(range(1, len(plan.inputs) + 1)))

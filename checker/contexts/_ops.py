@@ -1,0 +1,83 @@
+"""The namespaces a context program is written against: plain NumPy, the tape, JAX.
+
+A context is written once, as ``program(ops, consts, *inputs)``, using only
+``ops.xp`` (a NumPy-like module: ``numpy``, the tape's ``tnp`` or
+``jax.numpy``), array methods every engine shares (``x.T``, ``x[::2]``) and
+``ops.call`` (the rule as that engine sees it: the primal under NumPy, a tape
+primitive, a `jax.custom_vjp`). `loss` and `inner` are the random linear
+functionals the contexts contract outputs and inputs with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from checker.trees import is_leaf, leaves
+
+__all__ = ["Ops", "numpy_ops", "tape_ops", "jax_ops"]
+
+
+@dataclass(frozen=True)
+class Ops:
+    """One engine's view of a context: its array namespace and the rule as a callable."""
+
+    name: str
+    xp: Any
+    call: Callable[..., Any]
+
+    def loss(self, y: Any, c: Any) -> Any:
+        """``sum(c * (y + sin(y) / 2))`` over the leaves of ``y`` that have a weight in ``c``: a nonlinearity
+        whose slope stays in [1/2, 3/2] (tanh would saturate on large outputs, and every cotangent would
+        vanish), then a random linear functional; real part for complex outputs."""
+        total: Any = 0.0
+        for yk, ck in zip(_leaves(y), _leaves(c)):
+            if ck is not None:
+                bent = self.xp.add(yk, self.xp.multiply(self.xp.sin(yk), 0.5))
+                total = total + self._real_sum(self.xp.multiply(ck, bent), ck)
+        return total
+
+    def inner(self, c: Any, x: Any) -> Any:
+        """The linear functional ``<c, x>`` (real part for complex values)."""
+        return self._real_sum(self.xp.multiply(c, x), c)
+
+    def square(self, x: Any) -> Any:
+        """``<x, x>`` through an operation whose pullback captures ``x`` by reference: `dot` on the flattened
+        array (a view, so a later in-place change of ``x`` is what the pullback reads), ``x * x`` for a scalar."""
+        if np.ndim(x) == 0:
+            return self._real_sum(self.xp.multiply(x, x), x)
+        flat = x if np.ndim(x) == 1 else self.xp.reshape(x, (-1,))
+        y = self.xp.dot(flat, flat)
+        return self.xp.real(y) if _is_complex(x) else y
+
+    def _real_sum(self, v: Any, like: Any) -> Any:
+        s = self.xp.sum(v)
+        return self.xp.real(s) if _is_complex(like) or _is_complex(v) else s
+
+
+def _is_complex(x: Any) -> bool:
+    dt = getattr(x, "dtype", None)
+    return np.dtype(dt).kind == "c" if dt is not None else isinstance(x, complex)
+
+
+def _leaves(tree: Any) -> list[Any]:
+    return [tree] if is_leaf(tree) else leaves(tree)
+
+
+def numpy_ops(primal: Callable[..., Any]) -> Ops:
+    """The program as users run it: the rule's primal on plain arrays (the ground truth's program)."""
+    return Ops("numpy", np, primal)
+
+
+def tape_ops(primitive: Callable[..., Any]) -> Ops:
+    from engines.tape import tnp
+
+    return Ops("tape", tnp, primitive)
+
+
+def jax_ops(adapted: Callable[..., Any]) -> Ops:
+    import jax.numpy as jnp
+
+    return Ops("jax", jnp, adapted)

@@ -1,0 +1,329 @@
+"""The adversarial programs: templates that embed any rule, whatever its signature.
+
+Each `Context` turns a `Signature` (one drawn input of the rule, a second one,
+the primal's output) into a `Plan`: the program's inputs, its random weights
+and ``program(ops, consts, *inputs)``, written once against `Ops` so the same
+code runs under NumPy (the ground truth), the tape and JAX. A context that
+does not fit the rule's signature raises `NotApplicable` with the reason the
+report shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from checker.contexts._ops import Ops
+from checker.specs import RuleSpec, differentiable
+from checker.trees import copy_tree, is_leaf, tree_map
+
+__all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name"]
+
+
+class NotApplicable(Exception):
+    """The context does not type-check for this rule's signature; the message says why."""
+
+
+@dataclass
+class Signature:
+    """What a context may assume about a rule: one input (and a second one), and the primal's output."""
+
+    rule: RuleSpec
+    args: tuple[Any, ...]
+    args2: tuple[Any, ...] | None
+    output: Any
+
+    @property
+    def diff(self) -> list[int]:
+        """Argument positions a program differentiates (float/complex values not declared nondiff)."""
+        return [i for i, a in enumerate(self.args) if i not in self.rule.nondiff and differentiable(a)]
+
+    @property
+    def arrays(self) -> list[int]:
+        """Differentiable positions holding an array with at least one axis."""
+        return [i for i in self.diff if isinstance(self.args[i], np.ndarray) and self.args[i].ndim >= 1]
+
+    def inputs(self, args: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        args = self.args if args is None else args
+        return tuple(copy_tree(args[i]) for i in self.diff)
+
+    def assemble(self, values: dict[int, Any]) -> tuple[Any, ...]:
+        """The rule's arguments: ``values`` at their positions, fresh copies of the drawn ones elsewhere."""
+        return tuple(values[i] if i in values else copy_tree(a) for i, a in enumerate(self.args))
+
+    def by_position(self, xs: tuple[Any, ...]) -> dict[int, Any]:
+        return dict(zip(self.diff, xs))
+
+
+@dataclass
+class Plan:
+    """One context made concrete for one rule: inputs, random weights, and the program."""
+
+    inputs: tuple[Any, ...]
+    consts: tuple[Any, ...]
+    program: Callable[..., Any]  # program(ops, consts, *inputs) -> real scalar
+    key: tuple = ()  # what the program's structure depends on besides shapes (JAX compile cache)
+
+
+@dataclass(frozen=True)
+class Context:
+    name: str
+    description: str
+    make: Callable[[Signature, np.random.Generator], Plan] = field(repr=False)
+    aliasing: bool = False  # a wrong cell here is GG502 (gradients over aliases), elsewhere GG501
+
+    def plan(self, sig: Signature, rng: np.random.Generator) -> Plan:
+        return self.make(sig, rng)
+
+
+# -- random weights ---------------------------------------------------------------------------------
+
+
+def weights_like(value: Any, rng: np.random.Generator) -> Any:
+    """Random weights shaped like ``value`` (None for leaves that carry no derivative)."""
+
+    def one(leaf: Any) -> Any:
+        if not differentiable(leaf) and not (hasattr(leaf, "dtype") and np.dtype(leaf.dtype).kind in "fc"):
+            return None
+        shape = np.shape(leaf)
+        w = rng.uniform(-1.0, 1.0, size=shape)
+        if np.iscomplexobj(leaf):
+            w = w + 1j * rng.uniform(-1.0, 1.0, size=shape)
+        return w
+
+    return one(value) if is_leaf(value) else tree_map(one, value)
+
+
+# -- the templates ----------------------------------------------------------------------------------
+
+
+def _output_used(sig: Signature, rng: np.random.Generator) -> Plan:
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return ops.loss(ops.call(*sig.assemble(sig.by_position(xs))), consts[0])
+
+    return Plan(sig.inputs(), (c,), program)
+
+
+def _output_unused(sig: Signature, rng: np.random.Generator) -> Plan:
+    cs = tuple(weights_like(sig.args[i], rng) for i in sig.diff)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        before = sum((ops.inner(c, x) for c, x in zip(consts, xs)), 0.0)  # reads the inputs before the call
+        ops.call(*sig.assemble(sig.by_position(xs)))  # its output is never used
+        return before
+
+    return Plan(sig.inputs(), cs, program)
+
+
+def _need_array(sig: Signature, what: str) -> list[int]:
+    if not sig.arrays:
+        raise NotApplicable(f"the rule has no differentiable array argument for {what}")
+    return sig.arrays
+
+
+def _captured_before(sig: Signature, rng: np.random.Generator) -> Plan:
+    held = _need_array(sig, "an earlier operation to capture")
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = sig.by_position(xs)
+        captured = sum((ops.square(at[i]) for i in held), 0.0)  # dot(x, x): its pullback holds x by reference
+        z = ops.call(*sig.assemble(at))
+        return ops.loss(z, consts[0]) + captured
+
+    return Plan(sig.inputs(), (c,), program, key=tuple(held))
+
+
+def _read_after(sig: Signature, rng: np.random.Generator) -> Plan:
+    held = _need_array(sig, "the program to read after the call")
+    cs = tuple(weights_like(sig.args[i], rng) for i in held)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = sig.by_position(xs)
+        captured = sum((ops.square(at[i]) for i in held), 0.0)
+        ops.call(*sig.assemble(at))  # output unused, as in the seed program
+        after = sum((ops.inner(c, at[i]) for c, i in zip(consts, held)), 0.0)  # reads the inputs again
+        return after + captured
+
+    return Plan(sig.inputs(), cs, program, key=tuple(held))
+
+
+def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
+    if sig.args2 is None:
+        raise NotApplicable("the argument specs produced only one distinct input")
+    n = len(sig.diff)
+    c1, c2 = weights_like(sig.output, rng), weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        z1 = ops.call(*sig.assemble(sig.by_position(xs[:n])))
+        z2 = ops.call(*sig.assemble(sig.by_position(xs[n:])))  # may overwrite state the first pullback needs
+        return ops.loss(z1, consts[0]) + ops.loss(z2, consts[1])
+
+    return Plan(sig.inputs() + sig.inputs(sig.args2), (c1, c2), program)
+
+
+def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
+    c1, c2, c3 = (weights_like(sig.output, rng) for _ in range(3))
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        z = ops.call(*sig.assemble(sig.by_position(xs)))
+        total = ops.loss(z, consts[0]) + ops.loss(z, consts[1])
+        for zk, ck in zip([z] if is_leaf(z) else z, [consts[2]] if is_leaf(z) else consts[2]):
+            if ck is not None:
+                total = total + ops.inner(ck, zk)  # three consumers accumulate into one cotangent
+        return total
+
+    return Plan(sig.inputs(), (c1, c2, c3), program)
+
+
+def _same_pair(sig: Signature) -> tuple[int, int]:
+    for k, i in enumerate(sig.arrays):
+        for j in sig.arrays[k + 1 :]:
+            a, b = sig.args[i], sig.args[j]
+            if a.shape == b.shape and a.dtype == b.dtype:
+                return i, j
+    raise NotApplicable("the rule has no two differentiable array arguments of the same shape and dtype")
+
+
+def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
+    i, j = _same_pair(sig)
+    moving = [p for p in sig.diff if p != j]
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = dict(zip(moving, xs))
+        at[j] = at[i]  # the very same array in both slots
+        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+
+    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j))
+
+
+def _transposed_pair(sig: Signature) -> tuple[int, int]:
+    for i in sig.arrays:
+        for j in sig.arrays:
+            a, b = sig.args[i], sig.args[j]
+            if i != j and a.ndim == 2 and b.shape == a.shape[::-1] and a.dtype == b.dtype:
+                return i, j
+    raise NotApplicable("the rule has no two 2-D array arguments with transposed shapes (for x and x.T)")
+
+
+def _transposed_alias(sig: Signature, rng: np.random.Generator) -> Plan:
+    i, j = _transposed_pair(sig)
+    moving = [p for p in sig.diff if p != j]
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = dict(zip(moving, xs))
+        at[j] = at[i].T  # x and its transpose, sharing memory
+        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+
+    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j))
+
+
+def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
+    views = _need_array(sig, "a strided view")
+    other = sig.args2 if sig.args2 is not None else sig.args
+    inputs = []
+    for p in sig.diff:
+        if p in views:  # a base twice as long on axis 0; the rule sees every other row
+            a = sig.args[p]
+            base = np.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
+            base[::2] = a
+            base[1::2] = other[p] if np.shape(other[p]) == a.shape else a[::-1]  # in the rule's domain either way
+            inputs.append(base)
+        else:
+            inputs.append(copy_tree(sig.args[p]))
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = {p: (x[::2] if p in views else x) for p, x in zip(sig.diff, xs)}
+        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+
+    return Plan(tuple(inputs), (c,), program, key=tuple(views))
+
+
+def _transposed_view(sig: Signature, rng: np.random.Generator) -> Plan:
+    views = [p for p in sig.arrays if sig.args[p].ndim >= 2]
+    if not views:
+        raise NotApplicable("the rule has no differentiable array argument with 2 or more axes")
+    inputs = tuple(np.ascontiguousarray(sig.args[p].T) if p in views else copy_tree(sig.args[p]) for p in sig.diff)
+    c = weights_like(sig.output, rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = {p: (x.T if p in views else x) for p, x in zip(sig.diff, xs)}  # Fortran-ordered views
+        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+
+    return Plan(inputs, (c,), program, key=tuple(views))
+
+
+def _tied_slot(sig: Signature) -> int:
+    for p in sig.arrays:
+        a = sig.args[p]
+        if a.ndim != 2:
+            continue
+        if a.shape[0] == a.shape[1]:
+            return p
+        try:  # a non-square W fits only where the rule accepts its transpose's shape
+            sig.rule.primal(*sig.assemble({p: np.ascontiguousarray(a.T)}))
+            return p
+        except Exception:  # noqa: BLE001 - the rule does not take W.T there
+            continue
+    raise NotApplicable("the rule has no 2-D array argument that can also take its transpose (tied weights W, W.T)")
+
+
+def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:
+    k = _tied_slot(sig)
+    c1 = weights_like(sig.output, rng)
+    c2 = weights_like(_output_on_transpose(sig, k), rng)
+
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = sig.by_position(xs)
+        w = at[k]
+        y1 = ops.call(*sig.assemble(at))
+        y2 = ops.call(*sig.assemble({**at, k: w.T}))  # the same weights, transposed (an autoencoder's decoder)
+        return ops.loss(y1, consts[0]) + ops.loss(y2, consts[1])
+
+    return Plan(sig.inputs(), (c1, c2), program, key=(k,))
+
+
+def _output_on_transpose(sig: Signature, k: int) -> Any:
+    a = sig.args[k]
+    if a.shape[0] == a.shape[1]:
+        return sig.output
+    return sig.rule.primal(*sig.assemble({k: np.ascontiguousarray(a.T)}))
+
+
+CONTEXTS: tuple[Context, ...] = (
+    Context("output-used", "the output goes through y + sin(y)/2 into a random linear functional", _output_used),
+    Context("output-unused", "the inputs are read before the call; the rule's output is never used", _output_unused),
+    Context("captured-before", "dot(x, x) captures the input before the call; the output is used", _captured_before),
+    Context(
+        "read-after",
+        "dot(x, x) captures the input, the rule's output is unused, the input is read after the call (the seed program)",
+        _read_after,
+    ),
+    Context("called-twice", "the rule is called twice on two inputs; both outputs are used", _called_twice),
+    Context("fan-out", "the output feeds three consumers whose cotangents accumulate", _fan_out),
+    Context("same-array-twice", "the same array in two argument slots: rule(x, x)", _same_array_twice, aliasing=True),
+    Context("transposed-alias", "an array and its transpose in two slots: rule(x, x.T)", _transposed_alias, aliasing=True),
+    Context("strided-view", "non-contiguous strided views as arguments: rule(x[::2])", _strided_view),
+    Context("transposed-view", "Fortran-ordered transposed views as arguments: rule(x.T)", _transposed_view),
+    Context("tied-weights", "tied weights: rule(W) and rule(W.T) in one program", _tied_weights, aliasing=True),
+)
+
+
+def by_name(names: Any) -> tuple[Context, ...]:
+    known = {c.name: c for c in CONTEXTS}
+    out = []
+    for n in names:
+        if isinstance(n, Context):
+            out.append(n)
+        elif n in known:
+            out.append(known[n])
+        else:
+            raise ValueError(f"Got context {n!r}; known contexts are {', '.join(known)}.")
+    return tuple(out)

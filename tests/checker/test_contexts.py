@@ -1,0 +1,243 @@
+"""Contexts and the safety matrix: the seed programs, aliasing, within_gradient, GG501-GG503, the labelled
+corpus, and what happens when a rule or a context program fails."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import engines
+from checker import arrays, check, rrule
+from checker.contexts import CONTEXTS, ENGINES, Context, Plan, compare_engines, run_matrix, safety_matrix
+from checker.contexts._inputs import draw_inputs
+from checker.loader import load_module, rules_in
+from checker.render import render_text
+from engines.errors import TraceError
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CORPUS = sorted((ROOT / "tests" / "corpus").glob("context_*.py"))
+
+
+def _rule(path: Path, name: str):
+    return next(r for r in rules_in(load_module(path)) if r.name == name)
+
+
+def _cells(matrix):
+    return {(c["context"], c["engine"]): c for c in matrix["cells"]}
+
+
+def _statuses(matrix, context):
+    cells = _cells(matrix)
+    return [cells[(context, e)]["status"] for e in matrix["engines"]]
+
+
+@pytest.fixture(scope="module")
+def seed_matrix():
+    return safety_matrix(_rule(EXAMPLES / "mutation_in_context.py", "addone_rrule"), seed=0)
+
+
+# ---- the matrix's format --------------------------------------------------------------------------
+
+
+def test_matrix_json_has_the_documented_format(seed_matrix):
+    m = seed_matrix
+    assert set(m) == {"contexts", "engines", "cells", "skipped", "descriptions"}
+    assert m["engines"] == ["tape[zero]", "tape[none]", "tape[skip]", "jax"] == list(ENGINES)
+    assert m["contexts"] == ["output-used", "output-unused", "captured-before", "read-after", "called-twice",
+                             "fan-out", "strided-view"]
+    assert len(m["cells"]) == len(m["contexts"]) * len(m["engines"])
+    for cell in m["cells"]:
+        assert set(cell) == {"context", "engine", "status", "rel_error", "message", "diagnosis"}
+        assert cell["status"] in {"right", "wrong", "raised", "skipped"}
+        assert cell["rel_error"] is None or isinstance(cell["rel_error"], float)
+    assert {s["context"] for s in m["skipped"]} == {"same-array-twice", "transposed-alias", "transposed-view",
+                                                    "tied-weights"}
+    assert all(s["reason"] for s in m["skipped"])
+    assert set(m["descriptions"]) == {c.name for c in CONTEXTS}
+
+
+def test_matrix_is_deterministic_for_a_seed_and_inputs_are_not_degenerate():
+    rule = _rule(EXAMPLES / "mutation_in_context.py", "addone_rrule")
+    assert safety_matrix(rule, seed=3) == safety_matrix(rule, seed=3)
+    args, args2, _ = draw_inputs(rule, seed=0)
+    assert np.unique(args[0]).size == 3 and args2 is not None
+    assert not np.array_equal(args[0], args2[0])
+
+
+# ---- acceptance on the seeds ----------------------------------------------------------------------
+
+
+def test_seed_addone_passes_every_isolation_check():
+    report = check(_rule(EXAMPLES / "mutation_in_context.py", "addone_rrule"), ignore="GG5", max_examples=5)
+    assert report.rules[0].findings == [] and report.rules[0].verdict == "pass"
+
+
+def test_seed_addone_is_wrong_captured_before_and_read_after_under_the_tape(seed_matrix):
+    cells = _cells(seed_matrix)
+    for context in ("captured-before", "read-after"):
+        for engine in ("tape[zero]", "tape[none]", "tape[skip]"):
+            cell = cells[(context, engine)]
+            assert cell["status"] == "wrong" and cell["rel_error"] > 0.01
+            assert "`dot` (step 0) captured argument 0 by reference; `addone_`" in cell["diagnosis"]
+            assert "mutated it in place before the backward pass" in cell["diagnosis"]
+    for context in ("output-used", "output-unused", "called-twice", "fan-out", "strided-view"):
+        assert _statuses(seed_matrix, context)[:3] == ["right"] * 3
+    jax_used = cells[("output-used", "jax")]
+    assert jax_used["status"] == "raised" and "AdapterError: rule addone_ mutates its argument 0" in jax_used["message"]
+
+
+@pytest.mark.parametrize("name", ["addone_safe_rrule", "scaled_sum_rrule"])
+def test_safe_version_and_private_cache_are_right_everywhere(name):
+    m = safety_matrix(_rule(EXAMPLES / "mutation_in_context.py", name))
+    assert {c["status"] for c in m["cells"]} == {"right"}
+
+
+def test_gg501_names_the_context_engines_error_diagnosis_and_the_fix():
+    report = check(_rule(EXAMPLES / "mutation_in_context.py", "addone_rrule"), select="GG5")
+    result = report.rules[0]
+    assert [f.check_id for f in result.findings] == ["GG501", "GG501"]
+    first = result.findings[0]
+    assert first.location == "context captured-before"
+    assert first.message.startswith(
+        "in context `captured-before` (dot(x, x) captures the input before the call; the output is used) the "
+        "gradient of the program is wrong under tape[zero], tape[none], tape[skip] (relative error "
+    )
+    assert "Watch mode: `dot` (step 0) captured argument 0 by reference; `addone_` (step 2) mutated it" in first.message
+    assert "(captured-before, read-after)" in first.fix and "copy before mutating (a = a.copy())" in first.fix
+    assert "return a new array instead of mutating" in first.fix
+    assert result.safety_matrix["contexts"][2] == "captured-before"
+    text = render_text(report)
+    assert "Safety matrix (contexts x engines):" in text and "WRONG (" in text
+
+
+def test_aliasing_examples_from_the_seed():
+    path = EXAMPLES / "aliasing.py"
+    m = safety_matrix(_rule(path, "mul_rrule"))
+    assert {"same-array-twice", "transposed-alias", "tied-weights"} <= set(m["contexts"])
+    assert {c["status"] for c in m["cells"]} == {"right"}
+
+    report = check(_rule(path, "mul_alias_rrule"), select="GG5")
+    (finding,) = report.rules[0].findings
+    assert finding.check_id == "GG502" and finding.location == "context same-array-twice"
+    assert "the same array in two argument slots: rule(x, x)" in finding.message
+    assert _statuses(report.rules[0].safety_matrix, "transposed-alias") == ["right"] * 4
+
+    report = check(_rule(path, "matvec_buffer_rrule"), select="GG502")
+    assert [(f.check_id, f.location) for f in report.rules[0].findings] == [("GG502", "context tied-weights")]
+    assert report.rules[0].safety_matrix is not None  # computed for GG502 alone
+
+
+def test_select_and_ignore_are_respected_and_the_matrix_is_computed_once(monkeypatch):
+    from checker.checks import context as context_checks
+
+    calls = []
+    real = context_checks.run_matrix
+    monkeypatch.setattr(context_checks, "run_matrix", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rule = _rule(EXAMPLES / "mutation_in_context.py", "addone_rrule")
+    report = check(rule, select="GG5", ignore="GG501")
+    assert report.rules[0].findings == [] and calls == [1]
+    assert report.rules[0].checks_run == ["GG502", "GG503"] or "GG502" in str(report.rules[0].checks_skipped)
+
+
+# ---- within_gradient ------------------------------------------------------------------------------
+
+
+def test_seed_within_gradient_program_under_each_engine():
+    def program(xp, x):
+        return x * x if engines.within_gradient(x) else x
+
+    primal, tape, jax = compare_engines(program, 2.0)
+    assert (primal.value, round(primal.grad[0], 6)) == (2.0, 1.0)  # what users run
+    assert (tape.value, tape.grad[0]) == (4.0, 4.0)  # Zygote's and Diffractor's answer
+    assert (jax.value, jax.grad[0]) == (4.0, 4.0)
+    assert not engines.within_gradient(np.ones(2))
+
+
+def test_within_gradient_recognises_jax_tracers_without_the_engine_loaded_first():
+    import jax
+
+    seen = []
+    jax.grad(lambda x: seen.append(engines.within_gradient(x)) or x * 2.0)(1.0)
+    assert seen == [True]
+
+
+def test_rule_whose_primal_branches_on_within_gradient_is_caught_by_gg102_and_gg503():
+    report = check(_rule(EXAMPLES / "within_gradient.py", "square_when_differentiated_rrule"), select="GG102,GG5",
+                   max_examples=5)
+    ids = [f.check_id for f in report.rules[0].findings]
+    assert ids == ["GG102", "GG503"]
+    gg503 = report.rules[0].findings[1]
+    assert "the program computes a different value under AD than when run" in gg503.message
+    assert "within_gradient" in gg503.fix
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+
+def contiguous_only(a):
+    if not a.flags.c_contiguous:
+        raise ValueError("contiguous_only needs a C-contiguous array")
+    return a * 3.0
+
+
+@rrule(contiguous_only, arrays(shape=(4,)))
+def contiguous_only_rrule(a):
+    y = contiguous_only(a)
+    return y, lambda g: (None,) if g is None else (3.0 * g,)
+
+
+def test_a_rule_that_raises_in_a_context_marks_the_cell_raised_and_the_run_goes_on():
+    m = safety_matrix(contiguous_only_rrule)
+    cells = _cells(m)
+    raised = cells[("strided-view", "tape[zero]")]
+    assert raised["status"] == "raised"
+    assert raised["message"] == "ValueError: contiguous_only needs a C-contiguous array"
+    jax = cells[("strided-view", "jax")]  # JAX hands the rule a contiguous copy, but users' program raised
+    assert jax["status"] == "skipped" and jax["message"].startswith("no ground truth: the program raised under plain")
+    assert _statuses(m, "output-used") == ["right"] * 4 and _statuses(m, "fan-out") == ["right"] * 4
+
+
+def test_an_unsupported_numpy_call_in_a_context_is_a_trace_error_naming_it():
+    def make(sig, rng):
+        def program(ops, consts, *xs):
+            return ops.xp.sum(np.cumsum(ops.call(*sig.assemble(sig.by_position(xs)))))
+
+        return Plan(sig.inputs(), (), program)
+
+    broken = Context("cumsum-after", "a program using an operation the tape lacks", make)
+    with pytest.raises(TraceError, match=r"np\.cumsum is not supported on Tracked values"):
+        run_matrix(contiguous_only_rrule, contexts=[broken], engines=["tape[zero]"])
+
+
+def test_unknown_context_and_engine_names_are_refused():
+    with pytest.raises(ValueError, match="known contexts are output-used"):
+        safety_matrix(contiguous_only_rrule, contexts=["nope"])
+    with pytest.raises(ValueError, match=r"engines are tape\[zero\]"):
+        safety_matrix(contiguous_only_rrule, engines=["torch"])
+
+
+# ---- the labelled corpus --------------------------------------------------------------------------
+
+
+def _corpus_rules():
+    for path in CORPUS:
+        module = load_module(path)
+        for rule in rules_in(module):
+            yield pytest.param(path, rule.name, module.LABELS[rule.name], id=f"{path.stem}:{rule.name}")
+
+
+def test_corpus_has_the_promised_rules():
+    labels = {name: label for path in CORPUS for name, label in load_module(path).LABELS.items()}
+    assert sum(1 for label in labels.values() if label["expect"]) >= 12
+    safe_mutating = load_module(ROOT / "tests" / "corpus" / "context_safe_mutation.py").LABELS
+    assert len(safe_mutating) >= 5 and all(label["expect"] == [] for label in safe_mutating.values())
+
+
+@pytest.mark.parametrize("path, name, label", list(_corpus_rules()))
+def test_corpus_rule_context_findings_match_its_label(path, name, label):
+    result = check(_rule(path, name), select="GG5").rules[0]
+    got = sorted({f.check_id for f in result.findings})
+    assert got == sorted(label["expect"]), [f.message for f in result.findings]
+    if not label["expect"]:
+        assert result.findings == [] and result.verdict == "pass"
