@@ -20,12 +20,13 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from service.client import Client, ClientError, Rejected, RunRequest, make_bundle
+from service.client import Client, ClientError, Rejected, RunRequest, bundle_paths, make_bundle
 
 __all__ = ["submit", "github_context", "annotations", "exit_code", "write_outputs", "publish_local"]
 
@@ -71,14 +72,26 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def annotations(report: dict[str, Any], *, run_url: str | None = None) -> list[str]:
-    """``::error file=...,line=...::`` workflow commands, one per finding, at the rule's source lines."""
+def _repo_path(path: str, files: Iterable[str] | None) -> str:
+    """A report path as the repository names it: the submitted file it ends with, when it is absolute."""
+    names = list(files or [])
+    if path in names or not names:
+        return path
+    inside = [n for n in names if path.endswith("/" + n)]
+    return max(inside, key=len) if inside else path
+
+
+def annotations(report: dict[str, Any], *, run_url: str | None = None, files: Iterable[str] | None = None) -> list[str]:
+    """``::error file=...,line=...::`` workflow commands, one per finding, at the rule's source lines.
+
+    ``files`` are the submitted paths; report paths from the server's sandbox are mapped back onto them."""
     lines: list[str] = []
     for rule in report.get("rules", []):
         for finding in rule.get("findings", []):
             level = "warning" if finding.get("severity") == "warning" else "error"
             props = []
             path = finding.get("source_file") or rule.get("source_file")
+            path = _repo_path(path, files) if path else path
             span = finding.get("source_lines") or rule.get("source_lines") or []
             if path:
                 props.append(f"file={_escape_property(path)}")
@@ -94,14 +107,15 @@ def annotations(report: dict[str, Any], *, run_url: str | None = None) -> list[s
                 text += f"\nReport: {run_url}"
             lines.append(f"::{level} {','.join(props)}::{_escape_data(text)}")
         if rule.get("verdict") == "error" and rule.get("error"):
-            props = [f"file={_escape_property(rule['source_file'])}"] if rule.get("source_file") else []
+            props = [f"file={_escape_property(_repo_path(rule['source_file'], files))}"] if rule.get("source_file") else []
             if rule.get("source_file") and rule.get("source_lines"):
                 props.append(f"line={int(rule['source_lines'][0])}")
             props.append("title=gradguard could not check this rule")
             lines.append(f"::error {','.join(props)}::{_escape_data(str(rule['error'].get('message')))}")
     for failure in report.get("load_errors", []):
         last = (failure.get("traceback") or "").strip().splitlines()[-1:] or ["failed to import"]
-        lines.append(f"::error file={_escape_property(failure.get('path', ''))},title=rule module failed to import::"
+        lines.append(f"::error file={_escape_property(_repo_path(failure.get('path', ''), files))},"
+                     "title=rule module failed to import::"
                      f"{_escape_data(last[0])}")
     if len(lines) > MAX_ANNOTATIONS:
         lines = lines[:MAX_ANNOTATIONS] + [f"::warning::{len(lines) - MAX_ANNOTATIONS} more findings; see {run_url}"]
@@ -211,6 +225,7 @@ def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: st
         max_examples=max_examples,
     )
     try:
+        names = list(bundle_paths(paths))
         bundle = make_bundle(paths)
     except FileNotFoundError as exc:
         _fail(EXIT_USAGE, str(exc))
@@ -238,7 +253,7 @@ def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: st
         outputs["verdict"] = verdict
         _print_verdict(run, report, run_url)
         if env.get("GITHUB_ACTIONS") == "true":
-            for line in annotations(report or {}, run_url=run_url):
+            for line in annotations(report or {}, run_url=run_url, files=names):
                 click.echo(line)
             if run.get("status") == "error":
                 click.echo(f"::error title=gradguard run {run_id} ended in error::{_escape(run.get('error'))}")

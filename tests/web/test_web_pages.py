@@ -143,3 +143,13 @@ def test_pages_load_nothing_external(live: Any, seeded: dict[str, int]) -> None:
         assert "<script>" not in text and " style=" not in text and "onclick" not in text, path
     static = _get(live, "/static/app.js")
     assert static.status_code == 200 and "immutable" in static.headers["cache-control"]
+
+
+def test_a_module_that_fails_to_import_shows_its_traceback(live: Any, seeded: dict[str, int]) -> None:
+    run_id = live.submit("alpha", {"rules/broken.py": "def broken(:\n    pass\n"}, branch="broken", select=["GG1"])
+    run = live.wait(run_id)
+    assert run["status"] == "error", run
+    page = live.http.get(f"/runs/{run_id}").text
+    assert "failed to import" in page and "rules/broken.py" in page and "SyntaxError" in page
+    badge = live.http.get("/badge/alpha.json", params={"branch": "broken"}).json()
+    assert badge["message"] == "error" and badge["color"] == "orange"

@@ -167,3 +167,9 @@ def test_annotations_escape_workflow_command_syntax() -> None:
         "source_file": "a,b:c.py", "source_lines": [3, 4, 5]}]}]}
     (line,) = annotations(report)
     assert line == "::error file=a%2Cb%3Ac.py,line=3,endLine=5,title=GG201 t::r: 50%25 off%0Anext line"
+
+
+def test_sandbox_paths_map_back_to_the_repository() -> None:
+    report = {"rules": [], "load_errors": [{"path": "/bundle/rules/broken.py", "traceback": "x\nSyntaxError: bad"}]}
+    (line,) = annotations(report, files=["rules/broken.py", "broken.py"])
+    assert line == "::error file=rules/broken.py,title=rule module failed to import::SyntaxError: bad"
