@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
-
 REPO = Path(__file__).resolve().parents[2]
 EXPR = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
 
@@ -32,8 +30,80 @@ class ActionResult:
     ran: list[str]
 
 
+def _mini_yaml(text: str) -> Any:
+    """A YAML reader for the subset action.yml and the example workflow use (block mappings and
+    sequences, ``|`` literals, quoted and plain scalars, ``[a, b]`` flow lists), for machines
+    without PyYAML. Scalars stay strings, as the runner sees them."""
+    lines = text.splitlines()
+
+    def blank(line: str) -> bool:
+        return not line.strip() or line.strip().startswith("#")
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip(" "))
+
+    def scalar(value: str) -> Any:
+        value = re.sub(r"\s+#.*$", "", value) if not value.startswith(("'", '"')) else value
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            return [scalar(v) for v in value[1:-1].split(",") if v.strip()]
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            return value[1:-1]
+        return value
+
+    def block(i: int, level: int) -> tuple[Any, int]:
+        while i < len(lines) and blank(lines[i]):
+            i += 1
+        if i >= len(lines) or indent(lines[i]) < level:
+            return None, i
+        level = indent(lines[i])
+        if lines[i].strip().startswith("- "):
+            items = []
+            while i < len(lines) and (blank(lines[i]) or (indent(lines[i]) == level and lines[i].strip().startswith("- "))):
+                if blank(lines[i]):
+                    i += 1
+                    continue
+                lines[i] = " " * (level + 2) + lines[i].strip()[2:]
+                item, i = block(i, level + 2)
+                items.append(item)
+            return items, i
+        mapping: dict[str, Any] = {}
+        while i < len(lines) and (blank(lines[i]) or indent(lines[i]) == level):
+            if blank(lines[i]):
+                i += 1
+                continue
+            key, _, rest = lines[i].strip().partition(":")
+            rest = rest.strip()
+            i += 1
+            if rest in ("|", "|-"):
+                body = []
+                while i < len(lines) and (not lines[i].strip() or indent(lines[i]) > level):
+                    body.append(lines[i])
+                    i += 1
+                while body and not body[-1].strip():
+                    body.pop()
+                cut = min((indent(b) for b in body if b.strip()), default=0)
+                mapping[key] = "\n".join(b[cut:] for b in body) + "\n"
+            elif rest and not rest.startswith("#"):
+                mapping[key] = scalar(rest)
+            else:
+                mapping[key], i = block(i, level + 1)
+        return mapping, i
+
+    return block(0, 0)[0]
+
+
+def load_yaml(path: Path) -> Any:
+    """PyYAML where installed, else the subset reader above (the test extra does not require PyYAML)."""
+    try:
+        import yaml
+    except ImportError:
+        return _mini_yaml(path.read_text())
+    return yaml.safe_load(path.read_text())
+
+
 def _load() -> dict[str, Any]:
-    return yaml.safe_load((REPO / "action.yml").read_text())
+    return load_yaml(REPO / "action.yml")
 
 
 def _parse_outputs(text: str) -> dict[str, str]:
@@ -174,10 +244,28 @@ def test_bad_configuration_fails_with_a_clear_error(job: dict[str, Any]) -> None
 
 
 def test_example_workflow_uses_only_declared_inputs() -> None:
-    workflow = yaml.safe_load((REPO / "docs" / "examples" / "gradguard.yml").read_text())
+    workflow = load_yaml(REPO / "docs" / "examples" / "gradguard.yml")
     declared = set(_load()["inputs"])
     uses = [step for job in workflow["jobs"].values() for step in job["steps"]
             if "gradguard" in str(step.get("uses", ""))]
     assert uses, "the example workflow uses the action"
     for step in uses:
         assert set(step.get("with", {})) <= declared, step
+
+
+def test_the_subset_reader_agrees_with_pyyaml() -> None:
+    yaml = pytest.importorskip("yaml")
+    for path in (REPO / "action.yml", REPO / "docs" / "examples" / "gradguard.yml"):
+        expected = yaml.safe_load(path.read_text())
+        expected = {("on" if key is True else key): value for key, value in expected.items()}
+        assert _stringify(_mini_yaml(path.read_text())) == _stringify(expected), path
+
+
+def _stringify(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _stringify(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stringify(v) for v in value]
+    if isinstance(value, bool):
+        return str(value).lower()
+    return None if value is None else str(value)
