@@ -15,6 +15,7 @@ in-process round trip's p50 for comparison.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -89,9 +90,10 @@ def populate(url: str, runs: int, report: dict, source: str) -> dict:
         for n in range(1, runs + 1):
             failing = n % 3 == 0
             rep = report if failing else passing
-            branch = "main" if n % 5 else branches[8 + n % 10]
+            branch = "main" if n % 5 else branches[8 + (n // 5) % 10]
+            commit = hashlib.sha1(str(n).encode()).hexdigest()
             when = start + timedelta(minutes=10 * n)
-            run_rows.append({"id": n, "project_id": project.id, "commit_sha": f"{n:040x}", "branch": branch,
+            run_rows.append({"id": n, "project_id": project.id, "commit_sha": commit, "branch": branch,
                              "device": "cpu", "status": "failed" if failing else "passed", "attempts": 1, "seed": 0,
                              "created_at": when, "started_at": when, "finished_at": when + timedelta(seconds=4),
                              "duration_s": 3.5, "sandbox_level": "rlimits", "summary": rep["summary"]})
@@ -106,7 +108,7 @@ def populate(url: str, runs: int, report: dict, source: str) -> dict:
                                          "severity": f["severity"], "title": f.get("title"), "message": f["message"],
                                          "location": f.get("location")})
             heads[branch] = {"project_id": project.id, "branch": branch, "run_id": n,
-                             "status": "failed" if failing else "passed", "commit_sha": f"{n:040x}",
+                             "status": "failed" if failing else "passed", "commit_sha": commit,
                              "finished_at": when + timedelta(seconds=4)}
         for model, rows in ((Run, run_rows), (ReportRow, report_rows), (RunFile, file_rows),
                             (RuleResultRow, rule_rows), (FindingRow, finding_rows), (BranchHead, list(heads.values()))):
