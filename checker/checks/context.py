@@ -56,20 +56,11 @@ def _baseline(outcome: Outcome) -> "Row | None":
     return next((r for r in outcome.rows if r.context.name == BASELINE), None)
 
 
-def _context_rows(outcome: Outcome, ctx: "PerRule", aliasing: bool) -> list["Row"]:
-    """The rows with a finding: wrong beyond the baseline; the baseline itself only when no isolation check
-    ran to report a rule that is wrong alone."""
+def _context_rows(outcome: Outcome, aliasing: bool) -> list["Row"]:
+    """The rows with a finding: the baseline when the rule is wrong even there (once), and every other
+    context where an engine right in the baseline is wrong."""
     base = _baseline(outcome)
-    isolation_ran = any(c[:3] in ("GG1", "GG2", "GG3", "GG4") for c in ctx.result.checks_run)
-    rows = []
-    for row in outcome.rows:
-        if row.context.aliasing != aliasing:
-            continue
-        if row is base and isolation_ran:
-            continue
-        if _wrong(row, base):
-            rows.append(row)
-    return rows
+    return [row for row in outcome.rows if row.context.aliasing == aliasing and _wrong(row, base)]
 
 
 def _value_differs(row: "Row", engine: str) -> bool:
@@ -110,6 +101,10 @@ _FIXES = {
     "output-unused": (
         "The pullback must give zero tangents when the output is unused (a zero or None cotangent): multiply "
         "every tangent by the cotangent and treat None as zero."
+    ),
+    BASELINE: (
+        "The rule is wrong even in the simplest program that uses its output (see the isolation checks' "
+        "findings); fix the pullback first, the other contexts are judged against this one."
     ),
     "called-twice": (
         "The pullback reads state that a second call of the rule overwrites (a shared buffer, cache or global): "
@@ -167,7 +162,7 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
     the whole program, which sees mutation as it really happens. One finding per wrong context, with the
     engines, the relative error and the watch mode's account of which capture was mutated by whom."""
     outcome = outcome_for(ctx)
-    rows = _context_rows(outcome, ctx, aliasing=False)
+    rows = _context_rows(outcome, aliasing=False)
     base = _baseline(outcome)
     mutated = [r.context.name for r in rows
                if any(f"`{outcome.primitive_name}`" in (r.cells[e].diagnosis or "") for e in _wrong(r, base))]
@@ -213,7 +208,7 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
         "them over aliases. Do not branch on `a is b` or np.shares_memory, do not write into one argument "
         "while reading another (copy first), and do not mutate weights that a transposed view may share."
     )
-    for row in _context_rows(outcome, ctx, aliasing=True):
+    for row in _context_rows(outcome, aliasing=True):
         yield _problem(outcome, row, fix)
 
 

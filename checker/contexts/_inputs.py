@@ -77,10 +77,24 @@ def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] |
         raise NoInput(f"the primal of {rule.name} raised on every drawn input{last}")
     found.sort(key=lambda f: (f[0], f[1]), reverse=True)
     _, _, args, out = found[0]
+    clean = [f[2] for f in found[1:] if f[0][0] == 0 and _shapes(f[2]) == _shapes(args) and not _same(f[2], args)]
+    flipped = tuple(np.flip(a).copy() if isinstance(a, np.ndarray) and differentiable(a) else a for a in args)
     others = [f[2] for f in found[1:] if not _same(f[2], args)]
-    shaped = [o for o in others if _shapes(o) == _shapes(args)]
-    second = (shaped or others or [None])[0]
+    if clean:  # a second input as clean as the first
+        second = clean[0]
+    elif not _same(flipped, args) and _primal_runs(rule, flipped):  # the first one's values, reordered
+        second = flipped
+    else:
+        second = (others or [None])[0]
     return args, second, out
+
+
+def _primal_runs(rule: RuleSpec, args: tuple[Any, ...]) -> bool:
+    try:
+        rule.primal(*copy_tree(args))
+        return True
+    except Exception:  # noqa: BLE001 - outside the rule's domain
+        return False
 
 
 def _shapes(args: tuple[Any, ...]) -> list[tuple[int, ...]]:

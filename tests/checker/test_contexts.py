@@ -140,6 +140,39 @@ def test_select_and_ignore_are_respected_and_the_matrix_is_computed_once(monkeyp
     assert report.rules[0].checks_run == ["GG502", "GG503"] or "GG502" in str(report.rules[0].checks_skipped)
 
 
+def total(a):
+    return a.sum()
+
+
+@rrule(total, arrays(shape=(3,)))
+def total_ones_rrule(a):
+    return a.sum(), lambda ybar: (None,) if ybar is None else (np.ones(a.shape),)  # wrong alone (GG202)
+
+
+def test_a_rule_wrong_alone_gets_one_finding_for_the_baseline_not_one_per_context():
+    result = check(total_ones_rrule, select="GG5").rules[0]
+    assert [(f.check_id, f.location) for f in result.findings] == [("GG501", "context output-used")]
+    assert "wrong even in the simplest program" in result.findings[0].fix
+    assert _statuses(result.safety_matrix, "fan-out") == ["wrong"] * 4  # the matrix still shows every cell
+
+
+def cmul(a, b):
+    return a * b
+
+
+@rrule(cmul, arrays(shape=(2,), dtype="complex128"), arrays(shape=(2,), dtype="complex128"))
+def cmul_rrule(a, b):
+    return a * b, lambda g: (None, None) if g is None else (g * np.conj(b), g * np.conj(a))
+
+
+def test_complex_rules_skip_the_engine_whose_adapter_has_the_other_convention():
+    m = safety_matrix(cmul_rrule)
+    cells = _cells(m)
+    assert _statuses(m, "output-used") == ["right", "right", "right", "skipped"]
+    assert "ChainRules and JAX conventions" in cells[("output-used", "jax")]["message"]
+    assert {c["status"] for c in m["cells"] if c["engine"] != "jax"} == {"right"}
+
+
 # ---- within_gradient ------------------------------------------------------------------------------
 
 
