@@ -146,15 +146,17 @@ def _safe_next(target: str) -> str:
 
 # -- runs ------------------------------------------------------------------------------------------
 
-def _run_or_none(session: SessionDep, run_id: int) -> Run | None:
+def _run_or_none(session: SessionDep, run_id: str) -> Run | None:
+    if not run_id.isdigit() or len(run_id) > 18:
+        return None
     try:
-        return crud.get_run(session, run_id=run_id)
+        return crud.get_run(session, run_id=int(run_id))
     except NotFound:
         return None
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, session: SessionDep, run_id: int) -> HTMLResponse:
+def run_page(request: Request, session: SessionDep, run_id: str) -> HTMLResponse:
     run = _run_or_none(session, run_id)
     if run is None:
         return _hidden(request, f"run #{run_id}")
@@ -178,7 +180,7 @@ def run_page(request: Request, session: SessionDep, run_id: int) -> HTMLResponse
 
 
 @router.get("/runs/{run_id}/status")
-def run_status(request: Request, session: SessionDep, run_id: int) -> JSONResponse:
+def run_status(request: Request, session: SessionDep, run_id: str) -> JSONResponse:
     """What the run page polls while the run is queued or running."""
     run = _run_or_none(session, run_id)
     if run is None or not can_read(request, run.project, request.query_params.get("token")):

@@ -129,7 +129,7 @@ def test_private_project_needs_a_token_then_a_cookie(live: Any, seeded: dict[str
         assert open_redirect.headers["location"] == "/"
 
 
-@pytest.mark.parametrize("path", ["/p/nope", "/runs/999999", "/p/nope/rules/x"])
+@pytest.mark.parametrize("path", ["/p/nope", "/runs/999999", "/runs/abc", "/p/nope/rules/x"])
 def test_missing_things_get_a_404_page(live: Any, path: str) -> None:
     page = _get(live, path)
     assert page.status_code == 404 and "text/html" in page.headers["content-type"] and "Not found" in page.text
