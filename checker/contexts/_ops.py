@@ -39,6 +39,14 @@ class Ops:
                 total = total + self._real_sum(self.xp.multiply(ck, bent), ck)
         return total
 
+    def linear(self, y: Any, c: Any) -> Any:
+        """``sum(<c_k, y_k>)`` over the leaves of ``y`` that have a weight in ``c``."""
+        total: Any = 0.0
+        for yk, ck in zip(_leaves(y), _leaves(c)):
+            if ck is not None:
+                total = total + self.inner(ck, yk)
+        return total
+
     def inner(self, c: Any, x: Any) -> Any:
         """The linear functional ``<c, x>`` (real part for complex values)."""
         return self._real_sum(self.xp.multiply(c, x), c)

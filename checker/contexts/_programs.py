@@ -85,7 +85,8 @@ def weights_like(value: Any, rng: np.random.Generator) -> Any:
     """Random weights shaped like ``value`` (None for leaves that carry no derivative)."""
 
     def one(leaf: Any) -> Any:
-        if not differentiable(leaf) and not (hasattr(leaf, "dtype") and np.dtype(leaf.dtype).kind in "fc"):
+        inexact = hasattr(leaf, "dtype") and np.dtype(leaf.dtype).kind in "fc"  # NumPy or JAX arrays
+        if not (differentiable(leaf) or inexact):
             return None
         shape = np.shape(leaf)
         w = rng.uniform(-1.0, 1.0, size=shape)
@@ -171,11 +172,8 @@ def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z = ops.call(*sig.assemble(sig.by_position(xs)))
-        total = ops.loss(z, consts[0]) + ops.loss(z, consts[1])
-        for zk, ck in zip([z] if is_leaf(z) else z, [consts[2]] if is_leaf(z) else consts[2]):
-            if ck is not None:
-                total = total + ops.inner(ck, zk)  # three consumers accumulate into one cotangent
-        return total
+        # three consumers of z: their cotangents accumulate into the one the rule's pullback receives
+        return ops.loss(z, consts[0]) + ops.loss(z, consts[1]) + ops.linear(z, consts[2])
 
     return Plan(sig.inputs(), (c1, c2, c3), program)
 
