@@ -11,6 +11,7 @@
 """
 
 from checker.checks import catalogue
+from checker.jax_rules import jax_rule
 from checker.errors import GradguardError, LoadError, SpecError, UsageError
 from checker.report import Finding, Report, RuleResult
 from checker.runner import check
@@ -18,6 +19,7 @@ from checker.specs import RuleSpec, arrays, constant, floats, rrule
 
 __all__ = [
     "rrule",
+    "jax_rule",
     "arrays",
     "floats",
     "constant",

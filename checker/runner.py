@@ -171,7 +171,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     infos = [CHECKS[i] for i in ids]
     try:
         with _time_limit(options.rule_timeout_s):
-            _prepare_engine(rule)
+            _prepare_engine(rule, ids)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:
         result.verdict = "error"
@@ -195,12 +195,22 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     return result
 
 
-def _prepare_engine(rule: RuleSpec) -> None:
-    """Place JAX on the requested device (GRADGUARD_DEVICE) before a JAX rule's checks; NumPy rules need nothing."""
-    if rule.kind == "jax":
-        from checker.jax_rules import ensure_device
+def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
+    """Load JAX on the requested device (GRADGUARD_DEVICE) before the survey's clock starts.
 
+    A JAX rule needs it (PlatformUnavailable: this rule errors, the others
+    run); a NumPy rule only for the JAX checks (GG203), which skip with the
+    reason when the device is missing.
+    """
+    if rule.kind != "jax" and not any(CHECKS[i].extra.get("needs_jax") for i in ids):
+        return
+    from checker.jax_rules import ensure_device
+
+    try:
         ensure_device()
+    except PlatformUnavailable:
+        if rule.kind == "jax":
+            raise
 
 
 class _SpecCannotGenerate(Exception):

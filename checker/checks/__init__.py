@@ -1,7 +1,8 @@
 """The checks, one module per family; importing this package registers every check id.
 
-Find a check by its id in one hop: GG1xx contract.py, GG2xx numeric.py,
-GG3xx cotangent.py, GG4xx state.py, GG5xx context.py, GG6xx compose.py.
+Find a check by its id in one hop: GG1xx contract.py, GG2xx numeric.py (GG203 and
+GG204, which need JAX: numeric_jax.py), GG3xx cotangent.py, GG4xx state.py,
+GG5xx context.py, GG6xx compose.py.
 """
 
 from checker.checks import contract  # noqa: F401
@@ -9,6 +10,8 @@ from checker.checks import numeric  # noqa: F401
 from checker.checks import cotangent  # noqa: F401
 from checker.checks import state  # noqa: F401
 from checker.checks import context  # noqa: F401
+from checker.checks import numeric_jax  # noqa: F401
+from checker.checks import compose  # noqa: F401
 from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

@@ -1,0 +1,132 @@
+"""Speed of the JAX checks (GG203, GG204, GG601, GG602): a benchmark, not a timed test.
+
+    python bench/jax_speed.py                  # CPU: small rule, n = 10**6, batched vs sequential FD
+    python bench/jax_speed.py --device gpu     # the same on a GPU, plus n = 10**7
+
+It prints, for a correct softplus `jax.custom_vjp`:
+
+1. the JAX checks' time on a 5-element rule after warm-up (compilations cached; target: under 1.5 s),
+   with the time of each check alone;
+2. the same checks on n = 10**6 elements (n = 10**7 on a GPU), after one warm-up run of the same shape;
+3. GG204's finite differences of the pullback at those sizes, sequential (`engines.fd.directional`, one
+   call per Richardson step) against batched (every step in one jitted vmap call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+JAX_CHECKS = ["GG203", "GG204", "GG601", "GG602"]
+
+
+def _rule(n: int):
+    import jax
+    import jax.numpy as jnp
+
+    from checker import arrays, jax_rule
+
+    @jax.custom_vjp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+
+    softplus.defvjp(lambda x: (jnp.logaddexp(0.0, x), jax.nn.sigmoid(x)), lambda sig, g: (g * sig,))
+    return jax_rule(softplus, arrays(shape=(n,), min_value=-20.0, max_value=20.0), name=f"softplus_{n}")
+
+
+def _timed(fn, repeat: int = 3) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def small_rule() -> None:
+    from checker import check
+
+    rule = _rule(5)
+    check(rule, select=JAX_CHECKS, seed=0)  # warm-up: JAX import, compilations for this shape
+    seconds, report = _timed(lambda: check(rule, select=JAX_CHECKS, seed=1))
+    verdict = report.rules[0].verdict
+    target = "under the 1.5 s target" if seconds < 1.5 else "OVER the 1.5 s target"
+    print(f"small rule (n=5), JAX checks {'+'.join(JAX_CHECKS)} after warm-up: {seconds:.2f} s ({verdict}; {target})")
+    for check_id in JAX_CHECKS:
+        t, rep = _timed(lambda: check(rule, select=[check_id], seed=1))
+        print(f"    {check_id} alone: {t:.2f} s, {rep.rules[0].examples} inputs")
+
+
+def large_rule(n: int) -> None:
+    from checker import check
+
+    rule = _rule(n)
+    start = time.perf_counter()
+    check(rule, select=JAX_CHECKS, seed=0, max_examples=1)  # warm-up: compilations for this shape
+    warm = time.perf_counter() - start
+    start = time.perf_counter()
+    report = check(rule, select=JAX_CHECKS, seed=1)
+    seconds = time.perf_counter() - start
+    result = report.rules[0]
+    print(
+        f"n={n:.0e}: JAX checks {seconds:.2f} s after a {warm:.2f} s warm-up ({result.verdict}, {result.examples} "
+        f"inputs within the runner's evaluation budget)"
+    )
+
+
+def fd_paths(n: int) -> None:
+    import numpy as np
+
+    from checker.checks._jax import batched_directional
+    from engines import fd
+
+    rule = _rule(n)
+    rng = np.random.default_rng(0)
+    x, u, w, ybar = (rng.uniform(-3, 3, n) for _ in range(4))
+
+    def pulled(a):
+        _, pullback = rule.rrule(a)
+        return pullback(ybar)
+
+    def sequential():
+        return fd.directional(pulled, (x,), (u,), (w,), complex_step=False)
+
+    def batched():
+        return batched_directional(rule.jax_fn, (x,), (u,), [w], cotangent=ybar, mode="pullback")
+
+    sequential(), batched()  # warm-up: compilations
+    t_seq, d_seq = _timed(sequential)
+    t_bat, d_bat = _timed(batched)
+    print(
+        f"n={n:.0e}: finite differences of the pullback, sequential {t_seq:.3f} s ({d_seq.evaluations} calls), "
+        f"batched {t_bat:.3f} s ({d_bat.evaluations} points in one call); values {d_seq.value:.10g} vs {d_bat.value:.10g}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--n", type=int, default=None, help="large size (default 10**6 on cpu, 10**7 on gpu)")
+    args = parser.parse_args()
+    os.environ["GRADGUARD_DEVICE"] = args.device
+    from checker.jax_rules import ensure_device
+    from engines.jax_engine import environment
+
+    ensure_device()
+    env = environment()
+    print(f"JAX {env['jax']} (jaxlib {env['jaxlib']}) on {env['device']}, float64 {'on' if env['x64'] else 'off'}")
+    small_rule()
+    sizes = [args.n] if args.n else ([10**6] if args.device == "cpu" else [10**6, 10**7])
+    for n in sizes:
+        large_rule(n)
+        fd_paths(n)
+
+
+if __name__ == "__main__":
+    main()

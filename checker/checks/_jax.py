@@ -1,0 +1,260 @@
+"""JAX plumbing shared by the JAX checks (GG203, GG204, GG601, GG602).
+
+- :func:`jax_ready`: load JAX (float64) on the requested device, or Skip with the reason.
+- :func:`bind_nondiff`: a rule's function with its non-differentiable arguments fixed, cached, so
+  `jax.jit` never sees a constant as a tracer and compiles once per shape.
+- :func:`second_order_compiled`: the jvp of the vjp (GG204's JAX side), compiled once per rule and shape.
+- :func:`batched_directional`: finite differences with every Richardson probe point ``x + t_k v`` evaluated
+  in one jitted ``vmap`` call, then extrapolated as `engines.fd.directional` does. GG204 uses it on a GPU
+  (``--device gpu``), where one batched call over a 10**7-element input costs about what one call costs;
+  ``GRADGUARD_BATCHED_FD=1`` (or ``0``) forces it on (or off) anywhere.
+
+Nothing here imports JAX at module import.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from checker.case import Case
+from checker.checks.registry import Skip
+from checker.trees import tree_map
+from engines import fd
+
+__all__ = ["jax_ready", "use_batched_fd", "bind_nondiff", "spread", "first_line", "second_order_compiled", "batched_directional"]
+
+BATCHED_VARIABLE = "GRADGUARD_BATCHED_FD"
+
+
+# -- JAX on demand ----------------------------------------------------------------------------------
+def jax_ready(case: Case) -> Any:
+    """Load JAX on the requested device; Skip (with the reason) where that device does not exist."""
+    from checker.jax_rules import ensure_device
+    from engines.errors import PlatformUnavailable
+    from engines.jax_engine._runtime import load
+
+    try:
+        ensure_device()
+    except PlatformUnavailable as exc:
+        raise Skip(str(exc)) from None
+    return load()
+
+
+def use_batched_fd() -> bool:
+    """Batched finite differences: on a GPU, or wherever ``GRADGUARD_BATCHED_FD`` says 1 (0 turns them off)."""
+    from checker.jax_rules import is_batched_device
+
+    flag = os.environ.get(BATCHED_VARIABLE, "").strip()
+    if flag in ("0", "1"):
+        return flag == "1"
+    return is_batched_device()
+
+
+_bound_cache: dict[Any, Callable[..., Any]] = {}
+_MAX_BOUND = 256
+
+
+def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any], tuple[int, ...]]:
+    """``fn`` with the arguments that carry no tangent fixed to this case's values, and the positions left.
+
+    A custom_vjp's ``nondiff_argnums`` must never be traced (JAX refuses a
+    tracer there), so the transforms see only the differentiable arguments.
+    The bound function is cached per (function, constants), so that the
+    engine's transform cache and `jax.jit`'s compilations are reused.
+    """
+    diff = tuple(case.diff_positions)
+    nargs = case.nargs
+    consts = tuple((i, case.args[i]) for i in range(nargs) if i not in diff)
+    if not consts:
+        return fn, diff
+    key: Any = (fn, nargs, consts)
+    try:
+        hit = _bound_cache.get(key)
+    except TypeError:  # an unhashable constant: bind afresh (JAX retraces; correct, slower)
+        key, hit = None, None
+    if hit is None:
+
+        def hit(*xs: Any) -> Any:
+            full: list[Any] = [None] * nargs
+            for i, v in consts:
+                full[i] = v
+            for i, x in zip(diff, xs):
+                full[i] = x
+            return fn(*full)
+
+        hit.__name__ = hit.__qualname__ = getattr(fn, "__name__", "rule")
+        if key is not None:
+            _bound_cache[key] = hit
+            while len(_bound_cache) > _MAX_BOUND:
+                _bound_cache.pop(next(iter(_bound_cache)))
+    return hit, diff
+
+
+def spread(values: Sequence[Any], diff: Sequence[int], nargs: int) -> tuple[Any, ...]:
+    """One entry per argument: ``values`` at the ``diff`` positions, None elsewhere."""
+    by_pos = dict(zip(diff, values))
+    return tuple(by_pos.get(i) for i in range(nargs))
+
+
+def _conj(tree: Any) -> Any:
+    return tree_map(lambda x: np.conj(x) if x is not None and np.iscomplexobj(x) else x, tree)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+
+
+# -- batched finite differences ------------------------------------------------------------------------
+_batched_cache: dict[Any, Callable[..., Any]] = {}
+_MAX_BATCHED = 64
+
+
+def _batched_fn(fn: Callable[..., Any], mode: str, nargs: int, diff: tuple[int, ...], statics: tuple[Any, ...]) -> Callable[..., Any]:
+    """``(ts, ss, xs, v, p, ct, w) -> (<w, g(x + t v + s p)>, sum |w| |g|)`` for every (t, s), jitted.
+
+    ``g`` is ``fn`` itself (mode "value") or its vjp with cotangent ``ct`` (mode "pullback").
+    """
+    key = (fn, mode, nargs, diff, statics)
+    try:
+        cached = _batched_cache.get(key)
+    except TypeError:  # unhashable non-differentiable arguments: build, do not cache
+        key, cached = None, None
+    if cached is not None:
+        return cached
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+    jnp = jax.numpy
+    static_pos = [i for i in range(nargs) if i not in diff]
+
+    def full(xs: Sequence[Any]) -> list[Any]:
+        out: list[Any] = [None] * nargs
+        for i, v in zip(static_pos, statics):
+            out[i] = v
+        for i, x in zip(diff, xs):
+            out[i] = x
+        return out
+
+    def contract(w: Any, out: Any) -> tuple[Any, Any]:
+        pairs = [(a, b) for a, b in zip(jax.tree_util.tree_leaves(w), jax.tree_util.tree_leaves(out))]
+        value = sum(jnp.sum(jnp.real(jnp.conj(a) * b)) for a, b in pairs)
+        noise = sum(jnp.sum(jnp.abs(a) * jnp.abs(b)) for a, b in pairs)
+        return value, noise
+
+    def at(t: Any, s: Any, xs: Any, v: Any, p: Any, ct: Any, w: Any) -> Any:
+        moved = []
+        for x, vi, pi in zip(xs, v, p):
+            wide = jnp.complex128 if jnp.iscomplexobj(x) else jnp.float64
+            moved.append((x.astype(wide) + t * vi.astype(wide) + s * pi.astype(wide)).astype(x.dtype))
+        if mode == "value":
+            out = fn(*full(moved))
+        else:
+            out, vjp = jax.vjp(lambda *m: fn(*full(m)), *moved)
+            ct_cast = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), ct, out)
+            out = vjp(ct_cast)
+        return contract(w, out)
+
+    built = jax.jit(jax.vmap(at, in_axes=(0, 0, None, None, None, None, None)))
+    if key is not None:
+        _batched_cache[key] = built
+        while len(_batched_cache) > _MAX_BATCHED:
+            _batched_cache.pop(next(iter(_batched_cache)))
+    return built
+
+
+def batched_directional(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    direction: Sequence[Any],
+    covector: Any,
+    *,
+    cotangent: Any = None,
+    mode: str = "value",
+) -> fd.Derivative:
+    """``d/dt <covector, g(args + t direction)>`` at 0, every probe point in one jitted vmap call.
+
+    ``g`` is the JAX function ``fn`` (mode "value") or its pullback for
+    ``cotangent`` (mode "pullback": ``covector`` then has one entry per
+    differentiable argument). ``direction`` has one entry per argument, None
+    for those that do not move (they are passed as they are). Richardson
+    extrapolation and the error estimate follow `engines.fd.directional`
+    (six levels, rounding priced from the output precision and two probes
+    along a random-sign rescaling of the arguments). Raises ValueError when a
+    probe value is not finite (the caller falls back to the sequential path).
+    """
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+    jnp = jax.numpy
+    if mode not in ("value", "pullback"):
+        raise ValueError(f"Got mode={mode!r}, but mode must be 'value' or 'pullback'.")
+    diff = tuple(i for i, v in enumerate(direction) if v is not None)
+    if not diff:
+        raise ValueError("Got a direction that is None everywhere; at least one argument must move.")
+    statics = tuple(args[i] for i in range(len(args)) if i not in diff)
+    xs = [jnp.asarray(args[i]) for i in diff]
+    v = [jnp.asarray(direction[i], dtype=x.dtype) for i, x in zip(diff, xs)]
+    in_eps = max(float(jnp.finfo(x.dtype).eps) for x in xs)
+    reach = max(float(np.max(np.abs(np.asarray(args[i])), initial=0.0)) for i in diff)
+    size = max(float(np.max(np.abs(np.asarray(direction[i])), initial=0.0)) for i in diff)
+    rng = np.random.default_rng(0)
+    p = [jnp.asarray(np.asarray(args[i]) * rng.choice([-1.0, 1.0], size=np.shape(args[i])) * (size / reach if reach else 0.0), dtype=x.dtype) for i, x in zip(diff, xs)]
+    out_eps = in_eps
+    h0 = max(in_eps, out_eps) ** (1.0 / 9)  # engines.fd's default: order 4 tuned, six levels refine it
+    levels = fd._LEVELS
+    steps = [h0 / fd._RATIO**k for k in range(levels)]
+    ts = [t for h in steps for t in (h, -h)] + [0.0, 0.0, 0.0]
+    ss = [0.0] * (2 * levels) + [0.0, h0, -h0]
+    call = _batched_fn(fn, mode, len(args), diff, statics)
+    ct = None if cotangent is None else jax.tree_util.tree_map(jnp.asarray, cotangent)
+    w = jax.tree_util.tree_map(jnp.asarray, covector)
+    values, noises = call(jnp.asarray(ts, dtype=jnp.float64), jnp.asarray(ss, dtype=jnp.float64), xs, v, p, ct, w)
+    values, noises = np.asarray(values, dtype=np.float64), np.asarray(noises, dtype=np.float64)
+    if not (np.all(np.isfinite(values)) and np.all(np.isfinite(noises))):
+        raise ValueError("a probe point gave a non-finite value")
+    table = {t: (values[k], out_eps * noises[k]) for k, t in enumerate(ts[: 2 * levels])}
+    slope = abs(values[2 * levels + 1] - values[2 * levels + 2]) / (2 * h0) * (reach / size if size else 0.0)
+    value, error = fd._richardson(lambda t: table[t], h0, levels, in_eps * slope)
+    return fd.Derivative(float(value), float(error), len(ts), "richardson-batched", h0)
+
+
+def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit)."""
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+    jnp = jax.numpy
+    fn, nargs, diff = case.rule.jax_fn, case.nargs, tuple(case.diff_positions)
+    statics = tuple(case.args[i] for i in range(nargs) if i not in diff)
+    key = ("second order", fn, nargs, diff, statics)
+    built = _batched_cache.get(key)
+    if built is None:
+        static_pos = [i for i in range(nargs) if i not in diff]
+
+        def call(*xs: Any) -> Any:
+            full: list[Any] = [None] * nargs
+            for i, v in zip(static_pos, statics):
+                full[i] = v
+            for i, x in zip(diff, xs):
+                full[i] = x
+            return fn(*full)
+
+        def derivative(xs: Any, ct: Any, us: Any) -> Any:
+            def pulled(*m: Any) -> Any:
+                out, vjp = jax.vjp(call, *m)
+                return vjp(jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), ct, out))
+
+            return jax.jvp(pulled, tuple(xs), tuple(us))[1]
+
+        built = _batched_cache[key] = jax.jit(derivative)
+    xs = [jnp.asarray(case.args[i]) for i in diff]
+    us = [jnp.asarray(u[i], dtype=x.dtype) for i, x in zip(diff, xs)]
+    out = built(xs, jax.tree_util.tree_map(jnp.asarray, ybar), us)
+    by_pos = dict(zip(diff, out))
+    return tuple(np.asarray(by_pos[i]) if i in by_pos else None for i in range(nargs))
+
+

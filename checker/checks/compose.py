@@ -1,0 +1,352 @@
+"""Composition checks (GG6xx): does a JAX rule survive JAX's transforms?
+
+GG601 runs the rule with and without ``jax.jit`` and compares values and
+pullbacks; GG602 runs it under ``jax.vmap`` over a batch of drawn inputs and
+compares with one call per example. Both use the engine's cached transforms
+(`engines.jax_engine.run_under`), so an input shape compiles once.
+
+They apply to JAX-native rules only (``kinds=("jax",)``). A NumPy rule runs
+under JAX through our own adapter (`engines.jax_engine.to_custom_vjp`: a
+host callback, called once per example under vmap), so jit and vmap would
+test the adapter, which has its own tests, and never the rule: a NumPy
+function cannot behave differently under a transform it never sees.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from checker.case import Case
+from checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
+from checker.checks.registry import CHECKS, Problem, Skip, check
+from checker.inputs import show
+from checker.trees import copy_tree, is_leaf
+
+__all__: list[str] = []
+
+_JIT_FIX = (
+    "Under jit, fwd and bwd receive abstract tracers, not values: replace Python control flow on values "
+    "(if x > 0, float(x), int(n)) with jnp.where or lax.cond, NumPy calls on traced values with jax.numpy, "
+    "and make value-dependent sizes static (nondiff_argnums); never branch on whether a value is a tracer."
+)
+_VMAP_FIX = (
+    "Under vmap, fwd and bwd see one example at a time but run batched: use jax.numpy and lax operations "
+    "(not Python control flow on values), and give host callbacks a vmap_method that matches what the host "
+    "function really accepts (vmap_method='sequential' when it handles one example only)."
+)
+
+
+def _quiet(fn: Callable[[], Any]) -> Any:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn()
+
+
+def _leaf_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if is_leaf(tree):
+        return [(prefix, tree)]
+    out = []
+    for k, sub in enumerate(tree):
+        out.extend(_leaf_paths(sub, f"{prefix}[{k}]"))
+    return out
+
+
+def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, ...], Any, Any] | None:
+    """``(leaf path, index, got, want)`` of the first element outside the dtype's tolerance, or None.
+
+    None counts as zero; the bound is ``atol + rtol * max|.|`` over the leaf (as GG202's).
+    """
+    tol = case.tol
+    for (path, a), (_, b) in zip(_leaf_paths(got), _leaf_paths(want)):
+        if a is None and b is None:
+            continue
+        ref = b if b is not None else a
+        a = np.zeros(np.shape(ref)) if a is None else np.asarray(a)
+        b = np.zeros(np.shape(ref)) if b is None else np.asarray(b)
+        if a.shape != b.shape:
+            return path, (), f"shape {a.shape}", f"shape {b.shape}"
+        with np.errstate(all="ignore"):
+            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            bad = ~(np.abs(a - b) <= tol.atol + tol.rtol * scale) & ~(np.isnan(a) & np.isnan(b))
+        if np.any(bad):
+            idx = tuple(int(j) for j in np.argwhere(bad)[0]) if a.ndim else ()
+            return path, idx, a[idx].item(), b[idx].item()
+    return None
+
+
+def _at(what: str, path: str, idx: tuple[int, ...]) -> str:
+    return f"{what}{path}" + (f" at {list(idx)}" if idx else "")
+
+
+def _tangent_label(path: str) -> str:
+    """"[1]" -> "tangent for argument 1" (pullback results are one tuple entry per argument)."""
+    head, _, rest = path[1:].partition("]")
+    return f"tangent for argument {head}" + (f" leaf {rest}" if rest else "")
+
+
+# -- GG601 ------------------------------------------------------------------------------------------
+@check(
+    "GG601",
+    family="compose",
+    title="fails or differs under jit",
+    kinds=("jax",),
+    broken="""
+        def clip_bwd(x, g):
+            if jnp.max(jnp.abs(x)) > 1.0:            # Python branch on a traced value
+                g = g / jnp.max(jnp.abs(x))
+            return (g,)
+    """,
+    fixed="""
+        def clip_bwd(x, g):
+            m = jnp.max(jnp.abs(x))
+            return (jnp.where(m > 1.0, g / m, g),)
+    """,
+)
+def same_under_jit(case: Case) -> Iterable[Problem]:
+    """A JAX rule is used inside ``jax.jit`` far more often than outside it. Under ``jit`` its primal, ``fwd``
+    and ``bwd`` are traced with abstract values, so code that looks at values (a Python ``if`` on an array,
+    ``float(x)``, NumPy on a traced value) raises there, and code that branches on "is this a tracer?" or reads
+    host state at trace time computes something else. The check evaluates the rule's value and its pullback
+    for a random cotangent with and without ``jit`` and requires the same numbers (the dtype's tolerance); an
+    error raised only under ``jit`` is reported with JAX's message."""
+    from engines import jax_engine
+
+    jax_ready(case)
+    fn, diff = bind_nondiff(case.rule.jax_fn, case)
+    name = case.rule.name
+
+    def xs() -> list[Any]:
+        fresh = case.fresh()
+        return [fresh[i] for i in diff]
+
+    try:
+        y_eager = _quiet(lambda: jax_engine.run_under(fn, xs(), transform="none"))
+    except Exception:  # noqa: BLE001 - raises without jit too: the other checks report that
+        raise Skip("the rule raises without jit on this input (the other checks report it)") from None
+    try:
+        y_jit = _quiet(lambda: jax_engine.run_under(fn, xs(), transform="jit"))
+    except Exception as exc:  # noqa: BLE001
+        yield _raises_under_jit(name, "the primal (the function underneath the custom_vjp)", exc)
+        return
+    bad = first_difference(y_jit, y_eager, case)
+    if bad is not None:
+        path, idx, got, want = bad
+        where = _at("output", path, idx)
+        yield Problem(
+            message=f"the value of {name} differs under jax.jit: {where} is {show(got)} under jit, {show(want)} without it.",
+            location=where,
+            expected=show(want),
+            actual=show(got),
+            fix=_JIT_FIX,
+        )
+        return
+    if not diff:
+        return
+    ybar = case.cotangent_like(y_eager)
+    try:
+        t_eager = spread(_quiet(lambda: jax_engine.run_under(fn, xs(), transform="grad", cotangent=copy_tree(ybar))), diff, case.nargs)
+    except Exception:  # noqa: BLE001
+        raise Skip("the pullback raises without jit on this input (the other checks report it)") from None
+    try:
+        t_jit = spread(_quiet(lambda: jax_engine.run_under(fn, xs(), transform="jit_grad", cotangent=copy_tree(ybar))), diff, case.nargs)
+    except Exception as exc:  # noqa: BLE001
+        yield _raises_under_jit(name, "fwd or bwd", exc)
+        return
+    bad = first_difference(t_jit, t_eager, case)
+    if bad is not None:
+        path, idx, got, want = bad
+        where = _at(_tangent_label(path), "", idx)
+        yield Problem(
+            message=(
+                f"the pullback of {name} differs under jax.jit: the {where} is {show(got)} under jit, "
+                f"{show(want)} without it (same input and cotangent)."
+            ),
+            location=where,
+            expected=show(want),
+            actual=show(got),
+            fix=_JIT_FIX,
+        )
+
+
+def _raises_under_jit(name: str, part: str, exc: BaseException) -> Problem:
+    return Problem(
+        message=f"{name} raises under jax.jit but not without it, in {part}: {first_line(exc)}",
+        actual=first_line(exc),
+        fix=_JIT_FIX,
+    )
+
+
+# -- GG602 ------------------------------------------------------------------------------------------
+BATCH = 3  # examples per batch: the drawn input and up to two more of the same shapes
+
+_vmapped: dict[Any, Callable[..., Any]] = {}
+_MAX_VMAPPED = 128
+
+
+def _signature(case: Case, args: Sequence[Any]) -> tuple[Any, ...] | None:
+    try:
+        return tuple((np.shape(args[i]), np.asarray(args[i]).dtype) for i in case.diff_positions)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
+    """``(*xs, ct) -> (fn(*xs), vjp(ct))`` vmapped over the leading axis of every argument and the cotangent."""
+    key = (fn, jit)
+    if key in _vmapped:
+        return _vmapped[key]
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+    jnp = jax.numpy
+
+    def one(*xs_and_ct: Any) -> Any:
+        xs, ct = xs_and_ct[:-1], xs_and_ct[-1]
+        out, vjp = jax.vjp(fn, *xs)
+        return out, vjp(jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), ct, out))
+
+    mapped = jax.vmap(one)
+    built = jax.jit(mapped) if jit else mapped
+    _vmapped[key] = built
+    while len(_vmapped) > _MAX_VMAPPED:
+        _vmapped.pop(next(iter(_vmapped)))
+    return built
+
+
+def _stack(trees: list[Any]) -> Any:
+    if is_leaf(trees[0]):
+        return np.stack([np.asarray(t) for t in trees])
+    return type(trees[0])(_stack([t[k] for t in trees]) for k in range(len(trees[0])))
+
+
+def _unstack(tree: Any, k: int) -> Any:
+    if is_leaf(tree):
+        return None if tree is None else np.asarray(tree)[k]
+    return type(tree)(_unstack(t, k) for t in tree)
+
+
+@check(
+    "GG602",
+    family="compose",
+    title="fails or differs under vmap",
+    kinds=("jax",),
+    broken="""
+        def host_bwd(x, g):                      # host code written for one example, declared batch-aware
+            dx = jax.pure_callback(lambda x, g: (g * x / np.linalg.norm(x)).astype(x.dtype),
+                                   jax.ShapeDtypeStruct(x.shape, x.dtype), x, g, vmap_method="expand_dims")
+            return (dx,)                          # under vmap the norm is taken over the whole batch
+    """,
+    fixed="""
+        def host_bwd(x, g):
+            dx = jax.pure_callback(lambda x, g: (g * x / np.linalg.norm(x)).astype(x.dtype),
+                                   jax.ShapeDtypeStruct(x.shape, x.dtype), x, g, vmap_method="sequential")
+            return (dx,)
+    """,
+)
+def same_under_vmap(case: Case) -> Iterable[Problem]:
+    """``jax.vmap`` over a batch must give what one call per example gives, for values and pullbacks (vmap of
+    the vjp). The batch stacks the drawn input with up to two more drawn inputs of the same shapes (arguments
+    that carry no tangent are shared, not batched). Rules break under vmap when they branch in Python on
+    values, or when a host callback is declared batch-aware (``vmap_method="expand_dims"`` or
+    ``"broadcast_all"``) but computes over the whole batch (a norm, a sum, a solve). Both runs are jitted
+    when the rule allows it, so a difference here is vmap's alone (GG601 reports jit)."""
+    from engines import jax_engine
+
+    jax_ready(case)
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument to batch")
+    fn, diff = bind_nondiff(case.rule.jax_fn, case)
+    name = case.rule.name
+    want = _signature(case, case.args)
+    batch = [tuple(case.fresh()[i] for i in diff)]
+    for _ in range(BATCH - 1):
+        drawn = tuple(case.draw(case.rule.args_strategy, "batch input"))
+        same_constants = all(i in diff or _same(drawn[i], case.args[i]) for i in range(min(len(drawn), case.nargs)))
+        if len(drawn) == case.nargs and same_constants and _signature(case, drawn) == want:
+            batch.append(tuple(copy_tree(drawn[i]) for i in diff))
+    if len(batch) < 2:
+        raise Skip("only inputs of equal shapes can be batched, and the argument specs drew no second input of these shapes")
+
+    # One call per example is the reference; jitted when the rule allows it (GG601 judges jit), eager otherwise.
+    ybars: list[Any] = []
+    for jit in (True, False):
+        try:
+            per_value = [_quiet(lambda: jax_engine.run_under(fn, copy_tree(xs), transform="jit" if jit else "none")) for xs in batch]
+            ybars = ybars or [case.cotangent_like(y, "batch cotangent") for y in per_value]
+            grad = "jit_grad" if jit else "grad"
+            per_tangents = [
+                tuple(_quiet(lambda: jax_engine.run_under(fn, copy_tree(xs), transform=grad, cotangent=copy_tree(c))))
+                for xs, c in zip(batch, ybars)
+            ]
+            break
+        except Exception:  # noqa: BLE001
+            if not jit:
+                raise Skip("the rule raises on an example of the batch called alone (the other checks report it)") from None
+    from engines.jax_engine import _relay
+
+    try:
+        with _relay.relaying():
+            stacked = [_stack([xs[k] for xs in batch]) for k in range(len(diff))]
+            out, tangents = _quiet(lambda: _batched_vjp(fn, jit)(*stacked, _stack(ybars)))
+    except Exception as exc:  # noqa: BLE001
+        yield Problem(
+            message=f"{name} raises under jax.vmap (a batch of {len(batch)} inputs) but not one example at a time: {first_line(exc)}",
+            actual=first_line(exc),
+            fix=_VMAP_FIX,
+        )
+        return
+    import jax
+
+    out = jax.tree_util.tree_map(np.asarray, out)
+    tangents = tuple(np.asarray(t) for t in tangents)
+    for k in range(len(batch)):
+        bad = first_difference(_unstack(out, k), per_value[k], case)
+        if bad is not None:
+            path, idx, got, want_value = bad
+            where = _at("output", path, idx)
+            yield Problem(
+                message=(
+                    f"the value of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "
+                    f"{where} is {show(got)} under vmap, {show(want_value)} when called alone."
+                ),
+                location=f"example {k}, {where}",
+                expected=show(want_value),
+                actual=show(got),
+                fix=_VMAP_FIX,
+            )
+            return
+    for k in range(len(batch)):
+        bad = first_difference(_unstack(tangents, k), per_tangents[k], case)
+        if bad is not None:
+            path, idx, got, want_value = bad
+            head, _, rest = path[1:].partition("]")
+            where = f"tangent for argument {diff[int(head)]}" + (f" leaf {rest}" if rest else "") + (f" at {list(idx)}" if idx else "")
+            yield Problem(
+                message=(
+                    f"the pullback of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "
+                    f"the {where} is {show(got)} under vmap, {show(want_value)} when called alone (same cotangent)."
+                ),
+                location=f"example {k}, {where}",
+                expected=show(want_value),
+                actual=show(got),
+                fix=_VMAP_FIX,
+            )
+            return
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b))) if _numeric(a) else a == b
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _numeric(a: Any) -> bool:
+    return isinstance(a, (np.ndarray, np.generic, int, float, complex)) or (hasattr(a, "shape") and hasattr(a, "dtype"))
+
+
+for _id in ("GG601", "GG602"):
+    CHECKS[_id].extra["needs_jax"] = True

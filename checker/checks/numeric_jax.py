@@ -1,0 +1,467 @@
+"""Numeric checks that need JAX (GG203, GG204).
+
+GG203 compares the pullback with an independent reference: `jax.vjp` of the
+primal's own code (the function underneath a ``custom_vjp``; for a NumPy
+rule, its primal when JAX traces it, if need be with its ``numpy`` calls
+run as ``jax.numpy``). GG204 checks second order for JAX-native rules: JAX
+differentiates the user's ``fwd`` and ``bwd`` to get Hessian-vector
+products, so a ``bwd`` that is right to first order can still give wrong
+second derivatives (a ``stop_gradient`` on a residual, a residual from a
+wrong inner derivative). The check compares JAX's derivative of the pullback
+with finite differences of the pullback (batched on a GPU, see
+:mod:`checker.checks._jax`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from checker import tolerances
+from checker.case import Case, is_finite_tree
+from checker.checks.numeric import (
+    _as_rule_sees,
+    _has_complex,
+    _one_sided,
+    _only,
+    _unit,
+    _where,
+    adjoint_tangents,
+    convention,
+    finite_difference,
+    first_mismatch,
+    other_convention,
+)
+from checker.checks._jax import (
+    batched_directional,
+    bind_nondiff,
+    first_line,
+    jax_ready,
+    second_order_compiled,
+    spread,
+    use_batched_fd,
+)
+from checker.checks.registry import CHECKS, Problem, Skip, check
+from checker.inputs import show
+from checker.trees import copy_tree, inner, leaves, tree_map
+from engines import fd
+
+__all__ = ["jax_tangents"]
+
+_UNTRACEABLE = "gg203_untraceable"  # RuleSpec.extra key: why JAX cannot trace this rule's primal (asked once)
+_REFERENCE = "gg203_reference"  # RuleSpec.extra key: the primal JAX traces for GG203 (chosen once)
+_TRANSLATED = "_gradguard_jax_numpy"  # marks a primal copy whose numpy names mean jax.numpy
+_SIGNATURES = "gg203_signatures"  # RuleSpec.extra key: input shapes GG203 compiled a reference for (NumPy rules)
+NUMPY_SIGNATURES = 2  # at most this many input shapes per NumPy rule get a (compiled) JAX reference
+_NO_SECOND_ORDER = "gg204_unavailable"  # RuleSpec.extra key: why JAX cannot differentiate the pullback (asked once)
+
+
+# -- GG203 ------------------------------------------------------------------------------------------
+def jax_tangents(case: Case, cotangent: Any) -> tuple[Any, ...]:
+    """JAX's reference ``J^T cotangent`` of the primal's own code (JAX's convention), None at nondiff positions.
+
+    The primal is traced as it is (the function underneath a custom_vjp, or a
+    NumPy primal that JAX happens to trace); a NumPy primal that JAX cannot
+    trace is traced once more with its module's ``numpy`` replaced by
+    ``jax.numpy`` (:func:`_as_jax_numpy`), and used only where that version
+    computes the same values. Skip with the reason when neither traces.
+    """
+    rule = case.rule
+    if _UNTRACEABLE in rule.extra:
+        raise Skip(rule.extra[_UNTRACEABLE])
+    if rule.kind != "jax":
+        signatures = rule.extra.setdefault(_SIGNATURES, set())
+        signature = tuple((np.shape(case.args[i]), str(np.asarray(case.args[i]).dtype)) for i in case.diff_positions)
+        if signature not in signatures and len(signatures) >= NUMPY_SIGNATURES:
+            raise Skip(
+                f"JAX compiles the reference once per input shape; for NumPy rules GG203 is checked on the first "
+                f"{NUMPY_SIGNATURES} shapes drawn only, so that compiling does not eat the other checks' time"
+            )
+        signatures.add(signature)
+    jax_ready(case)
+    own = rule.extra.get("jax_primal", rule.primal)
+    chosen = rule.extra.get(_REFERENCE)
+    if chosen is not None:
+        return _vjp_of(case, chosen, cotangent)
+    try:
+        out = _vjp_of(case, own, cotangent)
+        rule.extra[_REFERENCE] = own
+        return out
+    except _Untraceable as exc:
+        reason = str(exc)
+    translated = _as_jax_numpy(own) if rule.kind != "jax" else None
+    if translated is not None:
+        try:
+            out = _vjp_of(case, translated, cotangent)
+            rule.extra[_REFERENCE] = translated
+            return out
+        except _Untraceable:
+            pass
+    rule.extra[_UNTRACEABLE] = reason
+    raise Skip(reason)
+
+
+class _Untraceable(Exception):
+    pass
+
+
+def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any, ...]:
+    """``jax.vjp`` of ``primal`` at the case's input: jitted (cached) first, eagerly for primals jit refuses."""
+    from engines import jax_engine
+    from engines.errors import AdapterError
+
+    bound, diff = bind_nondiff(primal, case)
+    xs = [case.fresh()[i] for i in diff]
+    translated = getattr(primal, _TRANSLATED, False)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = jax_engine.run_under(bound, xs, transform="jit")
+            if translated:
+                _check_faithful(case, out)
+            ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, _tuple_like(out, cotangent))
+            return spread(jax_engine.run_under(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
+    except Skip:
+        raise
+    except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace tells traceable from not
+        pass
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if translated:
+                _check_faithful(case, primal(*case.fresh()))
+            return tuple(jax_engine.reference_vjp(primal, case.fresh(), cotangent, nondiff=_nondiff(case)))
+    except Skip:
+        raise
+    except AdapterError as exc:
+        raise _Untraceable(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - whatever JAX raised while tracing the primal
+        raise _Untraceable(f"primal is not traceable by JAX: {first_line(exc)}") from None
+
+
+def _nondiff(case: Case) -> tuple[int, ...]:
+    return tuple(i for i in range(case.nargs) if i not in case.diff_positions)
+
+
+def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """A copy of ``fn`` whose global ``numpy`` names (``np``) mean ``jax.numpy``; None if it uses none.
+
+    The user's module is not touched: the copy gets its own globals. Helper
+    functions ``fn`` calls keep NumPy (JAX then cannot trace them, and GG203 is
+    skipped). The copy is trusted only where it computes the primal's values.
+    """
+    import types
+
+    from engines.jax_engine._runtime import load
+
+    if not isinstance(fn, types.FunctionType):
+        return None
+    names = [k for k, v in fn.__globals__.items() if v is np]
+    if not names:
+        return None
+    jnp = load().numpy
+    scope = dict(fn.__globals__)
+    scope.update({k: jnp for k in names})
+    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    setattr(copy, _TRANSLATED, True)
+    return copy
+
+
+def _check_faithful(case: Case, jax_out: Any) -> None:
+    """Skip unless the jax.numpy copy of the primal computes the primal's values at this input."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = case.primal()
+    got, ref = leaves(_tuple_like(jax_out, want)), leaves(want)
+    tol = case.tol
+    ok = len(got) == len(ref) and all(
+        np.shape(a) == np.shape(b) and np.allclose(np.asarray(a), np.asarray(b), rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+        for a, b in zip(got, ref)
+    )
+    if not ok:
+        raise Skip("the primal run with jax.numpy in place of numpy computes other values here, so JAX gives no reference")
+
+
+def _tuple_like(out: Any, cotangent: Any) -> Any:
+    """``out`` with the cotangent's container types (JAX returns lists where the primal built tuples)."""
+    if isinstance(cotangent, (tuple, list)) and isinstance(out, (tuple, list)):
+        return type(cotangent)(_tuple_like(o, c) for o, c in zip(out, cotangent))
+    return out
+
+
+def _conj(tree: Any) -> Any:
+    return tree_map(lambda x: np.conj(x) if x is not None and np.iscomplexobj(x) else x, tree)
+
+
+def _reference_adjoint(case: Case, ybar: Any) -> tuple[Any, ...]:
+    """The reference as an adjoint for the real inner product: ``conj(vjp(conj(ybar)))`` (JAX transposes)."""
+    ref = _conj(jax_tangents(case, _conj(copy_tree(ybar))))
+    return tuple(r if i in case.diff_positions else None for i, r in enumerate(ref))
+
+
+def _difference_direction(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``got - want`` per argument (None elsewhere): the direction along which the two differ the most."""
+    out = []
+    for i in range(case.nargs):
+        if i not in case.diff_positions:
+            out.append(None)
+            continue
+        arg = np.asarray(case.args[i])
+        a = np.zeros(arg.shape) if got[i] is None else np.asarray(got[i])
+        b = np.zeros(arg.shape) if want[i] is None else np.asarray(want[i])
+        d = np.broadcast_to(a - b, arg.shape)
+        d = d if np.iscomplexobj(arg) else np.real(d)
+        d = np.asarray(d, dtype=arg.dtype)
+        out.append(d if isinstance(case.args[i], np.ndarray) else d.item())
+    return tuple(out)
+
+
+@check(
+    "GG203",
+    family="numeric",
+    title="pullback disagrees with the JAX reference gradient",
+    broken="""
+        @jax.custom_vjp
+        def softplus(x):
+            return jnp.logaddexp(0.0, x)
+
+        softplus.defvjp(lambda x: (softplus(x), x), lambda x, g: (g * jax.nn.sigmoid(-x),))   # sign slip
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+    fixed="""
+        softplus.defvjp(lambda x: (softplus(x), x), lambda x, g: (g * jax.nn.sigmoid(x),))
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+)
+def pullback_matches_jax(case: Case) -> Iterable[Problem]:
+    """The pullback must agree with an independent reference: ``jax.vjp`` of the primal's own ``jax.numpy``
+    code, for the same random cotangent, element by element (the dtype's tolerance). For a ``jax.custom_vjp``
+    the reference is JAX's derivative of the function underneath the decorator, which is what the rule
+    replaces; for a NumPy rule it is used when JAX can trace the primal, and the check is skipped with the
+    reason otherwise. Unlike finite differences the reference has no truncation error, so it also judges rules
+    whose primal cannot be differenced well. Where the two disagree and finite differences side with the rule
+    (the custom rule exists because JAX's own derivative of the primal is unstable there), no finding is made."""
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    conv = convention(case)
+    mine = adjoint_tangents(case, pb, ybar, conv)
+    if not is_finite_tree([mine[i] for i in case.diff_positions]):
+        return  # GG206 judges non-finite tangents
+    ref = _reference_adjoint(case, ybar)
+    if not is_finite_tree([ref[i] for i in case.diff_positions]):
+        return  # JAX's derivative of the primal is not finite here: no reference to judge by
+    bad = first_mismatch(case, mine, ref)
+    if bad is None:
+        return
+    if _has_complex(case, y) and first_mismatch(case, adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv)), ref) is None:
+        return  # right in the other conjugation convention: GG205's finding
+    v = _difference_direction(case, mine, ref)
+    sides = ""
+    if any(d is not None and np.any(np.asarray(d) != 0) for d in v):
+        lhs = finite_difference(case, ybar, v)
+        if lhs is not None:
+            tol = case.tol
+            scale_mine = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(mine, v) if a is not None and b is not None)
+            scale_ref = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(ref, v) if a is not None and b is not None)
+            rule_ok = tolerances.close(float(lhs.value), inner(mine, v), tol, scale=scale_mine, fd_error=lhs.error)
+            ref_ok = tolerances.close(float(lhs.value), inner(ref, v), tol, scale=scale_ref, fd_error=lhs.error)
+            if rule_ok and not ref_ok:
+                return  # JAX's own derivative of the primal is what is off here (why the custom rule exists)
+            if ref_ok and not rule_ok:
+                sides = " Finite differences of the primal agree with JAX."
+    bad = next((m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m)), None)
+    if bad is None:
+        return  # every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is valid
+    i, idx, got, want = bad
+    where = _where(i, idx)
+    got, want = _as_rule_sees(got, conv), _as_rule_sees(want, conv)
+    if case.rule.kind == "jax":
+        reference = "jax.vjp of the function underneath the custom_vjp"
+    elif getattr(case.rule.extra.get(_REFERENCE), _TRANSLATED, False):
+        reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
+    else:
+        reference = "jax.vjp of the primal"
+    yield Problem(
+        message=(
+            f"the pullback of {case.rule.name} disagrees with the JAX reference gradient ({reference}): "
+            f"cotangent for {where}: expected {show(want)} (JAX), got {show(got)}.{sides}"
+        ),
+        location=where,
+        expected=show(want),
+        actual=show(got),
+        fix=(
+            f"Re-derive the tangent for argument {i}: the primal's own jax.numpy code differentiates to the "
+            "expected value at this input. If the rule is meant to differ from it (a deliberately different "
+            "derivative), ignore GG203 for this rule."
+        ),
+    )
+
+
+KINK_CANDIDATES = 16  # GG203 tries this many differing elements for kinks before reporting the first
+
+
+def _mismatches(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> Iterable[tuple[int, tuple[int, ...], Any, Any]]:
+    """Every element outside the tolerance (as `first_mismatch` judges it), up to ``KINK_CANDIDATES``."""
+    tol, seen = case.tol, 0
+    for i in case.diff_positions:
+        shape = np.shape(case.args[i])
+        a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
+        b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
+        a, b = np.broadcast_arrays(a, b)
+        with np.errstate(all="ignore"):
+            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            bad = ~(np.abs(a - b) <= tol.atol + tol.rtol * scale) & ~(np.isnan(a) & np.isnan(b))
+        for idx in np.argwhere(bad):
+            idx = tuple(int(j) for j in idx)
+            yield i, idx, a[idx].item(), b[idx].item()
+            seen += 1
+            if seen >= KINK_CANDIDATES:
+                return
+
+
+def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: Any, want: Any) -> bool:
+    """True where the primal has a kink along element ``idx`` of argument ``i`` and ``got`` (adjoint form)
+    lies between the one-sided derivatives of ``<ybar, primal>`` there."""
+    arg = case.args[i]
+    k = int(np.ravel_multi_index(idx, np.shape(arg))) if np.ndim(arg) else 0
+    sides = _one_sided(case, ybar, _only(case, i, _unit(arg, k)))
+    if sides is None:
+        return False
+    lo, hi = sorted(sides)
+    tol = case.tol
+    value = float(np.real(got))
+    if abs(hi - lo) <= tol.atol + tol.rtol * max(abs(hi), abs(lo)):
+        return False  # smooth along this element: no kink to excuse the difference
+    return lo - tol.atol <= value <= hi + tol.atol
+
+
+# -- GG204 ------------------------------------------------------------------------------------------
+def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
+    """``d/dt <w, pullback at (x + t u)(ybar)>`` by finite differences; None where they cannot be taken."""
+    if use_batched_fd():
+        covector = [w[i] for i in case.diff_positions]
+        try:
+            return batched_directional(case.rule.jax_fn, case.fresh(), u, covector, cotangent=ybar, mode="pullback")
+        except Exception:  # noqa: BLE001 - a probe failed or did not trace: the sequential path decides
+            pass
+    rule = case.rule
+
+    def pulled(*a: Any) -> Any:
+        _, pb = rule.rrule(*a)
+        return pb(copy_tree(ybar))
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = fd.directional(pulled, case.fresh(), u, w, complex_step=False)
+    except (ValueError, ArithmeticError, TypeError):
+        return None
+    if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
+        return None
+    return d
+
+
+@check(
+    "GG204",
+    family="numeric",
+    title="second order wrong (grad of the pullback)",
+    kinds=("jax",),
+    broken="""
+        def softplus_fwd(x):
+            return softplus(x), jax.nn.sigmoid(jax.lax.stop_gradient(x))   # residual cut off from x
+
+        softplus.defvjp(softplus_fwd, lambda s, g: (g * s,))     # first order right, Hessian zero
+    """,
+    fixed="""
+        def softplus_fwd(x):
+            return softplus(x), jax.nn.sigmoid(x)
+
+        softplus.defvjp(softplus_fwd, lambda s, g: (g * s,))
+    """,
+)
+def second_order(case: Case) -> Iterable[Problem]:
+    """JAX gets second derivatives of a ``custom_vjp`` (``jax.hessian``, grad of grad, Hessian-vector products)
+    by differentiating the user's ``fwd`` and ``bwd`` themselves. A ``bwd`` that is right to first order can
+    still give wrong second derivatives: a residual wrapped in ``stop_gradient``, rounded, cast to an integer
+    or computed on the host (NumPy, callbacks) is a constant to JAX. For a random cotangent ``ybar``, direction
+    ``u`` and covector ``w``, the check compares JAX's ``d/dt <w, pullback at (x + t u)(ybar)>`` (jvp of vjp)
+    with finite differences of the pullback itself. Applies to JAX-native rules only: a NumPy rule adapted to
+    JAX is a host black box with no second derivative. A rule JAX refuses to differentiate twice (e.g. ``fwd``
+calls the custom_vjp function itself, so forward mode meets it) is skipped with JAX's reason: it fails loudly,
+not silently."""
+    from engines import jax_engine
+
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    if _NO_SECOND_ORDER in case.rule.extra:
+        raise Skip(case.rule.extra[_NO_SECOND_ORDER])
+    jax_ready(case)
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    if not is_finite_tree([case.tangents(pb, copy_tree(ybar))[i] for i in case.diff_positions]):
+        return  # GG206 judges non-finite tangents
+    u = case.direction("direction")
+    w = case.direction("covector")
+    nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
+    try:
+        jax_d = second_order_compiled(case, ybar, u)
+    except Exception:  # noqa: BLE001 - not jittable (GG601's business): JAX's eager trace decides
+        jax_d = None
+    try:
+        if jax_d is None:
+            jax_d = jax_engine.second_order_vjp(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
+    except Exception as exc:  # noqa: BLE001 - JAX refuses loudly (no silent wrong number): not this check's finding
+        reason = (
+            f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
+            f"(jax.hessian and grad of grad raise on it too): {first_line(exc)}"
+        )
+        case.rule.extra[_NO_SECOND_ORDER] = reason
+        raise Skip(reason) from None
+    if not is_finite_tree([jax_d[i] for i in case.diff_positions]):
+        return
+    lhs = _pullback_fd(case, ybar, u, w)
+    if lhs is None:
+        raise Skip("finite differences of the pullback failed at every input drawn (it raised or was not finite near them)")
+    tol = case.tol
+    rhs = inner(w, jax_d)
+    scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(jax_d)) if a is not None and b is not None)
+    if tolerances.close(float(lhs.value), rhs, tol, scale=scale, fd_error=lhs.error):
+        return
+    where = location = None
+    if len(case.diff_positions) > 1:
+        for i in case.diff_positions:
+            wi = tuple(w[j] if j == i else None for j in range(case.nargs))
+            part = _pullback_fd(case, ybar, u, wi)
+            ri = inner(wi, jax_d)
+            si = float(np.sum(np.abs(np.asarray(w[i])) * np.abs(np.asarray(jax_d[i]))))
+            if part is not None and not tolerances.close(float(part.value), ri, tol, scale=si, fd_error=part.error):
+                location = f"argument {i}"
+                where = f" (the tangent for {location})"
+                break
+    fd_text, jax_text = show(float(lhs.value)), show(rhs)
+    yield Problem(
+        message=(
+            f"the second order of {case.rule.name} is wrong{where or ''}: along a random direction u, "
+            f"d/dt <w, pullback at (x + t u)(ybar)> = {fd_text} by finite differences of the pullback, but JAX's "
+            f"derivative of the pullback (jvp of vjp, through fwd and bwd) gives {jax_text}."
+        ),
+        location=location,
+        expected=fd_text,
+        actual=jax_text,
+        fix=(
+            "JAX differentiates fwd and bwd to get second derivatives: keep the residuals differentiable functions "
+            "of the inputs (no stop_gradient, rounding, integer casts or host NumPy on them) and compute bwd with "
+            "jax.numpy; if a residual must be opaque, give the function that computes it its own custom_vjp."
+        ),
+    )
+
+
+# The runner loads JAX (on the requested device) before timing a rule's checks when one of these is selected.
+for _id in ("GG203", "GG204"):
+    CHECKS[_id].extra["needs_jax"] = True

@@ -1,0 +1,175 @@
+"""JAX rules: a `jax.custom_vjp` function as a checker rule, and the JAX device the checks run on.
+
+    @jax.custom_vjp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+
+    softplus.defvjp(softplus_fwd, softplus_bwd)
+    softplus_rule = jax_rule(softplus, arrays(shape=(5,)))
+
+`jax_rule` takes ``fwd`` and ``bwd`` from the function itself (through
+`engines.jax_engine.rrule_from_custom_vjp`), so every check written for
+NumPy rrules applies unchanged; the JAX-only checks (GG204, GG601, GG602)
+find the custom_vjp in ``RuleSpec.jax_fn`` and the traceable primal in
+``RuleSpec.extra["jax_primal"]``.
+
+Devices. `ensure_device` places JAX on the device named by the
+``GRADGUARD_DEVICE`` environment variable (``gradguard check --device``;
+"cpu" when unset), once per value. A GPU asked for where JAX sees none raises
+`engines.errors.PlatformUnavailable`; the runner turns that into the verdict
+"error" for each JAX rule (with the message) while NumPy rules still run.
+
+Nothing here imports JAX at module import: `import checker` stays JAX-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+from typing import Any, Callable, Iterable
+
+from hypothesis.strategies import SearchStrategy
+
+from checker.errors import SpecError
+from checker.specs import RuleSpec, build_spec
+
+__all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device"]
+
+DEVICE_VARIABLE = "GRADGUARD_DEVICE"
+
+_device_lock = threading.Lock()
+_configured: str | None = None
+
+
+def requested_device() -> str:
+    """The JAX platform asked for: ``GRADGUARD_DEVICE`` ("cpu" or "gpu"), "cpu" when unset."""
+    return (os.environ.get(DEVICE_VARIABLE) or "cpu").strip().lower()
+
+
+def ensure_device() -> str:
+    """Load JAX (float64 on) and place it on :func:`requested_device`; returns the device name.
+
+    Raises `engines.errors.PlatformUnavailable` when the device does not
+    exist here or the name is not a device.
+    """
+    global _configured
+    device = requested_device()
+    if _configured == device:
+        return device
+    from engines import jax_engine
+    from engines.errors import PlatformUnavailable
+
+    if device not in jax_engine.DEVICES:
+        raise PlatformUnavailable(f"{DEVICE_VARIABLE}={device!r} names no device JAX can use here: use cpu or gpu.")
+
+    with _device_lock:
+        if _configured != device:
+            jax_engine.configure(device)
+            _warm_up()
+            _configured = device
+    return device
+
+
+def _warm_up() -> None:
+    """Compile one tiny vjp: JAX's first compilation in a process is slow, and it should not count as a rule's."""
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+    jax.block_until_ready(jax.jit(jax.grad(lambda x: jax.numpy.sin(x) * x))(1.0))
+
+
+def is_batched_device() -> bool:
+    """True where the JAX checks take finite differences batched (vmap over the steps): on a GPU."""
+    return requested_device() == "gpu"
+
+
+def jax_rule(
+    fn: Any,
+    *arg_specs: SearchStrategy,
+    args: SearchStrategy | None = None,
+    mutates: Iterable[int] | int = (),
+    nondiff: Iterable[int] | int = (),
+    name: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> RuleSpec:
+    """Declare a `jax.custom_vjp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
+
+    The options are those of `checker.rrule`. ``fn``'s ``nondiff_argnums`` are
+    added to ``nondiff``; the primal is the function underneath the
+    custom_vjp (its own ``jax.numpy`` code), and findings point at the
+    lines of its ``fwd`` and ``bwd``.
+    """
+    from engines.errors import AdapterError
+    from engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
+
+    try:
+        parts = custom_vjp_parts(fn)
+    except AdapterError as exc:
+        raise SpecError(f"jax_rule: {exc}") from None
+    if isinstance(nondiff, int) and not isinstance(nondiff, bool):
+        nondiff = (nondiff,)
+    if not isinstance(nondiff, Iterable) or isinstance(nondiff, (str, bytes)):
+        raise SpecError(f"Got nondiff={nondiff!r}, but nondiff must be a tuple of argument positions, e.g. nondiff=(1,).")
+    merged = (*nondiff, *parts.nondiff_argnums)  # validated (positions, range) by build_spec
+    rule = rrule_from_custom_vjp(fn)
+    spec = build_spec(
+        rule,
+        _numpy_primal(parts.fun),
+        arg_specs,
+        args=args,
+        mutates=mutates,
+        nondiff=merged,
+        name=name or parts.name,
+        rtol=rtol,
+        atol=atol,
+        kind="jax",
+        jax_fn=fn,
+    )
+    spec.extra["jax_primal"] = parts.fun
+    spec.module = getattr(parts.fun, "__module__", None)
+    spec.source_file, spec.source_lines = _source_span(parts.fun, parts.fwd, parts.bwd)
+    return spec
+
+
+def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` returning NumPy for concrete inputs (what the checks compare); traced values pass through."""
+    from engines.jax_engine._runtime import load
+
+    jax = load()
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
+            import numpy as np
+
+            return np.asarray(x)
+        return x
+
+    @functools.wraps(fun)
+    def primal(*args: Any) -> Any:
+        return jax.tree_util.tree_map(leaf, fun(*args))
+
+    return primal
+
+
+def _source_span(*fns: Callable[..., Any]) -> tuple[str | None, tuple[int, int] | None]:
+    """The file of the primal and the lines from the first to the last of primal, fwd and bwd defined there."""
+    path: str | None = None
+    first = last = None
+    for fn in fns:
+        try:
+            fn = inspect.unwrap(fn)
+            where = inspect.getsourcefile(fn)
+            lines, start = inspect.getsourcelines(fn)
+        except (TypeError, OSError):
+            continue
+        if path is None:
+            path = where
+        if where != path:
+            continue
+        end = start + len(lines) - 1
+        first = start if first is None else min(first, start)
+        last = end if last is None else max(last, end)
+    return path, (first, last) if first is not None else None

@@ -1,0 +1,523 @@
+"""JAX rules and the JAX checks: `jax_rule`, GG203 (reference gradient), GG204 (second order), GG601 (jit),
+GG602 (vmap). Test the tester: each broken rule fails with its id and exact message, its correct twin passes.
+Bad input (wrong bwd pytree, untraceable rule, missing GPU) gives a finding or error naming the problem."""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis.extra import numpy as hnp
+
+from checker import SpecError, arrays, check, constant, jax_rule, rrule
+from checker.cli import main
+from checker.loader import load_module, rules_in
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+ROOT = Path(__file__).resolve().parents[2]
+NUM = r"(-?[0-9.e+-]+|nan|inf)"
+
+
+@pytest.fixture(autouse=True)
+def _cpu(monkeypatch):
+    """Every test runs on the CPU unless it asks otherwise; JAX's float64 is on in the checker process."""
+    monkeypatch.setenv("GRADGUARD_DEVICE", "cpu")
+    monkeypatch.delenv("GRADGUARD_BATCHED_FD", raising=False)
+
+
+def findings(rule, *ids, **kwargs):
+    report = check(rule, select=list(ids), **kwargs)
+    assert report.rules[0].error is None, report.rules[0].error
+    return [f for f in report.findings if f.check_id in ids]
+
+
+def skipped(rule, check_id, **kwargs):
+    report = check(rule, select=[check_id], **kwargs)
+    return {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}.get(check_id)
+
+
+# -- rules -----------------------------------------------------------------------------------------
+def _softplus_fwd(x):
+    return jnp.logaddexp(0.0, x), jax.nn.sigmoid(x)
+
+
+@jax.custom_vjp
+def softplus(x):
+    return jnp.logaddexp(0.0, x)
+
+
+softplus.defvjp(_softplus_fwd, lambda sig, g: (g * sig,))
+softplus_ok = jax_rule(softplus, arrays(shape=(4,), min_value=-20.0, max_value=20.0), name="softplus_ok")
+
+
+@jax.custom_vjp
+def softplus_sign(x):
+    return jnp.logaddexp(0.0, x)
+
+
+softplus_sign.defvjp(lambda x: (jnp.logaddexp(0.0, x), x), lambda x, g: (g * jax.nn.sigmoid(-x),))
+softplus_sign_slip = jax_rule(softplus_sign, arrays(shape=(4,)), name="softplus_sign_slip")
+
+
+@jax.custom_vjp
+def softplus_stopped(x):
+    return jnp.logaddexp(0.0, x)
+
+
+softplus_stopped.defvjp(
+    lambda x: (jnp.logaddexp(0.0, x), jax.nn.sigmoid(jax.lax.stop_gradient(x))), lambda sig, g: (g * sig,)
+)
+stopped_residual = jax_rule(softplus_stopped, arrays(shape=(3,)), name="stopped_residual")
+
+
+@jax.custom_vjp
+def softplus_docs_style(x):
+    return jnp.logaddexp(0.0, x)
+
+
+# fwd calls the custom_vjp itself (JAX's documentation style): JAX refuses forward mode through it.
+softplus_docs_style.defvjp(lambda x: (softplus_docs_style(x), jax.nn.sigmoid(x)), lambda sig, g: (g * sig,))
+docs_style = jax_rule(softplus_docs_style, arrays(shape=(3,)), name="docs_style")
+
+
+@jax.custom_vjp
+def tanh_branch(x):
+    return jnp.tanh(x)
+
+
+def _tanh_branch_bwd(t, g):
+    if jnp.all(g == 0):  # a Python branch on a traced value
+        return (g,)
+    return ((1 - t**2) * g,)
+
+
+tanh_branch.defvjp(lambda x: (jnp.tanh(x), jnp.tanh(x)), _tanh_branch_bwd)
+python_branch = jax_rule(tanh_branch, arrays(shape=(3,)), name="python_branch")
+
+
+@jax.custom_vjp
+def tanh_where(x):
+    return jnp.tanh(x)
+
+
+tanh_where.defvjp(lambda x: (jnp.tanh(x), jnp.tanh(x)), lambda t, g: (jnp.where(g == 0, g, (1 - t**2) * g),))
+tanh_where_ok = jax_rule(tanh_where, arrays(shape=(3,)), name="tanh_where_ok")
+
+
+@jax.custom_vjp
+def cube_fast(x):
+    return x**3
+
+
+def _cube_fast_bwd(x, g):
+    if isinstance(x, jax.core.Tracer):  # the path jit takes drops a factor x
+        return (3 * x * g,)
+    return (3 * x**2 * g,)
+
+
+cube_fast.defvjp(lambda x: (x**3, x), _cube_fast_bwd)
+traced_fast_path = jax_rule(cube_fast, arrays(shape=(3,)), name="traced_fast_path")
+
+
+def _host_scaled(x, g):
+    return (g * x / np.linalg.norm(x)).astype(x.dtype)  # the norm of everything the host function is given
+
+
+def _norm_rule(vmap_method, name):
+    @jax.custom_vjp
+    def norm(x):
+        return jnp.linalg.norm(x)
+
+    def bwd(x, g):
+        out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+        return (jax.pure_callback(_host_scaled, out, x, g, vmap_method=vmap_method),)
+
+    norm.defvjp(lambda x: (jnp.linalg.norm(x), x), bwd)
+    return jax_rule(norm, arrays(shape=(3,), min_value=0.5, max_value=4.0), name=name)
+
+
+host_norm_batched = _norm_rule("expand_dims", "host_norm_batched")
+host_norm_sequential = _norm_rule("sequential", "host_norm_sequential")
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def power(x, n):
+    return x**n
+
+
+power.defvjp(lambda x, n: (x**n, x), lambda n, x, g: (n * x ** (n - 1) * g,))
+power_ok = jax_rule(power, arrays(shape=(3,)), constant(3), name="power_ok")
+
+
+@jax.custom_vjp
+def sin_extra(x):
+    return jnp.sin(x)
+
+
+sin_extra.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (jnp.cos(x) * g, g))
+extra_tangent = jax_rule(sin_extra, arrays(shape=(3,)), name="extra_tangent")
+
+
+@jax.custom_vjp
+def sin_numpy(x):
+    return np.sin(x)
+
+
+sin_numpy.defvjp(lambda x: (np.sin(x), x), lambda x, g: (np.cos(x) * g,))
+numpy_inside = jax_rule(sin_numpy, arrays(shape=(3,)), name="numpy_inside")
+
+
+def square(x):
+    return x * x
+
+
+@rrule(square, arrays(shape=(3,)))
+def square_wrong_np(x):
+    return x * x, lambda g: (None,) if g is None else (3 * x * g,)
+
+
+def tanh_np(x):
+    return np.tanh(x)
+
+
+@rrule(tanh_np, arrays(shape=(3,)))
+def tanh_wrong_np(x):
+    return np.tanh(x), lambda g: (None,) if g is None else ((1 + np.tanh(x) ** 2) * g,)
+
+
+def sort_np(x):
+    out = np.empty_like(x)
+    np.copyto(out, np.sort(x))
+    return out
+
+
+@rrule(sort_np, arrays(shape=(3,)))
+def sort_np_rrule(x):
+    order = np.argsort(x)
+
+    def pullback(g):
+        if g is None:
+            return (None,)
+        out = np.zeros_like(x)
+        out[order] = g
+        return (out,)
+
+    return sort_np(x), pullback
+
+
+# -- jax_rule ----------------------------------------------------------------------------------------
+def test_jax_rule_builds_a_spec_from_the_custom_vjp():
+    assert softplus_ok.kind == "jax" and softplus_ok.jax_fn is softplus
+    assert softplus_ok.extra["jax_primal"] is softplus.fun
+    y = softplus_ok.primal(np.zeros(4))
+    assert isinstance(y, np.ndarray) and np.allclose(y, np.log(2.0))
+    out, pullback = softplus_ok.rrule(np.zeros(4))
+    assert np.allclose(pullback(np.ones(4))[0], 0.5)
+    assert power_ok.nondiff == {1}  # from nondiff_argnums (and constant())
+    assert jax_rule(power, arrays(shape=(3,)), arrays(shape=()), name="p").nondiff == {1}
+    assert softplus_ok.module == __name__
+    first, last = softplus_ok.source_lines  # from the fwd above the primal to the defvjp line
+    source = Path(__file__).read_text().splitlines()[first - 1 : last]
+    assert source[0].startswith("def _softplus_fwd") and "softplus.defvjp" in source[-1]
+
+
+def test_jax_rule_validates_eagerly():
+    with pytest.raises(SpecError, match="jax.custom_vjp-decorated function was expected"):
+        jax_rule(np.sin, arrays(shape=(3,)))
+    with pytest.raises(SpecError, match=r"nondiff=\(5,\), but the rule takes 1 argument"):
+        jax_rule(softplus, arrays(shape=(3,)), nondiff=(5,))
+    with pytest.raises(SpecError, match="takes 1 required argument"):
+        jax_rule(softplus, arrays(shape=(3,)), arrays(shape=(3,)))
+
+    @jax.custom_vjp
+    def undefined(x):
+        return x
+
+    with pytest.raises(SpecError, match="has no rule yet"):
+        jax_rule(undefined, arrays(shape=(3,)))
+
+
+def test_a_correct_jax_rule_passes_every_check_and_the_report_records_jax():
+    report = check(softplus_ok)
+    result = report.rules[0]
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+    assert {"GG102", "GG201", "GG203", "GG204", "GG601", "GG602"} <= set(result.checks_run)
+    env = report.environment
+    assert env["jax"] == jax.__version__ and env["jaxlib"] and env["device"].startswith("cpu") and env["x64"] is True
+
+
+@pytest.mark.slow
+def test_a_correct_jax_rule_has_no_finding_for_ten_seeds():
+    for seed in range(10):
+        report = check(softplus_ok, seed=seed)
+        assert report.passed, (seed, [(f.check_id, f.message) for f in report.findings])
+
+
+# -- GG203 -------------------------------------------------------------------------------------------
+def test_gg203_sign_slip_against_the_function_underneath():
+    (f,) = findings(softplus_sign_slip, "GG203")
+    m = re.fullmatch(
+        rf"the pullback of softplus_sign_slip disagrees with the JAX reference gradient \(jax\.vjp of the function "
+        rf"underneath the custom_vjp\): cotangent for argument 0 at \[(\d)\]: expected {NUM} \(JAX\), got {NUM}\. "
+        rf"Finite differences of the primal agree with JAX\.",
+        f.message,
+    )
+    assert m, f.message
+    assert f.location == f"argument 0 at [{m[1]}]" and float(m[2]) != float(m[3])
+    assert f.fix.startswith("Re-derive the tangent for argument 0")
+    assert findings(softplus_ok, "GG203") == []
+
+
+def test_gg203_numpy_rules_use_jax_when_the_primal_traces():
+    (f,) = findings(square_wrong_np, "GG203")
+    assert re.fullmatch(
+        rf"the pullback of square_wrong_np disagrees with the JAX reference gradient \(jax\.vjp of the primal\): "
+        rf"cotangent for argument 0 at \[\d\]: expected {NUM} \(JAX\), got {NUM}\. Finite differences of the primal agree with JAX\.",
+        f.message,
+    ), f.message
+    (f,) = findings(tanh_wrong_np, "GG203")  # np.tanh: traced with jax.numpy in its place
+    assert "(jax.vjp of the primal, its NumPy calls run as jax.numpy)" in f.message
+
+
+def test_gg203_skips_a_primal_jax_cannot_trace_with_the_reason():
+    reason = skipped(sort_np_rrule, "GG203")
+    assert reason.startswith("primal is not traceable by JAX: "), reason
+
+
+# -- GG204 -------------------------------------------------------------------------------------------
+def test_gg204_stop_gradient_residual_gives_wrong_second_order():
+    (f,) = findings(stopped_residual, "GG204")
+    m = re.fullmatch(
+        rf"the second order of stopped_residual is wrong: along a random direction u, d/dt <w, pullback at "
+        rf"\(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the pullback, but JAX's derivative of the pullback "
+        rf"\(jvp of vjp, through fwd and bwd\) gives 0\.0\.",
+        f.message,
+    )
+    assert m and float(m[1]) != 0.0, f.message
+    assert set(f.counterexample["draws"]) == {"cotangent", "direction", "covector"}
+    assert findings(stopped_residual, "GG201", "GG203") == []  # first order is right
+    assert findings(softplus_ok, "GG204") == []
+
+
+def test_gg204_batched_finite_differences_find_the_same_bug(monkeypatch):
+    monkeypatch.setenv("GRADGUARD_BATCHED_FD", "1")
+    (f,) = findings(stopped_residual, "GG204")
+    assert f.message.startswith("the second order of stopped_residual is wrong")
+    assert findings(softplus_ok, "GG204") == []
+
+
+def test_batched_directional_matches_sequential_finite_differences():
+    from checker.checks._jax import batched_directional
+    from engines import fd
+
+    x, v, w = np.array([0.3, -1.2, 2.0]), np.array([1.0, 0.5, -2.0]), np.array([0.7, -0.1, 1.3])
+    batched = batched_directional(lambda a: jnp.sin(a) * a, (x,), (v,), w)
+    sequential = fd.directional(lambda a: np.sin(a) * a, (x,), (v,), w, complex_step=False)
+    exact = float(np.sum(w * (np.cos(x) * x + np.sin(x)) * v))
+    assert batched.method == "richardson-batched"
+    assert abs(batched.value - exact) <= max(batched.error * 10, 1e-9)
+    assert abs(batched.value - sequential.value) <= 1e-8
+    pulled = batched_directional(softplus, (x,), (v,), [w], cotangent=np.ones(3), mode="pullback")
+    sig = 1 / (1 + np.exp(-x))
+    assert abs(pulled.value - float(np.sum(w * sig * (1 - sig) * v))) <= 1e-8
+
+
+def test_gg204_skips_a_rule_jax_cannot_differentiate_twice():
+    reason = skipped(host_norm_sequential, "GG204")  # bwd runs on the host: JAX refuses loudly, not silently
+    assert reason.startswith(
+        "JAX cannot differentiate the pullback of host_norm_sequential, so it has no second order to judge "
+        "(jax.hessian and grad of grad raise on it too): "
+    ), reason
+    assert findings(docs_style, "GG204") == []  # fwd calling the custom_vjp itself is fine for JAX under jit
+
+
+def test_gg204_applies_to_jax_rules_only():
+    assert skipped(square_wrong_np, "GG204") == "does not apply to numpy rules"
+
+
+# -- GG601 -------------------------------------------------------------------------------------------
+def test_gg601_python_branch_raises_under_jit():
+    (f,) = findings(python_branch, "GG601")
+    assert f.message == (
+        "python_branch raises under jax.jit but not without it, in fwd or bwd: TracerBoolConversionError: "
+        "Attempted boolean conversion of traced array with shape bool[]."
+    )
+    assert "jnp.where or lax.cond" in f.fix
+    assert findings(tanh_where_ok, "GG601") == []
+
+
+def test_gg601_bwd_that_differs_under_jit():
+    (f,) = findings(traced_fast_path, "GG601")
+    assert re.fullmatch(
+        rf"the pullback of traced_fast_path differs under jax\.jit: the tangent for argument 0 at \[\d\] is {NUM} under "
+        rf"jit, {NUM} without it \(same input and cotangent\)\.",
+        f.message,
+    ), f.message
+
+
+def test_gg601_and_gg602_keep_nondiff_argnums_static():
+    assert findings(power_ok, "GG601", "GG602") == []
+
+
+def test_gg601_gg602_do_not_apply_to_numpy_rules():
+    assert skipped(square_wrong_np, "GG601") == "does not apply to numpy rules"
+    assert skipped(square_wrong_np, "GG602") == "does not apply to numpy rules"
+
+
+# -- GG602 -------------------------------------------------------------------------------------------
+def test_gg602_host_callback_declared_batch_aware():
+    (f,) = findings(host_norm_batched, "GG602")
+    m = re.fullmatch(
+        rf"the pullback of host_norm_batched differs under jax\.vmap: for example (\d) of a batch of 3, the tangent "
+        rf"for argument 0 at \[\d\] is {NUM} under vmap, {NUM} when called alone \(same cotangent\)\.",
+        f.message,
+    )
+    assert m, f.message
+    assert f.location.startswith(f"example {m[1]}, tangent for argument 0")
+    assert findings(host_norm_sequential, "GG602") == []
+    assert findings(host_norm_batched, "GG601") == []  # jit alone is fine
+
+
+def test_gg602_python_branch_raises_under_vmap():
+    (f,) = findings(python_branch, "GG602")
+    assert f.message == (
+        "python_branch raises under jax.vmap (a batch of 3 inputs) but not one example at a time: "
+        "TracerBoolConversionError: Attempted boolean conversion of traced array with shape bool[]."
+    )
+    assert findings(tanh_where_ok, "GG602") == []
+
+
+def test_gg602_batches_only_inputs_of_equal_shapes():
+    shapes = hnp.array_shapes(min_dims=1, max_dims=1, min_side=1, max_side=6)
+    varied = jax_rule(softplus, arrays(shape=shapes), name="varied")
+    report = check(varied, select=["GG602"])
+    assert report.passed
+    assert "GG602" in report.rules[0].checks_run  # some batches matched; the others were skipped per input
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+def test_a_bwd_returning_the_wrong_pytree_is_a_contract_finding():
+    report = check(extra_tangent, select=["GG1", "GG2", "GG6"])
+    result = report.rules[0]
+    assert result.verdict == "fail" and result.error is None
+    assert [f.check_id for f in result.findings] == ["GG103"]
+    assert result.findings[0].message == "the pullback of extra_tangent must return one tangent per argument (1), but returned 2."
+    assert {"GG203", "GG601", "GG602"} <= {s["id"] for s in result.checks_skipped}
+
+
+def test_a_rule_jax_cannot_trace_is_named():
+    report = check(numpy_inside, select=["GG203", "GG601"])
+    (f,) = report.findings
+    assert f.message.startswith(
+        "numpy_inside raises under jax.jit but not without it, in the primal (the function underneath the custom_vjp): "
+        "TracerArrayConversionError: The numpy.ndarray conversion method __array__() was called on traced array"
+    )
+    reasons = {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}
+    assert reasons["GG203"].startswith("primal is not traceable by JAX: ")
+
+
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU, so asking for one succeeds")
+def test_gpu_asked_where_none_exists_errors_the_jax_rules_only(monkeypatch):
+    monkeypatch.setenv("GRADGUARD_DEVICE", "gpu")
+    report = check([softplus_ok, square_wrong_np], select=["GG102", "GG203"])
+    jax_result, numpy_result = report.rules
+    assert jax_result.verdict == "error" and jax_result.error["type"] == "PlatformUnavailable"
+    assert jax_result.error["message"].startswith("GPU requested but JAX sees no GPU here (devices: cpu)")
+    assert numpy_result.verdict == "pass" and numpy_result.error is None  # still checked; GG203 needs the device
+    assert {s["id"]: s["reason"] for s in numpy_result.checks_skipped}["GG203"].startswith("GPU requested")
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU, so asking for one succeeds")
+def test_cli_device_gpu_without_a_gpu(tmp_path, monkeypatch):
+    module = tmp_path / "rules.py"
+    module.write_text(
+        "import jax, jax.numpy as jnp\nfrom checker import arrays, jax_rule\n\n"
+        "@jax.custom_vjp\ndef sp(x):\n    return jnp.logaddexp(0.0, x)\n\n"
+        "sp.defvjp(lambda x: (jnp.logaddexp(0.0, x), jax.nn.sigmoid(x)), lambda s, g: (g * s,))\n"
+        "sp_rule = jax_rule(sp, arrays(shape=(3,)))\n"
+    )
+    result = CliRunner().invoke(main, ["check", str(module), "--device", "gpu", "--select", "GG102"])
+    assert result.exit_code == 1, result.output
+    assert "GPU requested but JAX sees no GPU here" in result.output
+    monkeypatch.setenv("GRADGUARD_DEVICE", "cpu")
+    result = CliRunner().invoke(main, ["check", str(module), "--device", "cpu", "--select", "GG102,GG601"])
+    assert result.exit_code == 0, result.output
+
+
+def test_an_unknown_device_name_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("GRADGUARD_DEVICE", "tpu")
+    result = check(softplus_ok, select=["GG102"]).rules[0]
+    assert result.verdict == "error" and result.error["message"] == (
+        "GRADGUARD_DEVICE='tpu' names no device JAX can use here: use cpu or gpu."
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="JAX sees no GPU here (jax.devices('gpu') is unavailable)")
+def test_jax_rules_are_checked_on_the_gpu(monkeypatch):
+    monkeypatch.setenv("GRADGUARD_DEVICE", "gpu")
+    report = check([softplus_ok, stopped_residual], select=["GG102", "GG201", "GG203", "GG204", "GG601", "GG602"])
+    assert report.environment["device"].startswith(("gpu", "cuda"))
+    ok, broken = report.rules
+    assert ok.verdict == "pass", [f.message for f in ok.findings]
+    assert [f.check_id for f in broken.findings] == ["GG204"]  # batched finite differences on the GPU
+
+
+# -- examples and the corpus -------------------------------------------------------------------------
+EXAMPLES = {
+    "softplus": [],
+    "logsumexp": [],
+    "ignores_cotangent": ["GG201", "GG202", "GG203"],
+    "traced_fast_path": ["GG601"],
+    "python_branch": ["GG601", "GG602"],
+    "stopped_residual": ["GG204"],
+    "host_norm": ["GG602"],
+}
+
+
+def test_examples_fail_the_checks_they_illustrate():
+    rules = {r.name: r for r in rules_in(load_module(ROOT / "examples" / "jax_rules.py"))}
+    assert set(rules) == set(EXAMPLES)
+    for name, ids in EXAMPLES.items():
+        select = ids or ["GG203", "GG204", "GG6"]
+        got = {f.check_id for f in check(rules[name], select=select, max_examples=10).findings}
+        assert got == set(ids), (name, got)
+
+
+CORPUS = [ROOT / "tests" / "corpus" / "jax_correct.py", ROOT / "tests" / "corpus" / "jax_bugs.py"]
+
+
+def test_the_corpus_has_at_least_ten_labelled_jax_rules():
+    rules = [(path, r) for path in CORPUS for r in rules_in(load_module(path))]
+    labels = {name: label for path in CORPUS for name, label in load_module(path).LABELS.items()}
+    assert len(rules) >= 10 and all(r.kind == "jax" for _, r in rules)
+    assert {r.name for _, r in rules} == set(labels)
+    assert sum(1 for label in labels.values() if label["expect"]) >= 10
+
+
+def _corpus_rules():
+    for path in CORPUS:
+        module = load_module(path)
+        for rule in rules_in(module):
+            yield pytest.param(rule, module.LABELS[rule.name], id=f"{path.stem}:{rule.name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule, label", list(_corpus_rules()))
+def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label):
+    result = check(rule, ignore="GG5").rules[0]
+    assert result.error is None, result.error
+    assert sorted({f.check_id for f in result.findings}) == sorted(label["expect"]), [f.message for f in result.findings]
