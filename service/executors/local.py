@@ -64,6 +64,7 @@ class LocalExecutor:
         self.procs: list[BaseProcess] = []
         self._supervisor: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._started: dict[int, float] = {}
 
     def accepts(self, device: str) -> bool:
         return device in self.settings.local_devices
@@ -77,6 +78,8 @@ class LocalExecutor:
             return
         with self._lock:
             self.procs = [self._spawn() for _ in range(self.size)]
+        self._quick_deaths = 0
+        self._respawn_after = 0.0
         self._supervisor = threading.Thread(target=self._supervise, name="gradguard-pool", daemon=True)
         self._supervisor.start()
 
@@ -84,6 +87,7 @@ class LocalExecutor:
         proc = _CTX.Process(target=worker_loop, args=(self.settings, self.wake, self.stopping, os.getpid()),
                             name="gradguard-worker", daemon=True)
         proc.start()
+        self._started[proc.pid] = time.monotonic()  # type: ignore[index]
         return proc
 
     def _supervise(self) -> None:
@@ -91,9 +95,17 @@ class LocalExecutor:
         while not self.stopping.wait(1.0):
             with self._lock:
                 dead = [p for p in self.procs if not p.is_alive()]
-                for proc in dead:
-                    log.warning("worker %s exited with %s; starting a new one", proc.pid, proc.exitcode)
-                    self.procs[self.procs.index(proc)] = self._spawn()
+                if dead and time.monotonic() >= self._respawn_after:
+                    for proc in dead:
+                        lived = time.monotonic() - self._started.pop(proc.pid, 0.0)  # type: ignore[arg-type]
+                        # A worker that dies right after starting (bad configuration, broken install)
+                        # is restarted with a growing delay instead of in a tight loop.
+                        self._quick_deaths = self._quick_deaths + 1 if lived < 5 else 0
+                        log.warning("worker %s exited with %s after %.1f s; starting a new one", proc.pid,
+                                    proc.exitcode, lived)
+                        self.procs[self.procs.index(proc)] = self._spawn()
+                    if self._quick_deaths:
+                        self._respawn_after = time.monotonic() + min(60.0, 2.0 ** self._quick_deaths)
             if dead or time.monotonic() - last_sweep > self.settings.lease_s / 4:
                 last_sweep = time.monotonic()
                 try:
