@@ -12,9 +12,10 @@ partial derivative:
   in `mul(x, x)` (GG502).
 * `matvec_rrule` (`W @ x`) is right with tied weights `W` and `W.T`.
 * `matvec_buffer_rrule` returns its weight gradient in a preallocated
-  buffer: right alone, but with tied weights the second pullback overwrites
-  the tangent the engine still holds from the first (GG502), and the same
-  happens when the rule is called twice (GG501).
+  buffer. The isolation checks already flag the reuse (GG403, GG202); the
+  matrix shows what it does in programs: with tied weights the second
+  pullback overwrites the tangent the engine still holds from the first
+  (GG502), and the same happens when the rule is called twice (GG501).
 
     gradguard check examples/aliasing.py
 """
