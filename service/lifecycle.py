@@ -13,6 +13,7 @@ so SQLite's write lock is taken by the ``UPDATE`` itself and waits on the busy t
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from datetime import datetime, timedelta, timezone
@@ -144,6 +145,7 @@ def fail_run(session: Session, *, run_id: int, worker: str | None, reason: str) 
 def finish_run(session: Session, *, run_id: int, worker: str, ok: bool, report: dict[str, Any] | None,
                level: str | None, reason: str | None, duration_s: float) -> str | None:
     """Store a sandbox outcome; returns the final status, or None if ``worker`` lost the run meanwhile."""
+    report = _json_safe(report) if report is not None else None
     summary = (report or {}).get("summary") if ok else None
     if ok and report is not None:
         status = VERDICT_STATUS.get(str((summary or {}).get("verdict")), "error")
@@ -173,6 +175,17 @@ def finish_run(session: Session, *, run_id: int, worker: str, ok: bool, report: 
     session.commit()
     _update_branch_head(session, session.get(Run, run_id, populate_existing=True))  # type: ignore[arg-type]
     return status
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities as strings: PostgreSQL's JSON (and strict JSON) has no such numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _update_branch_head(session: Session, run: Run) -> None:

@@ -66,9 +66,16 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
         return "error"
     finally:
         heartbeat.stopped.set()
-    with factory() as session:
-        status = lifecycle.finish_run(session, run_id=run.id, worker=worker, ok=outcome.ok, report=outcome.report,
-                                      level=outcome.level, reason=outcome.reason, duration_s=outcome.duration_s)
+    try:
+        with factory() as session:
+            status = lifecycle.finish_run(session, run_id=run.id, worker=worker, ok=outcome.ok, report=outcome.report,
+                                          level=outcome.level, reason=outcome.reason, duration_s=outcome.duration_s)
+    except Exception as exc:  # e.g. a report the database refuses: end the run, keep the worker
+        log.exception("could not store the outcome of run %s", run.id)
+        with factory() as session:
+            lifecycle.fail_run(session, run_id=run.id, worker=worker,
+                               reason=f"internal error while storing the report: {type(exc).__name__}: {exc}"[:2000])
+        return "error"
     log.info("run %s: %s in %.2f s (sandbox %s)%s", run.id, status, time.monotonic() - started, outcome.level,
              f": {outcome.reason}" if outcome.reason else "")
     return status

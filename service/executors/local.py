@@ -51,7 +51,11 @@ def worker_loop(settings: Settings, wake: Event, stop: Event, parent_pid: int) -
             wake.wait(settings.poll_interval_s)
             wake.clear()
             continue
-        execute_claimed(factory, run, worker=me, settings=settings)
+        try:
+            execute_claimed(factory, run, worker=me, settings=settings)
+        except Exception:  # e.g. the database went away: the run's lease lapses and it is requeued
+            log.exception("run %s could not be executed; its lease will lapse and it will be requeued", run.id)
+            time.sleep(settings.poll_interval_s)
 
 
 class LocalExecutor:

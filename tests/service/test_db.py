@@ -158,3 +158,17 @@ def test_cursor_pagination_walks_every_run_once(factory) -> None:  # type: ignor
             if cursor is None:
                 break
     assert seen == sorted(ids[:5], reverse=True)
+
+
+def test_reports_with_nan_and_infinity_are_stored_on_every_database(factory) -> None:  # type: ignore[no-untyped-def]
+    me = lifecycle.worker_id()
+    run_id = new_run(factory)
+    report = {**REPORT, "rules": [{**REPORT["rules"][1], "duration_s": 0.1,
+                                   "findings": [{**REPORT["rules"][1]["findings"][0],
+                                                 "counterexample": {"error": float("nan"), "bound": float("inf")}}]}]}
+    with factory() as session:
+        lifecycle.claim_run(session, run_id=run_id, worker=me, max_retries=2, lease_s=60)
+        assert lifecycle.finish_run(session, run_id=run_id, worker=me, ok=True, report=report, level="rlimits",
+                                    reason=None, duration_s=1) == "failed"
+        stored = session.get(ReportRow, run_id).report
+    assert stored["rules"][0]["findings"][0]["counterexample"] == {"error": "NaN", "bound": "Infinity"}
