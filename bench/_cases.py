@@ -1,0 +1,141 @@
+"""The labelled corpus as benchmark cases: each rule, its label, and one drawn input for the anchors.
+
+Anchors (gradcheck, check_grads) test one point, the way their users call
+them with a random input; each case gets one input drawn deterministically
+from the rule's own argument specs (so it lies in the rule's domain), the
+most generic of a few drawn (most distinct non-zero values), and a second one
+for programs that call the rule twice.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from checker.loader import load_module, rules_in  # noqa: E402
+from checker.specs import RuleSpec, differentiable  # noqa: E402
+
+CORPUS = ROOT / "tests" / "corpus"
+CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition")
+CONTEXT_CLASSES = ("context", "aliasing")
+
+
+@dataclass
+class BenchCase:
+    module: str
+    name: str
+    rule: RuleSpec
+    bug: str
+    expect: list[str]
+    label: dict[str, Any]
+    args: tuple[Any, ...] = ()
+    args2: tuple[Any, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def buggy(self) -> bool:
+        return self.bug != "correct"
+
+    @property
+    def in_context(self) -> bool:
+        """Wrong only inside a program: the anchors run on the context programs, not the rule alone."""
+        return self.bug in CONTEXT_CLASSES
+
+    @property
+    def diff(self) -> list[int]:
+        return [i for i, a in enumerate(self.args) if i not in self.rule.nondiff and differentiable(a)]
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.name}"
+
+
+def load_cases(corpus: Path = CORPUS, *, names: list[str] | None = None) -> list[BenchCase]:
+    """Every labelled rule of every corpus module (sorted by module, then definition order)."""
+    cases = []
+    for path in sorted(corpus.glob("*.py")):
+        if path.name.startswith(("_", "test_")):
+            continue
+        module = load_module(path)
+        labels = getattr(module, "LABELS", {})
+        for rule in rules_in(module):
+            label = labels.get(rule.name)
+            if label is None:
+                continue
+            case = BenchCase(path.stem, rule.name, rule, bug_class(label), sorted(label["expect"]), label)
+            if names is None or case.name in names or case.key in names:
+                cases.append(case)
+    return cases
+
+
+_FAMILY_CLASS = {"GG1": "contract", "GG2": "numeric", "GG3": "cotangent", "GG4": "state", "GG6": "jax-composition"}
+
+
+def bug_class(label: dict[str, Any]) -> str:
+    """The label's bug class; a free-text one is read from its expected ids (the most specific family)."""
+    bug = str(label.get("bug", "")).strip().lower()
+    if bug in CLASSES or bug == "correct":
+        return bug
+    expect = label.get("expect", [])
+    if not expect or bug in ("none", "ok", ""):
+        return "correct"
+    if "GG502" in expect:
+        return "aliasing"
+    if any(e.startswith("GG5") for e in expect):
+        return "context"
+    if any(e.startswith("GG6") for e in expect) or "GG204" in expect:
+        return "jax-composition"
+    return _FAMILY_CLASS.get(sorted(expect)[0][:3], "numeric")
+
+
+def _score(args: tuple[Any, ...]) -> int:
+    values = []
+    for a in args:
+        if isinstance(a, np.ndarray) and a.dtype.kind in "fc":
+            values.extend(a.ravel().tolist())
+        elif isinstance(a, float):
+            values.append(a)
+    distinct = len({v for v in values if v != 0 and (not isinstance(v, float) or math.isfinite(v))})
+    zeros = sum(1 for v in values if v == 0)
+    return distinct - 1000 * zeros  # like torch.randn: no exact zeros, no ties where avoidable
+
+
+def draw_inputs(rule: RuleSpec, seed: int = 0, n: int = 12) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """Two inputs from the rule's specs, deterministic for a seed: the most generic first."""
+    found: list[tuple[Any, ...]] = []
+
+    @hyp_seed(seed)
+    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(rule.args_strategy)
+    def collect(args: Any) -> None:
+        found.append(tuple(args))
+
+    collect()
+    ranked = sorted(range(len(found)), key=lambda k: (-_score(found[k]), -k))
+    first = found[ranked[0]]
+    second = next((found[k] for k in ranked[1:] if _shape_of(found[k]) == _shape_of(first)), first)
+    return first, second
+
+
+def _shape_of(args: tuple[Any, ...]) -> tuple:
+    return tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
+
+
+def copy_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+
+
+def prepare(cases: list[BenchCase], seed: int = 0) -> list[BenchCase]:
+    for case in cases:
+        case.args, case.args2 = draw_inputs(case.rule, seed)
+    return cases

@@ -1,0 +1,161 @@
+"""Checker speed (issue 2's targets): the isolation checks on small rules, and on a 10**6-element rule.
+
+    python bench/checker_speed.py [--repeats 7] [--n-large 1000000] [--breakdown]
+
+1. Small rules (n <= 100 elements): the median wall time of
+   ``check(rule, select=GG1-GG4)`` after the first import and a warm-up call.
+   Target: under 0.5 s.
+2. A rule with ``--n-large`` elements (10**6 by default): the time of the same
+   checks in units of one forward+pullback evaluation of that rule (the median
+   of several evaluations, measured in this run). Target: at most 50.
+
+``--breakdown`` also times each check alone on the small rules, to show what
+dominates. Both figures are ratios or medians measured in this run; absolute
+times on a loaded machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ISOLATION = ["GG1", "GG2", "GG3", "GG4"]
+SMALL_TARGET_S = 0.5
+LARGE_TARGET_EVALS = 50.0
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def small_rules() -> list[Any]:
+    from checker import arrays, rrule
+
+    @rrule(softplus, arrays(shape=(100,), min_value=-30.0, max_value=30.0))
+    def softplus_rrule(x):
+        sig = 1.0 / (1.0 + np.exp(-x))
+        return softplus(x), lambda ybar: (None,) if ybar is None else (ybar * sig,)
+
+    @rrule(matmul, arrays(shape=(8, 8)), arrays(shape=(8, 8)))
+    def matmul_rrule(a, b):
+        return a @ b, lambda ybar: (None, None) if ybar is None else (ybar @ b.T, a.T @ ybar)
+
+    @rrule(softmax, arrays(shape=(10,)))
+    def softmax_rrule(x):
+        s = softmax(x)
+        return s, lambda ybar: (None,) if ybar is None else (s * (ybar - np.dot(s, ybar)),)
+
+    return [softplus_rrule, matmul_rrule, softmax_rrule]
+
+
+def large_rule(n: int) -> Any:
+    from checker import arrays, rrule
+
+    @rrule(softplus, arrays(shape=(n,), min_value=-30.0, max_value=30.0), name=f"softplus_{n}")
+    def softplus_large_rrule(x):
+        sig = 1.0 / (1.0 + np.exp(-x))
+        return softplus(x), lambda ybar: (None,) if ybar is None else (ybar * sig,)
+
+    return softplus_large_rrule
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def check_time(rule: Any, select: list[str], max_examples: int | None = None) -> tuple[float, Any]:
+    from checker import check
+
+    start = time.perf_counter()
+    report = check(rule, select=select, seed=0, max_examples=max_examples)
+    return time.perf_counter() - start, report.rules[0]
+
+
+def evaluation_time(rule: Any, n: int, repeats: int) -> float:
+    """Median time of one forward + pullback of ``rule`` on an n-element input (random cotangent)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-30, 30, size=n)
+    ybar = rng.uniform(-4, 4, size=n)
+
+    def once() -> None:
+        y, pb = rule.rrule(x.copy())
+        pb(ybar)
+
+    once()
+    return statistics.median(timed(once) for _ in range(repeats))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per figure (median)")
+    parser.add_argument("--n-large", type=int, default=10**6, help="elements of the large rule")
+    parser.add_argument("--breakdown", action="store_true", help="time each isolation check alone on the small rules")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+
+    t = time.perf_counter()
+    import checker  # noqa: F401
+    from checker.checks.registry import catalogue
+
+    print(f"import checker: {time.perf_counter() - t:.2f} s (excluded below)")
+
+    print(f"\n1. Isolation checks ({', '.join(ISOLATION)}) on small rules, median of {args.repeats} after a warm-up call:")
+    medians = []
+    for rule in small_rules():
+        first, _ = check_time(rule, ISOLATION)
+        times, results = [], []
+        for _ in range(args.repeats):
+            s, res = check_time(rule, ISOLATION)
+            times.append(s)
+            results.append(res)
+        med = statistics.median(times)
+        medians.append(med)
+        res = results[-1]
+        print(f"   {rule.name:16s} first call {first:6.2f} s, median {med:6.3f} s (min {min(times):.3f}, max {max(times):.3f}), "
+              f"verdict {res.verdict}, {res.examples} examples")
+    overall = statistics.median(medians)
+    verdict = "MET" if overall < SMALL_TARGET_S else "NOT MET"
+    print(f"   median over the small rules: {overall:.3f} s; target < {SMALL_TARGET_S} s: {verdict}")
+
+    if args.breakdown:
+        ids = [c.id for c in catalogue() if any(c.id.startswith(p) for p in ISOLATION)]
+        print("\n   each check alone (median over the small rules; one Hypothesis search per check):")
+        for cid in ids:
+            per = [statistics.median(check_time(rule, [cid])[0] for _ in range(max(1, args.repeats // 3))) for rule in small_rules()]
+            print(f"   {cid}: {statistics.median(per):.3f} s")
+
+    n = args.n_large
+    print(f"\n2. Isolation checks on a rule with n = {n:,} elements, in units of one forward+pullback:")
+    rule = large_rule(n)
+    unit = evaluation_time(rule, n, args.repeats)
+    total, res = check_time(rule, ISOLATION)
+    evals = total / unit
+    verdict = "MET" if evals <= LARGE_TARGET_EVALS else "NOT MET"
+    print(f"   one forward+pullback: {unit * 1e3:.1f} ms (median of {args.repeats})")
+    print(f"   check: {total:.2f} s = {evals:.0f} evaluations' worth (verdict {res.verdict}, {res.examples} examples); "
+          f"target <= {LARGE_TARGET_EVALS:.0f}: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

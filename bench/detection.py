@@ -1,0 +1,322 @@
+"""Detection benchmark: gradguard against torch.autograd.gradcheck and jax.test_util.check_grads.
+
+    python bench/detection.py                      # the whole corpus; writes bench/RESULTS.md
+    python bench/detection.py --quick              # a handful of cases, prints only
+    python bench/detection.py --tools gradguard,check_grads --cases sum_ones_rrule
+
+Every labelled rule of the corpus (tests/corpus/) runs through each tool:
+
+* gradguard: ``checker.check(rule)`` with every check (or ``--select``).
+* gradcheck: the rule as a ``torch.autograd.Function`` over ``tensor.numpy()``
+  views, float64; variants: plain (``check_undefined_grad=False``), with
+  ``check_undefined_grad=True`` (the default), ``fast_mode=True``, and
+  ``gradgradcheck`` for JAX-native rules (a NumPy backward is not differentiable).
+* check_grads: the rule as a ``jax.custom_vjp`` over ``jax.pure_callback``
+  (JAX-native rules: their own ``custom_vjp``), ``modes=["rev"]``, order 1, and
+  order 2 for JAX-native rules.
+
+Anchors check one drawn input (their users' habit); for cases wrong only in a
+program (bug classes context and aliasing) they run on the same context
+programs gradguard uses, written for each framework (bench/_programs.py), and
+count as catching the bug if any program fails; for jax-composition cases
+check_grads also runs under jit and vmap. A tool "caught" a buggy rule when it
+reported a failure (gradguard: any finding; gradcheck: returned False;
+check_grads: AssertionError), "errored" when it raised something else, and
+"missed" when it passed. On correct rules, anything but a pass is a false
+positive. Times are wall-clock sums over the corpus, measured in this run,
+imports excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _cases import CLASSES, ROOT, BenchCase, load_cases, prepare  # noqa: E402
+from _programs import NAMES as CONTEXT_PROGRAMS  # noqa: E402
+
+TOOLS = {
+    "gradguard": ["gradguard"],
+    "gradcheck": ["gradcheck", "gradcheck[undefined]", "gradcheck[fast]", "gradgradcheck"],
+    "check_grads": ["check_grads", "check_grads[order=2]"],
+}
+GROUPS = {"gradcheck": "gradcheck (any)", "check_grads": "check_grads (any)"}  # a variant that caught it
+RESULTS = ROOT / "bench" / "RESULTS.md"
+QUICK = [
+    "contract:no_pullback_rrule",
+    "numeric:sum_ones_rrule",
+    "numeric:tanh_sign_rrule",
+    "cotangent:square_no_none_rrule",
+    "state:sin_shared_buffer_rrule",
+    "correct:square_rrule",
+    "correct:cmul_rrule",
+    "correct:scaled_into_rrule",
+]
+
+
+def run_gradguard(case: BenchCase, select: list[str] | None) -> tuple[str, str, list[str]]:
+    from checker import check
+
+    report = check(case.rule, select=select, seed=0)
+    result = report.rules[0]
+    ids = sorted({f.check_id for f in result.findings})
+    if result.verdict == "error":
+        return "errored", (result.error or {}).get("message", "")[:200], ids
+    return ("caught" if ids else "passed"), ", ".join(ids), ids
+
+
+def run_case(case: BenchCase, tools: list[str], select: list[str] | None) -> dict[str, Any]:
+    import _jax_tools
+    import _torch_tools
+
+    row: dict[str, Any] = {"case": case.key, "bug": case.bug, "expect": case.expect, "tools": {}}
+    for group in tools:
+        for variant in TOOLS[group]:
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    if variant == "gradguard":
+                        outcome, detail, ids = run_gradguard(case, select)
+                        row["gradguard_ids"] = ids
+                    elif group == "gradcheck":
+                        outcome, detail = _torch_tools.run(case, variant, _programs(case, "gradcheck"))
+                    else:
+                        outcome, detail = _jax_tools.run(case, variant, _programs(case, "check_grads"))
+                except Exception as exc:  # noqa: BLE001 - a tool crashed on this case: record it, go on
+                    outcome, detail = "errored", f"{type(exc).__name__}: {str(exc)[:200]}"
+            row["tools"][variant] = {"outcome": outcome, "detail": detail, "seconds": time.perf_counter() - start}
+    return row
+
+
+def _programs(case: BenchCase, tool: str) -> list[str] | None:
+    """The programs an anchor runs: the rule alone, or every context program for context-only bugs."""
+    if case.in_context:
+        return list(CONTEXT_PROGRAMS)
+    if case.bug == "jax-composition" and tool == "check_grads":
+        return ["output-used", "jit", "vmap"]
+    return None
+
+
+def _group_of(col: str) -> str | None:
+    return next((g for g, label in GROUPS.items() if label == col), None)
+
+
+def _group_outcome(row: dict[str, Any], group: str) -> str:
+    outs = [row["tools"][v]["outcome"] for v in TOOLS[group] if v in row["tools"]]
+    for kind in ("caught", "errored", "passed"):
+        if kind in outs:
+            return kind
+    return "n/a"
+
+
+def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
+    columns = [v for g in tools for v in TOOLS[g]] + [GROUPS[g] for g in tools if g in GROUPS]
+    table: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    false_pos: dict[str, list[str]] = defaultdict(list)
+    seconds: dict[str, float] = defaultdict(float)
+    for row in rows:
+        for col in columns:
+            outcome = _group_outcome(row, _group_of(col)) if _group_of(col) else row["tools"][col]["outcome"]
+            if row["bug"] == "correct":
+                if outcome in ("caught", "errored"):
+                    false_pos[col].append(f"{row['case']} ({outcome}: {_detail(row, col)})")
+                table["correct"][col]["flagged" if outcome in ("caught", "errored") else outcome] += 1
+            else:
+                table[row["bug"]][col][{"passed": "missed"}.get(outcome, outcome)] += 1
+        for variant, info in row["tools"].items():
+            seconds[variant] += info["seconds"]
+    for g in tools:
+        seconds[GROUPS.get(g, g)] = sum(seconds[v] for v in TOOLS[g])
+    return {"columns": columns, "table": table, "false_positives": false_pos, "seconds": seconds}
+
+
+def _detail(row: dict[str, Any], col: str) -> str:
+    variants = TOOLS[_group_of(col)] if _group_of(col) else [col]
+    for v in variants:
+        info = row["tools"].get(v)
+        if info and info["outcome"] in ("caught", "errored"):
+            return f"{v}: {info['detail'][:120]}" if len(variants) > 1 else info["detail"][:120]
+    return ""
+
+
+def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]) -> str:
+    cols = summary["columns"]
+    table = summary["table"]
+    lines = []
+    buggy = [r for r in rows if r["bug"] != "correct"]
+    correct = [r for r in rows if r["bug"] == "correct"]
+    lines.append(f"{len(buggy)} buggy rules, {len(correct)} correct rules. Cells: caught / missed / errored (n/a: does not apply).")
+    lines.append("")
+    lines.append("| bug class | cases | " + " | ".join(cols) + " |")
+    lines.append("|---|---|" + "---|" * len(cols))
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for bug in [*CLASSES, *sorted(set(table) - set(CLASSES) - {"correct"})]:
+        if bug not in table:
+            continue
+        n = sum(1 for r in buggy if r["bug"] == bug)
+        cells = []
+        for col in cols:
+            c = table[bug][col]
+            for k in ("caught", "missed", "errored", "n/a"):
+                totals[col][k] += c[k]
+            cells.append(f"{c['caught']} / {c['missed']} / {c['errored']}" + (f" ({c['n/a']} n/a)" if c["n/a"] else ""))
+        lines.append(f"| {bug} | {n} | " + " | ".join(cells) + " |")
+    cells = [f"{totals[c]['caught']} / {totals[c]['missed']} / {totals[c]['errored']}" for c in cols]
+    lines.append(f"| **all buggy** | {len(buggy)} | " + " | ".join(cells) + " |")
+    rates = []
+    for c in cols:
+        judged = totals[c]["caught"] + totals[c]["missed"] + totals[c]["errored"]
+        rates.append(f"{100 * totals[c]['caught'] / judged:.0f}% ({100 * (totals[c]['caught'] + totals[c]['errored']) / judged:.0f}%)" if judged else "n/a")
+    lines.append("| **detection rate** (caught, and caught or errored) | | " + " | ".join(rates) + " |")
+    fp = [f"{table['correct'][c]['flagged']} / {len(correct)}" for c in cols]
+    lines.append(f"| **false positives** on correct rules | {len(correct)} | " + " | ".join(fp) + " |")
+    secs = summary["seconds"]
+    lines.append("| **total wall time (s)** | | " + " | ".join(f"{secs.get(c, 0.0):.1f}" for c in cols) + " |")
+    lines.append("")
+    anchors = [g for g in tools if g != "gradguard"]
+    if "gradguard" in tools and anchors:
+        fastest = min((GROUPS[g] for g in anchors), key=lambda g: secs[g])
+        ratio = secs["gradguard"] / secs[fastest] if secs[fastest] > 0 else float("inf")
+        lines.append(f"gradguard total time / fastest anchor ({fastest}, all its variants): {ratio:.1f}x")
+        plain = min(("gradcheck", "check_grads"), key=lambda v: secs.get(v, float("inf")))
+        if plain in secs:
+            lines.append(f"gradguard total time / fastest single anchor call ({plain}): {secs['gradguard'] / max(secs[plain], 1e-9):.1f}x")
+        g = totals["gradguard"]
+        judged = g["caught"] + g["missed"] + g["errored"]
+        rate = g["caught"] / judged if judged else 0.0
+        fps = table["correct"]["gradguard"]["flagged"]
+        met = rate >= 0.95 and fps == 0 and ratio <= 2.0
+        lines.append(
+            f"Target (>= 95% caught, 0 false positives, within 2x of the fastest anchor): "
+            f"{'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, {fps} false positive(s), {ratio:.1f}x)."
+        )
+        lines.append("")
+    if any(summary["false_positives"].values()):
+        lines.append("False positives on correct rules:")
+        for col in cols:
+            for item in summary["false_positives"].get(col, []):
+                lines.append(f"- {col}: {item}")
+        lines.append("")
+    missed = [r for r in buggy if "gradguard" in r["tools"] and r["tools"]["gradguard"]["outcome"] != "caught"]
+    if missed:
+        lines.append("Buggy rules gradguard did not catch:")
+        for r in missed:
+            lines.append(f"- {r['case']} ({r['bug']}, expected {', '.join(r['expect'])}): {r['tools']['gradguard']['outcome']} {r['tools']['gradguard']['detail']}")
+        lines.append("")
+    off = [r for r in rows if "gradguard_ids" in r and r["gradguard_ids"] != r["expect"]]
+    if off:
+        lines.append("Rules where gradguard's ids differ from the label:")
+        for r in off:
+            lines.append(f"- {r['case']}: reported {r['gradguard_ids'] or 'nothing'}, label {r['expect'] or 'nothing'}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def per_case(rows: list[dict[str, Any]], tools: list[str]) -> str:
+    variants = [v for g in tools for v in TOOLS[g]]
+    short = {"caught": "caught", "passed": "pass", "errored": "error", "n/a": "n/a"}
+    lines = ["| case | bug | " + " | ".join(variants) + " |", "|---|---|" + "---|" * len(variants)]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['bug']} | " + " | ".join(short[r["tools"][v]["outcome"]] for v in variants) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a handful of cases (prints only, unless --results)")
+    parser.add_argument("--tools", default="gradguard,gradcheck,check_grads", help="comma-separated: gradguard,gradcheck,check_grads")
+    parser.add_argument("--cases", default=None, help="comma-separated rule names (or module:name)")
+    parser.add_argument("--select", default=None, help="gradguard check id prefixes (default: every check)")
+    parser.add_argument("--results", default=None, help=f"write the Markdown report here (default for full runs: {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--json", default=None, help="write per-case outcomes as JSON")
+    args = parser.parse_args(argv)
+
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    unknown = [t for t in tools if t not in TOOLS]
+    if unknown:
+        parser.error(f"unknown tool(s) {unknown}; choose from {', '.join(TOOLS)}")
+    names = args.cases.split(",") if args.cases else (QUICK if args.quick else None)
+    select = args.select.split(",") if args.select else None
+
+    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)  # a failing rule in a callback is an outcome, not noise
+    started = time.perf_counter()
+    imports = {}
+    for group, module in (("gradguard", "checker"), ("gradcheck", "torch"), ("check_grads", "jax")):
+        if group in tools:
+            t = time.perf_counter()
+            try:
+                __import__(module)
+            except ImportError as exc:
+                print(f"skipping {group}: {exc} (PyTorch is a benchmark-only extra: pip install torch==2.13.0)")
+                tools.remove(group)
+                continue
+            if module == "checker":
+                from checker.jax_rules import ensure_device
+
+                ensure_device()  # JAX's import is part of gradguard's start-up too
+            imports[group] = time.perf_counter() - t
+    cases = prepare(load_cases(names=names))
+    if not cases:
+        print("no corpus case matches", file=sys.stderr)
+        return 2
+    rows = []
+    for k, case in enumerate(cases, 1):
+        row = run_case(case, tools, select)
+        rows.append(row)
+        outs = "  ".join(f"{v}={i['outcome']}" for v, i in row["tools"].items())
+        print(f"[{k}/{len(cases)}] {case.key} ({case.bug}): {outs}", flush=True)
+    summary = summarise(rows, tools)
+    text = render(summary, rows, tools)
+    print()
+    print(text)
+    print("Import times (s, excluded above): " + ", ".join(f"{g} {s:.1f}" for g, s in imports.items()))
+    command = "python bench/detection.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
+    results = args.results or (None if (args.quick or args.cases) else str(RESULTS))
+    if results:
+        Path(results).write_text(_markdown(text, rows, tools, command, imports, time.perf_counter() - started))
+        print(f"wrote {results}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    return 0
+
+
+def _markdown(text: str, rows: list[dict[str, Any]], tools: list[str], command: str, imports: dict[str, float], total: float) -> str:
+    import numpy
+
+    versions = [f"Python {platform.python_version()}", f"NumPy {numpy.__version__}"]
+    for name in ("jax", "torch", "hypothesis"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            versions.append(f"{name} {mod.__version__}")
+    return "\n".join(
+        [
+            "# Detection benchmark",
+            "",
+            f"Made by `{command}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs, "
+            f"{', '.join(versions)}; {total:.0f} s in all). Regenerate it with the same command.",
+            "",
+            text,
+            "Import times (s, excluded above): " + ", ".join(f"{g} {s:.1f}" for g, s in imports.items()),
+            "",
+            "## Per case",
+            "",
+            per_case(rows, tools),
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The benchmarks in a tiny configuration, so they cannot rot (the full runs are documented commands).
+
+Each script runs in a subprocess with a timeout, on a handful of cases or tiny
+sizes. PyTorch is a benchmark-only extra: the gradcheck parts skip with the
+reason where it is not installed; gradguard and check_grads are always run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+TIMEOUT_S = 300
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+NO_TORCH = "PyTorch is not installed (benchmark-only extra: pip install torch==2.13.0)"
+
+pytestmark = pytest.mark.slow
+
+
+def run(script: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"{script} exited {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+CASES = "numeric:sum_ones_rrule,state:sin_shared_buffer_rrule,correct:square_rrule"
+
+
+def test_detection_gradguard_and_check_grads(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    out = run("detection.py", "--cases", CASES, "--tools", "gradguard,check_grads", "--results", str(results))
+    assert "| bug class | cases | gradguard |" in out
+    assert "check_grads (any)" in out
+    assert "detection rate" in out and "false positives" in out and "total wall time" in out
+    text = results.read_text()
+    assert text.startswith("# Detection benchmark")
+    assert "python bench/detection.py --cases" in text  # the command that made it
+    for case in CASES.split(","):
+        assert case in text
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason=NO_TORCH)
+def test_detection_gradcheck() -> None:
+    out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradcheck")
+    assert "gradcheck[fast]" in out and "gradcheck[undefined]" in out and "gradcheck (any)" in out
+    assert "numeric:sum_ones_rrule (numeric): gradcheck=caught" in out
+
+
+def test_detection_without_torch_skips_gradcheck_cleanly() -> None:
+    """Where PyTorch is missing the script says so and runs the other tools (simulated by hiding torch)."""
+    code = (
+        "import sys, runpy; sys.modules['torch'] = None; "
+        f"sys.argv = ['detection.py', '--cases', 'correct:square_rrule', '--tools', 'gradcheck,check_grads']; "
+        f"runpy.run_path({str(BENCH / 'detection.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "skipping gradcheck" in proc.stdout
+    assert "check_grads (any)" in proc.stdout
+
+
+def test_scaling_tiny_sizes() -> None:
+    tools = "gradguard,gradcheck,gradcheck[fast],check_grads" if HAS_TORCH else "gradguard,check_grads"
+    out = run("scaling.py", "--sizes", "10,100", "--tools", tools, "--budget", "0.05")
+    lines = [line for line in out.splitlines() if line.strip().startswith(("10 ", "100 "))]
+    assert any("gradguard" in line and "pass" in line for line in lines)
+    assert any("check_grads" in line and "pass" in line for line in lines)
+    if HAS_TORCH:
+        assert any("gradcheck[fast]" in line for line in lines)
+        assert any("gradcheck " in line and ("pass" in line or "skipped" in line) for line in lines)
+
+
+def test_checker_speed_tiny() -> None:
+    out = run("checker_speed.py", "--repeats", "1", "--n-large", "2000")
+    assert "median over the small rules" in out
+    assert "evaluations' worth" in out
+    assert ("MET" in out) and ("target" in out)
