@@ -178,7 +178,10 @@ def finish_run(session: Session, *, run_id: int, worker: str, ok: bool, report: 
 
 
 def _json_safe(value: Any) -> Any:
-    """``value`` with NaN and infinities as strings: PostgreSQL's JSON (and strict JSON) has no such numbers."""
+    """``value`` with NaN and infinities as strings (PostgreSQL's JSON, like strict JSON, has no such
+    numbers) and NUL characters replaced (PostgreSQL text cannot hold them)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):

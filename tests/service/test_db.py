@@ -160,10 +160,10 @@ def test_cursor_pagination_walks_every_run_once(factory) -> None:  # type: ignor
     assert seen == sorted(ids[:5], reverse=True)
 
 
-def test_reports_with_nan_and_infinity_are_stored_on_every_database(factory) -> None:  # type: ignore[no-untyped-def]
+def test_reports_with_nan_infinity_and_nul_are_stored_on_every_database(factory) -> None:  # type: ignore[no-untyped-def]
     me = lifecycle.worker_id()
     run_id = new_run(factory)
-    report = {**REPORT, "rules": [{**REPORT["rules"][1], "duration_s": 0.1,
+    report = {**REPORT, "rules": [{**REPORT["rules"][1], "duration_s": 0.1, "name": "evil\x00rule",
                                    "findings": [{**REPORT["rules"][1]["findings"][0],
                                                  "counterexample": {"error": float("nan"), "bound": float("inf")}}]}]}
     with factory() as session:
@@ -172,3 +172,4 @@ def test_reports_with_nan_and_infinity_are_stored_on_every_database(factory) -> 
                                     reason=None, duration_s=1) == "failed"
         stored = session.get(ReportRow, run_id).report
     assert stored["rules"][0]["findings"][0]["counterexample"] == {"error": "NaN", "bound": "Infinity"}
+    assert stored["rules"][0]["name"] == "evil\ufffdrule"
