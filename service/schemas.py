@@ -28,6 +28,7 @@ __all__ = [
 
 SLUG = r"^[a-z0-9][a-z0-9-]{0,62}$"
 CHECK_ID = re.compile(r"^GG\d{1,3}$")
+PRINTABLE = r"^[^\x00-\x1f\x7f]+$"  # no control characters (PostgreSQL text cannot hold NUL)
 Device = Literal["cpu", "gpu"]
 
 
@@ -44,9 +45,9 @@ class _Out(BaseModel):
 
 class ProjectCreate(BaseModel):
     slug: str = Field(pattern=SLUG, description="URL name: lowercase letters, digits and '-'")
-    name: str | None = Field(None, max_length=200)
+    name: str | None = Field(None, max_length=200, pattern=PRINTABLE)
     public: bool = True
-    default_branch: str = Field("main", min_length=1, max_length=200)
+    default_branch: str = Field("main", min_length=1, max_length=200, pattern=PRINTABLE)
 
 
 class ProjectOut(_Out):
@@ -72,7 +73,7 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     commit: str | None = Field(None, max_length=64, pattern=r"^[0-9A-Za-z._-]*$")
-    branch: str = Field("main", min_length=1, max_length=200)
+    branch: str = Field("main", min_length=1, max_length=200, pattern=PRINTABLE)
     pull_request: int | None = Field(None, ge=1)
     device: Device = "cpu"
     select: list[str] | None = None

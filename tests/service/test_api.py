@@ -108,6 +108,7 @@ def test_submission_errors_name_the_field_and_the_fix(client, project) -> None: 
     assert error(post(json={"files": {"a.py": "x"}, "device": "tpu"}, headers=headers))["field"] == "device"
     assert error(post(json={"files": {"a.py": "x"}, "select": ["nope"]}, headers=headers))["field"] == "select"
     assert error(post(json={"files": {"a.py": "x"}, "colour": "red"}, headers=headers))["field"] == "colour"
+    assert error(post(json={"files": {"a.py": "x"}, "branch": "a\x00b"}, headers=headers))["field"] == "branch"
     gpu = post(json={"files": {"a.py": "x"}, "device": "gpu"}, headers=headers)
     assert gpu.status_code == 422 and "gpu" in error(gpu)["message"] and "GRADGUARD_" in error(gpu)["fix"]
     evil = tar_gz({"a.py": b"x", "../../escape.py": b"x"})
