@@ -10,6 +10,9 @@
     ├── RateLimited       429 (with Retry-After)
     └── Unavailable       503
 
+Also answered as JSON: a database that cannot be reached (503 with Retry-After) and any
+unexpected error (500); FastAPI's validation errors (422) get the same shape.
+
 Every error body has one shape, also for FastAPI's own validation errors::
 
     {"detail": {"field": "bundle", "message": "...what is wrong...", "fix": "...what to do..."}}
@@ -17,11 +20,13 @@ Every error body has one shape, also for FastAPI's own validation errors::
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = [
@@ -119,8 +124,25 @@ async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
                         headers=getattr(exc, "headers", None))
 
 
+async def _internal_error(_request: Request, exc: Exception) -> JSONResponse:
+    logging.getLogger("gradguard.service").error("unhandled error", exc_info=exc)
+    return JSONResponse(error_body(f"internal error ({type(exc).__name__}); nothing was changed by this request "
+                                   "unless its answer said so.", None,
+                                   "Retry; if it persists, check the server log and GET /readyz."), status_code=500)
+
+
+async def _database_down(_request: Request, exc: Exception) -> JSONResponse:
+    logging.getLogger("gradguard.service").error("database unavailable: %s", exc)
+    return JSONResponse(error_body(f"database: unavailable ({type(exc).__name__}).", "database",
+                                   "Retry in a moment; GET /readyz shows when the database answers again."),
+                        status_code=503, headers={"Retry-After": "5"})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Answer every error with the one JSON shape above."""
+    app.add_exception_handler(Exception, _internal_error)
+    app.add_exception_handler(OperationalError, _database_down)
+    app.add_exception_handler(InterfaceError, _database_down)
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

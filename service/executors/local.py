@@ -74,10 +74,13 @@ class LocalExecutor:
         return device in self.settings.local_devices
 
     def start(self) -> None:
-        with session_scope(self.factory) as session:
-            requeued = lifecycle.requeue_stale(session)
-        if requeued:
-            log.warning("requeued runs left running by a dead process: %s", requeued)
+        try:
+            with session_scope(self.factory) as session:
+                requeued = lifecycle.requeue_stale(session)
+            if requeued:
+                log.warning("requeued runs left running by a dead process: %s", requeued)
+        except Exception:  # the API still starts; /readyz reports the database, the supervisor retries
+            log.exception("could not requeue stale runs at start-up (database unreachable?)")
         if self.size <= 0:
             return
         with self._lock:

@@ -151,3 +151,17 @@ def test_embedded_mode_generates_an_admin_token(make_settings) -> None:  # type:
     settings, generated = make_settings(admin_token=None).with_admin_token()
     assert generated and settings.admin_token.get_secret_value() == generated and len(generated) >= 32
     assert "admin_token" not in repr(make_settings().admin_token)  # SecretStr hides it
+
+
+def test_an_unreachable_database_is_a_503_and_readyz_says_so(make_settings) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    app = create_app(make_settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none", mode="production"))
+    with TestClient(app) as client:
+        down = client.get("/api/v1/projects")
+        assert down.status_code == 503 and error(down)["field"] == "database" and down.headers["Retry-After"]
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["database"].startswith("unreachable")
+        assert client.get("/healthz").status_code == 200
