@@ -34,7 +34,7 @@ def serve(host: str, port: int, demo: bool, workers: int | None) -> None:
         click.echo(f"admin token (generated for this process; set GRADGUARD_ADMIN_TOKEN to keep one): {generated}")
     if demo:
         _seed(settings, make_sessionmaker(settings.database_url), base)
-    click.echo(f"API docs: {base}/docs   health: {base}/readyz")
+    click.echo(f"dashboard: {base}/   API docs: {base}/docs   health: {base}/readyz")
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
 
 
@@ -54,6 +54,6 @@ def _seed(settings, factory, base: str) -> None:  # type: ignore[no-untyped-def]
     if token:
         click.echo(f"demo project token (shown once): {token}")
     click.echo(f"demo: {len(runs)} runs of {examples} queued; verdicts appear within a minute at")
-    click.echo(f"  {base}/api/v1/projects/{DEMO_SLUG}/branches")
+    click.echo(f"  {base}/p/{DEMO_SLUG}   (API: {base}/api/v1/projects/{DEMO_SLUG}/branches)")
     for run_id, _ in runs:
-        click.echo(f"  {base}/api/v1/runs/{run_id}")
+        click.echo(f"  {base}/runs/{run_id}   (API: {base}/api/v1/runs/{run_id})")
