@@ -93,7 +93,7 @@ def _take(session: Session, run: Run, *, worker: str, max_retries: int, lease_s:
 
 def claim_run(session: Session, *, run_id: int, worker: str, max_retries: int, lease_s: float) -> Run | None:
     """Take run ``run_id`` (queued, or running under a dead worker); None if it is not ours to run."""
-    run = session.get(Run, run_id)
+    run = session.get(Run, run_id, populate_existing=True)
     if run is None or run.status not in ("queued", "running"):
         session.commit()
         return None
@@ -108,7 +108,7 @@ def claim_next(session: Session, *, devices: tuple[str, ...], worker: str, max_r
     """Take the oldest queued run for one of ``devices``; None when there is none."""
     for _ in range(8):
         candidates = session.scalars(select(Run).where(Run.status == "queued", Run.device.in_(devices))
-                                     .order_by(Run.id).limit(4)).all()
+                                     .order_by(Run.id).limit(4).execution_options(populate_existing=True)).all()
         if not candidates:
             session.commit()
             return None
