@@ -88,7 +88,7 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
         except ValueError:
             name = f"signal {sig}"
         return None, f"checker killed by {name}" + (f": {last_line(tail)}" if last_line(tail) else "")
-    if raw.returncode != 0:
+    if raw.returncode not in (0, None):  # None: exit status lost (SIGCHLD ignored); the report decides
         kind = _from_text(last_line(tail))
         if kind:
             return None, reasons[kind]

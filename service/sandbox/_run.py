@@ -173,7 +173,7 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
             if tag:
                 sweep_tagged(tag)
             os.close(report_r)
-    code, sig = _decode(status, wrapped=level != "rlimits")
+    code, sig = _decode(status, wrapped=level != "rlimits") if status is not None else (None, None)
     return Raw(limit_hit, code, sig, usage, err, report, time.monotonic() - start)
 
 
@@ -264,12 +264,21 @@ def _kill(proc: subprocess.Popen) -> None:
 def _exited(proc: subprocess.Popen) -> bool:
     """Has the entry program ended? Leaves it a zombie: its pid (our process group's id) stays
     reserved until :func:`_reap`, so the group kill can never hit a stranger that got the number."""
-    return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # the host ignores SIGCHLD, so the kernel reaped it already
+        return True
 
 
-def _reap(proc: subprocess.Popen) -> tuple[int, float]:
-    """(wait status, CPU seconds of the run and the descendants it waited for)."""
-    _, status, usage = os.wait4(proc.pid, 0)
+def _reap(proc: subprocess.Popen) -> tuple[int | None, float]:
+    """(wait status, CPU seconds of the run and the descendants it waited for).
+
+    The status is None when the host process ignores SIGCHLD (some worker pools set SIG_IGN):
+    the kernel then reaps the child itself and its status is lost; the report decides."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:
+        return None, 0.0
     proc.returncode = os.waitstatus_to_exitcode(status)
     return status, usage.ru_utime + usage.ru_stime
 
