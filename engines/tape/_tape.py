@@ -202,6 +202,8 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple
             if policy == "skip":
                 continue
         cts = tuple(_cotangent(o, ct, policy) for o in node.outputs)
+        if node.builtin and all(c is None for c in cts):
+            continue  # built-in pullbacks are linear: a None (zero) cotangent contributes nothing
         if tape.watcher:
             diagnoses += tape.watcher.check(node.step)
         with np.errstate(all="ignore") if node.builtin else contextlib.nullcontext():  # e.g. log(x) for d(x**y)/dy

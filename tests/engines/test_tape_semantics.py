@@ -351,3 +351,17 @@ def test_run_backward_result_and_vjp_shapes():
     unconnected = grad(lambda x, y: tnp.sum(x), x, x, argnums=1)
     np.testing.assert_array_equal(unconnected, [0.0, 0.0])
     assert isinstance(Tracked, type)
+
+
+def test_none_policy_never_hands_none_to_a_builtin_pullback():
+    """A user pullback may return None for an argument built by a built-in op (here x.T); under the
+    "none" policy that built-in must be skipped, not called with None (it once raised)."""
+    from engines.tape import grad, primitive, tnp
+
+    def rule(a, b):
+        return a * b, lambda g: (g * b, None)
+
+    mul_first = primitive(rule, name="mul_first")
+    x = np.arange(4.0).reshape(2, 2)
+    g = grad(lambda x: tnp.sum(mul_first(x, x.T)), x, unused="none")
+    np.testing.assert_allclose(g, x.T)
