@@ -16,7 +16,7 @@ from checker.checks.registry import CHECKS, Problem, Skip
 from checker.inputs import literal
 from checker.specs import RuleSpec
 
-__all__ = ["script", "replay"]
+__all__ = ["script", "replay", "context_script", "replay_context"]
 
 
 def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any]) -> list[Problem]:
@@ -65,4 +65,45 @@ draws = [
 # {message}
 replay(rule, {check_id!r}, args, draws)
 print("{check_id} passes on this input: the rule is fixed.")
+'''
+
+
+def replay_context(rule: RuleSpec, context: str, *, seed: int, engines: list[str]) -> None:
+    """Rerun one context of the safety matrix under ``engines``; raise AssertionError unless every cell is right."""
+    from checker.contexts import run_matrix
+
+    outcome = run_matrix(rule, seed=seed, contexts=[context], engines=engines)
+    bad = []
+    for row in outcome.rows:
+        for engine, cell in row.cells.items():
+            if cell.status != "right":
+                detail = f"relative error {cell.rel_error:.2e}" if cell.rel_error is not None else (cell.message or "")
+                bad.append(f"{engine}: {cell.status} ({detail})" + (f"; {cell.diagnosis}" if cell.diagnosis else ""))
+    if bad:
+        raise AssertionError(f"context {context!r} of {rule.name}: " + " | ".join(bad))
+
+
+def context_script(rule: RuleSpec, check_id: str, context: str, engines: list[str], *, seed: int, message: str,
+                   root: str | None = None) -> str:
+    """A standalone script that reruns one safety-matrix context (seeded, so the same program and inputs)."""
+    path = rule.source_file or "<unknown>"
+    if root and rule.source_file:
+        rel = os.path.relpath(rule.source_file, root)
+        path = rule.source_file if rel.startswith("..") else rel
+    title = CHECKS[check_id].title
+    quoted = message.replace("\n", "\n# ")
+    return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}, context {context!r}.
+
+Run it with `python <this file>` from the folder the rule path is relative to. It rebuilds the context
+program with the same seed, differentiates it under {", ".join(engines)} and compares with finite
+differences of the whole program; it raises AssertionError while the gradient is wrong.
+"""
+from checker.loader import load_rule
+from checker.reproducer import replay_context
+
+rule = load_rule({path!r}, {rule.name!r})
+# Expected failure:
+# {quoted}
+replay_context(rule, {context!r}, seed={seed!r}, engines={engines!r})
+print("{check_id}: context {context} is right under {", ".join(engines)}: the rule is safe there.")
 '''

@@ -430,7 +430,7 @@ def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: Rul
 
 def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options) -> Finding:
     counterexample = None
-    script = None
+    script = problem.reproducer
     if case is not None:
         counterexample = {
             "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from checker import tolerances
 from checker.checks.registry import Problem, Skip, check
+from checker.reproducer import context_script
 from checker.contexts import Outcome, run_matrix
 
 if TYPE_CHECKING:
@@ -174,7 +175,14 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
                 "The pullback is wrong in this program although it may pass in isolation: compare its tangents "
                 "with finite differences on the inputs this context passes (see the reproducer)."
             ))
-        yield _problem(outcome, row, fix)
+        yield _reproducible(ctx, "GG501", outcome, row, _problem(outcome, row, fix))
+
+
+def _reproducible(ctx: "PerRule", check_id: str, outcome: Outcome, row: "Row", problem: Problem) -> Problem:
+    engines = _wrong(row, _baseline(outcome))
+    problem.reproducer = context_script(ctx.rule, check_id, row.context.name, engines, seed=ctx.options.seed,
+                                        message=problem.message, root=ctx.options.root)
+    return problem
 
 
 @check(
@@ -209,7 +217,7 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
         "while reading another (copy first), and do not mutate weights that a transposed view may share."
     )
     for row in _context_rows(outcome, aliasing=True):
-        yield _problem(outcome, row, fix)
+        yield _reproducible(ctx, "GG502", outcome, row, _problem(outcome, row, fix))
 
 
 @check(

@@ -35,6 +35,7 @@ class Problem:
     expected: str | None = None
     actual: str | None = None
     fix: str | None = None
+    reproducer: str | None = None  # per-rule checks write their own; per-input ones get one from the runner
 
 
 class Skip(Exception):

@@ -274,3 +274,20 @@ def test_corpus_rule_context_findings_match_its_label(path, name, label):
     assert got == sorted(label["expect"]), [f.message for f in result.findings]
     if not label["expect"]:
         assert result.findings == [] and result.verdict == "pass"
+
+
+def test_context_findings_carry_a_reproducer_that_fails_the_same_way(tmp_path):
+    """GG501's reproducer reruns the seeded context program; it fails while the rule is unsafe there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    report = check(examples / "mutation_in_context.py", select=["GG501"])
+    finding = next(f for f in report.findings if f.check_id == "GG501" and "captured-before" in f.message)
+    script = tmp_path / "repro.py"
+    script.write_text(finding.reproducer)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "AssertionError: context 'captured-before' of addone_rrule: tape[zero]: wrong (relative error" in proc.stderr
+    assert "`dot` (step 0) captured argument 0 by reference" in proc.stderr
