@@ -34,6 +34,7 @@ __all__ = [
     "finish_run",
     "fail_run",
     "requeue_stale",
+    "release_runs",
     "VERDICT_STATUS",
 ]
 
@@ -224,3 +225,15 @@ def requeue_stale(session: Session) -> list[int]:
         if result.rowcount == 1:
             requeued.append(run_id)
     return requeued
+
+
+def release_runs(session: Session, *, workers: list[str]) -> list[int]:
+    """Put back to ``queued`` the runs that ``workers`` held when the service stopped them on purpose
+    (a shutdown is not the run's fault, so its attempt is given back); return their ids."""
+    held = session.scalars(select(Run.id).where(Run.status == "running", Run.worker.in_(workers))).all()
+    session.commit()
+    if held:
+        session.execute(update(Run).where(Run.id.in_(held), Run.status == "running", Run.worker.in_(workers))
+                        .values(status="queued", worker=None, lease_until=None, attempts=Run.attempts - 1))
+        session.commit()
+    return list(held)

@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 from multiprocessing.process import BaseProcess
@@ -69,6 +70,7 @@ class LocalExecutor:
         self._supervisor: threading.Thread | None = None
         self._lock = threading.Lock()
         self._started: dict[int, float] = {}
+        self.grace_s = 10.0  # how long stop() lets a running run finish
 
     def accepts(self, device: str) -> bool:
         return device in self.settings.local_devices
@@ -125,18 +127,28 @@ class LocalExecutor:
     def submit(self, run_id: int, device: str) -> None:
         self.wake.set()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self) -> None:
+        """Let running runs finish for ``grace_s``; stop the rest and put their runs back, attempt refunded."""
         self.stopping.set()
         self.wake.set()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.grace_s
         with self._lock:
             for proc in self.procs:
                 proc.join(max(0.0, deadline - time.monotonic()))
+            stopped = []
             for proc in self.procs:
                 if proc.is_alive():
                     proc.kill()
                     proc.join(2)
+                    stopped.append(f"{socket.gethostname()}:{proc.pid}")
             self.procs = []
+        if stopped:
+            try:
+                with session_scope(self.factory) as session:
+                    released = lifecycle.release_runs(session, workers=stopped)
+                log.warning("shutting down: runs %s go back to the queue", released)
+            except Exception:
+                log.exception("could not release the runs of stopped workers; they are requeued at next start")
         if self._supervisor is not None:
             self._supervisor.join(2)
 

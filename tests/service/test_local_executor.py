@@ -97,6 +97,18 @@ def test_a_killed_worker_is_replaced_and_the_run_retried_then_error(make_setting
         assert client.get("/readyz").status_code == 200
 
 
+@pytest.mark.slow
+def test_shutdown_puts_running_runs_back_without_spending_an_attempt(make_settings, admin_headers) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings(local_workers=1))
+    app.state.executor.grace_s = 0.5
+    with TestClient(app) as client:
+        run_id = _submit(client, _project(client, admin_headers), SLEEPY_RULES)
+        wait_for(lambda: _status(client, run_id, "running"), 60, "the run to start")
+    with app.state.sessionmaker() as session:
+        run = session.get(Run, run_id)
+        assert (run.status, run.attempts, run.worker) == ("queued", 0, None)
+
+
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_startup_requeues_runs_left_running_by_a_dead_process(make_settings, db_url) -> None:  # type: ignore[no-untyped-def]
     upgrade(db_url)
