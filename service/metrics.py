@@ -45,7 +45,7 @@ class DatabaseCollector(Collector):
         hist = HistogramMetricFamily("gradguard_check_duration_seconds",
                                      "Time finished runs spent in the sandbox.", labels=["device"])
         for device, count, total, *cumulative in rows:
-            buckets = [(str(b), int(c or 0)) for b, c in zip(DurationBuckets, cumulative)] + [("+Inf", int(count))]
+            buckets = [(str(b), int(c or 0)) for b, c in zip(DurationBuckets, cumulative, strict=True)] + [("+Inf", int(count))]
             hist.add_metric([device], buckets, float(total))
         yield runs
         yield depth

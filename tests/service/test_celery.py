@@ -111,8 +111,8 @@ def test_a_run_that_kills_its_worker_is_retried_then_error_and_the_worker_goes_o
             with app.state.sessionmaker() as session:
                 holder = session.get(Run, run_id).worker
             os.kill(int(holder.rpartition(":")[2]), signal.SIGKILL)  # the pool process running the task
-            wait_for(lambda: (r := status(client, run_id, "running", "error")) and (
-                r["status"] == "error" or r["attempts"] > attempt), 60, "the message to come back")
+            wait_for(lambda seen=attempt: (r := status(client, run_id, "running", "error")) and (
+                r["status"] == "error" or r["attempts"] > seen), 60, "the message to come back")
         run = wait_for(lambda: status(client, run_id, "error"), 60, "the run to end as error")
         assert run["attempts"] == 2 and "gave up after 1 retries" in run["error"]
         after = submit(client, "x = 1\n")
