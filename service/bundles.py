@@ -15,7 +15,7 @@ import re
 import stat
 import tarfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -70,9 +70,12 @@ class _Collector:
     """Accumulate files while enforcing the count and byte limits."""
 
     def __init__(self, limits: BundleLimits, field: str) -> None:
-        self.limits, self.field, self.files, self.total = limits, field, {}, 0  # type: ignore[var-annotated]
+        self.limits, self.field = limits, field
+        self.files: dict[str, bytes] = {}
+        self.total = 0
 
-    def add(self, raw_path: str, size: int, read: "callable[[int], bytes]") -> None:  # type: ignore[valid-type]
+    def add(self, raw_path: str, size: int, read: Callable[[int], bytes]) -> None:
+        """Add one file of declared ``size``; ``read(n)`` returns at most ``n`` bytes of it."""
         path = clean_path(raw_path, self.limits, field=self.field)
         if path in self.files:
             raise Invalid(f"{self.field}: path {path!r} appears twice.", field=self.field,
