@@ -158,3 +158,19 @@ def test_a_submission_cannot_see_the_services_secrets_or_database(make_settings,
         if run["sandbox_level"] != "rlimits":  # file-system isolation: the service's files are not there
             assert "unreadable" in report and "53514c69746520666f726d6174" not in report  # "SQLite format"
         assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, reason", [
+    ("x = bytearray(50 * 2**30)\n", "MB memory"),                      # allocates 50 GB
+    ("import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)\n", "MB output"),  # prints without end
+])
+def test_runs_over_a_sandbox_limit_end_error_with_the_reason(make_settings, admin_headers, source, reason) -> None:  # type: ignore[no-untyped-def]
+    app = create_app(make_settings(local_workers=1, run_memory_mb=512))
+    with TestClient(app) as client:
+        headers = _project(client, admin_headers)
+        run_id = _submit(client, headers, source)
+        run = wait_for(lambda: _status(client, run_id, *FINAL), 120, "the hostile run to end")
+        assert run["status"] == "error" and reason in run["error"] and run["attempts"] == 1, run
+        after = _submit(client, headers, "x = 1\n")
+        assert wait_for(lambda: _status(client, after, *FINAL), 60, "the worker to take the next run")
