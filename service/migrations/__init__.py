@@ -1,0 +1,1 @@
+"""Alembic migrations of the service database (see ``service.migrate``)."""

@@ -1,0 +1,1 @@
+"""One module per schema revision, applied in order by Alembic."""
