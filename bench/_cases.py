@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hyp_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from checker.loader import load_module, rules_in  # noqa: E402
-from checker.specs import RuleSpec, differentiable  # noqa: E402
+from checker.loader import load_module, rules_in
+from checker.specs import RuleSpec, differentiable
 
 CORPUS = ROOT / "tests" / "corpus"
 CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition")
@@ -95,7 +96,7 @@ def bug_class(label: dict[str, Any]) -> str:
         return "context"
     if any(e.startswith("GG6") for e in expect) or "GG204" in expect:
         return "jax-composition"
-    return _FAMILY_CLASS.get(sorted(expect)[0][:3], "numeric")
+    return _FAMILY_CLASS.get(min(expect)[:3], "numeric")
 
 
 def _score(args: tuple[Any, ...]) -> int:

@@ -9,12 +9,11 @@ framework; programs take the differentiable inputs and return a real scalar.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import zlib
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 from _cases import BenchCase
 
 NAMES = (

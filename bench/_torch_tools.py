@@ -12,10 +12,10 @@ benchmark-only extra.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 from _cases import BenchCase
 from _programs import build
 

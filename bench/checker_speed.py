@@ -21,12 +21,16 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _results import command_line, write_section
 
 ISOLATION = ["GG1", "GG2", "GG3", "GG4"]
 SMALL_TARGET_S = 0.5
@@ -98,7 +102,7 @@ def evaluation_time(rule: Any, n: int, repeats: int) -> float:
     ybar = rng.uniform(-4, 4, size=n)
 
     def once() -> None:
-        y, pb = rule.rrule(x.copy())
+        _, pb = rule.rrule(x.copy())
         pb(ybar)
 
     once()
@@ -110,8 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per figure (median)")
     parser.add_argument("--n-large", type=int, default=10**6, help="elements of the large rule")
     parser.add_argument("--breakdown", action="store_true", help="time each isolation check alone on the small rules")
+    parser.add_argument("--results", default=None, help="also write the figures into this Markdown file (e.g. bench/RESULTS.md)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    lines: list[str] = []
+
+    def print(*parts: Any, **_: Any) -> None:
+        text = " ".join(str(p) for p in parts)
+        lines.append(text)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
     t = time.perf_counter()
     import checker  # noqa: F401
@@ -154,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   one forward+pullback: {unit * 1e3:.1f} ms (median of {args.repeats})")
     print(f"   check: {total:.2f} s = {evals:.0f} evaluations' worth (verdict {res.verdict}, {res.examples} examples); "
           f"target <= {LARGE_TARGET_EVALS:.0f}: {verdict}")
+    if args.results:
+        body = "```text\n" + "\n".join(lines) + "\n```\n"
+        write_section(args.results, "checker_speed", "Checker speed (issue 2's targets)", command_line("checker_speed.py", argv), body)
+        sys.stdout.write(f"wrote {args.results}\n")
     return 0
 
 

@@ -24,13 +24,14 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _cases import BenchCase  # noqa: E402
+from _cases import BenchCase
+from _results import command_line, write_section
 
 SIZES = [10**k for k in range(1, 7)]
 JACOBIAN_MEMORY_LIMIT = 2 * 2**30  # bytes for gradcheck's two dense float64 Jacobians
@@ -90,9 +91,8 @@ def _case(n: int, calls: Counter) -> BenchCase:
 
 
 def run_gradcheck(n: int, calls: Counter, fast: bool) -> str:
-    import torch
-
     import _torch_tools
+    import torch
 
     case = _case(n, calls)
     apply = _torch_tools.function(case)
@@ -102,10 +102,9 @@ def run_gradcheck(n: int, calls: Counter, fast: bool) -> str:
 
 
 def run_check_grads(n: int, calls: Counter) -> str:
+    import _jax_tools
     import jax.numpy as jnp
     from jax.test_util import check_grads
-
-    import _jax_tools
 
     case = _case(n, calls)
     f = _jax_tools.function(case)
@@ -123,8 +122,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=60.0, help="skip an anchor at a size where its estimated time exceeds this (s)")
     parser.add_argument("--select", default="GG1,GG2,GG3,GG4", help="gradguard checks (id prefixes); 'all' for every check")
     parser.add_argument("--tools", default="gradguard,gradcheck,gradcheck[fast],check_grads")
+    parser.add_argument("--results", default=None, help="also write the table into this Markdown file (e.g. bench/RESULTS.md)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
+    lines: list[str] = []
+
+    def print(*parts: Any, **_: Any) -> None:
+        text = " ".join(str(p) for p in parts)
+        lines.append(text)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
     sizes = [int(s) for s in args.sizes.split(",")]
     select = None if args.select == "all" else args.select.split(",")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -173,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n:>9} {tool:15} {verdict:8} {took:10.3f} {took / unit:11.0f} {ratio:>11}  "
                   f"{calls['forward']} / {calls['pullback']} / {calls['primal']}", flush=True)
         print(f"{'':>9} (one forward+pullback at n = {n}: {unit * 1e3:.3f} ms)")
+    if args.results:
+        body = "```text\n" + "\n".join(lines) + "\n```\n"
+        write_section(args.results, "scaling", "Scaling with input size", command_line("scaling.py", argv), body)
+        sys.stdout.write(f"wrote {args.results}\n")
     return 0
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 def run(script: str, *args: str) -> str:
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
+        check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -45,8 +46,9 @@ def test_detection_gradguard_and_check_grads(tmp_path: Path) -> None:
     assert "check_grads (any)" in out
     assert "detection rate" in out and "false positives" in out and "total wall time" in out
     text = results.read_text()
-    assert text.startswith("# Detection benchmark")
-    assert "python bench/detection.py --cases" in text  # the command that made it
+    assert text.startswith("# Benchmark results")
+    assert "<!-- begin detection -->" in text
+    assert "Made by `python bench/detection.py --cases" in text  # the command that made it
     for case in CASES.split(","):
         assert case in text
 
@@ -65,15 +67,17 @@ def test_detection_without_torch_skips_gradcheck_cleanly() -> None:
         f"sys.argv = ['detection.py', '--cases', 'correct:square_rrule', '--tools', 'gradcheck,check_grads']; "
         f"runpy.run_path({str(BENCH / 'detection.py')!r}, run_name='__main__')"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "skipping gradcheck" in proc.stdout
     assert "check_grads (any)" in proc.stdout
 
 
-def test_scaling_tiny_sizes() -> None:
+def test_scaling_tiny_sizes(tmp_path: Path) -> None:
     tools = "gradguard,gradcheck,gradcheck[fast],check_grads" if HAS_TORCH else "gradguard,check_grads"
-    out = run("scaling.py", "--sizes", "10,100", "--tools", tools, "--budget", "0.05")
+    results = tmp_path / "RESULTS.md"
+    out = run("scaling.py", "--sizes", "10,100", "--tools", tools, "--budget", "0.05", "--results", str(results))
+    assert "Made by `python bench/scaling.py --sizes 10,100" in results.read_text()
     lines = [line for line in out.splitlines() if line.strip().startswith(("10 ", "100 "))]
     assert any("gradguard" in line and "pass" in line for line in lines)
     assert any("check_grads" in line and "pass" in line for line in lines)
@@ -82,8 +86,13 @@ def test_scaling_tiny_sizes() -> None:
         assert any("gradcheck " in line and ("pass" in line or "skipped" in line) for line in lines)
 
 
-def test_checker_speed_tiny() -> None:
-    out = run("checker_speed.py", "--repeats", "1", "--n-large", "2000")
+def test_checker_speed_tiny(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n<!-- begin checker_speed -->\nold figures\n<!-- end checker_speed -->\n")
+    out = run("checker_speed.py", "--repeats", "1", "--n-large", "2000", "--results", str(results))
     assert "median over the small rules" in out
     assert "evaluations' worth" in out
     assert ("MET" in out) and ("target" in out)
+    text = results.read_text()
+    assert "old figures" not in text and text.count("<!-- begin checker_speed -->") == 1  # its section, replaced
+    assert "median over the small rules" in text

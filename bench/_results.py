@@ -1,0 +1,53 @@
+"""bench/RESULTS.md is made of sections, one per benchmark script, each replaced by its own script.
+
+A section lies between ``<!-- begin NAME -->`` and ``<!-- end NAME -->``; a script rewrites only its
+own, so the benchmarks can be regenerated one at a time. Each section starts with the command that
+made it and when.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+ORDER = ("detection", "scaling", "checker_speed")
+TITLE = "# Benchmark results\n\nEach section below says the command that made it; run it again to regenerate that section.\n"
+
+
+def environment() -> str:
+    import numpy
+
+    parts = [f"{os.cpu_count()} CPUs", f"Python {platform.python_version()}", f"NumPy {numpy.__version__}"]
+    for name in ("jax", "torch", "hypothesis"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            parts.append(f"{name} {mod.__version__}")
+    return ", ".join(parts)
+
+
+def write_section(path: str | Path, name: str, heading: str, command: str, body: str) -> None:
+    path = Path(path)
+    text = path.read_text() if path.exists() else TITLE
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    section = (
+        f"<!-- begin {name} -->\n## {heading}\n\nMade by `{command}` ({stamp}; {environment()}).\n\n"
+        f"{body.rstrip()}\n<!-- end {name} -->"
+    )
+    pattern = re.compile(rf"<!-- begin {re.escape(name)} -->.*?<!-- end {re.escape(name)} -->", re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        # Keep the sections in ORDER: insert before the first later section that exists.
+        later = [n for n in ORDER[ORDER.index(name) + 1 :] if name in ORDER] if name in ORDER else []
+        at = min((text.find(f"<!-- begin {n} -->") for n in later if f"<!-- begin {n} -->" in text), default=-1)
+        text = (text[:at] + section + "\n\n" + text[at:]) if at >= 0 else (text.rstrip() + "\n\n" + section + "\n")
+    path.write_text(text)
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    args = argv if argv is not None else sys.argv[1:]
+    return " ".join(["python", f"bench/{script}", *args])
