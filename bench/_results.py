@@ -15,7 +15,18 @@ import time
 from pathlib import Path
 
 ORDER = ("detection", "scaling", "checker_speed")
-TITLE = "# Benchmark results\n\nEach section below says the command that made it; run it again to regenerate that section.\n"
+TITLE = """# Benchmark results
+
+Each section below says the command that made it; run it again to regenerate that section:
+
+    pip install torch==2.13.0            # benchmark-only extra (the `bench` extra); never a dependency
+    python bench/detection.py            # corpus detection, gradguard vs gradcheck and check_grads
+    python bench/scaling.py --results bench/RESULTS.md
+    python bench/checker_speed.py --results bench/RESULTS.md
+
+Times are wall-clock on a shared machine: compare only figures measured in the same run (ratios).
+tests/test_bench_smoke.py runs each script in a tiny configuration.
+"""
 
 
 def environment() -> str:
