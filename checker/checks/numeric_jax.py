@@ -8,8 +8,8 @@ differentiates the user's ``fwd`` and ``bwd`` to get Hessian-vector
 products, so a ``bwd`` that is right to first order can still give wrong
 second derivatives (a ``stop_gradient`` on a residual, a residual from a
 wrong inner derivative). The check compares JAX's derivative of the pullback
-with finite differences of the pullback (batched on a GPU, see
-:mod:`checker.checks._jax`).
+with finite differences of the pullback (batched on a GPU and for large
+inputs, see :mod:`checker.checks._jax`).
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: A
 # -- GG204 ------------------------------------------------------------------------------------------
 def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
     """``d/dt <w, pullback at (x + t u)(ybar)>`` by finite differences; None where they cannot be taken."""
-    if use_batched_fd():
+    if use_batched_fd(sum(int(np.size(case.args[i])) for i in case.diff_positions)):
         covector = [w[i] for i in case.diff_positions]
         try:
             return batched_directional(case.rule.jax_fn, case.fresh(), u, covector, cotangent=ybar, mode="pullback")

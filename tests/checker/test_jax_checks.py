@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis.extra import numpy as hnp
 
+import checker.runner
 from checker import SpecError, arrays, check, constant, jax_rule, rrule
 from checker.cli import main
 from checker.loader import load_module, rules_in
@@ -328,6 +329,16 @@ def test_batched_directional_matches_sequential_finite_differences():
     assert abs(pulled.value - float(np.sum(w * sig * (1 - sig) * v))) <= 1e-8
 
 
+def test_finite_differences_batch_on_a_gpu_and_for_large_inputs(monkeypatch):
+    from checker.checks._jax import BATCHED_MIN_SIZE, use_batched_fd
+
+    assert not use_batched_fd(10) and use_batched_fd(BATCHED_MIN_SIZE)
+    monkeypatch.setenv("GRADGUARD_DEVICE", "gpu")
+    assert use_batched_fd(10)
+    monkeypatch.setenv("GRADGUARD_BATCHED_FD", "0")
+    assert not use_batched_fd(BATCHED_MIN_SIZE)
+
+
 def test_gg204_skips_a_rule_jax_cannot_differentiate_twice():
     reason = skipped(host_norm_sequential, "GG204")  # bwd runs on the host: JAX refuses loudly, not silently
     assert reason.startswith(
@@ -517,7 +528,9 @@ def _corpus_rules():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rule, label", list(_corpus_rules()))
-def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label):
-    result = check(rule, ignore="GG5").rules[0]
+def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label, monkeypatch):
+    monkeypatch.setattr(checker.runner, "BUDGET_FLOOR_S", float("inf"))  # verdicts independent of the machine's load
+    result = check(rule, ignore="GG5").rules[0]  # tests/checker/test_corpus.py compares every family
     assert result.error is None, result.error
-    assert sorted({f.check_id for f in result.findings}) == sorted(label["expect"]), [f.message for f in result.findings]
+    want = sorted(i for i in label["expect"] if not i.startswith("GG5"))
+    assert sorted({f.check_id for f in result.findings}) == want, [f.message for f in result.findings]
