@@ -117,3 +117,20 @@ def test_a_run_that_kills_its_worker_is_retried_then_error_and_the_worker_goes_o
         assert run["attempts"] == 2 and "gave up after 1 retries" in run["error"]
         after = submit(client, "x = 1\n")
         assert wait_for(lambda: status(client, after, *FINAL), 120, "the worker to take the next run")
+
+
+def test_a_starting_worker_requeues_runs_left_running_by_a_dead_worker(stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    from service import lifecycle
+
+    client, env, app = stack
+    run_id = submit(client, "x = 1\n")
+    with app.state.executor.app.connection_for_write() as conn:  # lose the message, as a broker crash would
+        conn.default_channel.client.delete(env["GRADGUARD_QUEUE_PREFIX"] + "cpu")
+    with app.state.sessionmaker() as session:  # a worker took it, then died without a trace in the broker
+        assert lifecycle.claim_run(session, run_id=run_id, worker=f"{socket.gethostname()}:999999999",
+                                   max_retries=1, lease_s=600)
+    with celery_worker(tmp_path, env, "cpu"):
+        run = wait_for(lambda: status(client, run_id, *FINAL), 120, "the starting worker to requeue and run it")
+        assert run["attempts"] == 2
