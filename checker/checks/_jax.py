@@ -74,7 +74,7 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
     consts = tuple((i, case.args[i]) for i in range(nargs) if i not in diff)
     if not consts:
         return fn, diff
-    key: Any = (fn, nargs, consts)
+    key: Any = (fn, nargs, consts, _types(v for _, v in consts))
     try:
         hit = _bound_cache.get(key)
     except TypeError:  # an unhashable constant: bind afresh (JAX retraces; correct, slower)
@@ -95,6 +95,11 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
             while len(_bound_cache) > _MAX_BOUND:
                 _bound_cache.pop(next(iter(_bound_cache)))
     return hit, diff
+
+
+def _types(values: Any) -> tuple[Any, ...]:
+    """Types inside a cache key: 2, 2.0 and True are equal as keys but are different constants to JAX."""
+    return tuple(type(v) for v in values)
 
 
 def spread(values: Sequence[Any], diff: Sequence[int], nargs: int) -> tuple[Any, ...]:
@@ -122,7 +127,7 @@ def _batched_fn(fn: Callable[..., Any], mode: str, nargs: int, diff: tuple[int, 
 
     ``g`` is ``fn`` itself (mode "value") or its vjp with cotangent ``ct`` (mode "pullback").
     """
-    key = (fn, mode, nargs, diff, statics)
+    key = (fn, mode, nargs, diff, statics, _types(statics))
     try:
         cached = _batched_cache.get(key)
     except TypeError:  # unhashable non-differentiable arguments: build, do not cache
@@ -234,7 +239,7 @@ def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[An
     jnp = jax.numpy
     fn, nargs, diff = case.rule.jax_fn, case.nargs, tuple(case.diff_positions)
     statics = tuple(case.args[i] for i in range(nargs) if i not in diff)
-    key = ("second order", fn, nargs, diff, statics)
+    key = ("second order", fn, nargs, diff, statics, _types(statics))
     built = _batched_cache.get(key)
     if built is None:
         static_pos = [i for i in range(nargs) if i not in diff]
