@@ -42,11 +42,13 @@ __all__ = ["check", "check_rule", "select_checks", "Options", "PerRule"]
 
 DEFAULT_MAX_EXAMPLES = 20
 DEFAULT_RULE_TIMEOUT_S = 120.0
-# Large inputs: the checks of one rule stop drawing new examples once they have spent this many
-# forward+pullback evaluations' worth of time (measured on the first example) ...
-EVALUATION_BUDGET = 50
-# ... but never before this many seconds, so small rules always get their full example count.
-BUDGET_FLOOR_S = 1.0
+# Large inputs get fewer examples, decided by the size of the first (seeded) input so that verdicts stay
+# deterministic: up to this many array elements a rule gets every example; beyond it, proportionally
+# fewer (one at 10**6 elements, which keeps the isolation checks near 50 forward+pullback evaluations).
+FULL_EXAMPLES_UP_TO = 2**14
+# A safety net for rules that are slow for their size: no new input is drawn after this many seconds.
+# It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
+BUDGET_FLOOR_S = 30.0
 VERSION = "0.1.0"
 
 
@@ -256,8 +258,8 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         result.checks_run.append(info.id)
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
         # seed-filled large arrays whose evaluations are expensive.
-        cheap = survey.eval_s * EVALUATION_BUDGET < BUDGET_FLOOR_S
-        failure = (_search(rule, info, options).failure if cheap else None) or first_failure
+        shrinkable = survey.cap >= options.max_examples
+        failure = (_search(rule, info, options).failure if shrinkable else None) or first_failure
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
@@ -276,23 +278,20 @@ _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 @dataclass
 class _Survey:
     examples: int = 0
-    eval_s: float = 0.0  # one forward+pullback on the first input: the unit of the time budget
+    cap: int = 0  # examples this rule gets, from the size of its first input
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
     failures: dict[str, _Failure] = field(default_factory=dict)
 
 
-def _time_one_evaluation(rule: RuleSpec, args: Any) -> float:
-    """Seconds for one forward+pullback of the rule on ``args`` (0 if the rule fails: the checks report that)."""
-    from checker.trees import copy_tree
+def _example_cap(args: Any, max_examples: int) -> int:
+    """Examples for a rule whose first input is ``args``: all of them for small inputs, fewer for large ones."""
+    from checker.trees import leaves
 
-    start = time.perf_counter()
-    try:
-        y, pullback = rule.rrule(*copy_tree(tuple(args)))
-        pullback(copy_tree(y))
-    except Exception:  # noqa: BLE001 - measuring only; the checks report the failure
-        pass
-    return time.perf_counter() - start
+    size = sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray))
+    if size <= FULL_EXAMPLES_UP_TO:
+        return max_examples
+    return max(1, max_examples * FULL_EXAMPLES_UP_TO // size)
 
 
 def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
@@ -352,8 +351,8 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
 
     def body(args: Any, data: Any) -> None:
         if survey.examples == 0:
-            survey.eval_s = _time_one_evaluation(rule, args)
-        elif time.perf_counter() - started > max(BUDGET_FLOOR_S, EVALUATION_BUDGET * survey.eval_s):
+            survey.cap = _example_cap(args, options.max_examples)
+        elif survey.examples >= survey.cap or time.perf_counter() - started > BUDGET_FLOOR_S:
             raise _BudgetSpent()
         survey.examples += 1
         gate_failed = False

@@ -331,6 +331,7 @@ def directional(
     *,
     max_step: float | None = None,
     complex_step: bool | str = "auto",
+    levels: int = _LEVELS,
 ) -> Derivative:
     """d/dt <cotangent, f(*(a + t v))> at t = 0, or d/dt f(...) itself when cotangent is None.
 
@@ -342,9 +343,13 @@ def directional(
     is real and f maps complex input to complex output, and keeps it only when it
     agrees with the Richardson value within that value's error; True uses only the
     complex step (ValueError/TypeError if impossible); False never uses it.
+    `levels`: depth of the Richardson table (2 evaluations each); fewer levels
+    cost less on expensive functions and report a larger error estimate.
     """
     if not callable(f):
         raise TypeError(f"Got f={f!r}, but f must be callable")
+    if not isinstance(levels, int) or isinstance(levels, bool) or levels < 2:
+        raise ValueError(f"Got {levels=}, but levels must be an int >= 2")
     moving = _check_directional(args, directions, max_step, complex_step)
     calls = 0
 
@@ -385,7 +390,7 @@ def directional(
     if max_step is not None:
         h0 = min(h0, float(max_step))
     input_noise = in_eps * _rounding_scale(call, contract, base, args, directions, h0)
-    run = lambda h: _richardson(lambda t: _probe(lambda s: contract(call(s)), t), h, _LEVELS, input_noise)  # noqa: E731
+    run = lambda h: _richardson(lambda t: _probe(lambda s: contract(call(s)), t), h, levels, input_noise)  # noqa: E731
     (value, error), h = _with_shrinking(run, h0, "f")
     if complex_step == "auto":
         try:

@@ -422,3 +422,17 @@ def test_arguments_keep_their_own_type_and_precision_inside_f():
     assert set(seen) == {(np.dtype(np.float32), np.float32, float)}
     assert 1e-9 < result.error < 1e-2  # float32 arguments: a float32-sized error
     assert_within_estimate(result, 3.0 * 2 + 3.0 + 2.0)
+
+
+def test_fewer_levels_cost_fewer_evaluations_and_stay_accurate():
+    """`levels` trades evaluations for accuracy on expensive functions (the checker uses 3 on large inputs)."""
+    x = np.linspace(-1.0, 1.0, 50)
+    v = np.cos(np.arange(50.0))
+    deep = directional(np.sin, [x], [v], np.ones(50), complex_step=False)
+    shallow = directional(np.sin, [x], [v], np.ones(50), complex_step=False, levels=3)
+    truth = float(np.sum(np.cos(x) * v))
+    assert shallow.evaluations == deep.evaluations - 6
+    assert abs(shallow.value - truth) <= shallow.error
+    assert abs(shallow.value - truth) < 1e-8 * abs(truth)
+    with pytest.raises(ValueError, match="Got levels=1, but levels must be an int >= 2"):
+        directional(np.sin, [x], [v], levels=1)
