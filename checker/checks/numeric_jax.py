@@ -22,19 +22,6 @@ import numpy as np
 
 from checker import tolerances
 from checker.case import Case, is_finite_tree
-from checker.checks.numeric import (
-    _as_rule_sees,
-    _has_complex,
-    _one_sided,
-    _only,
-    _unit,
-    _where,
-    adjoint_tangents,
-    convention,
-    finite_difference,
-    first_mismatch,
-    other_convention,
-)
 from checker.checks._jax import (
     batched_directional,
     bind_nondiff,
@@ -44,6 +31,19 @@ from checker.checks._jax import (
     spread,
     use_batched_fd,
 )
+from checker.checks._vjp import (
+    adjoint_tangents,
+    as_rule_sees,
+    convention,
+    finite_difference,
+    has_complex,
+    one_sided,
+    only_argument,
+    other_convention,
+    unit_vector,
+    where_text,
+)
+from checker.checks.numeric import first_mismatch
 from checker.checks.registry import CHECKS, Problem, Skip, check
 from checker.inputs import show
 from checker.trees import copy_tree, inner, leaves, tree_map
@@ -259,7 +259,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     bad = first_mismatch(case, mine, ref)
     if bad is None:
         return
-    if _has_complex(case, y) and first_mismatch(case, adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv)), ref) is None:
+    if has_complex(case, y) and first_mismatch(case, adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv)), ref) is None:
         return  # right in the other conjugation convention: GG205's finding
     v = _difference_direction(case, mine, ref)
     sides = ""
@@ -279,8 +279,8 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     if bad is None:
         return  # every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is valid
     i, idx, got, want = bad
-    where = _where(i, idx)
-    got, want = _as_rule_sees(got, conv), _as_rule_sees(want, conv)
+    where = where_text(i, idx)
+    got, want = as_rule_sees(got, conv), as_rule_sees(want, conv)
     if case.rule.kind == "jax":
         reference = "jax.vjp of the function underneath the custom_vjp"
     elif getattr(case.rule.extra.get(_REFERENCE), _TRANSLATED, False):
@@ -330,7 +330,7 @@ def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: A
     lies between the one-sided derivatives of ``<ybar, primal>`` there."""
     arg = case.args[i]
     k = int(np.ravel_multi_index(idx, np.shape(arg))) if np.ndim(arg) else 0
-    sides = _one_sided(case, ybar, _only(case, i, _unit(arg, k)))
+    sides = one_sided(case, ybar, only_argument(case, i, unit_vector(arg, k)))
     if sides is None:
         return False
     lo, hi = sorted(sides)

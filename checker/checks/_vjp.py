@@ -1,0 +1,334 @@
+"""The machinery the numeric checks share: complex conventions, finite differences of the primal,
+the dot-product test and the localisation of a wrong tangent to one argument and one element.
+
+GG201 (numeric.py) is the dot-product test against finite differences of the *primal*::
+
+    d/dt <ybar, primal(x + t v)> at t = 0   ==   <pullback(ybar), v>
+
+for a random cotangent ``ybar`` and direction ``v``, with ``<., .>`` the real
+inner product of :func:`checker.trees.inner`. It costs a few dozen primal
+evaluations whatever the input size; only when it fails is more spent,
+localising the error to one argument and then, by bisection over the
+direction's support, to one element.
+
+Complex numbers have two pullback conventions. NumPy rrules follow ChainRules':
+the pullback is the adjoint of the derivative for the real inner product.
+``jax.custom_vjp`` rules follow JAX's transpose convention,
+``pullback(ybar) = conj(adjoint(conj(ybar)))``. :func:`adjoint_tangents` turns
+either into the adjoint, so the comparisons are written once; GG205 asks it for
+the convention the rule does *not* claim to see whether that one matches.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from checker import tolerances
+from checker.case import Case
+from checker.trees import copy_tree, inner, leaves, tree_map
+from engines import fd
+
+__all__ = [
+    "CONVENTION_TEXT",
+    "DotTest",
+    "LARGE_INPUT",
+    "LOCALISE_MAX_SIZE",
+    "NONFINITE_CANDIDATES",
+    "NO_FD",
+    "RULES_BY_CONVENTION",
+    "WrongTangent",
+    "adjoint_tangents",
+    "as_rule_sees",
+    "at_kink",
+    "convention",
+    "dot_test",
+    "element_derivative",
+    "element_index",
+    "finite_difference",
+    "has_complex",
+    "localise",
+    "numeric_tangents",
+    "one_sided",
+    "only_argument",
+    "other_convention",
+    "owner",
+    "unit_vector",
+    "where_text",
+]
+
+CHAINRULES, JAX = "ChainRules", "JAX"
+LOCALISE_MAX_SIZE = 4096  # arguments up to this size are localised to one element (bisection: about log2(n) FD calls)
+NONFINITE_CANDIDATES = 4  # GG206 tries this many non-finite elements before giving up on an input
+
+NO_FD = (
+    "finite differences of the primal failed at every input drawn (it raised or was not finite near them): "
+    "the specs may reach outside the function's domain, or its output differs from the rule's (see GG102)"
+)
+RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}
+CONVENTION_TEXT = {
+    CHAINRULES: "ChainRules' convention (the pullback is the adjoint for the real inner product: "
+    "for a holomorphic f it returns conj(f'(z)) * ybar)",
+    JAX: "JAX's convention (pullback(ybar) = conj(adjoint(conj(ybar))): for a holomorphic f it returns f'(z) * ybar)",
+}
+
+
+# -- conventions ----------------------------------------------------------------------------------
+def convention(case: Case) -> str:
+    """The convention a rule's pullback must follow: JAX's for custom_vjp rules, ChainRules' otherwise."""
+    return JAX if case.rule.kind == "jax" else CHAINRULES
+
+
+def other_convention(name: str) -> str:
+    return CHAINRULES if name == JAX else JAX
+
+
+def _conj(tree: Any) -> Any:
+    return tree_map(lambda x: np.conj(x) if x is not None and np.iscomplexobj(x) else x, tree)
+
+
+def adjoint_tangents(case: Case, pb: Callable[..., Any], ybar: Any, conv: str) -> tuple[Any, ...]:
+    """The pullback's answer for ``ybar``, read as the adjoint for :func:`checker.trees.inner`.
+
+    Under ChainRules' convention that is ``pullback(ybar)``; under JAX's it is
+    ``conj(pullback(conj(ybar)))``. The pullback gets a copy of ``ybar``.
+    """
+    if conv == CHAINRULES:
+        return case.tangents(pb, copy_tree(ybar))
+    return _conj(case.tangents(pb, _conj(copy_tree(ybar))))
+
+
+def as_rule_sees(value: Any, conv: str) -> Any:
+    """An adjoint-form scalar in the rule's own convention (what its pullback returned or should have)."""
+    if conv == JAX and np.iscomplexobj(value):
+        value = np.conj(value)
+    return value.item() if isinstance(value, (np.ndarray, np.generic)) else value
+
+
+def owner(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def numeric_tangents(case: Case, tangents: tuple[Any, ...]) -> bool:
+    """True when every differentiable argument's tangent is None or a number array (GG105 reports the rest)."""
+    for i in case.diff_positions:
+        if tangents[i] is None:
+            continue
+        try:
+            if np.asarray(tangents[i]).dtype.kind not in "biufc":
+                return False
+        except (TypeError, ValueError):
+            return False
+    return True
+
+
+def has_complex(case: Case, y: Any) -> bool:
+    values = [case.args[i] for i in case.diff_positions] + leaves(y)
+    return any(x is not None and np.iscomplexobj(x) for x in values)
+
+
+# -- finite differences of the primal -------------------------------------------------------------
+def _numpy(x: Any) -> Any:
+    if x is None or isinstance(x, (np.ndarray, np.generic, float, complex, int)):
+        return x
+    return np.asarray(x) if hasattr(x, "__array__") else x
+
+
+def _primal(case: Case) -> Callable[..., Any]:
+    primal = case.rule.primal
+    return lambda *args: tree_map(_numpy, primal(*args))
+
+
+# Inputs larger than this get a shallower Richardson table (and no complex-step attempt): each level costs
+# two evaluations of the primal, and on large inputs the evaluations, not the accuracy, are the limit.
+LARGE_INPUT = 2**14
+_LARGE_FD = {"levels": 3, "complex_step": False}
+
+
+def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> fd.Derivative | None:
+    """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge)."""
+    large = sum(np.size(a) for a in case.args if isinstance(a, np.ndarray)) > LARGE_INPUT
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = fd.directional(_primal(case), case.fresh(), directions, cotangent, **(_LARGE_FD if large else {}))
+    except (ValueError, ArithmeticError):
+        return None
+    if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
+        return None
+    return d
+
+
+def _shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> list[Any]:
+    out = []
+    for a, v in zip(args, directions):
+        if v is None:
+            out.append(copy_tree(a))
+            continue
+        arr = np.asarray(a)
+        wide = np.complex128 if np.iscomplexobj(arr) else np.float64
+        moved = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(arr.dtype)
+        out.append(moved if isinstance(a, np.ndarray) else (moved[()] if isinstance(a, np.generic) else moved.item()))
+    return out
+
+
+def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> tuple[float, float] | None:
+    """Second-order one-sided derivatives (left, right) of ``<cotangent, primal(x + t v)>`` at 0."""
+    eps = max(np.finfo(np.asarray(case.args[i]).dtype).eps for i, v in enumerate(directions) if v is not None)
+    h = float(eps) ** (1 / 3)
+    f = _primal(case)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = {k: inner(cotangent, f(*_shifted(case.args, directions, k * h))) for k in (-2, -1, 0, 1, 2)}
+    except Exception:  # noqa: BLE001 - the primal left its domain: no verdict from this probe
+        return None
+    if not all(math.isfinite(v) for v in g.values()):
+        return None
+    right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
+    left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
+    return left, right
+
+
+# -- the dot-product test -------------------------------------------------------------------------
+def _abs_inner(a: Any, b: Any) -> float:
+    pairs = [(x, y) for x, y in zip(leaves(a), leaves(b)) if x is not None and y is not None]
+    return math.fsum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in pairs)
+
+
+@dataclass
+class DotTest:
+    lhs: fd.Derivative  # <ybar, J v> by finite differences
+    rhs: float  # <pullback(ybar), v>
+    scale: float
+
+    def agrees(self, tol: tolerances.Tolerance) -> bool:
+        return tolerances.close(float(self.lhs.value), self.rhs, tol, scale=self.scale, fd_error=self.lhs.error)
+
+
+def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
+    return DotTest(lhs, inner(tangents, directions), _abs_inner(tangents, directions))
+
+
+def at_kink(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, tol: tolerances.Tolerance) -> bool:
+    """True where the primal is not differentiable along ``v`` (relu at 0) and the rule's value lies
+    between the one-sided derivatives: any such value is a valid (sub)gradient there."""
+    sides = one_sided(case, cotangent, directions)
+    if sides is None:
+        return False
+    lo, hi = sorted(sides)
+    return lo <= dot.rhs <= hi or any(tolerances.close(s, dot.rhs, tol, scale=dot.scale) for s in (lo, hi))
+
+
+def only_argument(case: Case, i: int, value: Any) -> tuple[Any, ...]:
+    return tuple(value if j == i else None for j in range(case.nargs))
+
+
+def _masked(v: Any, lo: int, hi: int) -> Any:
+    arr = np.array(v, copy=True)
+    flat = arr.reshape(-1)
+    flat[:lo] = 0
+    flat[hi:] = 0
+    return arr
+
+
+def unit_vector(arg: Any, k: int, scale: complex = 1.0) -> Any:
+    if not isinstance(arg, np.ndarray):
+        return complex(scale) if np.iscomplexobj(arg) or isinstance(scale, complex) else float(scale)
+    unit = np.zeros(arg.shape, dtype=arg.dtype)
+    unit.reshape(-1)[k] = scale
+    return unit
+
+
+def element_derivative(case: Case, cotangent: Any, i: int, k: int) -> tuple[complex | float, float] | None:
+    """Element ``k`` (flat) of the adjoint of argument ``i`` by finite differences: (value, error), or None."""
+    arg = case.args[i]
+    re = finite_difference(case, cotangent, only_argument(case, i, unit_vector(arg, k)))
+    if re is None:
+        return None
+    if not np.iscomplexobj(arg):
+        return float(re.value), re.error
+    im = finite_difference(case, cotangent, only_argument(case, i, unit_vector(arg, k, 1j)))
+    if im is None:
+        return None
+    return complex(float(re.value), float(im.value)), re.error + im.error
+
+
+def _element(tangent: Any, arg: Any, k: int) -> Any:
+    if tangent is None:
+        return 0.0
+    value = np.asarray(tangent).reshape(-1)[k]
+    return value.item() if hasattr(value, "item") else value
+
+
+def element_index(arg: Any, k: int) -> tuple[int, ...]:
+    shape = np.shape(arg)
+    return tuple(int(j) for j in np.unravel_index(k, shape)) if shape else ()
+
+
+def where_text(i: int, idx: tuple[int, ...] | None) -> str:
+    return f"argument {i}" + (f" at {list(idx)}" if idx else "")
+
+
+@dataclass
+class WrongTangent:
+    arg: int
+    dot: DotTest  # the test restricted to this argument
+    idx: tuple[int, ...] | None = None  # the element, when localised
+    expected: Any = None  # in the rule's own convention
+    got: Any = None
+
+
+def _bisect(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], i: int, tol: tolerances.Tolerance) -> int | None:
+    """The first flat index of argument ``i`` whose tangent is wrong, or None where FD fails.
+
+    The direction's support is halved each step: the lower half when the dot-product test restricted to it
+    fails, the upper half otherwise, so ``log2(n)`` finite differences find one wrong element of ``n``."""
+    lo, hi = 0, int(np.size(case.args[i]))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        d = _masked(v[i], lo, mid)
+        lhs = finite_difference(case, ybar, only_argument(case, i, d))
+        if lhs is None:
+            return None
+        if dot_test(lhs, _masked(tangents[i], lo, mid) if tangents[i] is not None else None, d).agrees(tol):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def localise(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], whole: DotTest, conv: str) -> list[WrongTangent]:
+    tol = case.tol
+    moving = [i for i, d in enumerate(v) if d is not None]
+    wrong: list[WrongTangent] = []
+    for i in moving:
+        if len(moving) == 1:
+            dot = whole
+        else:
+            lhs = finite_difference(case, ybar, only_argument(case, i, v[i]))
+            if lhs is None:
+                continue
+            dot = dot_test(lhs, tangents[i], v[i])
+            if dot.agrees(tol):
+                continue
+        w = WrongTangent(i, dot)
+        wrong.append(w)
+        size = int(np.size(case.args[i]))
+        if size > LOCALISE_MAX_SIZE:
+            continue
+        k = 0 if size == 1 else _bisect(case, ybar, v, tangents, i, tol)
+        if k is None:
+            continue
+        found = element_derivative(case, ybar, i, k)
+        if found is None:
+            continue
+        expected, error = found
+        got = _element(tangents[i], case.args[i], k)
+        if not tolerances.close(expected, got, tol, fd_error=error):
+            w.idx, w.expected, w.got = element_index(case.args[i], k), as_rule_sees(expected, conv), as_rule_sees(got, conv)
+    return wrong
