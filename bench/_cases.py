@@ -107,8 +107,8 @@ def _score(args: tuple[Any, ...]) -> int:
         elif isinstance(a, float):
             values.append(a)
     distinct = len({v for v in values if v != 0 and (not isinstance(v, float) or math.isfinite(v))})
-    zeros = sum(1 for v in values if v == 0)
-    return distinct - 1000 * zeros  # like torch.randn: no exact zeros, no ties where avoidable
+    tiny = sum(1 for v in values if abs(v) < 1e-3)  # zeros, and values a finite-difference step would cross
+    return distinct - 1000 * tiny  # like torch.randn: no exact zeros, no ties where avoidable
 
 
 def draw_inputs(rule: RuleSpec, seed: int = 0, n: int = 12) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
