@@ -27,9 +27,6 @@ SWEEP_MAX_EXAMPLES = 5
 # gradguard's fault, not the rule's. Such a case xfails while the deviation is exactly this one,
 # passes once gradguard is fixed, and fails on any other difference.
 KNOWN = {
-    "correct:relu_rrule": (["GG501"], "contexts: finite differences of the whole program across relu's kink at 0"),
-    "correct:cmul_rrule": (["GG501"], "contexts: the JAX engine does not convert a complex NumPy rule's convention"),
-    "correct:abs2_rrule": (["GG501"], "contexts: the JAX engine does not convert a complex NumPy rule's convention"),
     "correct:sort_scratch_rrule": (["GG201"], "GG201 at ties (all-zero input): the kink window is one-dimensional"),
     "numeric:xabs_nan_at_zero_rrule": (["GG202"], "GG202's tolerance is NaN when another tangent element is NaN"),
     "numeric:cube_through_output_rrule": (["GG202"], "GG202's tolerance is NaN when another tangent element is NaN"),
@@ -39,9 +36,9 @@ KNOWN = {
 
 @pytest.fixture(autouse=True)
 def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Labels pin what the checks find with their full example count: the runner's wall-clock budget
-    (BUDGET_FLOOR_S) would make verdicts depend on the machine's load. bench/detection.py measures
-    gradguard as shipped, budget included."""
+    """Labels pin what the checks find with their full example count, so the runner's wall-clock safety
+    net (BUDGET_FLOOR_S, the only load-dependent cut) is lifted here: a loaded CI machine must not change
+    a verdict. bench/detection.py measures gradguard as shipped."""
     monkeypatch.setattr(checker.runner, "BUDGET_FLOOR_S", float("inf"), raising=False)
 
 
