@@ -33,10 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -77,30 +80,62 @@ def run_gradguard(case: BenchCase, select: list[str] | None) -> tuple[str, str, 
     return ("caught" if ids else "passed"), ", ".join(ids), ids
 
 
-def run_case(case: BenchCase, tools: list[str], select: list[str] | None) -> dict[str, Any]:
-    import _jax_tools
-    import _torch_tools
+class _ToolTimeout(BaseException):
+    """One tool on one case ran past --timeout (BaseException: the tools' own handlers must not catch it)."""
 
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    if seconds <= 0 or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _ToolTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeout: float = 0.0) -> dict[str, Any]:
+    """Every variant of every tool on one case; an anchor call running past ``timeout`` seconds is an error."""
     row: dict[str, Any] = {"case": case.key, "bug": case.bug, "expect": case.expect, "tools": {}}
     for group in tools:
         for variant in TOOLS[group]:
+            limit = 0.0 if group == "gradguard" else timeout  # gradguard has its own per-rule time limit
             start = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    if variant == "gradguard":
-                        outcome, detail, ids = run_gradguard(case, select)
-                        row["gradguard_ids"] = ids
-                    elif variant == "gradguard[isolation]":
-                        outcome, detail, _ = run_gradguard(case, list(ISOLATION))
-                    elif group == "gradcheck":
-                        outcome, detail = _torch_tools.run(case, variant, _programs(case, "gradcheck"))
-                    else:
-                        outcome, detail = _jax_tools.run(case, variant, _programs(case, "check_grads"))
+                    with _time_limit(limit):
+                        outcome, detail = _run_variant(case, group, variant, select, row)
+                except _ToolTimeout:
+                    outcome, detail = "errored", f"timed out after {limit:g} s"
                 except Exception as exc:  # noqa: BLE001 - a tool crashed on this case: record it, go on
                     outcome, detail = "errored", f"{type(exc).__name__}: {str(exc)[:200]}"
             row["tools"][variant] = {"outcome": outcome, "detail": detail, "seconds": time.perf_counter() - start}
     return row
+
+
+def _run_variant(case: BenchCase, group: str, variant: str, select: list[str] | None, row: dict[str, Any]) -> tuple[str, str]:
+    import _jax_tools
+    import _torch_tools
+
+    if variant == "gradguard":
+        outcome, detail, ids = run_gradguard(case, select)
+        row["gradguard_ids"] = ids
+        return outcome, detail
+    if variant == "gradguard[isolation]":
+        outcome, detail, _ = run_gradguard(case, list(ISOLATION))
+        return outcome, detail
+    if group == "gradcheck":
+        return _torch_tools.run(case, variant, _programs(case, "gradcheck"))
+    return _jax_tools.run(case, variant, _programs(case, "check_grads"))
 
 
 def _programs(case: BenchCase, tool: str) -> list[str] | None:
@@ -253,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", default=None, help="gradguard check id prefixes (default: every check)")
     parser.add_argument("--results", default=None, help=f"write the Markdown report here (default for full runs: {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--json", default=None, help="write per-case outcomes as JSON")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds one anchor call may take on one case (0: no limit)")
     args = parser.parse_args(argv)
 
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -285,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = []
     for k, case in enumerate(cases, 1):
-        row = run_case(case, tools, select)
+        row = run_case(case, tools, select, args.timeout)
         rows.append(row)
         outs = "  ".join(f"{v}={i['outcome']}" for v, i in row["tools"].items())
         print(f"[{k}/{len(cases)}] {case.key} ({case.bug}): {outs}", flush=True)
