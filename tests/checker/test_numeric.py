@@ -494,3 +494,32 @@ def test_gg205_custom_vjp_follows_jax_convention():
         "JAX's convention (pullback(ybar) = conj(adjoint(conj(ybar))): for a holomorphic f it returns f'(z) * ybar)"
     )
     assert "without conj" in f.fix
+
+
+def relu(x):
+    return np.maximum(x, 0.0)
+
+
+@rrule(relu, arrays(shape=(4,)))
+def relu_subgradient_zero(x):
+    mask = (x > 0).astype(x.dtype)
+    return relu(x), lambda ybar: (None,) if ybar is None else (mask * ybar,)
+
+
+@rrule(relu, arrays(shape=(4,)))
+def relu_wrong_side(x):
+    mask = (x < 0).astype(x.dtype)  # BUG: the mask of the wrong side
+    return relu(x), lambda ybar: (None,) if ybar is None else (mask * ybar,)
+
+
+@pytest.mark.parametrize("seed", [0, 5, 10, 13])
+def test_gg201_no_verdict_where_several_kinks_meet(seed):
+    """At x = 0 every element sits on relu's kink; along the simple directions shrinking prefers, the kinks
+    can cancel (<[1, -1], relu(t [1, -1])> = t), which once made a correct relu fail. These seeds found
+    such inputs."""
+    assert check(relu_subgradient_zero, select=["GG201"], seed=seed, max_examples=60).findings == []
+
+
+def test_gg201_still_catches_a_wrong_relu():
+    (f, *_) = [f for f in check(relu_wrong_side, select=["GG201"]).findings]
+    assert f.message.startswith("the pullback of relu_wrong_side disagrees with finite differences of the primal")
