@@ -38,17 +38,23 @@ PART = (b'--XyZ\r\nContent-Disposition: form-data; name="bundle"; filename="b.tg
 
 
 def _read_response(sock: socket.socket) -> bytes:
+    """What the server sent; a server that hangs up on unread bytes resets the connection after answering."""
     data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
     return data
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_declared_200_mb_body_is_refused_before_reading(server, token) -> None:  # type: ignore[no-untyped-def]
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        # Only the headers: the declared length alone must get the answer, without a byte of the body
+        # (sending part of it would leave unread bytes, and the server's hang-up could then reset the
+        # connection before its answer is read).
         sock.sendall(_request_head(token, f"Content-Length: {BIG}\r\n"))
-        sock.sendall(PART + b"\0" * 65536)  # the server must answer without the other 199.9 MB
         response = _read_response(sock)
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
     assert b'"field":"bundle"' in response.replace(b" ", b"") and b"the limit is" in response
