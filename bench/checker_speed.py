@@ -185,9 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   calls: {calls['forward']} forward, {calls['pullback']} pullback, {calls['primal']} primal "
           f"(about {(calls['forward'] + calls['primal']) / per:.0f} forward or primal calls per example)")
     if verdict == "NOT MET":
-        print("   what dominates: each drawn example costs tens of evaluations (every check calls the rule's forward")
-        print("   afresh, and GG201's Richardson finite differences call the primal a dozen times), and the runner's")
-        print("   budget is checked only between examples, so it overshoots by up to one example.")
+        per_pb = calls["pullback"] / per
+        if res.examples <= 1:
+            print(f"   what dominates: a single example already costs about {(calls['forward'] + calls['primal']) / per:.0f} "
+                  f"forward or primal calls and {per_pb:.0f} pullback calls:")
+        else:
+            print(f"   what dominates: {res.examples} examples at about {(calls['forward'] + calls['primal']) / per:.0f} "
+                  f"forward or primal calls and {per_pb:.0f} pullback calls each:")
+        print("   every check calls the rule's forward afresh, and GG201's Richardson finite differences call the")
+        print("   primal a dozen times; sharing one forward per example across checks would cut most of it.")
     if args.results:
         body = "```text\n" + "\n".join(lines) + "\n```\n"
         write_section(args.results, "checker_speed", "Checker speed (issue 2's targets)", command_line("checker_speed.py", argv), body)
