@@ -171,6 +171,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         kind=rule.kind,
     )
     infos = [CHECKS[i] for i in ids]
+    rule.run_state.clear()
     try:
         with _time_limit(options.rule_timeout_s):
             _prepare_engine(rule, ids)

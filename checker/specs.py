@@ -147,7 +147,10 @@ class RuleSpec:
     source_file: str | None = None
     source_lines: tuple[int, int] | None = None
     module: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # facts about the rule that never change (caches)
+    # Scratch space for checks during one check of this rule; the runner empties it before each check,
+    # so that a verdict never depends on what an earlier check of the same rule left behind.
+    run_state: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self, *args: Any) -> Any:
         return self.rrule(*args)

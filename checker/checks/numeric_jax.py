@@ -73,7 +73,7 @@ def jax_tangents(case: Case, cotangent: Any) -> tuple[Any, ...]:
     if _UNTRACEABLE in rule.extra:
         raise Skip(rule.extra[_UNTRACEABLE])
     if rule.kind != "jax":
-        signatures = rule.extra.setdefault(_SIGNATURES, set())
+        signatures = rule.run_state.setdefault(_SIGNATURES, set())
         signature = tuple((np.shape(case.args[i]), str(np.asarray(case.args[i]).dtype)) for i in case.diff_positions)
         if signature not in signatures and len(signatures) >= NUMPY_SIGNATURES:
             raise Skip(
@@ -399,8 +399,8 @@ not silently."""
 
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
-    if _NO_SECOND_ORDER in case.rule.extra:
-        raise Skip(case.rule.extra[_NO_SECOND_ORDER])
+    if _NO_SECOND_ORDER in case.rule.run_state:
+        raise Skip(case.rule.run_state[_NO_SECOND_ORDER])
     jax_ready(case)
     y, pb = case.pair()
     ybar = case.cotangent_like(y)
@@ -421,7 +421,7 @@ not silently."""
             f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
             f"(jax.hessian and grad of grad raise on it too): {first_line(exc)}"
         )
-        case.rule.extra[_NO_SECOND_ORDER] = reason
+        case.rule.run_state[_NO_SECOND_ORDER] = reason
         raise Skip(reason) from None
     if not is_finite_tree([jax_d[i] for i in case.diff_positions]):
         return

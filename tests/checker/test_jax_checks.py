@@ -534,3 +534,19 @@ def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label,
     assert result.error is None, result.error
     want = sorted(i for i in label["expect"] if not i.startswith("GG5"))
     assert sorted({f.check_id for f in result.findings}) == want, [f.message for f in result.findings]
+
+
+def test_a_second_check_of_the_same_rule_gives_the_same_report():
+    """Checks may keep scratch state on a rule; the runner resets it, so an earlier check of the same
+    (loaded, cached) rule never changes what a later one draws or reports."""
+    from pathlib import Path
+
+    from checker.loader import load_module, rules_in
+
+    module = load_module(Path(__file__).resolve().parents[2] / "examples" / "jax_rules.py")
+    for rule in rules_in(module):
+        first = check(rule, seed=3, ignore=["GG5"], max_examples=8).to_dict()["rules"]
+        second = check(rule, seed=3, ignore=["GG5"], max_examples=8).to_dict()["rules"]
+        for r in first + second:
+            r.pop("duration_s")
+        assert first == second, rule.name
