@@ -20,12 +20,16 @@ from hypothesis.strategies import SearchStrategy
 
 from checker import tolerances
 from checker.checks.registry import Problem, Skip
-from checker.specs import SHRINKABLE_SIZE, RuleSpec, differentiable
+from checker.specs import RuleSpec, differentiable
 from checker.trees import copy_tree, describe, is_leaf, tree_map
 
 __all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws"]
 
 COTANGENT_BOUND = 4.0
+# Cotangents and directions are drawn element by element (shrinkable) only up to this size: a check
+# draws one per call, so for larger outputs Hypothesis draws just a seed (the arguments, which people
+# read first in a counterexample, stay shrinkable up to SHRINKABLE_SIZE).
+SHRINKABLE_DRAW_SIZE = 16
 
 
 class RuleRaised(Exception):
@@ -179,7 +183,7 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
         width = 32 if dt in (np.float32, np.complex64) else 64
         real = st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=width)
         elements = st.builds(complex, real, real) if dt.kind == "c" else real
-        if arr.size <= SHRINKABLE_SIZE:
+        if arr.size <= SHRINKABLE_DRAW_SIZE:
             strat = hnp.arrays(dt, arr.shape, elements=elements, fill=st.nothing())
         else:
             strat = st.integers(0, 2**32 - 1).map(lambda s: _seeded(s, arr.shape, dt, bound))
