@@ -5,7 +5,6 @@ clients, projects, and small rule modules. Each test gets its own database, so t
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,42 +12,10 @@ from typing import Any
 import pytest
 
 from service.config import Settings
+from service_support import ADMIN, SMALL_RULES, wait_for  # noqa: F401  (re-exported for fixtures)
 
 PG_ADMIN_URL = os.environ.get("GRADGUARD_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("GRADGUARD_TEST_REDIS", "redis://127.0.0.1:6379/0")
-ADMIN = "test-admin-token-0123456789abcdef"
-
-SMALL_RULES = '''\
-import numpy as np
-from checker import arrays, rrule
-
-
-def double(x):
-    return 2.0 * x
-
-
-@rrule(double, arrays(shape=(3,)))
-def double_rrule(x):
-    def pullback(ybar):
-        return (None,) if ybar is None else (2.0 * ybar,)
-    return double(x), pullback
-
-
-def triple(x):
-    return 3.0 * x
-
-
-@rrule(triple, arrays(shape=(3,)))
-def triple_rrule(x):  # the `ones` bug: ignores the cotangent
-    return triple(x), lambda ybar: (np.full(x.shape, 3.0),)
-'''
-
-SLEEPY_RULES = '''\
-import time
-time.sleep(600)
-'''
-
-
 def _pg_reachable() -> str | None:
     try:
         import psycopg
@@ -156,39 +123,3 @@ def project(client, admin_headers) -> dict[str, Any]:  # type: ignore[no-untyped
     body = response.json()
     body["headers"] = {"Authorization": f"Bearer {body['token']}"}
     return body
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail naming ``what`` after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
-
-class LiveServer:
-    """Serve an ASGI app with uvicorn on a free loopback port in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        import threading
-
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "LiveServer":
-        self.thread.start()
-        wait_for(lambda: self.server.started, 30, "uvicorn to start", interval=0.05)
-        self.port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)

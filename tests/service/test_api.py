@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from service.config import Settings
 from service.ratelimit import RateLimiter
 
-from conftest import SMALL_RULES  # type: ignore[import-not-found]
+from service_support import SMALL_RULES  # type: ignore[import-not-found]
 
 
 def error(response) -> dict:  # type: ignore[no-untyped-def]

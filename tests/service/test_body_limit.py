@@ -8,7 +8,7 @@ import pytest
 
 from service.app import create_app
 
-from conftest import LiveServer  # type: ignore[import-not-found]
+from service_support import LiveServer  # type: ignore[import-not-found]
 
 BIG = 200 * 2**20
 LIMIT = 2**20

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.models import Run
 
-from conftest import ADMIN, SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
+from service_support import ADMIN, SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.slow
 FINAL = ("passed", "failed", "error")

@@ -17,7 +17,7 @@ from service.migrate import upgrade
 from service.models import Run, utcnow
 from service.schemas import ProjectCreate, RunOptions
 
-from conftest import ADMIN  # type: ignore[import-not-found]
+from service_support import ADMIN  # type: ignore[import-not-found]
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from service.cli import migrate, worker
 from service.db import get_engine
 from web.cli import serve
 
-from conftest import wait_for  # type: ignore[import-not-found]
+from service_support import wait_for  # type: ignore[import-not-found]
 
 GRADGUARD = [sys.executable, "-c", "from checker.cli import main; main()"]
 

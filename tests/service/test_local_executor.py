@@ -17,7 +17,7 @@ from service.migrate import upgrade
 from service.models import Run, utcnow
 from service.schemas import ProjectCreate, RunOptions
 
-from conftest import SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
+from service_support import SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
 
 FINAL = ("passed", "failed", "error")
 
