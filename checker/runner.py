@@ -319,11 +319,41 @@ def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
     )
 
 
+@contextmanager
+def _only_the_rules_own_constants() -> Iterator[None]:
+    """Keep Hypothesis from mixing literals harvested from every loaded local module into its draws.
+
+    Hypothesis (6.1xx) seeds part of its generation with constants found in the source of the local
+    modules in ``sys.modules``; a rule's verdict for a seed would then depend on which other modules
+    happen to be loaded (other rule files in the same run, the caller's code). There is no public switch,
+    so the internal hook is replaced for the duration of a search, and left alone (a no-op) on a
+    Hypothesis whose internals differ.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - another Hypothesis layout
+        yield
+        return
+    if not (hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants")
+            and hasattr(getattr(providers, "CONSTANTS_CACHE", None), "cache")):
+        yield  # pragma: no cover - another Hypothesis layout
+        return
+    original, empty = providers._get_local_constants, providers.Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
 def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str) -> None:
     """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
     search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
     try:
-        search()
+        with _only_the_rules_own_constants():
+            search()
     except (_CheckFailed, _BudgetSpent):
         pass
     except Flaky:

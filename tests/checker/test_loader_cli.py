@@ -8,7 +8,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from checker import check
+from checker import arrays, check, rrule
 from checker.cli import main
 
 GOOD = '''
@@ -177,3 +177,28 @@ def test_spec_that_cannot_generate_is_reported_for_that_rule_only(tmp_path):
     assert result.exit_code == 1
     assert "could not generate an input" in result.output or "could not draw inputs" in result.output
     assert "PASS  square_rrule" in result.output
+
+
+
+def test_searches_ignore_constants_harvested_from_other_loaded_modules():
+    """Hypothesis seeds draws with literals harvested from every loaded local module, which would make a
+    rule's verdict depend on what else is imported; during the runner's searches that pool is empty, and
+    Hypothesis' own hook is back afterwards."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    if not hasattr(providers, "_get_local_constants"):
+        pytest.skip("this Hypothesis has no local-constants hook: nothing to keep out")
+    seen = []
+
+    def square(x):
+        return x * x
+
+    @rrule(square, arrays(shape=(2,)))
+    def probe(x):
+        seen.append(len(providers._get_local_constants()))
+        return x * x, lambda ybar: (None,) if ybar is None else (2 * x * ybar,)
+
+    original = providers._get_local_constants
+    assert len(original()) > 0  # the test modules loaded here are local: the pool is not empty outside
+    check(probe, select=["GG101"])
+    assert seen and set(seen) == {0}
+    assert providers._get_local_constants is original
