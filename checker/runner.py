@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -352,7 +353,10 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
     search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
     try:
-        with _only_the_rules_own_constants():
+        # NumPy's warnings from the user's rule (0/0, overflow) would bury the report; the values that
+        # caused them are what GG206 and the other checks judge.
+        with _only_the_rules_own_constants(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             search()
     except (_CheckFailed, _BudgetSpent):
         pass

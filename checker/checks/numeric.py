@@ -170,6 +170,11 @@ def _add(a: Any, b: Any) -> Any:
     return tree_map(lambda x, y: None if x is None and y is None else (0 if x is None else x) + (0 if y is None else y), a, b)
 
 
+def _finite_max(x: np.ndarray) -> float:
+    finite = np.abs(x[np.isfinite(x)])
+    return float(np.max(finite, initial=0.0))
+
+
 def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[int, tuple[int, ...], Any, Any] | None:
     """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
 
@@ -185,7 +190,8 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
         b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
         a, b = np.broadcast_arrays(a, b)
         with np.errstate(all="ignore"):
-            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
+            # The scale of the finite elements: one NaN elsewhere must not make every bound NaN.
+            scale = max(_finite_max(a), _finite_max(b))
             bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b)))
         if np.any(bad):
             idx = tuple(int(j) for j in np.argwhere(bad)[0])

@@ -523,3 +523,20 @@ def test_gg201_no_verdict_where_several_kinks_meet(seed):
 def test_gg201_still_catches_a_wrong_relu():
     (f, *_) = [f for f in check(relu_wrong_side, select=["GG201"]).findings]
     assert f.message.startswith("the pullback of relu_wrong_side disagrees with finite differences of the primal")
+
+
+def cube(x):
+    return x**3
+
+
+@rrule(cube, arrays(shape=(3,)))
+def cube_through_output(x):
+    y = x**3
+    return y, lambda ybar: (None,) if ybar is None else (3 * y / x * ybar,)  # NaN at x = 0 (0/0)
+
+
+def test_gg202_is_not_fooled_by_a_nan_elsewhere_in_the_tangent():
+    """A NaN tangent element (GG206's finding) once made GG202's bound NaN for every element, so GG202
+    reported a linear pullback as nonlinear."""
+    found = {f.check_id for f in check(cube_through_output, ignore=["GG5"]).findings}
+    assert "GG206" in found and "GG202" not in found
