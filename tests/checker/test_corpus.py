@@ -28,7 +28,6 @@ SWEEP_MAX_EXAMPLES = 5
 # gradguard's fault, not the rule's. Such a case xfails while the deviation is exactly this one,
 # passes once gradguard is fixed, and fails on any other difference.
 KNOWN = {
-    "numeric:cube_through_output_rrule": (["GG202"], "GG202's tolerance is NaN when another tangent element is NaN"),
     "state:exp_pullback_writes_output_rrule": (["GG404"], "GG404 snapshots the first output after its pullback wrote into it"),
 }
 
