@@ -33,13 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import time
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cases import CLASSES, ROOT, BenchCase, load_cases, prepare
 from _programs import NAMES as CONTEXT_PROGRAMS
 from _results import command_line, write_section
+
+from checker.runner import time_limit
 
 TOOLS = {
     "gradguard": ["gradguard", "gradguard[isolation]"],
@@ -84,22 +83,6 @@ class _ToolTimeout(BaseException):
     """One tool on one case ran past --timeout (BaseException: the tools' own handlers must not catch it)."""
 
 
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    if seconds <= 0 or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise _ToolTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeout: float = 0.0) -> dict[str, Any]:
@@ -112,7 +95,7 @@ def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeou
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    with _time_limit(limit):
+                    with time_limit(limit, _ToolTimeout):
                         outcome, detail = _run_variant(case, group, variant, select, row)
                 except _ToolTimeout:
                     outcome, detail = "errored", f"timed out after {limit:g} s"

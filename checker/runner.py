@@ -39,7 +39,7 @@ from checker.report import Finding, Report, RuleResult
 from checker.specs import RuleSpec
 from engines.errors import PlatformUnavailable
 
-__all__ = ["check", "check_rule", "select_checks", "Options", "PerRule"]
+__all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
 
 DEFAULT_MAX_EXAMPLES = 20
 DEFAULT_RULE_TIMEOUT_S = 120.0
@@ -174,7 +174,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     infos = [CHECKS[i] for i in ids]
     rule.run_state.clear()
     try:
-        with _time_limit(options.rule_timeout_s):
+        with time_limit(options.rule_timeout_s):
             _prepare_engine(rule, ids)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:
@@ -500,14 +500,16 @@ def _relative(path: str | None, root: str | None) -> str | None:
 
 
 @contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """A per-rule wall-clock limit (main thread only; elsewhere the service's sandbox enforces limits)."""
+def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout) -> Iterator[None]:
+    """Raise ``exception`` in the block after ``seconds`` of wall time (main thread only, where signals are
+    delivered; elsewhere the service's sandbox enforces limits). Make ``exception`` a BaseException so
+    that neither Hypothesis nor the user's code swallows it."""
     if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
 
     def on_alarm(signum: int, frame: Any) -> None:
-        raise RuleTimeout()
+        raise exception()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
