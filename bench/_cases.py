@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,20 @@ class BenchCase:
     @property
     def key(self) -> str:
         return f"{self.module}:{self.name}"
+
+    def with_diff(self, xs: tuple) -> tuple:
+        """The case's arguments with the differentiable ones replaced by ``xs`` (an anchor's own arrays)."""
+        full = list(self.args)
+        for i, x in zip(self.diff, xs):
+            full[i] = x
+        return tuple(full)
+
+    def primal_output(self) -> Any:
+        """The primal's output on fresh copies (0.0 when the primal fails: the anchor then reports it)."""
+        try:
+            return self.rule.primal(*copy_args(self.args))
+        except Exception:  # noqa: BLE001
+            return 0.0
 
 
 def load_cases(corpus: Path = CORPUS, *, names: list[str] | None = None) -> list[BenchCase]:
@@ -140,3 +155,31 @@ def prepare(cases: list[BenchCase], seed: int = 0) -> list[BenchCase]:
     for case in cases:
         case.args, case.args2 = draw_inputs(case.rule, seed)
     return cases
+
+
+def softplus(x: Any) -> Any:
+    return np.logaddexp(0.0, x)
+
+
+def counting_softplus_rule(n: int, calls: Counter | None = None) -> RuleSpec:
+    """A correct softplus rule on ``n`` elements that counts its primal, forward and pullback calls."""
+    from checker import arrays, rrule
+
+    calls = Counter() if calls is None else calls
+
+    def primal(x):
+        calls["primal"] += 1
+        return softplus(x)
+
+    @rrule(primal, arrays(shape=(n,), min_value=-30.0, max_value=30.0), name=f"softplus_{n}")
+    def softplus_large_rrule(x):
+        calls["forward"] += 1
+        sig = 1.0 / (1.0 + np.exp(-x))
+
+        def pullback(ybar):
+            calls["pullback"] += 1
+            return (None,) if ybar is None else (ybar * sig,)
+
+        return softplus(x), pullback
+
+    return softplus_large_rrule

@@ -121,12 +121,12 @@ def run(case: BenchCase, variant: str, programs: list[str] | None) -> tuple[str,
         call = function(case)
     except Exception as exc:  # noqa: BLE001 - the rule raised while we asked it for its shapes
         return "errored", f"{type(exc).__name__}: {str(exc)[:200]}"
-    y = _output(case)
+    y = case.primal_output()
     outcomes = []
     names: list[Any] = programs or [None]
     for name in names:
         if name is None:
-            built = ((lambda *xs: call(*_assemble(case, xs))), [case.args[i] for i in case.diff])
+            built = ((lambda *xs: call(*case.with_diff(xs))), [case.args[i] for i in case.diff])
         elif name in ("jit", "vmap"):
             built = _transformed(case, call, name)
         else:
@@ -150,7 +150,7 @@ def run(case: BenchCase, variant: str, programs: list[str] | None) -> tuple[str,
 def _transformed(case: BenchCase, call: Callable[..., Any], how: str) -> tuple[Callable[..., Any], list[Any]]:
     jax = _jax()
     inputs = [case.args[i] for i in case.diff]
-    f = lambda *xs: call(*_assemble(case, xs))
+    f = lambda *xs: call(*case.with_diff(xs))
     if how == "jit":
         return jax.jit(f), inputs
     batched = [np.stack([a, b]) for a, b in zip(inputs, [case.args2[i] for i in case.diff])]
@@ -161,20 +161,6 @@ def _jax_input(value: Any) -> Any:
     import jax.numpy as jnp
 
     return jnp.asarray(value)
-
-
-def _assemble(case: BenchCase, xs: tuple) -> tuple:
-    full = list(case.args)
-    for i, x in zip(case.diff, xs):
-        full[i] = x
-    return tuple(full)
-
-
-def _output(case: BenchCase) -> Any:
-    try:
-        return case.rule.primal(*(a.copy() if isinstance(a, np.ndarray) else a for a in case.args))
-    except Exception:  # noqa: BLE001
-        return 0.0
 
 
 class _JaxXP:

@@ -177,12 +177,12 @@ def run(case: BenchCase, variant: str, programs: list[str] | None) -> tuple[str,
         return ("passed", "") if ok else ("caught", "gradgradcheck returned False")
     options = VARIANTS[variant]
     apply = function(case)
-    y = _output(case)
+    y = case.primal_output()
     names = programs or [None]
     outcomes = []
     for name in names:
         if name is None:
-            built = ((lambda *xs: apply(*_assemble(case, xs))), [case.args[i] for i in case.diff])
+            built = ((lambda *xs: apply(*case.with_diff(xs))), [case.args[i] for i in case.diff])
         else:
             built = build(case, name, _XP, lambda *a: apply(*a), y)
             if built is None:
@@ -205,20 +205,6 @@ def combine(outcomes: list[tuple[str, str]]) -> tuple[str, str]:
         if hit:
             return kind, hit[0]
     return "passed", ""
-
-
-def _assemble(case: BenchCase, xs: tuple) -> tuple:
-    full = list(case.args)
-    for i, x in zip(case.diff, xs):
-        full[i] = x
-    return tuple(full)
-
-
-def _output(case: BenchCase) -> Any:
-    try:
-        return case.rule.primal(*(a.copy() if isinstance(a, np.ndarray) else a for a in case.args))
-    except Exception:  # noqa: BLE001
-        return 0.0
 
 
 class _TorchXP:

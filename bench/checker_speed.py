@@ -31,15 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _cases import counting_softplus_rule, softplus
 from _results import command_line, write_section
 
 ISOLATION = ["GG1", "GG2", "GG3", "GG4"]
 SMALL_TARGET_S = 0.5
 LARGE_TARGET_EVALS = 50.0
-
-
-def softplus(x):
-    return np.logaddexp(0.0, x)
 
 
 def matmul(a, b):
@@ -69,29 +66,6 @@ def small_rules() -> list[Any]:
         return s, lambda ybar: (None,) if ybar is None else (s * (ybar - np.dot(s, ybar)),)
 
     return [softplus_rrule, matmul_rrule, softmax_rrule]
-
-
-def large_rule(n: int, calls: Counter | None = None) -> Any:
-    from checker import arrays, rrule
-
-    calls = Counter() if calls is None else calls
-
-    def primal(x):
-        calls["primal"] += 1
-        return softplus(x)
-
-    @rrule(primal, arrays(shape=(n,), min_value=-30.0, max_value=30.0), name=f"softplus_{n}")
-    def softplus_large_rrule(x):
-        calls["forward"] += 1
-        sig = 1.0 / (1.0 + np.exp(-x))
-
-        def pullback(ybar):
-            calls["pullback"] += 1
-            return (None,) if ybar is None else (ybar * sig,)
-
-        return softplus(x), pullback
-
-    return softplus_large_rrule
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -172,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.n_large
     print(f"\n2. Isolation checks on a rule with n = {n:,} elements, in units of one forward+pullback:")
     calls: Counter = Counter()
-    rule = large_rule(n, calls)
+    rule = counting_softplus_rule(n, calls)
     unit = evaluation_time(rule, n, args.repeats)
     calls.clear()
     total, res = check_time(rule, ISOLATION)

@@ -30,43 +30,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _cases import BenchCase
+from _cases import BenchCase, counting_softplus_rule
 from _results import command_line, write_section
 
 SIZES = [10**k for k in range(1, 7)]
 JACOBIAN_MEMORY_LIMIT = 2 * 2**30  # bytes for gradcheck's two dense float64 Jacobians
 
 
-def softplus(x):
-    return np.logaddexp(0.0, x)
-
-
-def counting_rule(n: int, calls: Counter) -> Any:
-    from checker import arrays, rrule
-
-    def primal(x):
-        calls["primal"] += 1
-        return softplus(x)
-
-    @rrule(primal, arrays(shape=(n,), min_value=-30.0, max_value=30.0), name=f"softplus_{n}")
-    def softplus_rrule(x):
-        calls["forward"] += 1
-        sig = 1.0 / (1.0 + np.exp(-x))
-
-        def pullback(ybar):
-            calls["pullback"] += 1
-            return (None,) if ybar is None else (ybar * sig,)
-
-        return softplus(x), pullback
-
-    return softplus_rrule
-
-
 def unit_time(n: int, repeats: int = 5) -> float:
     """One forward + pullback of softplus at size n (median)."""
     rng = np.random.default_rng(0)
     x, ybar = rng.uniform(-30, 30, n), rng.uniform(-4, 4, n)
-    rule = counting_rule(n, Counter())
+    rule = counting_softplus_rule(n, Counter())
 
     def once() -> float:
         start = time.perf_counter()
@@ -81,13 +56,13 @@ def unit_time(n: int, repeats: int = 5) -> float:
 def run_gradguard(n: int, calls: Counter, select: list[str]) -> str:
     from checker import check
 
-    result = check(counting_rule(n, calls), select=select, seed=0).rules[0]
+    result = check(counting_softplus_rule(n, calls), select=select, seed=0).rules[0]
     return result.verdict
 
 
 def _case(n: int, calls: Counter) -> BenchCase:
     x = np.random.default_rng(1).uniform(-30, 30, n)
-    return BenchCase("scaling", f"softplus_{n}", counting_rule(n, calls), "correct", [], {}, args=(x,))
+    return BenchCase("scaling", f"softplus_{n}", counting_softplus_rule(n, calls), "correct", [], {}, args=(x,))
 
 
 def run_gradcheck(n: int, calls: Counter, fast: bool) -> str:
