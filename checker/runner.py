@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from checker import reproducer
+from checker._hypothesis import own_constants_only
 from checker.case import Case, HypothesisDraws, RuleRaised
 from checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
 from checker.errors import UsageError
@@ -320,42 +321,13 @@ def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
     )
 
 
-@contextmanager
-def _only_the_rules_own_constants() -> Iterator[None]:
-    """Keep Hypothesis from mixing literals harvested from every loaded local module into its draws.
-
-    Hypothesis (6.1xx) seeds part of its generation with constants found in the source of the local
-    modules in ``sys.modules``; a rule's verdict for a seed would then depend on which other modules
-    happen to be loaded (other rule files in the same run, the caller's code). There is no public switch,
-    so the internal hook is replaced for the duration of a search, and left alone (a no-op) on a
-    Hypothesis whose internals differ.
-    """
-    try:
-        from hypothesis.internal.conjecture import providers
-    except ImportError:  # pragma: no cover - another Hypothesis layout
-        yield
-        return
-    if not (hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants")
-            and hasattr(getattr(providers, "CONSTANTS_CACHE", None), "cache")):
-        yield  # pragma: no cover - another Hypothesis layout
-        return
-    original, empty = providers._get_local_constants, providers.Constants()
-    providers._get_local_constants = lambda: empty
-    providers.CONSTANTS_CACHE.cache.clear()
-    try:
-        yield
-    finally:
-        providers._get_local_constants = original
-        providers.CONSTANTS_CACHE.cache.clear()
-
-
 def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str) -> None:
     """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
     search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
     try:
         # NumPy's warnings from the user's rule (0/0, overflow) would bury the report; the values that
         # caused them are what GG206 and the other checks judge.
-        with _only_the_rules_own_constants(), warnings.catch_warnings():
+        with own_constants_only(), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             search()
     except (_CheckFailed, _BudgetSpent):

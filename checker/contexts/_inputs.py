@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings
 
+from checker._hypothesis import own_constants_only
 from checker.specs import RuleSpec, differentiable
 from checker.trees import copy_tree, leaves
 
@@ -71,7 +72,8 @@ def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] |
             return
         found.append((_richness(args), -len(found), copy_tree(args), out))
 
-    collect()
+    with own_constants_only():
+        collect()
     if not found:
         last = f": {type(errors[-1]).__name__}: {errors[-1]}" if errors else ""
         raise NoInput(f"the primal of {rule.name} raised on every drawn input{last}")

@@ -291,3 +291,24 @@ def test_context_findings_carry_a_reproducer_that_fails_the_same_way(tmp_path):
     assert proc.returncode == 1
     assert "AssertionError: context 'captured-before' of addone_rrule: tape[zero]: wrong (relative error" in proc.stderr
     assert "`dot` (step 0) captured argument 0 by reference" in proc.stderr
+
+
+def test_context_inputs_are_drawn_without_constants_harvested_from_loaded_modules():
+    """The contexts draw their inputs through a Hypothesis search of their own; like the runner's, it must
+    not mix in literals from whatever modules are loaded, or the matrix would depend on them."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    if not hasattr(providers, "_get_local_constants"):
+        pytest.skip("this Hypothesis has no local-constants hook: nothing to keep out")
+    seen = []
+
+    def double(x):
+        seen.append(len(providers._get_local_constants()))
+        return 2.0 * x
+
+    @rrule(double, arrays(shape=(3,)))
+    def double_rrule(x):
+        return 2.0 * x, lambda g: (None,) if g is None else (2.0 * g,)
+
+    assert len(providers._get_local_constants()) > 0
+    draw_inputs(double_rrule, seed=11)
+    assert seen and set(seen) == {0}

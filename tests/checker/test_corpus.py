@@ -9,7 +9,6 @@ feeds bench/detection.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,24 +29,6 @@ SWEEP_MAX_EXAMPLES = 5
 KNOWN = {
     "state:exp_pullback_writes_output_rrule": (["GG404"], "GG404 snapshots the first output after its pullback wrote into it"),
 }
-
-
-@pytest.fixture(autouse=True)
-def no_local_constants(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Hypothesis (6.1xx) mixes literals harvested from every local module in sys.modules into its draws, so
-    a seeded verdict would depend on which other test files pytest happened to import. Labels are pinned
-    without them. (A private hook: where it is missing, nothing is patched.)"""
-    try:
-        from hypothesis.internal.conjecture import providers
-    except ImportError:  # pragma: no cover - another Hypothesis layout
-        return
-    if not (hasattr(providers, "_get_local_constants") and hasattr(providers, "CONSTANTS_CACHE")):
-        return
-    empty = providers.Constants()
-    monkeypatch.setattr(providers, "_get_local_constants", lambda: empty)
-    providers.CONSTANTS_CACHE.cache.clear()
-    yield
-    providers.CONSTANTS_CACHE.cache.clear()
 
 
 @pytest.fixture(autouse=True)

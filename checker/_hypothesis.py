@@ -1,0 +1,43 @@
+"""Hypothesis, kept deterministic: what every search of the checker runs inside.
+
+Hypothesis (6.1xx) seeds part of its generation with constants found in the source of the local modules
+in ``sys.modules``; a rule's inputs for a seed would then depend on which other modules happen to be
+loaded (other rule files in the same run, the caller's code, other test modules). Both of the checker's
+searches (the runner's and the contexts' input draw) run inside :func:`own_constants_only`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["own_constants_only"]
+
+
+@contextmanager
+def own_constants_only() -> Iterator[None]:
+    """Keep Hypothesis from mixing literals harvested from every loaded local module into its draws.
+
+    Hypothesis (6.1xx) seeds part of its generation with constants found in the source of the local
+    modules in ``sys.modules``; a rule's verdict for a seed would then depend on which other modules
+    happen to be loaded (other rule files in the same run, the caller's code). There is no public switch,
+    so the internal hook is replaced for the duration of a search, and left alone (a no-op) on a
+    Hypothesis whose internals differ.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - another Hypothesis layout
+        yield
+        return
+    if not (hasattr(providers, "_get_local_constants") and hasattr(providers, "Constants")
+            and hasattr(getattr(providers, "CONSTANTS_CACHE", None), "cache")):
+        yield  # pragma: no cover - another Hypothesis layout
+        return
+    original, empty = providers._get_local_constants, providers.Constants()
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        providers.CONSTANTS_CACHE.cache.clear()
