@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -23,7 +24,7 @@ from checker.checks.registry import Problem, Skip
 from checker.specs import RuleSpec, differentiable
 from checker.trees import copy_tree, describe, is_leaf, tree_map
 
-__all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws"]
+__all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
 COTANGENT_BOUND = 4.0
 # Cotangents and directions are drawn element by element (shrinkable) only up to this size: a check
@@ -72,13 +73,93 @@ class ReplayDraws:
         return self._values.pop(0)
 
 
+@dataclass
+class FirstCall:
+    """The rrule's first forward call on fresh copies of the input, as checks may read it.
+
+    ``args`` and ``y`` are the live objects (whatever later calls of the rule do to them);
+    ``args_after`` and ``output`` are copies taken the moment the forward call returned.
+    """
+
+    args: tuple[Any, ...]
+    args_after: tuple[Any, ...]
+    result: Any  # the raw result: GG101 judges whether it is an (output, pullback) pair
+    snapshot: Any = None  # copy of the output (pairs only)
+
+    @property
+    def is_pair(self) -> bool:
+        r = self.result
+        return isinstance(r, tuple) and len(r) == 2 and callable(r[1])
+
+    @property
+    def y(self) -> Any:
+        return self.pair[0]
+
+    @property
+    def output(self) -> Any:
+        """The output as the forward call returned it (a copy): skips unless the rrule returned a pair."""
+        self.pair
+        return self.snapshot
+
+    @property
+    def pb(self) -> Callable[..., Any]:
+        return self.pair[1]
+
+    @property
+    def pair(self) -> tuple[Any, Callable[..., Any]]:
+        if not self.is_pair:
+            raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
+        return self.result
+
+
+@dataclass
+class FirstPullback:
+    """One cotangent (the draw labelled "cotangent") pulled back once through the first call's pullback.
+
+    ``ybar`` is the pristine draw, ``given`` the copy the pullback received as it left it (GG303),
+    ``returned`` the pullback's result as returned (live: GG403 and GG405 look at its memory), and
+    ``tangents`` a copy of it taken the moment the call returned.
+    """
+
+    call: FirstCall
+    ybar: Any
+    given: Any
+    returned: Any
+    tangents: Any
+
+
+@dataclass
+class Shared:
+    """The first forward call and first pullback of one drawn input, made once and shared by the checks.
+
+    Most checks begin the same way: call the rrule on fresh copies of the input, draw a cotangent, pull it
+    back, and then only read what came out. The survey runs every check on each drawn input and hands all
+    of that input's cases one ``Shared``, so those calls are made once per input instead of once per check
+    (on large inputs the calls are the whole cost). A case made alone (a check's own shrinking search, a
+    reproducer) gets a ``Shared`` of its own: the same methods then make the same calls and the same draws,
+    in the same order, so a failure the survey found replays alone. Exceptions are kept and raised again
+    for every check that asks, as each of them would have met the same one.
+    """
+
+    call: FirstCall | BaseException | None = None
+    pulled: FirstPullback | BaseException | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _kept(value: Any) -> Any:
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
 class Case:
     """A rule, one input, and the means to run and probe it."""
 
-    def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws) -> None:
+    def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws, shared: Shared | None = None) -> None:
         self.rule = rule
         self._args = tuple(args)
         self._draws = draws
+        self._shared = Shared() if shared is None else shared
         self.record: list[tuple[str, Any]] = []  # every draw, in order: counterexample and reproducer
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -134,12 +215,60 @@ class Case:
     def pullback(self, pb: Callable[..., Any], ybar: Any) -> Any:
         return self.call("pullback", pb, ybar)
 
+    # -- the first call, shared by the checks of one drawn input (see Shared) --------------------
+    def first_call(self) -> FirstCall:
+        """The rrule's forward call on fresh copies of the input: made once per drawn input."""
+        shared = self._shared
+        if shared.call is None:
+            args = self.fresh()
+            try:
+                result = self.forward(args)
+            except (RuleRaised, Skip) as exc:
+                shared.call = exc
+                raise
+            call = FirstCall(args=args, args_after=copy_tree(args), result=result)
+            if call.is_pair:
+                call.snapshot = copy_tree(result[0])
+            shared.call = call
+        return _kept(shared.call)
+
+    def first_pullback(self) -> FirstPullback:
+        """A cotangent drawn like the first call's output ("cotangent"), pulled back once through its
+        pullback on a copy: made once per drawn input. Every case that uses it records the draw, so it
+        replays alone."""
+        shared = self._shared
+        call = self.first_call()
+        if shared.pulled is None:
+            ybar = self.cotangent_like(call.output)
+            given = copy_tree(ybar)
+            try:
+                returned = self.pullback(call.pb, given)
+            except (RuleRaised, Skip) as exc:
+                shared.pulled = exc
+                shared.extra["cotangent"] = ybar
+                raise
+            shared.pulled = FirstPullback(call=call, ybar=ybar, given=given, returned=returned, tangents=copy_tree(returned))
+            return shared.pulled
+        if isinstance(shared.pulled, FirstPullback):
+            self.record.append(("cotangent", shared.pulled.ybar))
+        elif "cotangent" in shared.extra:
+            self.record.append(("cotangent", shared.extra["cotangent"]))
+        return _kept(shared.pulled)
+
+    def first_tangents(self) -> tuple[FirstPullback, tuple[Any, ...]]:
+        """:meth:`first_pullback` and its tangents as a tuple, one per argument (skips like :meth:`tangents`)."""
+        pulled = self.first_pullback()
+        return pulled, self.validated(pulled.tangents)
+
     def primal(self, args: tuple[Any, ...] | None = None) -> Any:
         return self.call("primal", self.rule.primal, *(self.fresh() if args is None else args))
 
     def tangents(self, pb: Callable[..., Any], ybar: Any) -> tuple[Any, ...]:
         """Pullback result normalised to a tuple; skips if its structure is wrong (GG103/GG104 report that)."""
-        t = self.pullback(pb, ybar)
+        return self.validated(self.pullback(pb, ybar))
+
+    def validated(self, t: Any) -> tuple[Any, ...]:
+        """A pullback's result as a tuple; skips if its structure is wrong (GG103/GG104 report that)."""
         if not isinstance(t, (tuple, list)) or len(t) != self.nargs:
             raise Skip("the pullback does not return one tangent per argument (see GG103)")
         for i in self.diff_positions:
@@ -154,8 +283,11 @@ class Case:
         return value
 
     def draw_like(self, value: Any, label: str, *, bound: float = COTANGENT_BOUND) -> Any:
-        """A random tree with the structure, shapes and dtypes of ``value`` (a cotangent or a direction)."""
-        return self.draw(_like_strategy(value, bound), label)
+        """A random tree with the structure, shapes and dtypes of ``value`` (a cotangent or a direction), never
+        all zeros: a zero cotangent or direction makes every comparison trivially true (GG301 tests the zero
+        cotangent on purpose). All zeros become all ones instead of being rejected, so the simplest example
+        (zero inputs, where singular points live) is still tried first."""
+        return self.draw(_like_strategy(value, bound).map(_ones_if_zero), label)
 
     def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
         return self.draw_like(y, label)
@@ -180,8 +312,7 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
         dt = arr.dtype if arr.dtype.kind in "fc" else np.dtype("float64")
-        width = 32 if dt in (np.float32, np.complex64) else 64
-        real = st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=width)
+        real = _element(bound, 32 if dt in (np.float32, np.complex64) else 64)
         elements = st.builds(complex, real, real) if dt.kind == "c" else real
         if arr.size <= SHRINKABLE_DRAW_SIZE:
             strat = hnp.arrays(dt, arr.shape, elements=elements, fill=st.nothing())
@@ -189,11 +320,29 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
             strat = st.integers(0, 2**32 - 1).map(lambda s: _seeded(s, arr.shape, dt, bound))
         return strat.map(lambda a: a[()] if isinstance(value, np.generic) else a)
     if isinstance(value, complex):
-        real = st.floats(-bound, bound, allow_nan=False, allow_infinity=False)
+        real = _element(bound)
         return st.builds(complex, real, real)
     if isinstance(value, (float, int)) and not isinstance(value, bool):
-        return st.floats(-bound, bound, allow_nan=False, allow_infinity=False)
+        return _element(bound)
     return st.none()
+
+
+def _ones_if_zero(tree: Any) -> Any:
+    from checker.trees import leaves
+
+    numbers = [x for x in leaves(tree) if x is not None and np.size(x)]
+    if not numbers or any(np.any(np.asarray(x) != 0) for x in numbers):
+        return tree
+    return tree_map(lambda x: None if x is None else (np.ones_like(x) if isinstance(x, np.ndarray) else type(x)(1)), tree)
+
+
+def _element(bound: float, width: int = 64) -> SearchStrategy:
+    """One element of a cotangent or direction: 0, or a magnitude between 1/bound and bound, either sign.
+
+    Tolerances have an absolute part, so a cotangent of 1e-38 (which plain float strategies like to draw)
+    would make every tangent "agree" with every other; zeros stay, as sparse cotangents find bugs."""
+    magnitude = st.floats(1 / bound, bound, width=width)
+    return st.one_of(st.just(0.0), magnitude, magnitude.map(lambda m: -m))
 
 
 def _seeded(seed: int, shape: tuple[int, ...], dt: np.dtype, bound: float) -> np.ndarray:

@@ -31,7 +31,7 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from checker import reproducer
 from checker._hypothesis import own_constants_only
-from checker.case import Case, HypothesisDraws, RuleRaised
+from checker.case import Case, HypothesisDraws, RuleRaised, Shared
 from checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
 from checker.errors import UsageError
 from checker.inputs import format_call, show
@@ -363,10 +363,12 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             raise _BudgetSpent()
         survey.examples += 1
         gate_failed = False
+        draws = HypothesisDraws(data)
+        shared = Shared()  # this input's first forward call and first pullback, made once for all checks
         for info in infos:
             if info.id in survey.failures or (gate_failed and not info.gates):
                 continue
-            case = Case(rule, tuple(args), HypothesisDraws(data))
+            case = Case(rule, tuple(args), draws, shared)
             try:
                 outcome = _run_one(info, case)
             except (RuleTimeout, KeyboardInterrupt):

@@ -44,13 +44,16 @@ __all__ = [
     "WrongTangent",
     "adjoint_tangents",
     "as_rule_sees",
+    "first_adjoint",
     "at_kink",
     "convention",
+    "derivative_range",
     "dot_test",
     "element_derivative",
     "element_index",
     "finite_difference",
     "has_complex",
+    "near_kinks",
     "localise",
     "numeric_tangents",
     "one_sided",
@@ -100,6 +103,21 @@ def adjoint_tangents(case: Case, pb: Callable[..., Any], ybar: Any, conv: str) -
     if conv == CHAINRULES:
         return case.tangents(pb, copy_tree(ybar))
     return _conj(case.tangents(pb, _conj(copy_tree(ybar))))
+
+
+def first_adjoint(case: Case, conv: str) -> tuple[Any, Any, tuple[Any, ...]]:
+    """``(y, ybar, adjoint)`` from the case's first call and first pullback (shared by the checks of one input).
+
+    Under JAX's convention the pullback must see ``conj(ybar)``; that is ``ybar`` itself when the cotangent
+    is real, so the shared call serves. A complex cotangent under JAX's convention gets a call of its own.
+    """
+    pulled, tangents = case.first_tangents()
+    y, ybar = pulled.call.output, pulled.ybar
+    if conv == CHAINRULES:
+        return y, ybar, tangents
+    if not any(x is not None and np.iscomplexobj(x) for x in leaves(ybar)):
+        return y, ybar, _conj(tangents)
+    return y, ybar, adjoint_tangents(case, case.pair()[1], ybar, conv)
 
 
 def as_rule_sees(value: Any, conv: str) -> Any:
@@ -214,14 +232,130 @@ def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
     return DotTest(lhs, inner(tangents, directions), _abs_inner(tangents, directions))
 
 
-def at_kink(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, tol: tolerances.Tolerance) -> bool:
-    """True where the primal is not differentiable along ``v`` (relu at 0) and the rule's value lies
-    between the one-sided derivatives: any such value is a valid (sub)gradient there."""
+JUMP_RATIO = 64  # near_kinks looks at the rule around x at step / 64 and step / 64**2
+NEIGHBOURS = 6  # ... at this many random points at each distance
+UNIT_NEIGHBOURS_UP_TO = 8  # ... and along every unit vector for arguments up to this many elements in all
+FINE_STEPS = 3  # finer probes of one-sided derivatives, each 1000 times smaller than the last
+
+
+def derivative_range(case: Case, cotangent: Any, directions: tuple[Any, ...], tol: tolerances.Tolerance, scale: float) -> tuple[float, float] | None:
+    """The smallest and largest one-sided derivative of ``<cotangent, primal(x + t v)>`` at 0, over steps
+    from ``eps**(1/3)`` down to where rounding would exceed the tolerance.
+
+    A kink closer to ``x`` than the finite-difference step (inputs drawn a hair apart, like sorting
+    ``[0, -1e-77, -6e-8]``, where three kinks sit within ``1e-7``) makes the derivative depend on the scale
+    it is looked at: finer steps see the slopes between the kinks, which is what a pullback at ``x`` returns.
+    On a function smooth at every probed scale the range is as narrow as the rounding.
+    """
     sides = one_sided(case, cotangent, directions)
     if sides is None:
+        return None
+    found = list(sides)
+    eps = max(float(np.finfo(np.asarray(case.args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None)
+    f = _primal(case)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y0 = f(*copy_tree(case.args))
+            g0, magnitude = inner(cotangent, y0), _abs_inner(cotangent, y0)
+            h = eps ** (1 / 3)
+            for _ in range(FINE_STEPS):
+                h /= 1000.0
+                if 4 * eps * magnitude / h > tol.atol + tol.rtol * scale:
+                    break  # rounding would swamp the slope at this step and below
+                right = (inner(cotangent, f(*_shifted(case.args, directions, h))) - g0) / h
+                left = (g0 - inner(cotangent, f(*_shifted(case.args, directions, -h)))) / h
+                if math.isfinite(left) and math.isfinite(right):
+                    found += [left, right]
+    except Exception:  # noqa: BLE001 - the primal left its domain: the coarser estimates stand
+        pass
+    return min(found), max(found)
+
+
+def at_kink(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, tol: tolerances.Tolerance) -> bool:
+    """True where the primal is not differentiable along ``v`` (relu at 0, or kinks closer together than the
+    finite-difference step) and the rule's value lies between the one-sided derivatives seen at some scale:
+    any such value is a valid (sub)gradient there."""
+    sides = derivative_range(case, cotangent, directions, tol, dot.scale)
+    if sides is None:
         return False
-    lo, hi = sorted(sides)
+    lo, hi = sides
     return lo <= dot.rhs <= hi or any(tolerances.close(s, dot.rhs, tol, scale=dot.scale) for s in (lo, hi))
+
+
+def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, conv: str, tol: tolerances.Tolerance) -> bool:
+    """True where kinks of the primal pass closer to ``x`` than any usable finite-difference step, and the
+    rule's answer is one a (Clarke) subgradient could give there.
+
+    Inputs drawn a hair apart put kinks within any step float64 can difference: sorting ``[2.5, 2e-168,
+    1.5e-34, -1.4e-148]`` ties three values at every such step. The pullback at ``x`` rightly picks the piece
+    that holds within ``1e-34`` of it, while finite differences see the pieces beyond, and along some
+    directions (the middle of three sorted lines through one point is a straight line) even the one-sided
+    derivatives agree with each other. Such an input is recognised by the rule itself: its answers at points
+    around ``x`` jump between pieces, and keep jumping as the points close in (a smooth derivative changes in
+    proportion to the distance). The input is then not judged if both the rule's answer at ``x`` and the
+    finite-difference value lie among the rule's answers around it. A wrong pullback of a smooth primal
+    changes smoothly around ``x``, and a wrong value at a kink (relu'(0) = 2) lies outside the answers
+    around it: both are still judged."""
+    step = float(dot.lhs.step)
+    if not (step > 0 and math.isfinite(step)):
+        return False
+    around = _neighbours(directions)
+
+    def ring(radius: float) -> list[float]:
+        out = []
+        for u in around:
+            _, pb = case.pair(tuple(_shifted(case.args, u, radius)))
+            out.append(inner(adjoint_tangents(case, pb, cotangent, conv), directions))
+        return out
+
+    def among(values: list[float], value: float, fd_error: float = 0.0) -> bool:
+        lo, hi = min(values), max(values)
+        return lo <= value <= hi or any(tolerances.close(value, v, tol, scale=dot.scale, fd_error=fd_error) for v in (lo, hi))
+
+    fd_value = float(dot.lhs.value)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):  # a nondeterministic rule jumps everywhere, kinks or not (GG406): no excuse
+                _, pb = case.pair()
+                if not tolerances.close(inner(adjoint_tangents(case, pb, cotangent, conv), directions), dot.rhs, tol, scale=dot.scale):
+                    return False
+            near = ring(step / JUMP_RATIO**2)
+            if not (among(near, dot.rhs) and among(near, fd_value, dot.lhs.error)):
+                return False  # the usual case for a wrong pullback: finite differences lie outside its answers
+            far = ring(step / JUMP_RATIO)
+    except Exception:  # noqa: BLE001 - the rule fails beside x (a domain edge): no excuse from here
+        return False
+    spread_near, spread_far = max(near) - min(near), max(far) - min(far)
+    if not math.isfinite(spread_near) or tolerances.close(spread_near, 0.0, tol, scale=dot.scale):
+        return False  # the rule's derivative is continuous around x: finite differences can judge it
+    return spread_near >= spread_far / 2  # a jump, not a smooth change (which shrinks with the distance)
+
+
+def _neighbours(directions: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Directions to the points around ``x`` that :func:`near_kinks` asks the rule about: plus and minus
+    every unit vector (while the arguments are small: moving one element keeps the others' tiny order, so
+    these reach the piece ``x`` is on), and a few random directions."""
+    rng = np.random.default_rng(0)
+    out = [tuple(None if v is None else _unit_like(rng, v) for v in directions) for _ in range(NEIGHBOURS)]
+    if sum(np.size(v) for v in directions if v is not None) <= UNIT_NEIGHBOURS_UP_TO:
+        for i, v in enumerate(directions):
+            if v is None:
+                continue
+            for k in range(int(np.size(v))):
+                for sign in (1.0, -1.0):
+                    out.append(tuple(unit_vector(np.asarray(w) if isinstance(w, np.ndarray) else w, k, sign) if j == i else (None if w is None else w * 0) for j, w in enumerate(directions)))
+    return out
+
+
+def _unit_like(rng: np.random.Generator, v: Any) -> Any:
+    """A random direction shaped like ``v`` with largest element 1 (complex for complex ``v``)."""
+    g = rng.standard_normal(np.shape(v))
+    if np.iscomplexobj(v):
+        g = g + 1j * rng.standard_normal(np.shape(v))
+    g = g / max(float(np.max(np.abs(g), initial=0.0)), 1e-300)
+    return np.asarray(g, dtype=np.asarray(v).dtype) if isinstance(v, np.ndarray) else g.item()
 
 
 def only_argument(case: Case, i: int, value: Any) -> tuple[Any, ...]:

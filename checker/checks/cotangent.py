@@ -136,7 +136,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     ``None * x`` raises in the middle of someone's backward pass. (JAX always passes zeros, so this check
     applies to NumPy rrules only.) It is a warning, not an error: whether ``None`` ever arrives depends on the
     engine, and the safety matrix's ``tape[none]`` column shows which programs it breaks."""
-    y, _ = case.pair()
+    y = case.first_call().output
     for what, ybar, zero in _none_variants(case, y):
         _, pb = case.pair()
         try:
@@ -221,12 +221,11 @@ def cotangent_read_only(case: Case) -> Iterable[Problem]:
     every pullback of a fanned-out output and keep accumulating into it; ``ybar *= 2`` inside one pullback
     silently changes the gradient flowing into the others. (Returning ``ybar`` itself as a tangent is fine
     as long as nothing writes into it. JAX arrays are immutable, so this check applies to NumPy rrules.)"""
-    y, pb = case.pair()
-    ybar = case.cotangent_like(y)
-    if not any(isinstance(leaf, np.ndarray) for leaf in leaves(ybar)):
+    y = case.first_call().output
+    if not any(isinstance(leaf, np.ndarray) for leaf in leaves(y)):
         raise Skip("the cotangent is a scalar, which a pullback cannot modify")
-    given = copy_tree(ybar)
-    case.pullback(pb, given)
+    pulled = case.first_pullback()
+    ybar, given = pulled.ybar, pulled.given
     for k, (before, after) in enumerate(zip(leaves(ybar), leaves(given))):
         if not isinstance(before, np.ndarray):
             continue

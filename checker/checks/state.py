@@ -146,8 +146,7 @@ def forward_mutates_undeclared(case: Case) -> Iterable[Problem]:
     (``dot(x, x)`` before ``addone_(x)``) then reads the mutated values and returns a wrong gradient, with no
     error anywhere. Declaring the mutation makes gradguard test the rule in the contexts where that matters;
     copying before writing removes the hazard."""
-    args = case.fresh()
-    case.forward(args)
+    args = case.first_call().args_after
     names = _names(case)
     for i in range(case.nargs):
         if i in case.rule.mutates:
@@ -195,11 +194,10 @@ def pullback_mutates(case: Case) -> Iterable[Problem]:
     pullback that reuses their memory for its tangent corrupts every later gradient that reads them. The
     check snapshots the arguments the rule received (after any declared mutation by the forward) and its
     output, runs the pullback, and compares exactly."""
-    args = case.fresh()
-    y, pb = case.pair(args)
-    args_before, y_before = copy_tree(args), copy_tree(y)
-    ybar = case.cotangent_like(y)
-    case.pullback(pb, copy_tree(ybar))
+    call = case.first_call()
+    args_before, y_before = call.args_after, call.output
+    case.first_pullback()
+    args, y = call.args, call.y  # as the pullback left them
     names = _names(case)
     for i in range(case.nargs):
         change = _first_change(args_before[i], args[i])
@@ -257,10 +255,10 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
     from a list or consumes an iterator gives a different (or no) answer on the second call. The check also
     calls it a third time with another cotangent: a pullback that returns the same buffer every call
     silently overwrites the tangent an engine is still holding from the first call."""
-    y, pb = case.pair()
-    ybar = case.cotangent_like(y)
-    raw = _tangent_tuple(case, case.pullback(pb, copy_tree(ybar)))
-    first = copy_tree(raw)
+    pulled = case.first_pullback()
+    pb, ybar = pulled.call.pb, pulled.ybar
+    raw = _tangent_tuple(case, pulled.returned)  # live: a later call may write into it
+    first = _tangent_tuple(case, pulled.tangents)
     names = _names(case)
     try:
         second = _tangents(case, pb, ybar)
@@ -312,14 +310,6 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
         )
 
 
-def _reentrant(case: Case, pb: Any, ybar: Any, last: tuple[Any, ...]) -> bool:
-    """Whether calling ``pb`` once more repeats its last result (if not, GG403 owns the difference)."""
-    try:
-        return _tangent_change(case, last, _tangents(case, pb, ybar)) is None
-    except RuleRaised:
-        return False
-
-
 @check(
     "GG404",
     family="state",
@@ -344,13 +334,23 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
     shared across calls (a module-level preallocated array, a cache keyed on shape) gives correct gradients
     when each forward is followed by its own pullback, and wrong ones in every real program, where all
     forwards run before all pullbacks: the second call overwrites what the first pullback reads. The check
-    calls the rule on the input, computes the pullback, calls the rule on a second, different input, and
-    calls the first pullback again with the same cotangent; it also checks that the first output was not
-    overwritten."""
-    y1, pb1 = case.pair()
+    calls the rule on the input and its pullback twice (a pullback that differs between those two calls is
+    GG403's finding), calls the rule on a second, different input, and calls the first pullback again with
+    the same cotangent; it also checks that the second call did not overwrite the first output."""
+    pulled = case.first_pullback()
+    y1, pb1, ybar = pulled.call.y, pulled.call.pb, pulled.ybar
+    first = _tangent_tuple(case, pulled.tangents)
+    # A pullback that changes from one call to the next anyway is GG403's finding: make sure this one
+    # repeats itself before blaming a second forward call for a difference.
+    try:
+        before = _tangents(case, pb1, ybar)
+    except RuleRaised:
+        raise Skip("the pullback cannot be called twice (see GG403)") from None
+    if _tangent_change(case, first, before) is not None:
+        raise Skip("the pullback gives different results when called twice (see GG403)")
+    # Snapshot the output only now: a pullback that writes into its own output is GG402's finding, not a
+    # second forward call's.
     y1_before = copy_tree(y1)
-    ybar = case.cotangent_like(y1)
-    before = _tangents(case, pb1, ybar)
     second = tuple(case.draw(case.rule.args_strategy, "second input"))
     case.forward(copy_tree(second))
     problems = []
@@ -371,13 +371,23 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
         )
     try:
         after = _tangents(case, pb1, ybar)
-    except RuleRaised:
-        after = None  # a pullback that cannot be called twice: GG403's finding
-    found = None if after is None else _tangent_change(case, before, after)
-    if after is None or (found is not None and not _reentrant(case, pb1, ybar, after)):
-        if not problems:
-            raise Skip("the pullback gives different results when called twice (see GG403)")
-        found = None
+    except RuleRaised as exc:
+        problems.append(
+            Problem(
+                message=(
+                    f"the pullback of the first call of {case.rule.name} raised {type(exc.exc).__name__}: {exc.exc} "
+                    "after a second forward call on another input, though it answered the same twice before that "
+                    "call. The rule keeps residuals in state shared across calls (a preallocated buffer or a "
+                    "cache keyed on shape) that the second call replaced."
+                ),
+                expected="the same tangents as before the second call",
+                actual=exc.user_traceback.strip().splitlines()[-1],
+                fix="Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure.",
+            )
+        )
+        yield from problems
+        return
+    found = _tangent_change(case, before, after)
     if found is not None:
         j, change = found
         problems.append(
@@ -422,8 +432,8 @@ def output_aliases_input(case: Case) -> Iterable[Problem]:
     arguments declared in ``mutates=`` too: an in-place rule that returns its mutated argument follows a
     common convention, but the hazard for engines is the same, so such rules should ignore GG405 knowingly
     (``ignore=["GG405"]``)."""
-    args = case.fresh()
-    y, pb = case.pair(args)
+    call = case.first_call()
+    args, y = call.args, call.y
     names = _names(case)
 
     def relation(value: Any, i: int) -> str | None:
@@ -460,7 +470,7 @@ def output_aliases_input(case: Case) -> Iterable[Problem]:
                 ),
             )
             break
-    t = case.pullback(pb, case.cotangent_like(y))
+    t = case.first_pullback().returned
     if not isinstance(t, (tuple, list)):
         return
     for j, tangent in enumerate(t):
@@ -505,8 +515,7 @@ def deterministic(case: Case) -> Iterable[Problem]:
     noise passes). Hidden randomness (a global or unseeded generator, the clock, a hash order) makes the
     rule's gradient irreproducible, breaks every check that compares two calls (finite differences above
     all), and makes AD differentiate a different sample from the one the program used."""
-    y1, pb1 = case.pair()
-    y1 = copy_tree(y1)
+    y1 = case.first_call().output
     y2, pb2 = case.pair()
     change = _first_change(y1, y2, case.tol)
     if change is not None:
@@ -522,8 +531,9 @@ def deterministic(case: Case) -> Iterable[Problem]:
             fix="Make randomness an explicit argument (a seed or key, declared nondiff) instead of global state.",
         )
         return
-    ybar = case.cotangent_like(y1)
-    first, second = _tangents(case, pb1, ybar), _tangents(case, pb2, ybar)
+    pulled = case.first_pullback()
+    ybar = pulled.ybar
+    first, second = _tangent_tuple(case, pulled.tangents), _tangents(case, pb2, ybar)
     found = _tangent_change(case, first, second)
     if found is not None:
         j, change = found

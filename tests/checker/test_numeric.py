@@ -525,6 +525,61 @@ def test_gg201_still_catches_a_wrong_relu():
     assert f.message.startswith("the pullback of relu_wrong_side disagrees with finite differences of the primal")
 
 
+def sort_values(x):
+    return np.sort(x)
+
+
+# Values a hair apart: several of them tie at every step float64 can difference.
+_NEAR_TIES = st.sampled_from([0.0, 2e-168, -1.4e-148, 1.5e-34, 6e-8, -1.0, 2.5])
+
+
+def _sort_pullback(x):
+    order = np.argsort(x, kind="stable")
+
+    def pullback(ybar):
+        g = np.zeros_like(x)
+        g[order] = ybar
+        return (g,)
+
+    return pullback
+
+
+@rrule(sort_values, arrays(shape=(4,), elements=_NEAR_TIES))
+def sort_near_ties(x):
+    return sort_values(x), _sort_pullback(x)
+
+
+@rrule(sort_values, arrays(shape=(4,), elements=_NEAR_TIES))
+def sort_reversed(x):
+    pb = _sort_pullback(x)
+    return sort_values(x), lambda ybar: pb(ybar[::-1])  # BUG: the cotangent reversed
+
+
+@rrule(relu, arrays(shape=(4,), elements=st.sampled_from([0.0, 1.0, -1.0])))
+def relu_two_at_zero(x):
+    mask = np.where(x == 0, 2.0, (x > 0).astype(x.dtype))  # BUG: 2 at the kink, outside [0, 1]
+    return relu(x), lambda ybar: (None,) if ybar is None else (mask * ybar,)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_gg201_no_verdict_where_kinks_are_closer_than_any_step(seed):
+    """Sorting [2.5, 2e-168, 1.5e-34, -1.4e-148] ties three values at every usable step: the pullback at x
+    picks the piece that holds within 1e-34 of it, finite differences see the pieces beyond, and along some
+    directions even the one-sided derivatives agree. Such draws once failed a correct sort."""
+    assert check(sort_near_ties, select=["GG201"], seed=seed, max_examples=40).findings == []
+
+
+def test_gg201_still_catches_a_wrong_sort_on_the_same_inputs():
+    (f, *_) = check(sort_reversed, select=["GG201"], max_examples=40).findings
+    assert f.message.startswith("the pullback of sort_reversed disagrees with finite differences of the primal")
+
+
+def test_gg201_a_value_outside_the_subgradients_at_a_kink_is_still_wrong():
+    (f, *_) = check(relu_two_at_zero, select=["GG201"]).findings
+    assert f.message.startswith("the pullback of relu_two_at_zero disagrees with finite differences of the primal")
+    assert "0" in f.counterexample["call"]
+
+
 def cube(x):
     return x**3
 

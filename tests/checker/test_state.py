@@ -248,7 +248,7 @@ def test_gg403_pullback_accumulates_into_a_captured_array():
     (f,) = findings(square_accumulates, "GG403")
     assert f.message == (
         "calling the pullback of square_accumulates twice with the same cotangent gave different tangents for "
-        "argument 0 (x) at [0]: 2 on the first call, 4 on the second. The pullback changes state it reads "
+        "argument 0 (x) at [2]: 2 on the first call, 4 on the second. The pullback changes state it reads "
         "(it accumulates into a captured buffer, consumes its residuals or draws random numbers)."
     )
     assert f.fix.startswith("Allocate the tangent in every call")
@@ -338,6 +338,51 @@ def test_gg404_output_is_a_reused_buffer():
         r"changed from \S+ to \S+\. The rule returns a preallocated buffer that every call reuses\.",
         f.message,
     ), f.message
+
+
+_LAST = {}
+
+
+@rrule(total, arrays(shape=st.sampled_from([(2,), (3,), (4,)])))
+def total_last_shape_cache(x):
+    _LAST["ones"] = np.ones(x.shape)  # the latest call's residual, whatever its shape
+    return x.sum(), lambda ybar: (_LAST["ones"].reshape(x.shape) * ybar,)
+
+
+def test_gg404_first_pullback_raises_after_a_second_call():
+    """Once a second call replaced the cached residual with one of another shape, the first pullback raises:
+    stale state too, reported with the error the caller would meet."""
+    (f,) = findings(total_last_shape_cache, "GG404")
+    assert re.fullmatch(
+        r"the pullback of the first call of total_last_shape_cache raised ValueError: .+ after a second forward "
+        r"call on another input, though it answered the same twice before that call\. The rule keeps residuals "
+        r"in state shared across calls \(a preallocated buffer or a cache keyed on shape\) that the second call "
+        r"replaced\.",
+        f.message,
+    ), f.message
+    assert f.actual.startswith("ValueError")
+
+
+def exp(x):
+    return np.exp(x)
+
+
+@rrule(exp, arrays(shape=(3,)))
+def exp_pullback_scales_output(x):
+    y = np.exp(x)
+
+    def pullback(ybar):
+        y[...] *= ybar  # BUG (GG402): writes into its own output
+        return (y.copy(),)
+
+    return y, pullback
+
+
+def test_gg404_leaves_a_pullback_that_writes_its_own_output_to_gg402():
+    """GG404 once snapshotted the first output before the first pullback wrote into it, and so blamed the
+    second forward call for what the pullback did."""
+    assert findings(exp_pullback_scales_output, "GG404") == []
+    assert findings(exp_pullback_scales_output, "GG402")
 
 
 def test_gg404_per_call_allocation_and_forward_only_cache_pass():

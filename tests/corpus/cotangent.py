@@ -111,7 +111,7 @@ def mul_out_into_cotangent_rrule(a, b):
 
 
 LABELS = {
-    "tanh_zero_guard_rrule": {"bug": "cotangent", "expect": ["GG202", "GG203", "GG301", "GG501"]},
+    "tanh_zero_guard_rrule": {"bug": "cotangent", "expect": ["GG201", "GG202", "GG203", "GG301", "GG501"]},
     "square_no_none_rrule": {"bug": "cotangent", "expect": ["GG302"]},
     "square_none_as_one_rrule": {"bug": "cotangent", "expect": ["GG302", "GG501"]},
     "sincos_partial_none_rrule": {"bug": "cotangent", "expect": ["GG302"]},

@@ -1,0 +1,111 @@
+"""The survey's shared first call, and the cotangents and directions every check draws.
+
+The survey runs every check on each drawn input and lets them share one forward call and one pullback
+(checker.case.Shared); a failure it finds must still replay alone, as its reproducer does.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from checker import arrays, check, rrule
+from checker.case import Case, HypothesisDraws
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def counting_softplus(calls):
+    @rrule(softplus, arrays(shape=(5,)))
+    def softplus_rrule(x):
+        calls["forward"] += 1
+        sig = 1.0 / (1.0 + np.exp(-x))
+
+        def pullback(ybar):
+            calls["pullback"] += 1
+            return (None,) if ybar is None else (ybar * sig,)
+
+        return softplus(x), pullback
+
+    return softplus_rrule
+
+
+# Checks that only read the first forward call and the first pullback of each drawn input.
+READERS = ["GG101", "GG102", "GG103", "GG104", "GG105", "GG106", "GG303", "GG401", "GG402", "GG405"]
+
+
+def test_the_survey_makes_one_forward_and_one_pullback_per_drawn_input():
+    calls = Counter()
+    report = check(counting_softplus(calls), select=READERS, max_examples=12)
+    result = report.rules[0]
+    assert result.verdict == "pass", report.findings
+    assert result.checks_run == READERS
+    assert calls["forward"] == result.examples == 12
+    assert calls["pullback"] == result.examples
+
+
+def test_checks_that_need_calls_of_their_own_still_make_them():
+    calls = Counter()
+    result = check(counting_softplus(calls), select=["GG101", "GG406"], max_examples=5).rules[0]
+    # GG406 compares the first call with a second one on an identical copy of the input.
+    assert calls["forward"] == 2 * result.examples
+
+
+RULE_MODULE = '''
+import numpy as np
+from checker import arrays, rrule
+
+
+def scale3(a):
+    return 3.0 * a
+
+
+@rrule(scale3, arrays(shape=(20000,)))
+def scale3_ones(a):
+    return scale3(a), lambda ybar: (3.0 * np.ones(a.shape),)   # right only for ybar == 1
+'''
+
+
+def test_a_finding_made_with_the_shared_cotangent_replays_alone(tmp_path):
+    """Large inputs are not shrunk, so the finding is the survey's own case, whose cotangent another check
+    drew; the reproducer runs GG202 alone and must meet the same failure."""
+    module = tmp_path / "rules_big.py"
+    module.write_text(textwrap.dedent(RULE_MODULE))
+    report = check(str(module), select=["GG1", "GG2"])
+    assert report.rules[0].examples < 20  # the survey's example cap for large inputs: no shrinking
+    (f,) = [f for f in report.findings if f.check_id == "GG202"]
+    script = tmp_path / "repro.py"
+    script.write_text(f.reproducer)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert f.message in run.stderr
+
+
+@rrule(softplus, arrays(shape=(3,)))
+def any_rule(x):
+    return softplus(x), lambda ybar: (ybar / (1.0 + np.exp(-x)),)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.sampled_from([(), (1,), (3,), (2, 2)]))
+def test_cotangents_are_never_all_zero_and_never_tiny(data, shape):
+    """A zero cotangent makes every comparison trivially true, and a 1e-38 one hides any error below the
+    tolerance's absolute part; elements are 0 or between 1/4 and 4 in size."""
+    case = Case(any_rule, (np.zeros(3),), HypothesisDraws(data))
+    ybar = np.asarray(case.cotangent_like(np.zeros(shape)))
+    assert ybar.shape == shape
+    assert np.any(ybar != 0)
+    sizes = np.abs(ybar[ybar != 0])
+    assert np.all((sizes >= 0.25) & (sizes <= 4.0))
+    assert case.record == [("cotangent", case.record[0][1])]
