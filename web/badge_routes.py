@@ -40,13 +40,14 @@ def _send(request: Request, body: str, media_type: str) -> Response:
     return Response(body, media_type=media_type, headers=headers)
 
 
-@router.get("/{project}.svg", summary="SVG badge of a branch's latest verdict")
+# HEAD too: link checkers and some README renderers probe images with HEAD before fetching them.
+@router.api_route("/{project}.svg", methods=["GET", "HEAD"], summary="SVG badge of a branch's latest verdict")
 def badge_svg(request: Request, session: SessionDep, project: str, branch: str | None = None,
               token: str | None = None) -> Response:
     return _send(request, render_svg(_state(request, session, project, branch, token)), "image/svg+xml")
 
 
-@router.get("/{project}.json", summary="shields.io endpoint badge of a branch's latest verdict")
+@router.api_route("/{project}.json", methods=["GET", "HEAD"], summary="shields.io endpoint badge of a branch's latest verdict")
 def badge_json(request: Request, session: SessionDep, project: str, branch: str | None = None,
                token: str | None = None) -> Response:
     body = json.dumps(render_endpoint(_state(request, session, project, branch, token)), sort_keys=True)

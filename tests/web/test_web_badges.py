@@ -88,3 +88,12 @@ def test_badges_revalidate_with_etags(live: Any, seeded: dict[str, int]) -> None
     assert again.status_code == 304 and again.content == b""
     other = live.http.get("/badge/alpha.svg", params={"branch": "feature/x"}, headers={"If-None-Match": tag})
     assert other.status_code == 200 and other.headers["etag"] != tag
+
+
+@pytest.mark.parametrize("path,media", [("/badge/alpha.svg", "image/svg+xml"), ("/badge/alpha.json", "application/json")])
+def test_badges_answer_head_like_get_without_a_body(live: Any, seeded: dict[str, int], path: str, media: str) -> None:
+    got = live.http.get(path, params={"branch": "main"})
+    head = live.http.head(path, params={"branch": "main"})
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-type"].startswith(media)
+    assert head.headers["etag"] == got.headers["etag"]
