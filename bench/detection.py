@@ -3,6 +3,7 @@
     python bench/detection.py                      # the whole corpus; writes bench/RESULTS.md
     python bench/detection.py --quick              # a handful of cases, prints only
     python bench/detection.py --tools gradguard,check_grads --cases sum_ones_rrule
+    python bench/detection.py --tools gradguard --max-examples 1   # the time/detection trade-off
 
 Every labelled rule of the corpus (tests/corpus/) runs through each tool:
 
@@ -68,10 +69,13 @@ QUICK = [
 ]
 
 
+MAX_EXAMPLES: int | None = None  # --max-examples: gradguard's examples per rule (None: its default)
+
+
 def run_gradguard(case: BenchCase, select: list[str] | None) -> tuple[str, str, list[str]]:
     from checker import check
 
-    report = check(case.rule, select=select, seed=0)
+    report = check(case.rule, select=select, seed=0, max_examples=MAX_EXAMPLES)
     result = report.rules[0]
     ids = sorted({f.check_id for f in result.findings})
     if result.verdict == "error":
@@ -272,7 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=None, help=f"write the Markdown report here (default for full runs: {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--json", default=None, help="write per-case outcomes as JSON")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one anchor call may take on one case (0: no limit)")
+    parser.add_argument(
+        "--max-examples", type=int, default=None,
+        help="gradguard's drawn inputs per rule (default: its own, 20); fewer trade detection for time",
+    )
     args = parser.parse_args(argv)
+    global MAX_EXAMPLES
+    MAX_EXAMPLES = args.max_examples
 
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     unknown = [t for t in tools if t not in TOOLS]
@@ -314,11 +324,16 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print("Import times (s, excluded above): " + ", ".join(f"{g} {s:.1f}" for g, s in imports.items()))
     command = command_line("detection.py", argv)
-    results = args.results or (None if (args.quick or args.cases) else str(RESULTS))
+    partial = args.quick or args.cases or args.max_examples is not None or set(tools) != set(TOOLS)
+    results = args.results or (None if partial else str(RESULTS))
     if results:
         imported = "Import times (s, excluded above): " + ", ".join(f"{g} {s:.1f}" for g, s in imports.items())
         body = f"{text}\n{imported}; {time.perf_counter() - started:.0f} s in all.\n\n### Per case\n\n{per_case(rows, tools)}\n"
-        write_section(results, "detection", "Detection: gradguard against gradcheck and check_grads", command, body)
+        if MAX_EXAMPLES is None:
+            write_section(results, "detection", "Detection: gradguard against gradcheck and check_grads", command, body)
+        else:
+            heading = f"Detection with gradguard limited to {MAX_EXAMPLES} drawn input(s) per rule (the trade-off)"
+            write_section(results, "detection_examples", heading, command, body)
         print(f"wrote {results}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))

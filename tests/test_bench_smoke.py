@@ -53,6 +53,17 @@ def test_detection_gradguard_and_check_grads(tmp_path: Path) -> None:
         assert case in text
 
 
+def test_detection_trade_off_run_leaves_the_results_file_alone() -> None:
+    """--max-examples trades detection for time; such a run prints its table but must not replace the
+    default-settings table in bench/RESULTS.md."""
+    results = BENCH / "RESULTS.md"
+    before = results.read_text() if results.exists() else None
+    out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradguard", "--max-examples", "1")
+    assert "numeric:sum_ones_rrule (numeric): gradguard=caught" in out
+    assert "total wall time" in out
+    assert (results.read_text() if results.exists() else None) == before
+
+
 @pytest.mark.skipif(not HAS_TORCH, reason=NO_TORCH)
 def test_detection_gradcheck() -> None:
     out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradcheck")
