@@ -140,7 +140,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     for what, ybar, zero in _none_variants(case, y):
         _, pb = case.pair()
         try:
-            got = pb(copy_tree(ybar))
+            got = copy_tree(pb(copy_tree(ybar)))  # a snapshot: the comparison below calls the rule again
         except Exception as exc:  # noqa: BLE001 - the user's pullback failed: that is the finding
             raised = RuleRaised("pullback", case.rule.name, exc)
             yield Problem(

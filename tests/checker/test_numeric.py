@@ -580,6 +580,31 @@ def test_gg201_a_value_outside_the_subgradients_at_a_kink_is_still_wrong():
     assert "0" in f.counterexample["call"]
 
 
+_GRAD = np.zeros(3)
+
+
+def sin(x):
+    return np.sin(x)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_shared_tangent_buffer(x):
+    c = np.cos(x)
+
+    def pullback(ybar):
+        np.multiply(ybar, c, out=_GRAD)  # linear, but every call hands out the same buffer (GG403)
+        return (_GRAD,)
+
+    return np.sin(x), pullback
+
+
+def test_gg202_judges_values_not_a_reused_buffer():
+    """GG202 compares three pullback results; a pullback that returns the same buffer every call once made
+    the earlier results change under it, and a linear pullback looked nonlinear. The buffer is GG403's."""
+    assert findings(sin_shared_tangent_buffer, "GG202") == []
+    assert findings(sin_shared_tangent_buffer, "GG403")
+
+
 def cube(x):
     return x**3
 
