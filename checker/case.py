@@ -98,8 +98,7 @@ class FirstCall:
     @property
     def output(self) -> Any:
         """The output as the forward call returned it (a copy): skips unless the rrule returned a pair."""
-        self.pair
-        return self.snapshot
+        return self.snapshot if self.pair else None
 
     @property
     def pb(self) -> Callable[..., Any]:
@@ -143,7 +142,7 @@ class Shared:
 
     call: FirstCall | BaseException | None = None
     pulled: FirstPullback | BaseException | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    cotangent: list[Any] = field(default_factory=list)  # the drawn cotangent, kept also when the pullback raised
 
 
 def _kept(value: Any) -> Any:
@@ -240,19 +239,16 @@ class Case:
         call = self.first_call()
         if shared.pulled is None:
             ybar = self.cotangent_like(call.output)
+            shared.cotangent.append(ybar)
             given = copy_tree(ybar)
             try:
                 returned = self.pullback(call.pb, given)
             except (RuleRaised, Skip) as exc:
                 shared.pulled = exc
-                shared.extra["cotangent"] = ybar
                 raise
             shared.pulled = FirstPullback(call=call, ybar=ybar, given=given, returned=returned, tangents=copy_tree(returned))
             return shared.pulled
-        if isinstance(shared.pulled, FirstPullback):
-            self.record.append(("cotangent", shared.pulled.ybar))
-        elif "cotangent" in shared.extra:
-            self.record.append(("cotangent", shared.extra["cotangent"]))
+        self.record.extend(("cotangent", ybar) for ybar in shared.cotangent)  # as if this case had drawn it
         return _kept(shared.pulled)
 
     def first_tangents(self) -> tuple[FirstPullback, tuple[Any, ...]]:
