@@ -1,6 +1,7 @@
 """The labelled corpus (tests/corpus/): gradguard reports exactly each rule's expected check ids.
 
-Each corpus module defines rules and ``LABELS = {name: {"bug": class, "expect": [ids]}}``;
+Each corpus module defines rules and ``LABELS = {name: {"bug": class, "expect": [ids]}}`` (and, where the
+class alone says too little, ``"what"``: the bug in words);
 ``"expect": []`` marks a correct rule. The quick tests compare the isolation
 families (GG1-GG4) with the label restricted to them; the slow ones compare
 every family, and sweep the correct rules over ten seeds. The same corpus
@@ -81,6 +82,8 @@ def test_every_rule_has_a_valid_label() -> None:
     for key, _, label in CASES:
         assert label is not None, f"{key} has no entry in its module's LABELS"
         assert set(label) >= {"bug", "expect"}, f"{key}: a label needs 'bug' and 'expect', got {sorted(label)}"
+        assert label["bug"] in CLASSES, f"{key}: bug class {label['bug']!r} is not one of {sorted(CLASSES)} (details go in 'what')"
+        assert set(label) <= {"bug", "expect", "what"}, f"{key}: unknown label keys {sorted(set(label) - {'bug', 'expect', 'what'})}"
         assert set(label["expect"]) <= known, f"{key}: unknown ids {sorted(set(label['expect']) - known)}"
     for path in sorted(CORPUS.glob("*.py")):
         if path.name.startswith(("_", "test_")):

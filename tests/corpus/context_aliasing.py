@@ -66,9 +66,9 @@ def matvec_rrule(w, x):
 
 
 LABELS = {
-    "mul_rrule": {"bug": "none", "expect": []},
-    "mul_is_rrule": {"bug": "special-cases aliasing", "expect": ["GG502"]},
-    "mul_shares_rrule": {"bug": "special-cases shared memory", "expect": ["GG502"]},
-    "mul_into_rrule": {"bug": "mutates one slot, reads the other by reference", "expect": ["GG501", "GG502"]},
-    "matvec_rrule": {"bug": "none", "expect": []},
+    "mul_rrule": {"bug": "correct", "expect": []},
+    "mul_is_rrule": {"bug": "aliasing", "what": "special-cases aliasing", "expect": ["GG502"]},
+    "mul_shares_rrule": {"bug": "aliasing", "what": "special-cases shared memory", "expect": ["GG502"]},
+    "mul_into_rrule": {"bug": "aliasing", "what": "mutates one slot, reads the other by reference", "expect": ["GG501", "GG502"]},
+    "matvec_rrule": {"bug": "correct", "expect": []},
 }

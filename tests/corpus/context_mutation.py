@@ -101,11 +101,11 @@ def normalize_rrule(a):
 
 
 LABELS = {
-    "addone_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "scale_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "square_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "tanh_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "exp_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "cumsum_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
-    "normalize_rrule": {"bug": "mutates a captured argument", "expect": ["GG501"]},
+    "addone_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "scale_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "square_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "tanh_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "exp_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "cumsum_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
+    "normalize_rrule": {"bug": "context", "what": "mutates a captured argument", "expect": ["GG501"]},
 }

@@ -74,9 +74,9 @@ def norm_scratch_rrule(a):
 
 
 LABELS = {
-    "scaled_sum_rrule": {"bug": "none (private workspace)", "expect": []},
-    "addone_copy_rrule": {"bug": "none (mutates a copy)", "expect": []},
-    "cumsum_work_rrule": {"bug": "none (private workspace)", "expect": []},
-    "softmax_work_rrule": {"bug": "none (private workspace)", "expect": []},
-    "norm_scratch_rrule": {"bug": "none (in-place scratch copy)", "expect": []},
+    "scaled_sum_rrule": {"bug": "correct", "what": "none (private workspace)", "expect": []},
+    "addone_copy_rrule": {"bug": "correct", "what": "none (mutates a copy)", "expect": []},
+    "cumsum_work_rrule": {"bug": "correct", "what": "none (private workspace)", "expect": []},
+    "softmax_work_rrule": {"bug": "correct", "what": "none (private workspace)", "expect": []},
+    "norm_scratch_rrule": {"bug": "correct", "what": "none (in-place scratch copy)", "expect": []},
 }

@@ -55,7 +55,7 @@ def flat_weighted_rrule(x):
 
 
 LABELS = {
-    "pair_sums_rrule": {"bug": "assumes contiguous strides", "expect": ["GG501", "GG503"]},
-    "square2d_rrule": {"bug": "tangent written into a copy for Fortran-ordered views", "expect": ["GG501", "GG502"]},
-    "flat_weighted_rrule": {"bug": "depends on memory order", "expect": ["GG501", "GG502", "GG503"]},
+    "pair_sums_rrule": {"bug": "context", "what": "assumes contiguous strides", "expect": ["GG501", "GG503"]},
+    "square2d_rrule": {"bug": "aliasing", "what": "tangent written into a copy for Fortran-ordered views", "expect": ["GG501", "GG502"]},
+    "flat_weighted_rrule": {"bug": "aliasing", "what": "depends on memory order", "expect": ["GG501", "GG502", "GG503"]},
 }
