@@ -74,6 +74,7 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Check rules on this many worker processes (0: one per CPU); same report.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report here ('-' for stdout).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here.")
@@ -88,6 +89,7 @@ def check_command(
     max_examples: int | None,
     rule_timeout: float,
     device: str | None,
+    jobs: int,
     json_path: Path | None,
     junit_path: Path | None,
     markdown_path: Path | None,
@@ -119,6 +121,7 @@ def check_command(
             max_examples=max_examples,
             rule_timeout_s=rule_timeout or None,
             progress=on_rule,
+            jobs=jobs,
         )
     except UsageError as exc:
         _usage(str(exc))

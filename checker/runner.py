@@ -139,10 +139,15 @@ def check(
     max_examples: int | None = None,
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
     progress: Callable[[RuleResult, int, int], None] | None = None,
+    jobs: int = 1,
 ) -> Report:
-    """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`."""
+    """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
+
+    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
+        raise UsageError(f"Got jobs={jobs!r}, but jobs must be an int >= 0 (0: one worker process per CPU).")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
     ids = select_checks(select, ignore)
@@ -153,11 +158,16 @@ def check(
         load_errors=failures,
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
     )
-    for i, rule in enumerate(rules):
-        result = check_rule(rule, ids, options)
-        report.rules.append(result)
-        if progress is not None:
-            progress(result, i + 1, len(rules))
+    if jobs != 1 and len(rules) > 1:
+        from checker.parallel import check_in_processes
+
+        report.rules.extend(check_in_processes(rules, ids, options, jobs, progress))
+    else:
+        for i, rule in enumerate(rules):
+            result = check_rule(rule, ids, options)
+            report.rules.append(result)
+            if progress is not None:
+                progress(result, i + 1, len(rules))
     report.environment = environment()
     report.duration_s = time.perf_counter() - started
     return report
