@@ -26,7 +26,10 @@ reported a failure (gradguard: any finding; gradcheck: returned False;
 check_grads: AssertionError), "errored" when it raised something else, and
 "missed" when it passed. On correct rules, anything but a pass is a false
 positive. Times are wall-clock sums over the corpus, measured in this run,
-imports excluded.
+imports excluded. gradguard then checks the whole corpus once more in a
+single call on worker processes (``--jobs``, default one per CPU), the way
+``gradguard check rules/ --jobs 0`` does, and reports that wall time and
+whether the findings match the per-case runs.
 """
 
 from __future__ import annotations
@@ -134,6 +137,24 @@ def _programs(case: BenchCase, tool: str) -> list[str] | None:
     return None
 
 
+def whole_corpus(cases: list[BenchCase], rows: list[dict[str, Any]], select: list[str] | None, jobs: int) -> dict[str, Any]:
+    """One ``check`` call over every case on worker processes: its wall time, and whether it found the same."""
+    from checker import check
+    from checker.parallel import workers_for
+
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = check([c.rule for c in cases], select=select, seed=0, max_examples=MAX_EXAMPLES, jobs=jobs)
+    seconds = time.perf_counter() - start
+    differ = []
+    for case, row, result in zip(cases, rows, report.rules):
+        ids = sorted({f.check_id for f in result.findings})
+        if ids != row.get("gradguard_ids", []) or (result.verdict == "error") != (row["tools"]["gradguard"]["outcome"] == "errored"):
+            differ.append(case.key)
+    return {"jobs": jobs, "workers": workers_for(jobs, len(cases)), "seconds": seconds, "same": not differ, "differ": differ}
+
+
 def _group_of(col: str) -> str | None:
     return next((g for g, label in GROUPS.items() if label == col), None)
 
@@ -234,6 +255,15 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
             f"{'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, {fps} false positive(s), {ratio:.1f}x)."
         )
         lines.append("")
+    whole = summary.get("whole_corpus")
+    if whole:
+        versus = f", {whole['seconds'] / max(secs[fastest], 1e-9):.1f}x the fastest anchor" if "gradguard" in tools and anchors else ""
+        lines.append(
+            f"gradguard over the whole corpus in one call on {whole['workers']} worker process(es) "
+            f"(`gradguard check --jobs {whole['jobs']}`): {whole['seconds']:.1f} s{versus}; "
+            f"the same findings as the per-case runs: {'yes' if whole['same'] else 'NO: ' + ', '.join(whole['differ'][:5])}."
+        )
+        lines.append("")
     if any(summary["false_positives"].values()):
         lines.append("False positives on correct rules:")
         for col in cols:
@@ -277,6 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write per-case outcomes as JSON")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds one anchor call may take on one case (0: no limit)")
     parser.add_argument(
+        "--jobs", type=int, default=0,
+        help="also check the whole corpus in one gradguard call on this many worker processes (0: one per CPU; 1: skip)",
+    )
+    parser.add_argument(
         "--max-examples", type=int, default=None,
         help="gradguard's drawn inputs per rule (default: its own, 20); fewer trade detection for time",
     )
@@ -319,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
         outs = "  ".join(f"{v}={i['outcome']}" for v, i in row["tools"].items())
         print(f"[{k}/{len(cases)}] {case.key} ({case.bug}): {outs}", flush=True)
     summary = summarise(rows, tools)
+    if "gradguard" in tools and args.jobs != 1 and len(cases) > 1:
+        summary["whole_corpus"] = whole_corpus(cases, rows, select, args.jobs)
     text = render(summary, rows, tools)
     print()
     print(text)

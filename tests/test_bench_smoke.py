@@ -45,6 +45,8 @@ def test_detection_gradguard_and_check_grads(tmp_path: Path) -> None:
     assert "| bug class | cases | gradguard |" in out
     assert "check_grads (any)" in out
     assert "detection rate" in out and "false positives" in out and "total wall time" in out
+    assert "worker process(es) (`gradguard check --jobs 0`)" in out
+    assert "the same findings as the per-case runs: yes." in out
     text = results.read_text()
     assert text.startswith("# Benchmark results")
     assert "<!-- begin detection -->" in text
@@ -58,7 +60,7 @@ def test_detection_trade_off_run_leaves_the_results_file_alone() -> None:
     default-settings table in bench/RESULTS.md."""
     results = BENCH / "RESULTS.md"
     before = results.read_text() if results.exists() else None
-    out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradguard", "--max-examples", "1")
+    out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradguard", "--max-examples", "1", "--jobs", "1")
     assert "numeric:sum_ones_rrule (numeric): gradguard=caught" in out
     assert "total wall time" in out
     assert (results.read_text() if results.exists() else None) == before
