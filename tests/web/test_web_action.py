@@ -234,6 +234,12 @@ def test_local_mode_checks_in_the_job(job: dict[str, Any]) -> None:
                           "select": "GG1"},
                          job["workdir"], job["tmp"], job["env"])
     assert lenient.returncode == 0 and lenient.outputs["verdict"] == "fail"
+    # The default checks on one worker process per CPU; one process gives the same annotations and summary.
+    single = run_action({"mode": "local", "path": "rules", "install": "false", "select": "GG1", "jobs": "1"},
+                        job["workdir"], job["tmp"], job["env"])
+    assert single.returncode == 1 and single.outputs == result.outputs
+    assert sorted(line for line in single.stdout.splitlines() if line.startswith("::error")) == sorted(
+        line for line in result.stdout.splitlines() if line.startswith("::error"))
 
 
 def test_bad_configuration_fails_with_a_clear_error(job: dict[str, Any]) -> None:
