@@ -70,8 +70,10 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     Richardson extrapolation, on the primal itself) with ``<pullback(ybar), v>``; the tolerance is the dtype's
     entry in the tolerance table plus the finite-difference error estimate. A failure is localised to the
     argument and, for arrays up to a few thousand elements, to the first wrong element. Where the primal is
-    not differentiable (a kink, like relu at 0), any value between the one-sided derivatives is accepted; where
-    finite differences cannot be taken (the edge of a restricted domain), the input is not judged."""
+    not differentiable (a kink, like relu at 0), each element's value must lie between its one-sided
+    derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements); where kinks sit closer to the input than any usable step (sorting
+    values 1e-34 apart), or finite differences cannot be taken (the edge of a restricted domain), the input
+    is not judged."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     conv = convention(case)
