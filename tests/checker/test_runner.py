@@ -4,6 +4,7 @@ The survey runs every check on each drawn input and lets them share one forward 
 (checker.case.Shared); a failure it finds must still replay alone, as its reproducer does.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -109,3 +110,28 @@ def test_cotangents_are_never_all_zero_and_never_tiny(data, shape):
     sizes = np.abs(ybar[ybar != 0])
     assert np.all((sizes >= 0.25) & (sizes <= 4.0))
     assert case.record == [("cotangent", case.record[0][1])]
+
+
+def _without_times(report_json: str) -> list:
+    rules = json.loads(report_json)["rules"]
+    for rule in rules:
+        rule.pop("duration_s")
+    return rules
+
+
+def test_the_same_seed_gives_the_same_report_in_a_fresh_process():
+    """Verdicts, counterexamples and reproducers depend on the seed only: not on what ran before in this
+    process (Hypothesis' harvested constants, caches on the rule), nor on the process."""
+    target = os.path.join(ROOT, "examples", "addone.py")
+    here = check(target, select=["GG1", "GG2", "GG3", "GG4"], seed=5)
+    again = check(target, select=["GG1", "GG2", "GG3", "GG4"], seed=5)
+    code = (
+        "import sys, warnings; warnings.simplefilter('ignore'); from checker import check; "
+        f"sys.stdout.write(check({target!r}, select=['GG1', 'GG2', 'GG3', 'GG4'], seed=5).to_json())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
+    assert any(r["findings"] for r in _without_times(here.to_json()))
+    assert _without_times(again.to_json()) == _without_times(here.to_json())
+    assert _without_times(fresh.stdout) == _without_times(here.to_json())
