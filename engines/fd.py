@@ -28,13 +28,17 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Derivative", "derivative", "complex_step", "directional", "inner"]
+__all__ = ["Derivative", "LARGE_INPUT", "budget", "derivative", "complex_step", "directional", "inner"]
 
 _RATIO = 2.0  # step ratio between the levels of the Richardson table
 _SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
 _SHRINKS = 4  # times the step is divided by 8 when g fails at a probe point
 _EPS64 = float(np.finfo(np.float64).eps)
 _LEVELS = 6  # Richardson levels of `directional`: deep enough to reach the asymptotic regime
+# Arguments larger than this (elements in all) get a shallower table from `budget`: each level costs two
+# evaluations, and on large inputs the evaluations, not the accuracy, are the limit.
+LARGE_INPUT = 2**14
+SHALLOW_LEVELS = 3
 _CS_STEP = 1e-20  # imaginary step of the complex step in `directional`
 
 
@@ -321,6 +325,13 @@ def _check_directional(args: Any, directions: Any, max_step: Any, complex_step: 
         if not np.all(np.isfinite(v)):
             raise ValueError(f"Got directions[{i}] with non-finite entries; directions must be finite")
     return moving
+
+
+def budget(args: Sequence) -> dict[str, Any]:
+    """Keyword arguments for :func:`directional` suited to the size of ``args``: the default six-level table
+    (and complex-step attempt) up to LARGE_INPUT elements in all, three levels and no complex step beyond."""
+    size = sum(int(np.size(a)) for a in _leaves(list(args)) if isinstance(a, np.ndarray))
+    return {} if size <= LARGE_INPUT else {"levels": SHALLOW_LEVELS, "complex_step": False}
 
 
 def directional(

@@ -36,7 +36,6 @@ from engines import fd
 __all__ = [
     "CONVENTION_TEXT",
     "DotTest",
-    "LARGE_INPUT",
     "LOCALISE_MAX_SIZE",
     "NONFINITE_CANDIDATES",
     "NO_FD",
@@ -161,19 +160,12 @@ def _primal(case: Case) -> Callable[..., Any]:
     return lambda *args: tree_map(_numpy, primal(*args))
 
 
-# Inputs larger than this get a shallower Richardson table (and no complex-step attempt): each level costs
-# two evaluations of the primal, and on large inputs the evaluations, not the accuracy, are the limit.
-LARGE_INPUT = 2**14
-_LARGE_FD = {"levels": 3, "complex_step": False}
-
-
 def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> fd.Derivative | None:
     """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge)."""
-    large = sum(np.size(a) for a in case.args if isinstance(a, np.ndarray)) > LARGE_INPUT
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = fd.directional(_primal(case), case.fresh(), directions, cotangent, **(_LARGE_FD if large else {}))
+            d = fd.directional(_primal(case), case.fresh(), directions, cotangent, **fd.budget(case.args))
     except (ValueError, ArithmeticError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):

@@ -142,7 +142,7 @@ def _lowest_dtype(values: Any) -> np.dtype:
 
 def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: tuple[str, ...],
              tol: tolerances.Tolerance) -> Row:
-    from engines.fd import directional
+    from engines.fd import budget, directional
 
     row = Row(ctx, tol=tol, mutates=bool(runners.rule.mutates))
     users = numpy_ops(runners.rule.primal)
@@ -152,7 +152,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: t
 
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)))
-        fd = directional(program, plan.inputs, v, complex_step=False)
+        fd = directional(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
         row.slope, fd_error = float(np.real(fd.value)), fd.error
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         row.truth_error = _text(exc.__cause__ or exc)

@@ -28,7 +28,22 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "derivative", "complex_step", "directional", "inner"])
+    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "budget", "derivative", "complex_step", "directional", "inner"])
+
+
+def test_budget_is_shallower_only_for_large_inputs_and_stays_accurate():
+    small = (np.ones(10), np.ones((fd.LARGE_INPUT // 2,)))
+    assert fd.budget(small) == {}
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-2, 2, size=fd.LARGE_INPUT + 1)
+    v = rng.standard_normal(x.size)
+    opts = fd.budget((x, None))
+    assert opts == {"levels": 3, "complex_step": False}
+    d = fd.directional(lambda a: np.sum(np.sin(a)), (x,), (v,), **opts)
+    exact = float(np.dot(np.cos(x), v))
+    assert d.evaluations < fd.directional(lambda a: np.sum(np.sin(a)), (x,), (v,)).evaluations
+    assert abs(d.value - exact) <= max(d.error, 1e-9 * abs(exact))
+    assert abs(d.value - exact) <= 1e-7 * np.sum(np.abs(v))
 
 
 # ---------------------------------------------------------------- derivative
