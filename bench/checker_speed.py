@@ -10,6 +10,8 @@
    of several evaluations, measured in this run), with the number of forward,
    pullback and primal calls. Target: at most 50. It runs after part 1, so
    JAX (which GG203 loads) is already imported, as in part 1.
+3. For reference, every check (the safety matrix and the JAX checks too) on a
+   fresh copy of the large rule, in the same units. No target.
 
 ``--breakdown`` also times each check alone on the small rules, to show what
 dominates. Both figures are ratios or medians measured in this run; absolute
@@ -76,7 +78,7 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def check_time(rule: Any, select: list[str], max_examples: int | None = None) -> tuple[float, Any]:
+def check_time(rule: Any, select: list[str] | None, max_examples: int | None = None) -> tuple[float, Any]:
     from checker import check
 
     start = time.perf_counter()
@@ -164,6 +166,13 @@ def main(argv: list[str] | None = None) -> int:
         print("   what dominates: the calls above (the checks of one drawn input share its first forward call and")
         print("   pullback; GG201's finite differences call the primal, GG202, GG301, GG404 and GG406 make calls")
         print("   of their own), then copies and comparisons of the 10**6-element arrays.")
+    # For reference (no target): every check, the safety matrix and the JAX checks included, on a fresh copy
+    # of the same rule (nothing cached from part 2).
+    calls.clear()
+    everything, res_all = check_time(counting_softplus_rule(n, calls), None)
+    print(f"\n3. Every check (contexts and JAX included; no target) on the same n: {everything:.2f} s = "
+          f"{everything / unit:.0f} evaluations' worth (verdict {res_all.verdict}); calls: {calls['forward']} forward, "
+          f"{calls['pullback']} pullback, {calls['primal']} primal")
     if args.results:
         body = "```text\n" + "\n".join(lines) + "\n```\n"
         write_section(args.results, "checker_speed", "Checker speed (issue 2's targets)", command_line("checker_speed.py", argv), body)

@@ -106,6 +106,7 @@ def test_checker_speed_tiny(tmp_path: Path) -> None:
     assert "median over the small rules" in out
     assert "evaluations' worth" in out
     assert ("MET" in out) and ("target" in out)
+    assert "3. Every check (contexts and JAX included; no target)" in out
     text = results.read_text()
     assert "old figures" not in text and text.count("<!-- begin checker_speed -->") == 1  # its section, replaced
     assert "median over the small rules" in text
