@@ -3,12 +3,17 @@
 Each page renders with no console error (a CSP violation is one), live status reaches the final
 verdict with and without JavaScript, the reproducer button copies the script, a finding links to
 its catalogue page, a hostile rule name stays text, forms are labelled, text has AA contrast and
-the keyboard reaches the content. Screenshots of every page go to docs/screenshots/.
+the keyboard reaches the content. Every page is also screenshotted: into a temporary folder by
+default, so a test run leaves the checkout alone, or into $GRADGUARD_SCREENSHOTS; the pictures in
+docs/screenshots/ are refreshed with
+``GRADGUARD_SCREENSHOTS=docs/screenshots python3 -m pytest tests/web/test_web_browser.py``.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SHOTS = Path(os.environ.get("GRADGUARD_SCREENSHOTS") or Path(tempfile.gettempdir()) / "gradguard-screenshots")
 
 CONTRAST_JS = """
 () => {
