@@ -22,7 +22,7 @@ from hypothesis.strategies import SearchStrategy
 from checker import tolerances
 from checker.checks.registry import Problem, Skip
 from checker.specs import RuleSpec, differentiable
-from checker.trees import copy_tree, describe, is_leaf, tree_map
+from checker.trees import copy_tree, describe, is_leaf, leaves, tree_map
 
 __all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
@@ -88,8 +88,7 @@ class FirstCall:
 
     @property
     def is_pair(self) -> bool:
-        r = self.result
-        return isinstance(r, tuple) and len(r) == 2 and callable(r[1])
+        return _is_pair(self.result)
 
     @property
     def y(self) -> Any:
@@ -106,9 +105,7 @@ class FirstCall:
 
     @property
     def pair(self) -> tuple[Any, Callable[..., Any]]:
-        if not self.is_pair:
-            raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
-        return self.result
+        return _as_pair(self.result)
 
 
 @dataclass
@@ -143,6 +140,17 @@ class Shared:
     call: FirstCall | BaseException | None = None
     pulled: FirstPullback | BaseException | None = None
     cotangent: list[Any] = field(default_factory=list)  # the drawn cotangent, kept also when the pullback raised
+
+
+def _is_pair(result: Any) -> bool:
+    """Whether an rrule's result is an ``(output, pullback)`` pair with a callable pullback."""
+    return isinstance(result, tuple) and len(result) == 2 and callable(result[1])
+
+
+def _as_pair(result: Any) -> tuple[Any, Callable[..., Any]]:
+    if not _is_pair(result):
+        raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
+    return result
 
 
 def _kept(value: Any) -> Any:
@@ -206,10 +214,7 @@ class Case:
 
     def pair(self, args: tuple[Any, ...] | None = None) -> tuple[Any, Callable[..., Any]]:
         """``(output, pullback)``; skips the check if the rrule does not return a pair (GG101 reports that)."""
-        result = self.forward(args)
-        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
-            raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
-        return result
+        return _as_pair(self.forward(args))
 
     def pullback(self, pb: Callable[..., Any], ybar: Any) -> Any:
         return self.call("pullback", pb, ybar)
@@ -324,8 +329,6 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
 
 
 def _ones_if_zero(tree: Any) -> Any:
-    from checker.trees import leaves
-
     numbers = [x for x in leaves(tree) if x is not None and np.size(x)]
     if not numbers or any(np.any(np.asarray(x) != 0) for x in numbers):
         return tree
@@ -355,8 +358,6 @@ def zeros_like_tree(tree: Any) -> Any:
 
 
 def is_finite_tree(tree: Any) -> bool:
-    from checker.trees import leaves
-
     return all(x is None or bool(np.all(np.isfinite(x))) for x in leaves(tree))
 
 

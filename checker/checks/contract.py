@@ -38,9 +38,10 @@ def returns_pair(case: Case) -> Iterable[Problem]:
     """An rrule must return a pair ``(output, pullback)`` where ``pullback`` is callable. Anything else (the
     output alone, a pullback that is not callable, a list of three things) cannot be used by any AD engine.
     A forward pass that raises is reported here too: no pair could be made for that input."""
-    result = case.first_call().result
-    if isinstance(result, tuple) and len(result) == 2 and callable(result[1]):
+    call = case.first_call()
+    if call.is_pair:
         return
+    result = call.result
     if isinstance(result, tuple) and len(result) == 2:
         actual = f"(output, {describe(result[1])})"
         fix = "The second element must be the pullback function: return y, pullback."
