@@ -36,6 +36,7 @@ from engines import fd
 __all__ = [
     "CONVENTION_TEXT",
     "DotTest",
+    "ElementSides",
     "LOCALISE_MAX_SIZE",
     "NONFINITE_CANDIDATES",
     "NO_FD",
@@ -49,6 +50,7 @@ __all__ = [
     "dot_test",
     "element_derivative",
     "element_index",
+    "element_sides",
     "finite_difference",
     "first_adjoint",
     "has_complex",
@@ -273,6 +275,33 @@ def at_kink(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTes
         return False
     lo, hi = sides
     return lo <= dot.rhs <= hi or any(tolerances.close(s, dot.rhs, tol, scale=dot.scale) for s in (lo, hi))
+
+
+@dataclass
+class ElementSides:
+    """The one-sided derivatives of ``<cotangent, primal>`` along one element, and the slack that compares
+    a tangent element with them (the dtype's tolerance at their scale)."""
+
+    lo: float
+    hi: float
+    slack: float
+
+    @property
+    def kink(self) -> bool:
+        return abs(self.hi - self.lo) > self.slack
+
+    def admits(self, value: float) -> bool:
+        """Whether ``value`` lies between the sides (within the slack): a valid (sub)gradient element."""
+        return self.lo - self.slack <= value <= self.hi + self.slack
+
+
+def element_sides(case: Case, cotangent: Any, i: int, k: int, value: float, scale: float, tol: tolerances.Tolerance) -> ElementSides | None:
+    """:func:`derivative_range` along element ``k`` (flat) of argument ``i``, judged against ``value``."""
+    sides = derivative_range(case, cotangent, only_argument(case, i, unit_vector(case.args[i], k)), tol, scale)
+    if sides is None:
+        return None
+    lo, hi = sides
+    return ElementSides(lo, hi, tol.atol + tol.rtol * max(abs(lo), abs(hi), abs(value)))
 
 
 def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, conv: str, tol: tolerances.Tolerance) -> bool:

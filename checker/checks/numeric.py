@@ -26,10 +26,10 @@ from checker.checks._vjp import (
     as_rule_sees,
     at_kink,
     convention,
-    derivative_range,
     dot_test,
     element_derivative,
     element_index,
+    element_sides,
     finite_difference,
     first_adjoint,
     has_complex,
@@ -37,10 +37,8 @@ from checker.checks._vjp import (
     near_kinks,
     numeric_tangents,
     one_sided,
-    only_argument,
     other_convention,
     owner,
-    unit_vector,
     where_text,
 )
 from checker.checks.registry import Problem, Skip, check
@@ -176,16 +174,11 @@ def _outside_elementwise_subgradients(case: Case, ybar: Any, tangents: tuple[Any
     if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
         return False
     for i in positions:
-        arg = case.args[i]
         got = np.asarray(tangents[i], dtype=float).reshape(-1)
         for k in range(got.size):
             value = float(got[k])
-            sides = derivative_range(case, ybar, only_argument(case, i, unit_vector(arg, k)), tol, abs(value))
-            if sides is None:
-                continue
-            lo, hi = sides
-            slack = tol.atol + tol.rtol * max(abs(lo), abs(hi), abs(value))
-            if not lo - slack <= value <= hi + slack:
+            sides = element_sides(case, ybar, i, k, value, abs(value), tol)
+            if sides is not None and not sides.admits(value):
                 return True
     return False
 

@@ -35,13 +35,11 @@ from checker.checks._vjp import (
     adjoint_tangents,
     as_rule_sees,
     convention,
-    derivative_range,
+    element_sides,
     first_adjoint,
     finite_difference,
     has_complex,
-    only_argument,
     other_convention,
-    unit_vector,
     where_text,
 )
 from checker.checks.numeric import first_mismatch
@@ -336,17 +334,10 @@ def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: A
     lies between the one-sided derivatives of ``<ybar, primal>`` there."""
     arg = case.args[i]
     k = int(np.ravel_multi_index(idx, np.shape(arg))) if np.ndim(arg) else 0
-    tol = case.tol
     value = float(np.real(got))
-    scale = max(abs(value), abs(float(np.real(want))))
-    sides = derivative_range(case, ybar, only_argument(case, i, unit_vector(arg, k)), tol, scale)
-    if sides is None:
-        return False
-    lo, hi = sides
-    slack = tol.atol + tol.rtol * max(abs(hi), abs(lo), abs(value))
-    if abs(hi - lo) <= slack:
-        return False  # smooth along this element: no kink to excuse the difference
-    return lo - slack <= value <= hi + slack
+    sides = element_sides(case, ybar, i, k, value, max(abs(value), abs(float(np.real(want)))), case.tol)
+    # Smooth along this element (no kink), there is nothing to excuse the difference.
+    return sides is not None and sides.kink and sides.admits(value)
 
 
 # -- GG204 ------------------------------------------------------------------------------------------
