@@ -39,10 +39,14 @@ def workers_for(jobs: int, rules: int) -> int:
     return max(1, min(wanted, rules))
 
 
+def _lines(rule: RuleSpec) -> tuple[int, int] | None:
+    return tuple(rule.source_lines) if rule.source_lines else None  # type: ignore[return-value]
+
+
 def _locator(rule: RuleSpec) -> Locator | None:
     if not rule.source_file or not Path(rule.source_file).is_file():
         return None
-    return (str(rule.source_file), rule.name, tuple(rule.source_lines) if rule.source_lines else None)
+    return (str(rule.source_file), rule.name, _lines(rule))
 
 
 def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleResult | None:
@@ -57,7 +61,7 @@ def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleRe
     except LoadError:
         return None
     for rule in rules_in(module):
-        if rule.name == name and (tuple(rule.source_lines) if rule.source_lines else None) == lines:
+        if rule.name == name and _lines(rule) == lines:
             return check_rule(rule, ids, options)
     return None
 

@@ -323,12 +323,13 @@ def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: Dot
         return False
     around = _neighbours(directions)
 
+    def answer(args: tuple[Any, ...] | None = None) -> float:
+        """The rule's <pullback(cotangent), v> at ``args`` (fresh copies of x by default)."""
+        _, pb = case.pair(args)
+        return inner(adjoint_tangents(case, pb, cotangent, conv), directions)
+
     def ring(radius: float) -> list[float]:
-        out = []
-        for u in around:
-            _, pb = case.pair(tuple(_shifted(case.args, u, radius)))
-            out.append(inner(adjoint_tangents(case, pb, cotangent, conv), directions))
-        return out
+        return [answer(tuple(_shifted(case.args, u, radius))) for u in around]
 
     def among(values: list[float], value: float, fd_error: float = 0.0) -> bool:
         lo, hi = min(values), max(values)
@@ -339,8 +340,7 @@ def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: Dot
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for _ in range(2):  # a nondeterministic rule jumps everywhere, kinks or not (GG406): no excuse
-                _, pb = case.pair()
-                if not tolerances.close(inner(adjoint_tangents(case, pb, cotangent, conv), directions), dot.rhs, tol, scale=dot.scale):
+                if not tolerances.close(answer(), dot.rhs, tol, scale=dot.scale):
                     return False
             near = ring(step / JUMP_RATIO**2)
             if not (among(near, dot.rhs) and among(near, fd_value, dot.lhs.error)):
