@@ -63,3 +63,19 @@ def write_section(path: str | Path, name: str, heading: str, command: str, body:
 def command_line(script: str, argv: list[str] | None) -> str:
     args = argv if argv is not None else sys.argv[1:]
     return " ".join(["python", f"bench/{script}", *args])
+
+
+class Transcript:
+    """A ``print`` that also keeps what it printed, for a RESULTS.md section in a text block."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, *parts: object, **_: object) -> None:
+        text = " ".join(str(p) for p in parts)
+        self.lines.append(text)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    def block(self) -> str:
+        return "```text\n" + "\n".join(self.lines) + "\n```\n"

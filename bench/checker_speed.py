@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cases import counting_softplus_rule, softplus
-from _results import command_line, write_section
+from _results import Transcript, command_line, write_section
 
 ISOLATION = ["GG1", "GG2", "GG3", "GG4"]
 SMALL_TARGET_S = 0.5
@@ -108,13 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=None, help="also write the figures into this Markdown file (e.g. bench/RESULTS.md)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    lines: list[str] = []
-
-    def print(*parts: Any, **_: Any) -> None:
-        text = " ".join(str(p) for p in parts)
-        lines.append(text)
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+    print = Transcript()  # prints, and keeps the lines for --results
 
     t = time.perf_counter()
     import checker  # noqa: F401
@@ -174,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{everything / unit:.0f} evaluations' worth (verdict {res_all.verdict}); calls: {calls['forward']} forward, "
           f"{calls['pullback']} pullback, {calls['primal']} primal")
     if args.results:
-        body = "```text\n" + "\n".join(lines) + "\n```\n"
+        body = print.block()
         write_section(args.results, "checker_speed", "Checker speed (issue 2's targets)", command_line("checker_speed.py", argv), body)
         sys.stdout.write(f"wrote {args.results}\n")
     return 0

@@ -24,14 +24,13 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _cases import BenchCase, counting_softplus_rule
-from _results import command_line, write_section
+from _results import Transcript, command_line, write_section
 
 SIZES = [10**k for k in range(1, 7)]
 JACOBIAN_MEMORY_LIMIT = 2 * 2**30  # bytes for gradcheck's two dense float64 Jacobians
@@ -100,13 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default=None, help="also write the table into this Markdown file (e.g. bench/RESULTS.md)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
-    lines: list[str] = []
-
-    def print(*parts: Any, **_: Any) -> None:
-        text = " ".join(str(p) for p in parts)
-        lines.append(text)
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
+    print = Transcript()  # prints, and keeps the lines for --results
     sizes = [int(s) for s in args.sizes.split(",")]
     select = None if args.select == "all" else args.select.split(",")
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -156,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{calls['forward']} / {calls['pullback']} / {calls['primal']}", flush=True)
         print(f"{'':>9} (one forward+pullback at n = {n}: {unit * 1e3:.3f} ms)")
     if args.results:
-        body = "```text\n" + "\n".join(lines) + "\n```\n"
+        body = print.block()
         write_section(args.results, "scaling", "Scaling with input size", command_line("scaling.py", argv), body)
         sys.stdout.write(f"wrote {args.results}\n")
     return 0
