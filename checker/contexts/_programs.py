@@ -187,17 +187,21 @@ def _same_pair(sig: Signature) -> tuple[int, int]:
     raise NotApplicable("the rule has no two differentiable array arguments of the same shape and dtype")
 
 
-def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
-    i, j = _same_pair(sig)
+def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: Any) -> Plan:
+    """A plan where argument ``j`` is ``alias(argument i)`` and does not move on its own."""
     moving = [p for p in sig.diff if p != j]
     c = weights_like(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = dict(zip(moving, xs))
-        at[j] = at[i]  # the very same array in both slots
+        at[j] = alias(at[i])
         return ops.loss(ops.call(*sig.assemble(at)), consts[0])
 
     return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j))
+
+
+def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
+    return _aliased(sig, rng, *_same_pair(sig), lambda x: x)  # the very same array in both slots
 
 
 def _transposed_pair(sig: Signature) -> tuple[int, int]:
@@ -210,16 +214,7 @@ def _transposed_pair(sig: Signature) -> tuple[int, int]:
 
 
 def _transposed_alias(sig: Signature, rng: np.random.Generator) -> Plan:
-    i, j = _transposed_pair(sig)
-    moving = [p for p in sig.diff if p != j]
-    c = weights_like(sig.output, rng)
-
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
-        at = dict(zip(moving, xs))
-        at[j] = at[i].T  # x and its transpose, sharing memory
-        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
-
-    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j))
+    return _aliased(sig, rng, *_transposed_pair(sig), lambda x: x.T)  # x and its transpose, sharing memory
 
 
 def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
