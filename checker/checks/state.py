@@ -310,6 +310,9 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
         )
 
 
+_STALE_FIX = "Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure."
+
+
 @check(
     "GG404",
     family="state",
@@ -382,7 +385,7 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
                 ),
                 expected="the same tangents as before the second call",
                 actual=exc.user_traceback.strip().splitlines()[-1],
-                fix="Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure.",
+                fix=_STALE_FIX,
             )
         )
         yield from problems
@@ -401,7 +404,7 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
                 location=f"tangent for {_names(case)[j]}{change.where}",
                 expected=change.before,
                 actual=change.after,
-                fix="Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure.",
+                fix=_STALE_FIX,
             )
         )
     yield from problems
