@@ -15,6 +15,7 @@ RUN apt-get update \
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY gradguard ./gradguard
 COPY engines ./engines
 COPY checker ./checker
 COPY service ./service

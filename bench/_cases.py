@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from checker.loader import load_module, rules_in
-from checker.specs import RuleSpec, differentiable
+from gradguard.checker.loader import load_module, rules_in
+from gradguard.checker.specs import RuleSpec, differentiable
 
 CORPUS = ROOT / "tests" / "corpus"
 CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition")
@@ -151,7 +151,7 @@ def softplus(x: Any) -> Any:
 
 def counting_softplus_rule(n: int, calls: Counter | None = None) -> RuleSpec:
     """A correct softplus rule on ``n`` elements that counts its primal, forward and pullback calls."""
-    from checker import arrays, rrule
+    from gradguard import arrays, rrule
 
     calls = Counter() if calls is None else calls
 

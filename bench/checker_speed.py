@@ -53,7 +53,7 @@ def softmax(x):
 
 
 def small_rules() -> list[Any]:
-    from checker import arrays, rrule
+    from gradguard import arrays, rrule
 
     @rrule(softplus, arrays(shape=(100,), min_value=-30.0, max_value=30.0))
     def softplus_rrule(x):
@@ -79,7 +79,7 @@ def timed(fn: Callable[[], Any]) -> float:
 
 
 def check_time(rule: Any, select: list[str] | None, max_examples: int | None = None) -> tuple[float, Any]:
-    from checker import check
+    from gradguard import check
 
     start = time.perf_counter()
     report = check(rule, select=select, seed=0, max_examples=max_examples)
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     print = Transcript()  # prints, and keeps the lines for --results
 
     t = time.perf_counter()
-    import checker  # noqa: F401
-    from checker.checks.registry import catalogue
+    from gradguard import checker  # noqa: F401
+    from gradguard.checker.checks.registry import catalogue
 
     print(f"import checker: {time.perf_counter() - t:.2f} s (excluded below)")
 

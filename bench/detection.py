@@ -7,7 +7,7 @@
 
 Every labelled rule of the corpus (tests/corpus/) runs through each tool:
 
-* gradguard: ``checker.check(rule)`` with every check (or ``--select``); and
+* gradguard: ``gradguard.checker.check(rule)`` with every check (or ``--select``); and
   ``gradguard[isolation]``, the isolation families GG1-GG4 only (no contexts, no JAX transforms).
 * gradcheck: the rule as a ``torch.autograd.Function`` over ``tensor.numpy()``
   views, float64; variants: plain (``check_undefined_grad=False``), with
@@ -50,7 +50,7 @@ from _cases import CLASSES, ROOT, BenchCase, load_cases, prepare
 from _programs import NAMES as CONTEXT_PROGRAMS
 from _results import command_line, write_section
 
-from checker.runner import time_limit
+from gradguard.checker.runner import time_limit
 
 TOOLS = {
     "gradguard": ["gradguard", "gradguard[isolation]"],
@@ -76,7 +76,7 @@ MAX_EXAMPLES: int | None = None  # --max-examples: gradguard's examples per rule
 
 
 def run_gradguard(case: BenchCase, select: list[str] | None) -> tuple[str, str, list[str]]:
-    from checker import check
+    from gradguard import check
 
     report = check(case.rule, select=select, seed=0, max_examples=MAX_EXAMPLES)
     result = report.rules[0]
@@ -139,8 +139,8 @@ def _programs(case: BenchCase, tool: str) -> list[str] | None:
 
 def whole_corpus(cases: list[BenchCase], rows: list[dict[str, Any]], select: list[str] | None, jobs: int) -> dict[str, Any]:
     """One ``check`` call over every case on worker processes: its wall time, and whether it found the same."""
-    from checker import check
-    from checker.parallel import workers_for
+    from gradguard import check
+    from gradguard.checker.parallel import workers_for
 
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 tools.remove(group)
                 continue
             if module == "checker":
-                from checker.jax_rules import ensure_device
+                from gradguard.checker.jax_rules import ensure_device
 
                 ensure_device()  # JAX's import is part of gradguard's start-up too
             imports[group] = time.perf_counter() - t

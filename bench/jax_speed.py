@@ -8,7 +8,7 @@ It prints, for a correct softplus `jax.custom_vjp`:
 1. the JAX checks' time on a 5-element rule after warm-up (compilations cached; target: under 1.5 s),
    with the time of each check alone;
 2. the same checks on n = 10**6 elements (n = 10**7 on a GPU), after one warm-up run of the same shape;
-3. GG204's finite differences of the pullback at those sizes, sequential (`engines.fd.directional`, one
+3. GG204's finite differences of the pullback at those sizes, sequential (`gradguard.engines.fd.directional`, one
    call per Richardson step) against batched (every step in one jitted vmap call).
 """
 
@@ -30,7 +30,7 @@ def _rule(n: int):
     import jax
     import jax.numpy as jnp
 
-    from checker import arrays, jax_rule
+    from gradguard import arrays, jax_rule
 
     @jax.custom_vjp
     def softplus(x):
@@ -50,7 +50,7 @@ def _timed(fn, repeat: int = 3) -> tuple[float, object]:
 
 
 def small_rule() -> None:
-    from checker import check, runner
+    from gradguard.checker import check, runner
 
     rule = _rule(5)
     check(rule, select=JAX_CHECKS, seed=0)  # warm-up: JAX import, compilations for this shape
@@ -74,7 +74,7 @@ def small_rule() -> None:
 
 
 def large_rule(n: int) -> None:
-    from checker import check
+    from gradguard import check
 
     rule = _rule(n)
     start = time.perf_counter()
@@ -93,8 +93,8 @@ def large_rule(n: int) -> None:
 def fd_paths(n: int) -> None:
     import numpy as np
 
-    from checker.checks._jax import batched_directional
-    from engines import fd
+    from gradguard.checker.checks._jax import batched_directional
+    from gradguard.engines import fd
 
     rule = _rule(n)
     rng = np.random.default_rng(0)
@@ -125,8 +125,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=None, help="large size (default 10**6 on cpu, 10**7 on gpu)")
     args = parser.parse_args()
     os.environ["GRADGUARD_DEVICE"] = args.device
-    from checker.jax_rules import ensure_device
-    from engines.jax_engine import environment
+    from gradguard.checker.jax_rules import ensure_device
+    from gradguard.engines.jax_engine import environment
 
     ensure_device()
     env = environment()

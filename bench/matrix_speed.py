@@ -44,7 +44,7 @@ def matvec(w, x):
 
 
 def rules() -> list[Any]:
-    from checker import arrays, rrule
+    from gradguard import arrays, rrule
 
     @rrule(addone_, arrays(shape=(100,)), mutates=(0,))
     def addone_rrule(a):
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
 
-    from checker import check
-    from checker.contexts import safety_matrix
+    from gradguard import check
+    from gradguard.checker.contexts import safety_matrix
 
     rows = []
     for rule in rules():

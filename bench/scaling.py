@@ -53,7 +53,7 @@ def unit_time(n: int, repeats: int = 5) -> float:
 
 
 def run_gradguard(n: int, calls: Counter, select: list[str]) -> str:
-    from checker import check
+    from gradguard import check
 
     result = check(counting_softplus_rule(n, calls), select=select, seed=0).rules[0]
     return result.verdict
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import checker  # noqa: F401
-    from checker.jax_rules import ensure_device
+    from gradguard import checker  # noqa: F401
+    from gradguard.checker.jax_rules import ensure_device
 
     ensure_device()
     # Warm every tool once at a tiny size, so first-call costs (JIT, imports) do not land on n = 10.

@@ -38,7 +38,7 @@ ADMIN = "bench-admin-token-0123456789abcdef"
 FINAL = ("passed", "failed", "error")
 RULE = '''\
 import numpy as np
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def scale(x):
@@ -73,7 +73,7 @@ def server(workers: int, folder: Path) -> Iterator[tuple[str, int]]:
     env.update(GRADGUARD_ADMIN_TOKEN=ADMIN, GRADGUARD_RATE_LIMIT_PER_MINUTE="0",
                GRADGUARD_DATABASE_URL=f"sqlite:///{folder / f'bench-{workers}.sqlite3'}")
     log = open(folder / f"serve-{workers}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-c", "from checker.cli import main; main()", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-c", "from gradguard.checker.cli import main; main()", "serve", "--port", str(port),
                              "--workers", str(workers)], env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     base = f"http://127.0.0.1:{port}"

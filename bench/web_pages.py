@@ -50,7 +50,7 @@ def rule_module(rules: int) -> str:
 
 
 def real_report(source: str) -> dict:
-    import checker
+    from gradguard import checker
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rules.py"
@@ -68,10 +68,10 @@ def real_report(source: str) -> dict:
 def populate(url: str, runs: int, report: dict, source: str) -> dict:
     from sqlalchemy import insert
 
-    from service.db import make_sessionmaker
-    from service.migrate import upgrade
-    from service.models import BranchHead, FindingRow, Project, ReportRow, RuleResultRow, Run, RunFile
-    from service.security import hash_token
+    from gradguard.service.db import make_sessionmaker
+    from gradguard.service.migrate import upgrade
+    from gradguard.service.models import BranchHead, FindingRow, Project, ReportRow, RuleResultRow, Run, RunFile
+    from gradguard.service.security import hash_token
 
     upgrade(url)
     factory = make_sessionmaker(url)
@@ -130,8 +130,8 @@ def main() -> None:
 
     from fastapi.testclient import TestClient
 
-    from service.config import Settings
-    from web.app import create_app
+    from gradguard.service.config import Settings
+    from gradguard.web.app import create_app
 
     source = rule_module(args.rules)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """gradguard's checker: is this custom differentiation rule right, and where is it safe to use?
 
-    from checker import rrule, arrays, check
+    from gradguard.checker import rrule, arrays, check
 
     @rrule(square, arrays(shape=(3,)))
     def square_rrule(x):
@@ -10,12 +10,12 @@
     assert report.passed
 """
 
-from checker.checks import catalogue
-from checker.jax_rules import jax_rule
-from checker.errors import GradguardError, LoadError, SpecError, UsageError
-from checker.report import Finding, Report, RuleResult
-from checker.runner import check
-from checker.specs import RuleSpec, arrays, constant, floats, rrule
+from gradguard.checker.checks import catalogue
+from gradguard.checker.jax_rules import jax_rule
+from gradguard.checker.errors import GradguardError, LoadError, SpecError, UsageError
+from gradguard.checker.report import Finding, Report, RuleResult
+from gradguard.checker.runner import check
+from gradguard.checker.specs import RuleSpec, arrays, constant, floats, rrule
 
 __all__ = [
     "rrule",

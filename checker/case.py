@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
-from checker import tolerances
-from checker.checks.registry import Problem, Skip
-from checker.specs import RuleSpec, differentiable
-from checker.trees import copy_tree, describe, is_leaf, leaves, tree_map
+from gradguard.checker import tolerances
+from gradguard.checker.checks.registry import Problem, Skip
+from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, tree_map
 
 __all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 

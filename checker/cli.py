@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from checker.errors import GradguardError, UsageError
+from gradguard.checker.errors import GradguardError, UsageError
 
 __all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL"]
 
@@ -98,8 +98,8 @@ def check_command(
     verbose: bool,
 ) -> None:
     """Check the rules in PATHS (rule modules or folders of them)."""
-    from checker.render import render_junit, render_markdown, render_text
-    from checker.runner import check
+    from gradguard.checker.render import render_junit, render_markdown, render_text
+    from gradguard.checker.runner import check
 
     if device:
         os.environ["GRADGUARD_DEVICE"] = device
@@ -152,7 +152,7 @@ def check_command(
 @click.argument("check_id", required=False)
 def explain_command(check_id: str | None) -> None:
     """Explain a check id (or list them all)."""
-    from checker.checks import CHECKS, catalogue
+    from gradguard.checker.checks import CHECKS, catalogue
 
     checks = catalogue()
     if not check_id:

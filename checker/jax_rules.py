@@ -8,7 +8,7 @@
     softplus_rule = jax_rule(softplus, arrays(shape=(5,)))
 
 `jax_rule` takes ``fwd`` and ``bwd`` from the function itself (through
-`engines.jax_engine.rrule_from_custom_vjp`), so every check written for
+`gradguard.engines.jax_engine.rrule_from_custom_vjp`), so every check written for
 NumPy rrules applies unchanged; the JAX-only checks (GG204, GG601, GG602)
 find the custom_vjp in ``RuleSpec.jax_fn`` and the traceable primal in
 ``RuleSpec.extra["jax_primal"]``.
@@ -16,10 +16,10 @@ find the custom_vjp in ``RuleSpec.jax_fn`` and the traceable primal in
 Devices. `ensure_device` places JAX on the device named by the
 ``GRADGUARD_DEVICE`` environment variable (``gradguard check --device``;
 "cpu" when unset), once per value. A GPU asked for where JAX sees none raises
-`engines.errors.PlatformUnavailable`; the runner turns that into the verdict
+`gradguard.engines.errors.PlatformUnavailable`; the runner turns that into the verdict
 "error" for each JAX rule (with the message) while NumPy rules still run.
 
-Nothing here imports JAX at module import: `import checker` stays JAX-free.
+Nothing here imports JAX at module import: `import gradguard` stays JAX-free.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any, Callable, Iterable
 
 from hypothesis.strategies import SearchStrategy
 
-from checker.errors import SpecError
-from checker.specs import RuleSpec, build_spec
+from gradguard.checker.errors import SpecError
+from gradguard.checker.specs import RuleSpec, build_spec
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device"]
 
@@ -51,15 +51,15 @@ def requested_device() -> str:
 def ensure_device() -> str:
     """Load JAX (float64 on) and place it on :func:`requested_device`; returns the device name.
 
-    Raises `engines.errors.PlatformUnavailable` when the device does not
+    Raises `gradguard.engines.errors.PlatformUnavailable` when the device does not
     exist here or the name is not a device.
     """
     global _configured
     device = requested_device()
     if _configured == device:
         return device
-    from engines import jax_engine
-    from engines.errors import PlatformUnavailable
+    from gradguard.engines import jax_engine
+    from gradguard.engines.errors import PlatformUnavailable
 
     if device not in jax_engine.DEVICES:
         raise PlatformUnavailable(f"{DEVICE_VARIABLE}={device!r} names no device JAX can use here: use cpu or gpu.")
@@ -74,7 +74,7 @@ def ensure_device() -> str:
 
 def _warm_up() -> None:
     """Compile one tiny vjp: JAX's first compilation in a process is slow, and it should not count as a rule's."""
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
     jax.block_until_ready(jax.jit(jax.grad(lambda x: jax.numpy.sin(x) * x))(1.0))
@@ -97,13 +97,13 @@ def jax_rule(
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
-    The options are those of `checker.rrule`. ``fn``'s ``nondiff_argnums`` are
+    The options are those of `gradguard.checker.rrule`. ``fn``'s ``nondiff_argnums`` are
     added to ``nondiff``; the primal is the function underneath the
     custom_vjp (its own ``jax.numpy`` code), and findings point at the
     lines of its ``fwd`` and ``bwd``.
     """
-    from engines.errors import AdapterError
-    from engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
+    from gradguard.engines.errors import AdapterError
+    from gradguard.engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
 
     try:
         parts = custom_vjp_parts(fn)
@@ -136,7 +136,7 @@ def jax_rule(
 
 def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:
     """``fun`` returning NumPy for concrete inputs (what the checks compare); traced values pass through."""
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
 

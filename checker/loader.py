@@ -14,9 +14,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable
 
-from checker.errors import LoadError, UsageError
-from checker.report import LoadFailure
-from checker.specs import RuleSpec
+from gradguard.checker.errors import LoadError, UsageError
+from gradguard.checker.report import LoadFailure
+from gradguard.checker.specs import RuleSpec
 
 __all__ = ["collect", "load_module", "load_rule", "rules_in"]
 

@@ -20,11 +20,11 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from checker.report import RuleResult
+from gradguard.checker.report import RuleResult
 
 if TYPE_CHECKING:
-    from checker.runner import Options
-    from checker.specs import RuleSpec
+    from gradguard.checker.runner import Options
+    from gradguard.checker.specs import RuleSpec
 
 __all__ = ["check_in_processes", "workers_for"]
 
@@ -51,9 +51,9 @@ def _locator(rule: RuleSpec) -> Locator | None:
 
 def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleResult | None:
     """In a worker: load the rule's module, find the rule, check it (None: not found there)."""
-    from checker.errors import LoadError
-    from checker.loader import load_module, rules_in
-    from checker.runner import check_rule
+    from gradguard.checker.errors import LoadError
+    from gradguard.checker.loader import load_module, rules_in
+    from gradguard.checker.runner import check_rule
 
     path, name, lines = locator
     try:
@@ -91,7 +91,7 @@ def check_in_processes(
     progress: Callable[[RuleResult, int, int], None] | None = None,
 ) -> list[RuleResult]:
     """Check ``rules`` on up to ``jobs`` worker processes; results in the order of ``rules``."""
-    from checker.runner import check_rule
+    from gradguard.checker.runner import check_rule
 
     results: list[RuleResult | None] = [None] * len(rules)
     done = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
-from checker.report import Finding, Report, RuleResult
+from gradguard.checker.report import Finding, Report, RuleResult
 
 __all__ = ["render_text", "render_junit", "render_markdown", "matrix_table", "CATALOGUE_URL"]
 

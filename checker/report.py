@@ -12,7 +12,7 @@ Schema ``gradguard.report/1`` (documented field by field in ``docs/report-schema
         ├── findings[]  Finding (check_id, severity, message, counterexample, reproducer, ...)
         └── safety_matrix  (contexts x engines, see checker.contexts)
 
-Renderers (text, JUnit XML, Markdown) live in :mod:`checker.render`; this module
+Renderers (text, JUnit XML, Markdown) live in :mod:`gradguard.checker.render`; this module
 holds only the data and its JSON round trip.
 """
 

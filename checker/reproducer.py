@@ -11,17 +11,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from checker.case import Case, ReplayDraws, RuleRaised
-from checker.checks.registry import CHECKS, Problem, Skip
-from checker.inputs import literal
-from checker.specs import RuleSpec
+from gradguard.checker.case import Case, ReplayDraws, RuleRaised
+from gradguard.checker.checks.registry import CHECKS, Problem, Skip
+from gradguard.checker.inputs import literal
+from gradguard.checker.specs import RuleSpec
 
 __all__ = ["script", "replay", "context_script", "replay_context"]
 
 
 def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any]) -> list[Problem]:
     """Run check ``check_id`` on ``args`` with the recorded ``draws``; raise AssertionError if it fails."""
-    from checker import checks as _register  # noqa: F401
+    from gradguard.checker import checks as _register  # noqa: F401
 
     info = CHECKS[check_id]
     case = Case(rule, tuple(args), ReplayDraws(draws))
@@ -52,8 +52,8 @@ It replays the shrunk failing input and raises AssertionError while the rule is 
 """
 import numpy as np
 
-from checker.loader import load_rule
-from checker.reproducer import replay
+from gradguard.checker.loader import load_rule
+from gradguard.checker.reproducer import replay
 
 rule = load_rule({path!r}, {rule.name!r})
 args = {literal(tuple(case.args))}
@@ -70,7 +70,7 @@ print("{check_id} passes on this input: the rule is fixed.")
 
 def replay_context(rule: RuleSpec, context: str, *, seed: int, engines: list[str]) -> None:
     """Rerun one context of the safety matrix under ``engines``; raise AssertionError unless every cell is right."""
-    from checker.contexts import run_matrix
+    from gradguard.checker.contexts import run_matrix
 
     outcome = run_matrix(rule, seed=seed, contexts=[context], engines=engines)
     bad = []
@@ -98,8 +98,8 @@ Run it with `python <this file>` from the folder the rule path is relative to. I
 program with the same seed, differentiates it under {", ".join(engines)} and compares with finite
 differences of the whole program; it raises AssertionError while the gradient is wrong.
 """
-from checker.loader import load_rule
-from checker.reproducer import replay_context
+from gradguard.checker.loader import load_rule
+from gradguard.checker.reproducer import replay_context
 
 rule = load_rule({path!r}, {rule.name!r})
 # Expected failure:

@@ -29,16 +29,16 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, s
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
-from checker import reproducer
-from checker._hypothesis import own_constants_only
-from checker.case import Case, HypothesisDraws, RuleRaised, Shared
-from checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
-from checker.errors import UsageError
-from checker.inputs import format_call, show
-from checker.loader import collect
-from checker.report import Finding, Report, RuleResult
-from checker.specs import RuleSpec
-from engines.errors import PlatformUnavailable
+from gradguard.checker import reproducer
+from gradguard.checker._hypothesis import own_constants_only
+from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared
+from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
+from gradguard.checker.errors import UsageError
+from gradguard.checker.inputs import format_call, show
+from gradguard.checker.loader import collect
+from gradguard.checker.report import Finding, Report, RuleResult
+from gradguard.checker.specs import RuleSpec
+from gradguard.engines.errors import PlatformUnavailable
 
 __all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
 
@@ -120,7 +120,7 @@ def environment() -> dict[str, Any]:
     }
     if "jax" in sys.modules:
         try:
-            from engines import jax_engine
+            from gradguard.engines import jax_engine
 
             env.update(jax_engine.environment())
         except Exception:  # noqa: BLE001 - the environment block is informative only
@@ -159,7 +159,7 @@ def check(
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
     )
     if jobs != 1 and len(rules) > 1:
-        from checker.parallel import check_in_processes
+        from gradguard.checker.parallel import check_in_processes
 
         report.rules.extend(check_in_processes(rules, ids, options, jobs, progress))
     else:
@@ -219,7 +219,7 @@ def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
     """
     if rule.kind != "jax" and not any(CHECKS[i].extra.get("needs_jax") for i in ids):
         return
-    from checker.jax_rules import ensure_device
+    from gradguard.checker.jax_rules import ensure_device
 
     try:
         ensure_device()
@@ -299,7 +299,7 @@ class _Survey:
 
 def _example_cap(args: Any, max_examples: int) -> int:
     """Examples for a rule whose first input is ``args``: all of them for small inputs, fewer for large ones."""
-    from checker.trees import leaves
+    from gradguard.checker.trees import leaves
 
     size = sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray))
     if size <= FULL_EXAMPLES_UP_TO:

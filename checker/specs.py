@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
-from checker.errors import SpecError
+from gradguard.checker.errors import SpecError
 
 __all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant"]
 

@@ -8,7 +8,7 @@ cotangent is 1 (fails GG202, and GG201 for any other cotangent).
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def addone_(a):

@@ -22,7 +22,7 @@ partial derivative:
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def mul(a, b):

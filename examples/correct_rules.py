@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def softplus(x):

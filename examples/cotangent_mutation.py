@@ -6,7 +6,7 @@ The cotangent belongs to the engine: it may be shared with other pullbacks
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def double(x):

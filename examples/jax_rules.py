@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from checker import arrays, jax_rule
+from gradguard import arrays, jax_rule
 
 # -- correct: softplus -----------------------------------------------------------------------------
 

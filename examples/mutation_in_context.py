@@ -13,7 +13,7 @@ buffers). `addone_safe_rrule` returns a new array instead: every cell right.
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def addone_(a):

@@ -7,7 +7,7 @@ the first call's gradient is wrong as soon as the rule is called twice.
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 _BUFFER = np.empty(3)
 

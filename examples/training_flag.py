@@ -7,7 +7,7 @@ function from the one users run (GG102).
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 TRAINING = True
 MASK = np.array([1.0, 0.0, 2.0, 0.0])  # a fixed "dropout" mask, scaled by 1/(1-p)

@@ -1,6 +1,6 @@
 """Code that branches on "am I being differentiated?" (seed: `within_gradient`).
 
-`engines.within_gradient(x)` is True while the tape or JAX differentiates
+`gradguard.engines.within_gradient(x)` is True while the tape or JAX differentiates
 `x`. The seed's program `x -> within_gradient(x) ? x^2 : x` computes `x`
 when run but `x^2` under AD, so AD differentiates a different function:
 Zygote and Diffractor gave 4.0, Yota 2.0 at x = 2. Run this file to see what
@@ -17,8 +17,8 @@ what users run (GG503), with the gradient wrong against finite differences
 of the program (GG501).
 """
 
-import engines
-from checker import arrays, rrule
+from gradguard import engines
+from gradguard import arrays, rrule
 
 
 def seed_program(xp, x):
@@ -37,7 +37,7 @@ def square_when_differentiated_rrule(x):
 
 
 if __name__ == "__main__":
-    from checker.contexts import compare_engines
+    from gradguard.checker.contexts import compare_engines
 
     print("x -> within_gradient(x) ? x^2 : x at x = 2.0")
     for view in compare_engines(seed_program, 2.0):

@@ -1,7 +1,7 @@
 """gradguard's service layer: stores runs and verdicts and serves them (REST API, database,
 executors, sandboxed workers). Sits between ``web`` (above) and ``checker`` (below).
 
-Start with :func:`service.app.create_app` and :class:`service.config.Settings`.
+Start with :func:`gradguard.service.app.create_app` and :class:`gradguard.service.config.Settings`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
     python -s -P -B _sandbox_main.py --plan JSON --report-fd 3 BUNDLE [--select GG1 ...] [--seed 0]
 
-:mod:`service.sandbox` starts it as a script (not ``-m service...``), so the
+:mod:`gradguard.service.sandbox` starts it as a script (not ``-m gradguard.service...``), so the
 service's own package is never importable in here: only ``checker`` and
 ``engines`` are on the path. It imports the standard library alone until the
-plan is applied, then imports :mod:`checker`, calls ``checker.check(bundle,
+plan is applied, then imports :mod:`gradguard.checker`, calls ``gradguard.checker.check(bundle,
 ...)`` and writes the report's JSON to the file descriptor the parent gave it
 (a pipe the parent reads with a size cap).
 
@@ -245,7 +245,7 @@ def probe(port: int) -> dict:
     except OSError:
         facts["tmp_writable"] = False
     facts["root_writable"] = os.access("/", os.W_OK)
-    import checker  # noqa: F401 - the installation must be visible
+    from gradguard import checker  # noqa: F401 - the installation must be visible
 
     facts["checker"] = True
     return facts
@@ -266,7 +266,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _check(args: argparse.Namespace) -> str:
-    import checker
+    from gradguard import checker
 
     report = checker.check(args.bundle, select=args.select, ignore=args.ignore, seed=args.seed,
                            max_examples=args.max_examples)

@@ -1,6 +1,6 @@
 """Build the service's ASGI app: API routes, JSON errors, body limits, executor and metrics.
 
-``create_app(settings)`` is what ``gradguard serve``, the tests and ``web.app`` use. In embedded
+``create_app(settings)`` is what ``gradguard serve``, the tests and ``gradguard.web.app`` use. In embedded
 mode the database is migrated on start-up and an admin token is generated if none is set.
 """
 
@@ -12,15 +12,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from service.api import api_router, ops_router
-from service.api.submission import BodyLimit
-from service.config import Settings
-from service.db import make_sessionmaker
-from service.errors import install_error_handlers
-from service.executors import make_executor
-from service.metrics import make_registry
-from service.migrate import upgrade
-from service.ratelimit import RateLimiter
+from gradguard.service.api import api_router, ops_router
+from gradguard.service.api.submission import BodyLimit
+from gradguard.service.config import Settings
+from gradguard.service.db import make_sessionmaker
+from gradguard.service.errors import install_error_handlers
+from gradguard.service.executors import make_executor
+from gradguard.service.metrics import make_registry
+from gradguard.service.migrate import upgrade
+from gradguard.service.ratelimit import RateLimiter
 
 __all__ = ["create_app"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-from service.errors import Invalid, TooLarge
+from gradguard.service.errors import Invalid, TooLarge
 
 __all__ = ["BundleLimits", "clean_path", "read_bundle", "files_from_json", "materialize"]
 

@@ -3,7 +3,7 @@
     gradguard worker --queue cpu|gpu --concurrency N     a Celery worker for one device queue
     gradguard migrate                                     apply database migrations
 
-Also runnable as ``python -m service.cli worker ...``.
+Also runnable as ``python -m gradguard.service.cli worker ...``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import uuid
 import click
 from pydantic import ValidationError
 
-from service.config import Settings
+from gradguard.service.config import Settings
 
 __all__ = ["worker", "migrate", "main", "load_settings"]
 
@@ -38,7 +38,7 @@ def load_settings(**overrides: object) -> Settings:
 @click.option("--loglevel", default="INFO", show_default=True)
 def worker(device: str, concurrency: int, loglevel: str) -> None:
     """Run a Celery worker that executes queued runs in the sandbox (GRADGUARD_EXECUTOR=celery)."""
-    from service.executors.celery import make_celery
+    from gradguard.service.executors.celery import make_celery
 
     settings = load_settings()
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(name)s[%(process)d] %(message)s")
@@ -55,7 +55,7 @@ def worker(device: str, concurrency: int, loglevel: str) -> None:
 @click.option("--revision", default="head", show_default=True)
 def migrate(database_url: str | None, revision: str) -> None:
     """Bring the database schema up to date (idempotent; run before starting API and workers)."""
-    from service.migrate import upgrade
+    from gradguard.service.migrate import upgrade
 
     settings = load_settings(database_url=database_url)
     upgrade(settings.database_url, revision)

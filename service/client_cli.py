@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from service.client import Client, ClientError, Rejected, RunRequest, bundle_paths, make_bundle
+from gradguard.service.client import Client, ClientError, Rejected, RunRequest, bundle_paths, make_bundle
 
 __all__ = ["submit", "github_context", "annotations", "exit_code", "write_outputs", "publish_local"]
 
@@ -152,8 +152,8 @@ def _summary_markdown(report: dict[str, Any] | None, run: dict[str, Any], run_ur
     if report is None:
         return (f"## ⚠️ gradguard: the run ended in error\n\n{run.get('error') or 'no report'}\n\n"
                 f"[Run page]({run_url})\n")
-    from checker.render import render_markdown
-    from checker.report import Report
+    from gradguard.checker.render import render_markdown
+    from gradguard.checker.report import Report
 
     return render_markdown(Report.from_dict(report), run_url=run_url, catalogue_url=f"{server}/checks/{{id}}")
 
@@ -300,8 +300,8 @@ def publish_local(report_path: str, fail_on: str, env: dict[str, str] | None = N
         for line in annotations(report):
             click.echo(line)
     if env.get("GITHUB_STEP_SUMMARY"):
-        from checker.render import render_markdown
-        from checker.report import Report
+        from gradguard.checker.render import render_markdown
+        from gradguard.checker.report import Report
 
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as out:
             out.write(render_markdown(Report.from_dict(report)))
@@ -310,10 +310,10 @@ def publish_local(report_path: str, fail_on: str, env: dict[str, str] | None = N
     return exit_code(status, report, fail_on)
 
 
-if __name__ == "__main__":  # python -m service.client_cli publish-local REPORT.json --fail-on error
+if __name__ == "__main__":  # python -m gradguard.service.client_cli publish-local REPORT.json --fail-on error
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m service.client_cli")
+    parser = argparse.ArgumentParser(prog="python -m gradguard.service.client_cli")
     parser.add_argument("command", choices=["publish-local"])
     parser.add_argument("report")
     parser.add_argument("--fail-on", choices=["error", "warning", "never"], default="error")

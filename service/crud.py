@@ -1,7 +1,7 @@
 """Reads and writes behind the API routes. Every function takes the session and keyword arguments
-only, and raises :mod:`service.errors` types that the API turns into JSON.
+only, and raises :mod:`gradguard.service.errors` types that the API turns into JSON.
 
-Run state changes made by workers (claim, lease, finish, requeue) live in :mod:`service.lifecycle`.
+Run state changes made by workers (claim, lease, finish, requeue) live in :mod:`gradguard.service.lifecycle`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.errors import Conflict, Invalid, NotFound
-from service.models import BranchHead, Project, ReportRow, Run, RunFile
-from service.schemas import ProjectCreate, RunOptions
-from service.security import hash_token, new_token
+from gradguard.service.errors import Conflict, Invalid, NotFound
+from gradguard.service.models import BranchHead, Project, ReportRow, Run, RunFile
+from gradguard.service.schemas import ProjectCreate, RunOptions
+from gradguard.service.security import hash_token, new_token
 
 __all__ = [
     "create_project",

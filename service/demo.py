@@ -6,11 +6,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud
-from service.db import session_scope
-from service.errors import NotFound
-from service.models import Project
-from service.schemas import ProjectCreate, RunOptions
+from gradguard.service import crud
+from gradguard.service.db import session_scope
+from gradguard.service.errors import NotFound
+from gradguard.service.models import Project
+from gradguard.service.schemas import ProjectCreate, RunOptions
 
 __all__ = ["find_examples", "seed_demo", "DEMO_SLUG"]
 

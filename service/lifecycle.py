@@ -23,7 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.models import BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
+from gradguard.service.models import BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
 
 __all__ = [
     "worker_id",

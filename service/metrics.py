@@ -16,8 +16,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud
-from service.models import RUN_STATUSES, Run
+from gradguard.service import crud
+from gradguard.service.models import RUN_STATUSES, Run
 
 __all__ = ["DurationBuckets", "DatabaseCollector", "make_registry", "render"]
 

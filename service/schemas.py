@@ -154,7 +154,7 @@ def run_urls(run_id: int, base: str) -> RunUrls:
 
 
 def run_out(run: Any, base: str) -> RunOut:
-    """The API view of a :class:`service.models.Run`."""
+    """The API view of a :class:`gradguard.service.models.Run`."""
     return RunOut(id=run.id, project=run.project.slug, status=run.status, commit=run.commit_sha, branch=run.branch,
                   pull_request=run.pull_request, device=run.device, attempts=run.attempts,
                   sandbox_level=run.sandbox_level, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import crud, lifecycle
-from service.bundles import materialize
-from service.config import Settings
-from service.models import Run
-from service.sandbox import Limits, run_check
+from gradguard.service import crud, lifecycle
+from gradguard.service.bundles import materialize
+from gradguard.service.config import Settings
+from gradguard.service.models import Run
+from gradguard.service.sandbox import Limits, run_check
 
 __all__ = ["execute_claimed", "limits_from_settings"]
 

@@ -14,9 +14,9 @@ import json
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from web import queries
-from web.badges import UNKNOWN, badge_state, etag, render_endpoint, render_svg
-from web.deps import SessionDep, can_read
+from gradguard.web import queries
+from gradguard.web.badges import UNKNOWN, badge_state, etag, render_endpoint, render_svg
+from gradguard.web.deps import SessionDep, can_read
 
 __all__ = ["router"]
 

@@ -12,7 +12,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from markupsafe import Markup
 
-from web.queries import Point
+from gradguard.web.queries import Point
 
 __all__ = ["history_svg", "STATUS_COLORS"]
 

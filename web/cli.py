@@ -19,10 +19,10 @@ def serve(host: str, port: int, demo: bool, workers: int | None) -> None:
     """Serve the API (and pages) with the local executor; migrates the database first."""
     import uvicorn
 
-    from service.cli import load_settings
-    from service.db import make_sessionmaker
-    from service.migrate import upgrade
-    from web.app import create_app
+    from gradguard.service.cli import load_settings
+    from gradguard.service.db import make_sessionmaker
+    from gradguard.service.migrate import upgrade
+    from gradguard.web.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_settings(local_workers=workers)
@@ -39,14 +39,14 @@ def serve(host: str, port: int, demo: bool, workers: int | None) -> None:
 
 
 def _seed(settings, factory, base: str) -> None:  # type: ignore[no-untyped-def]
-    from service.demo import DEMO_SLUG, find_examples, seed_demo
+    from gradguard.service.demo import DEMO_SLUG, find_examples, seed_demo
 
     examples = find_examples()
     if examples is None:
         raise click.UsageError("--demo needs an examples/ folder with rule modules (run from a source checkout).")
     token, runs = seed_demo(factory, examples)
     if settings.executor == "celery":
-        from service.executors.celery import CeleryExecutor
+        from gradguard.service.executors.celery import CeleryExecutor
 
         executor = CeleryExecutor(settings, factory)
         for run_id, device in runs:

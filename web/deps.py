@@ -14,10 +14,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.config import Settings, get_settings
-from service.db import make_sessionmaker
-from service.models import Project
-from service.security import token_matches
+from gradguard.service.config import Settings, get_settings
+from gradguard.service.db import make_sessionmaker
+from gradguard.service.models import Project
+from gradguard.service.security import token_matches
 
 __all__ = ["SessionDep", "get_session", "settings_of", "can_read", "token_opens", "is_admin", "token_cookie",
            "COOKIE_PREFIX", "ADMIN_COOKIE"]

@@ -1,4 +1,4 @@
-"""Read-only queries the pages need beyond :mod:`service.crud`, written against the service's models.
+"""Read-only queries the pages need beyond :mod:`gradguard.service.crud`, written against the service's models.
 
 Each is one indexed query, bounded by a limit, so a page costs the same for a project with ten runs
 or ten thousand: runs by ``(project_id, branch, id)``, rule results by ``name`` then run, the
@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
-from service.models import FINAL_STATUSES, BranchHead, Project, RuleResultRow, Run
+from gradguard.service.models import FINAL_STATUSES, BranchHead, Project, RuleResultRow, Run
 
 __all__ = [
     "BranchRow",

@@ -1,6 +1,6 @@
 """The pages: projects, a project, a run (with its live status), a rule's history, the check catalogue.
 
-Routes are thin: read through :mod:`service.crud` and :mod:`web.queries`, shape with :mod:`web.view`,
+Routes are thin: read through :mod:`gradguard.service.crud` and :mod:`gradguard.web.queries`, shape with :mod:`gradguard.web.view`,
 render a template. A private project without a valid token looks exactly like a missing one (a 404
 page that offers the token form), so its name does not leak; the token is kept in a cookie once
 entered. Nothing answers a stack trace.
@@ -17,16 +17,16 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from sqlalchemy import func, select
 
-from checker.checks.registry import FAMILIES, CheckInfo, catalogue
-from service import crud
-from service.errors import Invalid, NotFound
-from service.models import FINAL_STATUSES, Project, Run
-from service.security import hash_token
-from web import queries
-from web.chart import history_svg
-from web.deps import ADMIN_COOKIE, SessionDep, can_read, is_admin, token_cookie
-from web.templating import templates
-from web.view import rule_views
+from gradguard.checker.checks.registry import FAMILIES, CheckInfo, catalogue
+from gradguard.service import crud
+from gradguard.service.errors import Invalid, NotFound
+from gradguard.service.models import FINAL_STATUSES, Project, Run
+from gradguard.service.security import hash_token
+from gradguard.web import queries
+from gradguard.web.chart import history_svg
+from gradguard.web.deps import ADMIN_COOKIE, SessionDep, can_read, is_admin, token_cookie
+from gradguard.web.templating import templates
+from gradguard.web.view import rule_views
 
 __all__ = ["router"]
 

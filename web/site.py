@@ -13,8 +13,8 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from web import badge_routes, routes
-from web.templating import STATIC_DIR
+from gradguard.web import badge_routes, routes
+from gradguard.web.templating import STATIC_DIR
 
 __all__ = ["mount", "SecurityHeaders", "CSP"]
 

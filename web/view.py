@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from checker.checks.registry import FAMILIES
+from gradguard.checker.checks.registry import FAMILIES
 
 __all__ = ["family_of", "rule_views", "find_source", "excerpt", "matrix_view", "CONTEXT_LINES"]
 
@@ -20,7 +20,7 @@ MAX_EXCERPT_LINES = 80
 
 
 def family_of(check_id: str) -> str:
-    """``GG2xx`` -> ``numeric``: the family is the first digit of the id (``checker.checks`` layout)."""
+    """``GG2xx`` -> ``numeric``: the family is the first digit of the id (``gradguard.checker.checks`` layout)."""
     digits = check_id[2:3] if check_id.startswith("GG") else ""
     index = int(digits) - 1 if digits.isdigit() else -1
     return FAMILIES[index] if 0 <= index < len(FAMILIES) else "other"

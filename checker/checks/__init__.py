@@ -5,13 +5,13 @@ GG204, which need JAX: numeric_jax.py), GG3xx cotangent.py, GG4xx state.py,
 GG5xx context.py, GG6xx compose.py.
 """
 
-from checker.checks import contract  # noqa: F401
-from checker.checks import numeric  # noqa: F401
-from checker.checks import cotangent  # noqa: F401
-from checker.checks import state  # noqa: F401
-from checker.checks import context  # noqa: F401
-from checker.checks import numeric_jax  # noqa: F401
-from checker.checks import compose  # noqa: F401
-from checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
+from gradguard.checker.checks import contract  # noqa: F401
+from gradguard.checker.checks import numeric  # noqa: F401
+from gradguard.checker.checks import cotangent  # noqa: F401
+from gradguard.checker.checks import state  # noqa: F401
+from gradguard.checker.checks import context  # noqa: F401
+from gradguard.checker.checks import numeric_jax  # noqa: F401
+from gradguard.checker.checks import compose  # noqa: F401
+from gradguard.checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

@@ -5,7 +5,7 @@
   `jax.jit` never sees a constant as a tracer and compiles once per shape.
 - :func:`second_order_compiled`: the jvp of the vjp (GG204's JAX side), compiled once per rule and shape.
 - :func:`batched_directional`: finite differences with every Richardson probe point ``x + t_k v`` evaluated
-  in one jitted ``vmap`` call, then extrapolated as `engines.fd.directional` does. GG204 uses it on a GPU
+  in one jitted ``vmap`` call, then extrapolated as `gradguard.engines.fd.directional` does. GG204 uses it on a GPU
   (``--device gpu``), where one batched call over a 10**7-element input costs about what one call costs,
   and on the CPU for inputs of 10**5 elements or more; ``GRADGUARD_BATCHED_FD=1`` (or ``0``) forces it on
   (or off) anywhere.
@@ -20,10 +20,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from checker.case import Case
-from checker.checks.registry import Skip
-from checker.trees import tree_map
-from engines import fd
+from gradguard.checker.case import Case
+from gradguard.checker.checks.registry import Skip
+from gradguard.checker.trees import tree_map
+from gradguard.engines import fd
 
 __all__ = ["jax_ready", "use_batched_fd", "bind_nondiff", "spread", "first_line", "second_order_compiled", "batched_directional"]
 
@@ -34,9 +34,9 @@ BATCHED_MIN_SIZE = 10**5  # elements from which the CPU batches too (15 copies o
 # -- JAX on demand ----------------------------------------------------------------------------------
 def jax_ready(case: Case) -> Any:
     """Load JAX on the requested device; Skip (with the reason) where that device does not exist."""
-    from checker.jax_rules import ensure_device
-    from engines.errors import PlatformUnavailable
-    from engines.jax_engine._runtime import load
+    from gradguard.checker.jax_rules import ensure_device
+    from gradguard.engines.errors import PlatformUnavailable
+    from gradguard.engines.jax_engine._runtime import load
 
     try:
         ensure_device()
@@ -49,7 +49,7 @@ def use_batched_fd(size: int = 0) -> bool:
     """Batched finite differences for an input of ``size`` elements: on a GPU, and on the CPU from
     ``BATCHED_MIN_SIZE`` elements on (measured: 2.3x faster at 10**6, 6.5x at 10**7); ``GRADGUARD_BATCHED_FD``
     set to 1 or 0 forces them on or off."""
-    from checker.jax_rules import is_batched_device
+    from gradguard.checker.jax_rules import is_batched_device
 
     flag = os.environ.get(BATCHED_VARIABLE, "").strip()
     if flag in ("0", "1"):
@@ -134,7 +134,7 @@ def _batched_fn(fn: Callable[..., Any], mode: str, nargs: int, diff: tuple[int, 
         key, cached = None, None
     if cached is not None:
         return cached
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
     jnp = jax.numpy
@@ -190,12 +190,12 @@ def batched_directional(
     ``cotangent`` (mode "pullback": ``covector`` then has one entry per
     differentiable argument). ``direction`` has one entry per argument, None
     for those that do not move (they are passed as they are). Richardson
-    extrapolation and the error estimate follow `engines.fd.directional`
+    extrapolation and the error estimate follow `gradguard.engines.fd.directional`
     (six levels, rounding priced from the output precision and two probes
     along a random-sign rescaling of the arguments). Raises ValueError when a
     probe value is not finite (the caller falls back to the sequential path).
     """
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
     jnp = jax.numpy
@@ -232,8 +232,8 @@ def batched_directional(
 
 
 def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit)."""
-    from engines.jax_engine._runtime import load
+    """`gradguard.engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit)."""
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
     jnp = jax.numpy

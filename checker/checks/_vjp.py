@@ -6,7 +6,7 @@ GG201 (numeric.py) is the dot-product test against finite differences of the *pr
     d/dt <ybar, primal(x + t v)> at t = 0   ==   <pullback(ybar), v>
 
 for a random cotangent ``ybar`` and direction ``v``, with ``<., .>`` the real
-inner product of :func:`checker.trees.inner`. It costs a few dozen primal
+inner product of :func:`gradguard.checker.trees.inner`. It costs a few dozen primal
 evaluations whatever the input size; only when it fails is more spent,
 localising the error to one argument and then, by bisection over the
 direction's support, to one element.
@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from checker import tolerances
-from checker.case import Case
-from checker.trees import copy_tree, inner, leaves, tree_map
-from engines import fd
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.engines import fd
 
 __all__ = [
     "CONVENTION_TEXT",
@@ -96,7 +96,7 @@ def _conj(tree: Any) -> Any:
 
 
 def adjoint_tangents(case: Case, pb: Callable[..., Any], ybar: Any, conv: str) -> tuple[Any, ...]:
-    """The pullback's answer for ``ybar``, read as the adjoint for :func:`checker.trees.inner`.
+    """The pullback's answer for ``ybar``, read as the adjoint for :func:`gradguard.checker.trees.inner`.
 
     Under ChainRules' convention that is ``pullback(ybar)``; under JAX's it is
     ``conj(pullback(conj(ybar)))``. The pullback gets a copy of ``ybar``.

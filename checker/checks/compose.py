@@ -3,10 +3,10 @@
 GG601 runs the rule with and without ``jax.jit`` and compares values and
 pullbacks; GG602 runs it under ``jax.vmap`` over a batch of drawn inputs and
 compares with one call per example. Both use the engine's cached transforms
-(`engines.jax_engine.run_under`), so an input shape compiles once.
+(`gradguard.engines.jax_engine.run_under`), so an input shape compiles once.
 
 They apply to JAX-native rules only (``kinds=("jax",)``). A NumPy rule runs
-under JAX through our own adapter (`engines.jax_engine.to_custom_vjp`: a
+under JAX through our own adapter (`gradguard.engines.jax_engine.to_custom_vjp`: a
 host callback, called once per example under vmap), so jit and vmap would
 test the adapter, which has its own tests, and never the rule: a NumPy
 function cannot behave differently under a transform it never sees.
@@ -19,11 +19,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from checker.case import Case
-from checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
-from checker.checks.registry import CHECKS, Problem, Skip, check
-from checker.inputs import show
-from checker.trees import copy_tree, is_leaf
+from gradguard.checker.case import Case
+from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
+from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, is_leaf
 
 __all__: list[str] = []
 
@@ -112,7 +112,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     host state at trace time computes something else. The check evaluates the rule's value and its pullback
     for a random cotangent with and without ``jit`` and requires the same numbers (the dtype's tolerance); an
     error raised only under ``jit`` is reported with JAX's message."""
-    from engines import jax_engine
+    from gradguard.engines import jax_engine
 
     jax_ready(case)
     fn, diff = bind_nondiff(case.rule.jax_fn, case)
@@ -198,7 +198,7 @@ def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
     key = (fn, jit)
     if key in _vmapped:
         return _vmapped[key]
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
     jnp = jax.numpy
@@ -253,7 +253,7 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
     values, or when a host callback is declared batch-aware (``vmap_method="expand_dims"`` or
     ``"broadcast_all"``) but computes over the whole batch (a norm, a sum, a solve). Both runs are jitted
     when the rule allows it, so a difference here is vmap's alone (GG601 reports jit)."""
-    from engines import jax_engine
+    from gradguard.engines import jax_engine
 
     jax_ready(case)
     if not case.diff_positions:
@@ -285,7 +285,7 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
         except Exception:  # noqa: BLE001
             if not jit:
                 raise Skip("the rule raises on an example of the batch called alone (the other checks report it)") from None
-    from engines.jax_engine import _relay
+    from gradguard.engines.jax_engine import _relay
 
     try:
         with _relay.relaying():

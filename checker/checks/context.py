@@ -1,6 +1,6 @@
 """Context checks (GG5xx): the rule inside adversarial programs, under every engine (the safety matrix).
 
-The matrix (`checker.contexts`) is computed once per rule, by whichever of
+The matrix (`gradguard.checker.contexts`) is computed once per rule, by whichever of
 these checks runs first, and stored in ``RuleResult.safety_matrix``. A wrong
 cell in an aliasing context (the same array twice, ``x`` and ``x.T``, tied
 weights) is GG502; a wrong cell elsewhere is GG501; GG503 is a program whose
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-from checker import tolerances
-from checker.checks.registry import Problem, Skip, check
-from checker.reproducer import context_script
-from checker.contexts import Outcome, run_matrix
+from gradguard.checker import tolerances
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.reproducer import context_script
+from gradguard.checker.contexts import Outcome, run_matrix
 
 if TYPE_CHECKING:
-    from checker.runner import PerRule
-    from checker.contexts._matrix import Row
+    from gradguard.checker.runner import PerRule
+    from gradguard.checker.contexts._matrix import Row
 
 __all__: list[str] = []
 
@@ -239,7 +239,7 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
 )
 def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
     """Every engine must differentiate the program users run. When code branches on "am I being
-    differentiated?" (``engines.within_gradient``, a training flag) or a rule's forward is not its primal, the
+    differentiated?" (``gradguard.engines.within_gradient``, a training flag) or a rule's forward is not its primal, the
     program computes one value when run and another under AD, and engines that take different branches
     disagree with each other (seed: Zygote, Diffractor and Yota give 4.0, 4.0 and 2.0 for
     ``x -> within_gradient(x) ? x^2 : x``). Reported once per rule, naming the contexts and the values."""

@@ -10,10 +10,10 @@ from typing import Iterable
 
 import numpy as np
 
-from checker.case import Case
-from checker.checks.registry import Problem, check
-from checker.inputs import show
-from checker.trees import describe, leaves, same_structure, with_article
+from gradguard.checker.case import Case
+from gradguard.checker.checks.registry import Problem, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import describe, leaves, same_structure, with_article
 
 __all__: list[str] = []
 

@@ -13,11 +13,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from checker.case import Case, RuleRaised, zeros_like_tree
-from checker.checks.numeric import first_mismatch
-from checker.checks.registry import Problem, Skip, check
-from checker.inputs import show
-from checker.trees import copy_tree, describe, is_leaf, leaves
+from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
+from gradguard.checker.checks.numeric import first_mismatch
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves
 
 __all__: list[str] = []
 

@@ -2,7 +2,7 @@
 
 GG201 is the dot-product test against finite differences of the primal, GG202 linearity in the
 cotangent, GG205 the complex conjugation convention, GG206 non-finite tangents. The shared machinery
-(conventions, finite differences, the dot-product test, localisation) is in :mod:`checker.checks._vjp`;
+(conventions, finite differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`;
 GG203/GG204 (JAX references) are in numeric_jax.py.
 """
 
@@ -13,9 +13,9 @@ from typing import Any, Iterable
 import numpy as np
 from hypothesis import strategies as st
 
-from checker import tolerances
-from checker.case import Case, is_finite_tree, scale_tree
-from checker.checks._vjp import (
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, is_finite_tree, scale_tree
+from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
     NO_FD,
@@ -41,9 +41,9 @@ from checker.checks._vjp import (
     owner,
     where_text,
 )
-from checker.checks.registry import Problem, Skip, check
-from checker.inputs import show
-from checker.trees import copy_tree, tree_map
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, tree_map
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
 

@@ -9,7 +9,7 @@ products, so a ``bwd`` that is right to first order can still give wrong
 second derivatives (a ``stop_gradient`` on a residual, a residual from a
 wrong inner derivative). The check compares JAX's derivative of the pullback
 with finite differences of the pullback (batched on a GPU and for large
-inputs, see :mod:`checker.checks._jax`).
+inputs, see :mod:`gradguard.checker.checks._jax`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from checker import tolerances
-from checker.case import Case, is_finite_tree
-from checker.checks._jax import (
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks._jax import (
     batched_directional,
     bind_nondiff,
     first_line,
@@ -31,7 +31,7 @@ from checker.checks._jax import (
     spread,
     use_batched_fd,
 )
-from checker.checks._vjp import (
+from gradguard.checker.checks._vjp import (
     adjoint_tangents,
     as_rule_sees,
     convention,
@@ -42,11 +42,11 @@ from checker.checks._vjp import (
     other_convention,
     where_text,
 )
-from checker.checks.numeric import first_mismatch
-from checker.checks.registry import CHECKS, Problem, Skip, check
-from checker.inputs import show
-from checker.trees import copy_tree, inner, leaves, tree_map
-from engines import fd
+from gradguard.checker.checks.numeric import first_mismatch
+from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.engines import fd
 
 __all__ = ["jax_tangents"]
 
@@ -116,8 +116,8 @@ class _Untraceable(Exception):
 
 def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any, ...]:
     """``jax.vjp`` of ``primal`` at the case's input: jitted (cached) first, eagerly for primals jit refuses."""
-    from engines import jax_engine
-    from engines.errors import AdapterError
+    from gradguard.engines import jax_engine
+    from gradguard.engines.errors import AdapterError
 
     bound, diff = bind_nondiff(primal, case)
     xs = [case.fresh()[i] for i in diff]
@@ -161,7 +161,7 @@ def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
     """
     import types
 
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine._runtime import load
 
     if not isinstance(fn, types.FunctionType):
         return None
@@ -394,7 +394,7 @@ def second_order(case: Case) -> Iterable[Problem]:
     JAX is a host black box with no second derivative. A rule JAX refuses to differentiate twice (e.g. ``fwd``
 calls the custom_vjp function itself, so forward mode meets it) is skipped with JAX's reason: it fails loudly,
 not silently."""
-    from engines import jax_engine
+    from gradguard.engines import jax_engine
 
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")

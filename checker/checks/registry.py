@@ -6,7 +6,7 @@ A check is registered with :func:`check`::
     def pullback_linear(case: Case) -> Iterable[Problem]:
         '''One paragraph: what fails, why it matters.'''
 
-It receives a :class:`checker.case.Case` (one drawn input) and yields
+It receives a :class:`gradguard.checker.case.Case` (one drawn input) and yields
 :class:`Problem` s; it never returns verdicts. Ids are stable. Checks run in
 id order; those with ``gates=True`` (structural contract checks) stop the
 others for that input when they fail, so the first message is the real cause.
@@ -106,6 +106,6 @@ def check(
 
 def catalogue() -> list[CheckInfo]:
     """All registered checks, in id order."""
-    from checker import checks as _all  # noqa: F401  (importing registers every check module)
+    from gradguard.checker import checks as _all  # noqa: F401  (importing registers every check module)
 
     return [CHECKS[k] for k in sorted(CHECKS)]

@@ -19,11 +19,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from checker import tolerances
-from checker.case import Case, RuleRaised
-from checker.checks.registry import Problem, Skip, check
-from checker.inputs import arg_names, show
-from checker.trees import copy_tree, describe, is_leaf, leaves, same_structure, tree_map
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, RuleRaised
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.inputs import arg_names, show
+from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, same_structure, tree_map
 
 __all__: list[str] = []
 

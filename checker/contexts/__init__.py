@@ -1,6 +1,6 @@
 """Adversarial contexts and the safety matrix: in which programs is a rule safe to use?
 
-    from checker.contexts import safety_matrix
+    from gradguard.checker.contexts import safety_matrix
     matrix = safety_matrix(addone_rrule, seed=0)
 
 A context is a program template that embeds the rule (output used, output
@@ -23,9 +23,9 @@ against), `_programs` (the templates), `_inputs` (deterministic draws),
 engine, for code that branches on `within_gradient`).
 """
 
-from checker.contexts._compare import EngineView, compare_engines
-from checker.contexts._matrix import ENGINES, Outcome, run_matrix, safety_matrix
-from checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature
+from gradguard.checker.contexts._compare import EngineView, compare_engines
+from gradguard.checker.contexts._matrix import ENGINES, Outcome, run_matrix, safety_matrix
+from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature
 
 __all__ = [
     "safety_matrix",

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from checker.trees import copy_tree
+from gradguard.checker.trees import copy_tree
 
 __all__ = ["EngineView", "compare_engines"]
 
@@ -47,7 +47,7 @@ def compare_engines(program: Callable[..., Any], *args: Any) -> list[EngineView]
 
 
 def _primal(program: Callable[..., Any], args: tuple) -> EngineView:
-    from engines.fd import directional
+    from gradguard.engines.fd import directional
 
     def f(*xs: Any) -> Any:
         return program(np, *xs)
@@ -69,7 +69,7 @@ def _primal(program: Callable[..., Any], args: tuple) -> EngineView:
 
 
 def _tape(program: Callable[..., Any], args: tuple) -> EngineView:
-    from engines.tape import run_backward, tnp
+    from gradguard.engines.tape import run_backward, tnp
 
     try:
         result = run_backward(lambda *xs: program(tnp, *xs), copy_tree(args), 1.0)
@@ -80,7 +80,7 @@ def _tape(program: Callable[..., Any], args: tuple) -> EngineView:
 
 def _jax(program: Callable[..., Any], args: tuple) -> EngineView:
     try:
-        from engines.jax_engine._runtime import load
+        from gradguard.engines.jax_engine._runtime import load
 
         jax = load()
         import jax.numpy as jnp

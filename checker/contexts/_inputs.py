@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings
 
-from checker._hypothesis import own_constants_only
-from checker.specs import RuleSpec, differentiable
-from checker.trees import copy_tree, leaves
+from gradguard.checker._hypothesis import own_constants_only
+from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.trees import copy_tree, leaves
 
 __all__ = ["draw_inputs", "NoInput"]
 

@@ -27,13 +27,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from checker import tolerances
-from checker.contexts._inputs import NoInput, draw_inputs
-from checker.contexts._ops import jax_ops, numpy_ops, tape_ops
-from checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
-from checker.specs import RuleSpec
-from checker.trees import copy_tree, inner, leaves
-from engines.errors import TraceError
+from gradguard.checker import tolerances
+from gradguard.checker.contexts._inputs import NoInput, draw_inputs
+from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
+from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
+from gradguard.checker.specs import RuleSpec
+from gradguard.checker.trees import copy_tree, inner, leaves
+from gradguard.engines.errors import TraceError
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix"]
 
@@ -92,7 +92,7 @@ class Outcome:
 
 def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
                   engines: Sequence[str] | None = None) -> dict[str, Any]:
-    """The safety matrix of ``rule`` as the report's JSON (see `checker.contexts`)."""
+    """The safety matrix of ``rule`` as the report's JSON (see `gradguard.checker.contexts`)."""
     return run_matrix(rule, seed=seed, contexts=contexts, engines=engines).to_json()
 
 
@@ -142,7 +142,7 @@ def _lowest_dtype(values: Any) -> np.dtype:
 
 def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: tuple[str, ...],
              tol: tolerances.Tolerance) -> Row:
-    from engines.fd import budget, directional
+    from gradguard.engines.fd import budget, directional
 
     row = Row(ctx, tol=tol, mutates=bool(runners.rule.mutates))
     users = numpy_ops(runners.rule.primal)
@@ -206,7 +206,7 @@ class _Runners:
     """The rule as each engine sees it, built once per matrix (JAX compilations are kept per rule)."""
 
     def __init__(self, rule: RuleSpec, name: str, example_args: tuple) -> None:
-        from engines.tape import primitive
+        from gradguard.engines.tape import primitive
 
         self.rule = rule
         self.name = name
@@ -232,7 +232,7 @@ class _Runners:
         return Cell(engine, "ran", value=(_scalar(result.value), result.grads))
 
     def _tape(self, plan: Plan, policy: str, watch: bool) -> Any:
-        from engines.tape import run_backward
+        from gradguard.engines.tape import run_backward
 
         ops = tape_ops(self.primitive)
         with np.errstate(all="ignore"):
@@ -255,7 +255,7 @@ class _Runners:
             fn = _jax_function(self, ctx, plan)
         except ImportError as exc:
             return Cell("jax", "skipped", message=f"JAX is not available: {exc}")
-        from engines.jax_engine import relaying
+        from gradguard.engines.jax_engine import relaying
 
         try:
             with relaying():
@@ -298,8 +298,8 @@ def _jax_function(runners: _Runners, ctx: Context, plan: Plan) -> Callable[..., 
     """
     import jax
 
-    from engines.jax_engine import to_custom_vjp
-    from engines.jax_engine._runtime import load
+    from gradguard.engines.jax_engine import to_custom_vjp
+    from gradguard.engines.jax_engine._runtime import load
 
     load()
     rule = runners.rule

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from checker.trees import is_leaf, leaves
+from gradguard.checker.trees import is_leaf, leaves
 
 __all__ = ["Ops", "numpy_ops", "tape_ops", "jax_ops"]
 
@@ -80,7 +80,7 @@ def numpy_ops(primal: Callable[..., Any]) -> Ops:
 
 
 def tape_ops(primitive: Callable[..., Any]) -> Ops:
-    from engines.tape import tnp
+    from gradguard.engines.tape import tnp
 
     return Ops("tape", tnp, primitive)
 

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from checker.contexts._ops import Ops
-from checker.specs import RuleSpec, differentiable
-from checker.trees import copy_tree, is_leaf, tree_map
+from gradguard.checker.contexts._ops import Ops
+from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.trees import copy_tree, is_leaf, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name"]
 

@@ -10,17 +10,17 @@
 
 Importing this package does not import JAX; the first call of any function
 above does (and enables ``jax_enable_x64``). `is_jax_differentiation_tracer`
-never imports JAX and can be registered with `engines.within_gradient` at
+never imports JAX and can be registered with `gradguard.engines.within_gradient` at
 any time.
 """
 
-from engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
-from engines.jax_engine._reference import reference_vjp, second_order_vjp
-from engines.jax_engine._relay import relaying
-from engines.jax_engine._runtime import DEVICES, configure, environment
-from engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
-from engines.jax_engine._tracers import is_jax_differentiation_tracer
-from engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_under
+from gradguard.engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
+from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp
+from gradguard.engines.jax_engine._relay import relaying
+from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment
+from gradguard.engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
+from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
+from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_under
 
 __all__ = [
     "to_custom_vjp",

@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engines.errors import AdapterError
-from engines.jax_engine._runtime import load
+from gradguard.engines.errors import AdapterError
+from gradguard.engines.jax_engine._runtime import load
 
 __all__ = ["rrule_from_custom_vjp", "primal_of_custom_vjp", "CustomVjpParts", "custom_vjp_parts"]
 

@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engines.errors import AdapterError
-from engines.jax_engine._runtime import load
+from gradguard.engines.errors import AdapterError
+from gradguard.engines.jax_engine._runtime import load
 
 __all__ = ["reference_vjp", "second_order_vjp"]
 

@@ -3,7 +3,7 @@
 Nothing here imports JAX at module import; :func:`load` does, once, the first
 time an engine function runs. Loading enables ``jax_enable_x64`` (gradguard
 compares gradients in float64) and registers the JAX predicate with
-`engines.within_gradient`.
+`gradguard.engines.within_gradient`.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from engines._within import register_within_gradient
-from engines.errors import PlatformUnavailable
-from engines.jax_engine._relay import install_log_filter
-from engines.jax_engine._tracers import is_jax_differentiation_tracer
+from gradguard.engines._within import register_within_gradient
+from gradguard.engines.errors import PlatformUnavailable
+from gradguard.engines.jax_engine._relay import install_log_filter
+from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 
 __all__ = ["load", "configure", "environment", "DEVICES"]
 

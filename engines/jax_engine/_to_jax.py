@@ -32,9 +32,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engines.errors import AdapterError
-from engines.jax_engine import _relay
-from engines.jax_engine._runtime import load
+from gradguard.engines.errors import AdapterError
+from gradguard.engines.jax_engine import _relay
+from gradguard.engines.jax_engine._runtime import load
 
 __all__ = ["to_custom_vjp", "AdaptedRule"]
 

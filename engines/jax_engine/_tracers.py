@@ -1,7 +1,7 @@
 """Recognise JAX values that are being differentiated, without importing JAX.
 
 `is_jax_differentiation_tracer` is cheap and safe to register with
-`engines.within_gradient` at import time: it looks JAX up in `sys.modules`
+`gradguard.engines.within_gradient` at import time: it looks JAX up in `sys.modules`
 and answers False when JAX was never imported (no JAX value can exist then).
 """
 

@@ -1,6 +1,6 @@
 """Our reverse-mode tape AD over NumPy, with Zygote/ChainRules semantics.
 
-    from engines.tape import grad, primitive, tnp
+    from gradguard.engines.tape import grad, primitive, tnp
 
     addone_ = primitive(addone_rrule, name="addone_")
     grad(lambda x: tnp.dot(x, x) + addone_(x), x)
@@ -17,11 +17,11 @@ default, "none" or "skip"). Complex numbers follow ChainRules: a pullback is
 the conjugate transpose.
 """
 
-from engines._within import register_within_gradient
-from engines.tape import tnp
-from engines.tape._api import TapeResult, grad, primitive, run_backward, value_and_grad, vjp
-from engines.tape._tape import Tracked
-from engines.tape._watch import MutationDiagnosis, MutationWarning
+from gradguard.engines._within import register_within_gradient
+from gradguard.engines.tape import tnp
+from gradguard.engines.tape._api import TapeResult, grad, primitive, run_backward, value_and_grad, vjp
+from gradguard.engines.tape._tape import Tracked
+from gradguard.engines.tape._watch import MutationDiagnosis, MutationWarning
 
 __all__ = [
     "grad",

@@ -16,9 +16,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engines.errors import TraceError
-from engines.tape._tape import POLICIES, Tape, Tracked, backward, bind, differentiable
-from engines.tape._watch import MutationDiagnosis, MutationWarning
+from gradguard.engines.errors import TraceError
+from gradguard.engines.tape._tape import POLICIES, Tape, Tracked, backward, bind, differentiable
+from gradguard.engines.tape._watch import MutationDiagnosis, MutationWarning
 
 __all__ = ["primitive", "grad", "value_and_grad", "vjp", "run_backward", "TapeResult"]
 

@@ -29,8 +29,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from engines.errors import EngineError, TraceError
-from engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
+from gradguard.engines.errors import EngineError, TraceError
+from gradguard.engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
 
 __all__ = ["Tracked", "Tape", "Node", "bind", "backward", "differentiable", "POLICIES"]
 

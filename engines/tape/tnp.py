@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 from numpy import arange, eye, linspace, newaxis, ones, pi, zeros  # noqa: F401  (constants, for convenience)
 
-from engines.errors import TraceError
-from engines.tape._rules import RULES
-from engines.tape._tape import Tracked, bind
+from gradguard.engines.errors import TraceError
+from gradguard.engines.tape._rules import RULES
+from gradguard.engines.tape._tape import Tracked, bind
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "sin", "cos", "tanh", "sqrt",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api import health, projects, runs
+from gradguard.service.api import health, projects, runs
 
 __all__ = ["api_router", "ops_router", "API_PREFIX"]
 

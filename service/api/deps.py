@@ -10,12 +10,12 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.config import Settings
-from service.errors import Forbidden, NotFound, RateLimited, Unauthorized
-from service.executors import Executor
-from service.models import Project
-from service.ratelimit import RateLimiter
-from service.security import hash_token, token_matches
+from gradguard.service.config import Settings
+from gradguard.service.errors import Forbidden, NotFound, RateLimited, Unauthorized
+from gradguard.service.executors import Executor
+from gradguard.service.models import Project
+from gradguard.service.ratelimit import RateLimiter
+from gradguard.service.security import hash_token, token_matches
 
 __all__ = ["SettingsDep", "SessionDep", "TokenDep", "ExecutorDep", "require_admin", "can_read", "check_can_read",
            "check_can_submit", "rate_limit", "base_url"]

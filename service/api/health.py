@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.db import ping
-from service.metrics import render
+from gradguard.service.db import ping
+from gradguard.service.metrics import render
 
 __all__ = ["router"]
 
@@ -36,7 +36,7 @@ def readyz(request: Request) -> JSONResponse:
     queue_ok, body["queue"] = state.executor.health()
     ready = ready and queue_ok
     try:
-        from service.sandbox import sandbox_level
+        from gradguard.service.sandbox import sandbox_level
 
         body["sandbox"] = sandbox_level()
     except Exception as exc:

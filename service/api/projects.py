@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from service import crud, lifecycle
-from service.api.deps import (ExecutorDep, SessionDep, SettingsDep, TokenDep, base_url, can_read, check_can_read,
+from gradguard.service import crud, lifecycle
+from gradguard.service.api.deps import (ExecutorDep, SessionDep, SettingsDep, TokenDep, base_url, can_read, check_can_read,
                               check_can_submit, rate_limit, require_admin)
-from service.api.submission import SUBMISSION_OPENAPI, read_submission
-from service.errors import Invalid, Unavailable
-from service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
+from gradguard.service.api.submission import SUBMISSION_OPENAPI, read_submission
+from gradguard.service.errors import Invalid, Unavailable
+from gradguard.service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
                              RunAccepted, RunPage, run_out, run_urls)
 
 __all__ = ["router"]

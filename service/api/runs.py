@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from service import crud
-from service.api.deps import SessionDep, SettingsDep, TokenDep, base_url, check_can_read
-from service.errors import Unavailable
-from service.models import Run
-from service.schemas import RunOut, run_out
+from gradguard.service import crud
+from gradguard.service.api.deps import SessionDep, SettingsDep, TokenDep, base_url, check_can_read
+from gradguard.service.errors import Unavailable
+from gradguard.service.models import Run
+from gradguard.service.schemas import RunOut, run_out
 
 __all__ = ["router"]
 
@@ -40,14 +40,14 @@ def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: 
 
 
 def _report_object(data: dict[str, Any]) -> Any:
-    from checker.report import Report
+    from gradguard.checker.report import Report
 
     return Report.from_dict(data)
 
 
 def _renderer(name: str) -> Any:
     try:
-        from checker import render
+        from gradguard.checker import render
     except ImportError as exc:
         raise Unavailable(f"renderer: this installation has no checker.render ({exc}).", field="format",
                           fix="Fetch /report (JSON) instead, or upgrade gradguard.") from exc

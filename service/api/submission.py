@@ -15,10 +15,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.bundles import BundleLimits, files_from_json, read_bundle
-from service.config import Settings
-from service.errors import Invalid, ServiceError, TooLarge, error_body
-from service.schemas import RunOptions, RunSubmit
+from gradguard.service.bundles import BundleLimits, files_from_json, read_bundle
+from gradguard.service.config import Settings
+from gradguard.service.errors import Invalid, ServiceError, TooLarge, error_body
+from gradguard.service.schemas import RunOptions, RunSubmit
 
 __all__ = ["read_submission", "BodyLimit", "SUBMISSION_OPENAPI"]
 

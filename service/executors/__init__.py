@@ -12,7 +12,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.config import Settings
+from gradguard.service.config import Settings
 
 __all__ = ["Executor", "make_executor"]
 
@@ -38,9 +38,9 @@ class Executor(Protocol):
 def make_executor(settings: Settings, factory: sessionmaker[Session], *, workers: int | None = None) -> Executor:
     """The executor ``settings.executor`` names; ``workers`` overrides the local pool size."""
     if settings.executor == "celery":
-        from service.executors.celery import CeleryExecutor
+        from gradguard.service.executors.celery import CeleryExecutor
 
         return CeleryExecutor(settings, factory)
-    from service.executors.local import LocalExecutor
+    from gradguard.service.executors.local import LocalExecutor
 
     return LocalExecutor(settings, factory, workers=settings.local_workers if workers is None else workers)

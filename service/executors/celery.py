@@ -3,7 +3,7 @@
 A message carries only the run id; the worker reads the files from the database. Late
 acknowledgement plus ``reject_on_worker_lost`` put the message back when the worker process
 dies mid-run; the redelivered task claims the run again, which counts an attempt, and a run whose
-attempts are used up ends ``error`` instead of being run again (:mod:`service.lifecycle`).
+attempts are used up ends ``error`` instead of being run again (:mod:`gradguard.service.lifecycle`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from sqlalchemy import select
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import lifecycle
-from service.config import Settings
-from service.db import make_sessionmaker, session_scope
-from service.models import Run, utcnow
+from gradguard.service import lifecycle
+from gradguard.service.config import Settings
+from gradguard.service.db import make_sessionmaker, session_scope
+from gradguard.service.models import Run, utcnow
 
 __all__ = ["CeleryExecutor", "make_celery", "TASK_NAME"]
 
@@ -51,7 +51,7 @@ def make_celery(settings: Settings) -> Celery:
     @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None,
               autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60)
     def execute_run(task, run_id: int) -> str | None:  # type: ignore[no-untyped-def]
-        from service.worker import execute_claimed
+        from gradguard.service.worker import execute_claimed
 
         factory = make_sessionmaker(settings.database_url)
         me = lifecycle.worker_id()

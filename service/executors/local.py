@@ -3,7 +3,7 @@
 Each worker process loops: claim the oldest queued run for its devices from the database, run it
 in the sandbox, store the outcome. A submission wakes them through a shared event; otherwise they
 poll every ``GRADGUARD_POLL_INTERVAL_S``. A supervisor thread in the parent replaces dead workers
-and requeues the run a dead worker held (attempts count; see :mod:`service.lifecycle`).
+and requeues the run a dead worker held (attempts count; see :mod:`gradguard.service.lifecycle`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from multiprocessing.synchronize import Event
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import lifecycle
-from service.config import Settings
-from service.db import make_sessionmaker, session_scope
+from gradguard.service import lifecycle
+from gradguard.service.config import Settings
+from gradguard.service.db import make_sessionmaker, session_scope
 
 __all__ = ["LocalExecutor", "worker_loop"]
 
@@ -32,7 +32,7 @@ _CTX = multiprocessing.get_context("spawn")
 
 def worker_loop(settings: Settings, wake: Event, stop: Event, parent_pid: int) -> None:
     """Body of one pool process: claim, execute, repeat until ``stop`` (or the parent dies)."""
-    from service.worker import execute_claimed  # imported here: the sandbox module is only needed in workers
+    from gradguard.service.worker import execute_claimed  # imported here: the sandbox module is only needed in workers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s[%(process)d] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop

@@ -1,1 +1,1 @@
-"""Alembic migrations of the service database (see ``service.migrate``)."""
+"""Alembic migrations of the service database (see ``gradguard.service.migrate``)."""

@@ -1,4 +1,4 @@
-"""Alembic environment. The config is built in code (:func:`service.migrate.alembic_config`), so
+"""Alembic environment. The config is built in code (:func:`gradguard.service.migrate.alembic_config`), so
 migrations run from an installed package with no ``alembic.ini``.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from service.db import make_engine
-from service.models import Base
+from gradguard.service.db import make_engine
+from gradguard.service.models import Base
 
 config = context.config
 target_metadata = Base.metadata

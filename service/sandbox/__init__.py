@@ -120,7 +120,7 @@ _BWRAP_SIZE_FLAG = True  # bubblewrap older than 0.7 lacks --size; the probe fin
 def _probe(level: str) -> str | None:
     """Start a real sandbox at ``level``; None when it isolates as promised, else what went wrong."""
     global _BWRAP_SIZE_FLAG
-    from service.sandbox import _run
+    from gradguard.service.sandbox import _run
 
     if level == "bubblewrap" and shutil.which("bwrap") is None:
         return "bwrap is not installed"
@@ -158,7 +158,7 @@ def run_check(
     limits: Limits = Limits(),
 ) -> SandboxOutcome:
     """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do."""
-    from service.sandbox import _judge, _run
+    from gradguard.service.sandbox import _judge, _run
 
     bundle = Path(bundle_dir).resolve()
     if not bundle.is_dir():

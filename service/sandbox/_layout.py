@@ -4,7 +4,7 @@ Inside the sandbox (bubblewrap and namespaces levels)::
 
     /usr, /bin, /lib...      the system, read-only
     <sys.prefix>, <site>     the Python installation, read-only, at the same paths
-    /opt/gradguard/lib       checker/ and engines/ only, read-only (PYTHONPATH)
+    /opt/gradguard/lib       gradguard/ with its __init__.py, checker/ and engines/ only, read-only (PYTHONPATH)
     /opt/gradguard/main.py   the entry program (service/_sandbox_main.py)
     /bundle                  a private copy of the bundle, read-only; the cwd
     /tmp                     a private tmpfs of Limits.tmpfs_mb (HOME, TMPDIR)
@@ -43,14 +43,23 @@ def main_script() -> str:
 
 
 def packages() -> dict[str, str]:
-    """The source folders the checker needs: name -> host path (editable or installed)."""
+    """The source folders the checker needs, ``gradguard.checker`` and ``gradguard.engines``:
+    name -> host path (editable or installed)."""
     out = {}
     for name in ("checker", "engines"):
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(f"gradguard.{name}")
         if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError(f"the sandbox needs the {name!r} package, which this installation lacks")
+            raise RuntimeError(f"the sandbox needs the 'gradguard.{name}' package, which this installation lacks")
         out[name] = str(Path(list(spec.submodule_search_locations)[0]).resolve())
     return out
+
+
+def public_init() -> str:
+    """Host path of ``gradguard/__init__.py`` (the public API the run's ``import gradguard`` reads)."""
+    spec = importlib.util.find_spec("gradguard")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the sandbox needs the 'gradguard' package, which this installation lacks")
+    return str(Path(spec.origin).resolve())
 
 
 def installation() -> list[str]:
@@ -90,9 +99,10 @@ class Stage:
             os.chmod(self.root / p, 0o755 if p == "etc" else 0o644)
         (self.root / "newroot").mkdir()  # namespaces level: mount point of the new root
         # rlimits level: the packages through links, as the other levels see them
-        self.lib.mkdir()
+        (self.lib / "gradguard").mkdir(parents=True)
+        (self.lib / "gradguard/__init__.py").symlink_to(public_init())
         for name, path in packages().items():
-            (self.lib / name).symlink_to(path)
+            (self.lib / "gradguard" / name).symlink_to(path)
 
     def copy_bundle(self, src: Path) -> None:
         """A private snapshot of the regular files and folders: the run never sees (or can change)
@@ -130,7 +140,8 @@ def binds(stage: Stage) -> list[tuple[str, str]]:
     out += [(os.path.realpath(p), p) for p in installation()]
     out += [(p, p) for p in _ETC if os.path.exists(p)]
     out += [(str(stage.root / "etc/passwd"), "/etc/passwd"), (str(stage.root / "etc/group"), "/etc/group")]
-    out += [(path, f"{LIB}/{name}") for name, path in packages().items()]
+    out += [(public_init(), f"{LIB}/gradguard/__init__.py")]
+    out += [(path, f"{LIB}/gradguard/{name}") for name, path in packages().items()]
     out += [(main_script(), MAIN), (str(stage.bundle), BUNDLE)]
     return out
 

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.sandbox import _layout
+from gradguard.service.sandbox import _layout
 
 _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
@@ -36,7 +36,7 @@ _DRAIN_S = 0.5
 
 @dataclass
 class Raw:
-    """What happened, before it is judged: see :func:`service.sandbox._judge.judge`."""
+    """What happened, before it is judged: see :func:`gradguard.service.sandbox._judge.judge`."""
 
     limit_hit: str | None  # "wall" | "output" | "report" | "processes": what the supervisor stopped
     returncode: int | None
@@ -189,7 +189,7 @@ def _remove_stale_stages() -> None:
 
 def _layout_readable() -> bool:
     """rlimits level as root: can a fresh uid reach the installation through the host's folders?"""
-    for p in [*_layout.installation(), *_layout.packages().values(), _layout.main_script()]:
+    for p in [*_layout.installation(), *_layout.packages().values(), _layout.public_init(), _layout.main_script()]:
         parts = Path(p).parts
         for i in range(1, len(parts)):
             if not os.stat(os.path.join(*parts[:i])).st_mode & 0o001:  # others may not pass

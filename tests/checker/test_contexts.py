@@ -6,13 +6,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import engines
-from checker import arrays, check, rrule
-from checker.contexts import CONTEXTS, ENGINES, Context, Plan, compare_engines, run_matrix, safety_matrix
-from checker.contexts._inputs import draw_inputs
-from checker.loader import load_module, rules_in
-from checker.render import render_text
-from engines.errors import TraceError
+from gradguard import engines
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.contexts import CONTEXTS, ENGINES, Context, Plan, compare_engines, run_matrix, safety_matrix
+from gradguard.checker.contexts._inputs import draw_inputs
+from gradguard.checker.loader import load_module, rules_in
+from gradguard.checker.render import render_text
+from gradguard.engines.errors import TraceError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -129,7 +129,7 @@ def test_aliasing_examples_from_the_seed():
 
 
 def test_select_and_ignore_are_respected_and_the_matrix_is_computed_once(monkeypatch):
-    from checker.checks import context as context_checks
+    from gradguard.checker.checks import context as context_checks
 
     calls = []
     real = context_checks.run_matrix

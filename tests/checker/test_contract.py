@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from checker import arrays, check, constant, rrule
+from gradguard.checker import arrays, check, constant, rrule
 
 
 def square(x):

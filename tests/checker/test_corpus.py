@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import checker.runner
-from checker import catalogue, check
-from checker.loader import load_module, rules_in
+import gradguard.checker.runner
+
+from gradguard import checker
+from gradguard.checker import catalogue, check
+from gradguard.checker.loader import load_module, rules_in
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 CLASSES = {"contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition", "correct"}

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from checker import arrays, check, rrule
+from gradguard.checker import arrays, check, rrule
 
 # Broken rules divide by zero on purpose; their warnings are noise here.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

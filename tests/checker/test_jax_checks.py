@@ -13,10 +13,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis.extra import numpy as hnp
 
-import checker.runner
-from checker import SpecError, arrays, check, constant, jax_rule, rrule
-from checker.cli import main
-from checker.loader import load_module, rules_in
+import gradguard.checker.runner
+
+from gradguard import checker
+from gradguard.checker import SpecError, arrays, check, constant, jax_rule, rrule
+from gradguard.checker.cli import main
+from gradguard.checker.loader import load_module, rules_in
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -314,8 +316,8 @@ def test_gg204_batched_finite_differences_find_the_same_bug(monkeypatch):
 
 
 def test_batched_directional_matches_sequential_finite_differences():
-    from checker.checks._jax import batched_directional
-    from engines import fd
+    from gradguard.checker.checks._jax import batched_directional
+    from gradguard.engines import fd
 
     x, v, w = np.array([0.3, -1.2, 2.0]), np.array([1.0, 0.5, -2.0]), np.array([0.7, -0.1, 1.3])
     batched = batched_directional(lambda a: jnp.sin(a) * a, (x,), (v,), w)
@@ -330,7 +332,7 @@ def test_batched_directional_matches_sequential_finite_differences():
 
 
 def test_finite_differences_batch_on_a_gpu_and_for_large_inputs(monkeypatch):
-    from checker.checks._jax import BATCHED_MIN_SIZE, use_batched_fd
+    from gradguard.checker.checks._jax import BATCHED_MIN_SIZE, use_batched_fd
 
     assert not use_batched_fd(10) and use_batched_fd(BATCHED_MIN_SIZE)
     monkeypatch.setenv("GRADGUARD_DEVICE", "gpu")
@@ -455,7 +457,7 @@ def test_gpu_asked_where_none_exists_errors_the_jax_rules_only(monkeypatch):
 def test_cli_device_gpu_without_a_gpu(tmp_path, monkeypatch):
     module = tmp_path / "rules.py"
     module.write_text(
-        "import jax, jax.numpy as jnp\nfrom checker import arrays, jax_rule\n\n"
+        "import jax, jax.numpy as jnp\nfrom gradguard import arrays, jax_rule\n\n"
         "@jax.custom_vjp\ndef sp(x):\n    return jnp.logaddexp(0.0, x)\n\n"
         "sp.defvjp(lambda x: (jnp.logaddexp(0.0, x), jax.nn.sigmoid(x)), lambda s, g: (g * s,))\n"
         "sp_rule = jax_rule(sp, arrays(shape=(3,)))\n"
@@ -541,7 +543,7 @@ def test_a_second_check_of_the_same_rule_gives_the_same_report():
     (loaded, cached) rule never changes what a later one draws or reports."""
     from pathlib import Path
 
-    from checker.loader import load_module, rules_in
+    from gradguard.checker.loader import load_module, rules_in
 
     module = load_module(Path(__file__).resolve().parents[2] / "examples" / "jax_rules.py")
     for rule in rules_in(module):

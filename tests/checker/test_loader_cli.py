@@ -8,12 +8,12 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from checker import arrays, check, rrule
-from checker.cli import main
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.cli import main
 
 GOOD = '''
 import numpy as np
-from checker import rrule, arrays
+from gradguard.checker import rrule, arrays
 
 def square(x):
     return x * x
@@ -25,7 +25,7 @@ def square_rrule(x):
 
 BAD = '''
 import numpy as np
-from checker import rrule, arrays
+from gradguard.checker import rrule, arrays
 
 def total(x):
     return x.sum()
@@ -95,7 +95,8 @@ def test_unknown_check_id_is_a_usage_error(rules_dir):
 
 
 def test_exit_3_on_internal_error(rules_dir, monkeypatch):
-    import checker.runner
+    import gradguard.checker.runner
+    from gradguard import checker
 
     def explode(*a, **k):
         raise RuntimeError("bug in gradguard")
@@ -143,7 +144,7 @@ def test_reproducer_passes_once_the_rule_is_fixed(rules_dir, tmp_path):
 def test_hanging_rule_hits_the_per_rule_time_limit_and_the_run_goes_on(tmp_path):
     (tmp_path / "hang.py").write_text(textwrap.dedent('''
         import time
-        from checker import rrule, arrays
+        from gradguard.checker import rrule, arrays
 
         def f(x):
             return x
@@ -163,7 +164,7 @@ def test_hanging_rule_hits_the_per_rule_time_limit_and_the_run_goes_on(tmp_path)
 def test_spec_that_cannot_generate_is_reported_for_that_rule_only(tmp_path):
     (tmp_path / "nogen.py").write_text(textwrap.dedent('''
         from hypothesis import strategies as st
-        from checker import rrule
+        from gradguard.checker import rrule
 
         def f(x):
             return x

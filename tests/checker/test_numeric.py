@@ -12,7 +12,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from checker import arrays, check, constant, rrule
+from gradguard.checker import arrays, check, constant, rrule
 
 NUM = r"(-?[0-9.e+-]+|nan|inf)"
 # Correct twins must pass every isolation check; the whole-program families (contexts, composition)
@@ -338,7 +338,7 @@ def test_gg202_not_additive():
 
 RULE_MODULE = '''
 import numpy as np
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def addone_(a):
@@ -475,7 +475,7 @@ def test_gg206_no_finding_where_the_derivative_is_infinite():
 
 def test_gg205_custom_vjp_follows_jax_convention():
     jax = pytest.importorskip("jax")
-    jax_rules = pytest.importorskip("checker.jax_rules")
+    jax_rules = pytest.importorskip("gradguard.checker.jax_rules")
 
     def scaled(bwd_factor):
         @jax.custom_vjp

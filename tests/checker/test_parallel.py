@@ -7,13 +7,13 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from checker import arrays, check, rrule
-from checker.cli import main
-from checker.errors import UsageError
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.cli import main
+from gradguard.checker.errors import UsageError
 
 RULES = '''
 import numpy as np
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def square(x):
@@ -41,7 +41,7 @@ def total_rrule(x):
 
 CRASH = '''
 import os
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def ident(x):

@@ -15,8 +15,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker import arrays, check, rrule
-from checker.case import Case, HypothesisDraws
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.case import Case, HypothesisDraws
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,7 +63,7 @@ def test_checks_that_need_calls_of_their_own_still_make_them():
 
 RULE_MODULE = '''
 import numpy as np
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def scale3(a):
@@ -126,7 +126,7 @@ def test_the_same_seed_gives_the_same_report_in_a_fresh_process():
     here = check(target, select=["GG1", "GG2", "GG3", "GG4"], seed=5)
     again = check(target, select=["GG1", "GG2", "GG3", "GG4"], seed=5)
     code = (
-        "import sys, warnings; warnings.simplefilter('ignore'); from checker import check; "
+        "import sys, warnings; warnings.simplefilter('ignore'); from gradguard.checker import check; "
         f"sys.stdout.write(check({target!r}, select=['GG1', 'GG2', 'GG3', 'GG4'], seed=5).to_json())"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}

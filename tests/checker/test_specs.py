@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checker import SpecError, arrays, constant, floats, rrule
-from checker.specs import RuleSpec
+from gradguard.checker import SpecError, arrays, constant, floats, rrule
+from gradguard.checker.specs import RuleSpec
 
 
 def square(x):

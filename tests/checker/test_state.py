@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from checker import arrays, check, constant, floats, rrule
+from gradguard.checker import arrays, check, constant, floats, rrule
 
 # -- primals -------------------------------------------------------------------------------------
 
@@ -480,13 +480,13 @@ def test_gg406_seeded_rng_passes():
 
 
 def test_state_catalogue_entries():
-    from checker import catalogue
+    from gradguard.checker import catalogue
 
     entries = {c.id: c for c in catalogue() if c.family == "state"}
     assert sorted(entries) == ["GG401", "GG402", "GG403", "GG404", "GG405", "GG406"]
     assert entries["GG405"].severity == "warning"
     for entry in entries.values():
-        assert entry.module == "checker.checks.state"
+        assert entry.module == "gradguard.checker.checks.state"
         assert entry.explanation and entry.broken_example and entry.fixed_example
 
 

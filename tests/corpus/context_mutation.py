@@ -4,7 +4,7 @@ so its pullback reads the mutated values (GG501)."""
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def _none_or(tangent):

@@ -3,7 +3,7 @@ argument). Safe in every context: every cell of the safety matrix is right."""
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 _WORK3 = np.empty(3)
 _WORK4 = np.empty(4)

@@ -3,7 +3,7 @@
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def pair_sums(x):

@@ -8,7 +8,7 @@ check ids a correct gradguard reports.
 import numpy as np
 from hypothesis import strategies as st
 
-from checker import arrays, constant, rrule
+from gradguard import arrays, constant, rrule
 
 _dims = st.integers(1, 4)
 _matrices = st.tuples(_dims, _dims)

@@ -9,7 +9,7 @@ kinks, tuple outputs, scalar and constant arguments, and mutation done right
 import numpy as np
 from hypothesis import strategies as st
 
-from checker import arrays, constant, floats, rrule
+from gradguard import arrays, constant, floats, rrule
 
 _dims = st.integers(1, 4)
 _matrices = st.tuples(_dims, _dims)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def tanh(x):

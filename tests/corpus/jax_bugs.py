@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from checker import arrays, floats, jax_rule
+from gradguard import arrays, floats, jax_rule
 
 
 # A sign slip: sigmoid(-x) instead of sigmoid(x).

@@ -11,7 +11,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from checker import arrays, constant, jax_rule
+from gradguard import arrays, constant, jax_rule
 
 
 @jax.custom_vjp

@@ -7,7 +7,7 @@ for non-square shapes, for float32, for complex inputs, at a single point.
 import numpy as np
 from hypothesis import strategies as st
 
-from checker import arrays, floats, rrule
+from gradguard import arrays, floats, rrule
 
 _dims = st.integers(1, 4)
 

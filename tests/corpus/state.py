@@ -7,7 +7,7 @@ by its own pullback once.
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard import arrays, rrule
 
 
 def normalise(x):

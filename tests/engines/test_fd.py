@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines import fd
-from engines.fd import Derivative, complex_step, derivative, directional, inner
+from gradguard.engines import fd
+from gradguard.engines.fd import Derivative, complex_step, derivative, directional, inner
 
 points = st.floats(-3, 3, allow_nan=False)
 seeds = st.integers(0, 2**32 - 1)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import engines
-import engines.jax_engine as ej
-from engines.errors import AdapterError, PlatformUnavailable
+from gradguard import engines
+import gradguard.engines.jax_engine as ej
+from gradguard.engines.errors import AdapterError, PlatformUnavailable
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engines.tape import grad, run_backward, tnp, value_and_grad
+from gradguard.engines.tape import grad, run_backward, tnp, value_and_grad
 
 jax.config.update("jax_enable_x64", True)
 

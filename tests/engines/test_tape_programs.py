@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from engines.tape import grad, tnp, vjp
+from gradguard.engines.tape import grad, tnp, vjp
 
 jax.config.update("jax_enable_x64", True)
 

@@ -6,10 +6,10 @@ import warnings
 import numpy as np
 import pytest
 
-import engines
-import engines.tape
-from engines.errors import EngineError, TraceError
-from engines.tape import (
+import gradguard.engines.tape
+from gradguard import engines
+from gradguard.engines.errors import EngineError, TraceError
+from gradguard.engines.tape import (
     MutationDiagnosis,
     MutationWarning,
     TapeResult,
@@ -356,7 +356,7 @@ def test_run_backward_result_and_vjp_shapes():
 def test_none_policy_never_hands_none_to_a_builtin_pullback():
     """A user pullback may return None for an argument built by a built-in op (here x.T); under the
     "none" policy that built-in must be skipped, not called with None (it once raised)."""
-    from engines.tape import grad, primitive, tnp
+    from gradguard.engines.tape import grad, primitive, tnp
 
     def rule(a, b):
         return a * b, lambda g: (g * b, None)

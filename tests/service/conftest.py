@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.config import Settings
+from gradguard.service.config import Settings
 from service_support import ADMIN, SMALL_RULES, wait_for  # noqa: F401  (re-exported for fixtures)
 
 PG_ADMIN_URL = os.environ.get("GRADGUARD_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -57,7 +57,7 @@ def _postgres_database() -> Iterator[str]:
     try:
         yield f"{base}/{name}"
     finally:
-        from service.db import dispose_all
+        from gradguard.service.db import dispose_all
 
         dispose_all()
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
@@ -81,7 +81,7 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture
 def migrated(db_url: str) -> str:
-    from service.migrate import upgrade
+    from gradguard.service.migrate import upgrade
 
     upgrade(db_url)
     return db_url
@@ -108,7 +108,7 @@ def client(make_settings, migrated):  # type: ignore[no-untyped-def]
     """An API client on a migrated database (SQLite and PostgreSQL), no executor processes."""
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from gradguard.service.app import create_app
 
     app = create_app(make_settings(database_url=migrated, rate_limit_per_minute=1000))
     with TestClient(app) as test_client:

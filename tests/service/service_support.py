@@ -14,7 +14,7 @@ ADMIN = "test-admin-token-0123456789abcdef"
 
 SMALL_RULES = '''\
 import numpy as np
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def double(x):

@@ -8,8 +8,8 @@ import tarfile
 import pytest
 from pydantic import ValidationError
 
-from service.config import Settings
-from service.ratelimit import RateLimiter
+from gradguard.service.config import Settings
+from gradguard.service.ratelimit import RateLimiter
 
 from service_support import SMALL_RULES  # type: ignore[import-not-found]
 
@@ -156,7 +156,7 @@ def test_embedded_mode_generates_an_admin_token(make_settings) -> None:  # type:
 def test_an_unreachable_database_is_a_503_and_readyz_says_so(make_settings) -> None:  # type: ignore[no-untyped-def]
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from gradguard.service.app import create_app
 
     app = create_app(make_settings(database_url="postgresql+psycopg://nobody@127.0.0.1:1/none", mode="production"))
     with TestClient(app) as client:

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from service.app import create_app
+from gradguard.service.app import create_app
 
 from service_support import LiveServer  # type: ignore[import-not-found]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.bundles import BundleLimits, clean_path, files_from_json, materialize, read_bundle
-from service.errors import Invalid, TooLarge
+from gradguard.service.bundles import BundleLimits, clean_path, files_from_json, materialize, read_bundle
+from gradguard.service.errors import Invalid, TooLarge
 
 LIMITS = BundleLimits(max_bundle_bytes=2**20, max_unpacked_bytes=4 * 2**20, max_files=10, max_path_length=100)
 RULE = b"x = 1\n"

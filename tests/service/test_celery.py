@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.models import Run
+from gradguard.service.app import create_app
+from gradguard.service.models import Run
 
 from service_support import ADMIN, SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
 
@@ -41,7 +41,7 @@ def prefix(redis_url: str) -> Iterator[str]:
 def celery_worker(tmp_path: Path, env: dict[str, str], device: str) -> Iterator[subprocess.Popen]:
     log = tmp_path / f"worker-{device}-{uuid.uuid4().hex[:6]}.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--queue", device, "--concurrency", "1"],
+        proc = subprocess.Popen([sys.executable, "-m", "gradguard.service.cli", "worker", "--queue", device, "--concurrency", "1"],
                                 env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: b" ready." in log.read_bytes() or proc.poll() is not None, 60, f"the {device} worker to start")
@@ -122,7 +122,7 @@ def test_a_run_that_kills_its_worker_is_retried_then_error_and_the_worker_goes_o
 def test_a_starting_worker_requeues_runs_left_running_by_a_dead_worker(stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import socket
 
-    from service import lifecycle
+    from gradguard.service import lifecycle
 
     client, env, app = stack
     run_id = submit(client, "x = 1\n")

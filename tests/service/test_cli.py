@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from service.cli import migrate, worker
-from service.db import get_engine
-from web.cli import serve
+from gradguard.service.cli import migrate, worker
+from gradguard.service.db import get_engine
+from gradguard.web.cli import serve
 
 from service_support import wait_for  # type: ignore[import-not-found]
 
-GRADGUARD = [sys.executable, "-c", "from checker.cli import main; main()"]
+GRADGUARD = [sys.executable, "-c", "from gradguard.checker.cli import main; main()"]
 
 
 def test_migrate_creates_the_schema(db_url: str) -> None:

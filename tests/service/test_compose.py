@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.config import Settings
+from gradguard.service.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

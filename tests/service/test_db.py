@@ -10,11 +10,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import func, inspect, select
 
-from service import crud, lifecycle
-from service.db import get_engine, make_sessionmaker
-from service.migrate import downgrade, upgrade
-from service.models import Base, BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
-from service.schemas import ProjectCreate, RunOptions
+from gradguard.service import crud, lifecycle
+from gradguard.service.db import get_engine, make_sessionmaker
+from gradguard.service.migrate import downgrade, upgrade
+from gradguard.service.models import Base, BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
+from gradguard.service.schemas import ProjectCreate, RunOptions
 
 REPORT = {
     "schema": "gradguard.report/1",

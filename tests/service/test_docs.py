@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.app import create_app
-from service.config import Settings
+from gradguard.service.app import create_app
+from gradguard.service.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "service.md").read_text()

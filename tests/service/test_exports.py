@@ -7,11 +7,11 @@ import pkgutil
 
 import pytest
 
-import service
+from gradguard import service
 
-OTHERS = {"service.sandbox", "service._sandbox_main", "service.client", "service.client_cli"}
-MODULES = sorted(m.name for m in pkgutil.walk_packages(service.__path__, "service.")
-                 if not m.name.startswith(("service.migrations", "service.sandbox.")) and m.name not in OTHERS)
+OTHERS = {"gradguard.service.sandbox", "gradguard.service._sandbox_main", "gradguard.service.client", "gradguard.service.client_cli"}
+MODULES = sorted(m.name for m in pkgutil.walk_packages(service.__path__, "gradguard.service.")
+                 if not m.name.startswith(("gradguard.service.migrations", "gradguard.service.sandbox.")) and m.name not in OTHERS)
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -24,5 +24,5 @@ def test_module_has_docstring_and_all(name: str) -> None:
 
 
 def test_the_service_modules_are_all_listed() -> None:
-    assert {"service.app", "service.crud", "service.models", "service.api.projects", "service.executors.celery"} <= set(
+    assert {"gradguard.service.app", "gradguard.service.crud", "gradguard.service.models", "gradguard.service.api.projects", "gradguard.service.executors.celery"} <= set(
         MODULES)

@@ -10,12 +10,12 @@ from datetime import timedelta
 import pytest
 from fastapi.testclient import TestClient
 
-from service import crud, lifecycle
-from service.app import create_app
-from service.db import make_sessionmaker
-from service.migrate import upgrade
-from service.models import Run, utcnow
-from service.schemas import ProjectCreate, RunOptions
+from gradguard.service import crud, lifecycle
+from gradguard.service.app import create_app
+from gradguard.service.db import make_sessionmaker
+from gradguard.service.migrate import upgrade
+from gradguard.service.models import Run, utcnow
+from gradguard.service.schemas import ProjectCreate, RunOptions
 
 from service_support import SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import service.sandbox as sandbox
-from service.sandbox import Limits, SandboxOutcome, run_check, sandbox_level
+import gradguard.service.sandbox as sandbox
+from gradguard.service.sandbox import Limits, SandboxOutcome, run_check, sandbox_level
 
 HOSTILE = Path(__file__).parent / "hostile"
 QUICK = Limits(wall_s=5, cpu_s=5, memory_mb=1536, processes=48, open_files=64, output_bytes=2**20, tmpfs_mb=16)
@@ -122,7 +122,7 @@ def test_open_files_are_bounded(tmp_path):
 
 
 def test_environment_is_built_from_nothing():
-    from service.sandbox import _run
+    from gradguard.service.sandbox import _run
 
     env = _run.env("gpu", pythonpath="/opt/gradguard/lib", tmp="/tmp")
     assert env["GRADGUARD_DEVICE"] == "gpu" and env["JAX_PLATFORMS"] == "cuda"
@@ -151,7 +151,7 @@ def test_cleanup_kills_every_process_of_the_runs_uid():
     """The last line of defence: whatever escaped the session and the namespace, its uid gives it away."""
     import subprocess
 
-    from service.sandbox import _run
+    from gradguard.service.sandbox import _run
 
     uid, gid = _run.run_ids()
     procs = [subprocess.Popen(["sleep", "60"], user=uid, group=gid, extra_groups=[], start_new_session=True)

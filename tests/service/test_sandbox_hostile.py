@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import checker
-import service.sandbox as sandbox
-from service.sandbox import Limits, run_check
+from gradguard import checker
+import gradguard.service.sandbox as sandbox
+from gradguard.service.sandbox import Limits, run_check
 
 HOSTILE = Path(__file__).parent / "hostile"
 QUICK = Limits(wall_s=5, cpu_s=5, memory_mb=1536, processes=48, output_bytes=2**20, tmpfs_mb=16)

@@ -27,7 +27,7 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 
 GOOD_RULES = '''\
 import numpy as np
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def square(x):
@@ -138,7 +138,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     }
     log = open(folder / "server.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "web.app:create_app", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "--factory", "gradguard.web.app:create_app", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning"],
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )

@@ -171,7 +171,7 @@ def job(tmp_path: Path, rule_sources: dict[str, str]) -> dict[str, Any]:
     (workdir / "rules" / "ops.py").write_text(rule_sources["bad"])
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, command in {"gradguard": f'"{sys.executable}" -c "from checker.cli import main; main()" "$@"',
+    for name, command in {"gradguard": f'"{sys.executable}" -c "from gradguard.checker.cli import main; main()" "$@"',
                           "python3": f'"{sys.executable}" "$@"'}.items():
         tool = bin_dir / name
         tool.write_text(f"#!/bin/sh\nexec {command}\n")

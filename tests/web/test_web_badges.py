@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from web.badges import badge_state, render_endpoint, render_svg, text_width
+from gradguard.web.badges import badge_state, render_endpoint, render_svg, text_width
 
 SVG = "{http://www.w3.org/2000/svg}"
 

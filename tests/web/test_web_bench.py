@@ -47,8 +47,8 @@ def test_project_pages_through_many_runs(tmp_path: Path) -> None:
 
     from fastapi.testclient import TestClient
 
-    from service.config import Settings
-    from web.app import create_app
+    from gradguard.service.config import Settings
+    from gradguard.web.app import create_app
 
     spec = importlib.util.spec_from_file_location("web_pages_bench", ROOT / "bench" / "web_pages.py")
     bench = importlib.util.module_from_spec(spec)

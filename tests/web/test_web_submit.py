@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from service.client import Client, RunRequest, ServerFailure, make_bundle
-from service.client_cli import annotations, exit_code, github_context
+from gradguard.service.client import Client, RunRequest, ServerFailure, make_bundle
+from gradguard.service.client_cli import annotations, exit_code, github_context
 
-CLI = [sys.executable, "-c", "from checker.cli import main; main()"]
+CLI = [sys.executable, "-c", "from gradguard.checker.cli import main; main()"]
 
 
 def _gradguard(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:

@@ -6,10 +6,10 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
-from web.chart import history_svg
-from web.queries import Point
-from web.templating import templates
-from web.view import excerpt, family_of, find_source, matrix_view, rule_views
+from gradguard.web.chart import history_svg
+from gradguard.web.queries import Point
+from gradguard.web.templating import templates
+from gradguard.web.view import excerpt, family_of, find_source, matrix_view, rule_views
 
 MATRIX = {
     "contexts": ["output used", "dot then call"],

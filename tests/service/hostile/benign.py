@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 
 def scale(x):

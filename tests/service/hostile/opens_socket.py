@@ -5,7 +5,7 @@ import socket
 import sys
 from pathlib import Path
 
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 params = json.loads((Path(__file__).parent / "params.json").read_text())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from checker import arrays, rrule
+from gradguard.checker import arrays, rrule
 
 params = json.loads((Path(__file__).parent / "params.json").read_text())
 

@@ -6,8 +6,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import checker
-from checker import arrays, rrule
+from gradguard import checker
+from gradguard.checker import arrays, rrule
 
 here = Path(__file__).parent
 
