@@ -25,9 +25,10 @@ import click
 
 from gradguard.checker.errors import GradguardError, UsageError
 
-__all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL"]
+__all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_NO_RULES"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_NO_RULES = 5  # as pytest's "no tests collected": nothing was checked, which is not a pass
 
 
 class _Commands(click.Group):
@@ -145,7 +146,9 @@ def check_command(
         _write_reproducers(repro_dir, report)
 
     internal = any(r.error and r.error.get("type") == "InternalError" for r in report.rules)
-    sys.exit(EXIT_INTERNAL if internal else (EXIT_OK if report.passed else EXIT_FINDINGS))
+    if internal:
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(EXIT_NO_RULES if report.no_rules else (EXIT_OK if report.passed else EXIT_FINDINGS))
 
 
 @main.command("explain")

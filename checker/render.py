@@ -99,6 +99,9 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
         lines += ["  " + ln for ln in failure.traceback.rstrip().splitlines()]
 
     s = report.summary()
+    if report.no_rules:
+        lines += [style("no rules found: nothing was checked. Declare rules with @rrule(...) or jax_rule(...) in "
+                        "the modules you pass.", fg="magenta", bold=True)]
     lines += [
         "",
         f"{s['passed']} passed, {s['failed']} failed, {s['errored']} errored"

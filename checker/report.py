@@ -91,7 +91,14 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return not self.load_errors and all(r.verdict == "pass" for r in self.rules)
+        """Every rule passed and every module imported; a report with no rules has checked nothing and
+        does not pass."""
+        return bool(self.rules) and not self.load_errors and all(r.verdict == "pass" for r in self.rules)
+
+    @property
+    def no_rules(self) -> bool:
+        """Nothing was found to check: no rule and no module that failed to import."""
+        return not self.rules and not self.load_errors
 
     def summary(self) -> dict[str, Any]:
         by_check: dict[str, int] = {}
@@ -108,7 +115,8 @@ class Report:
             "errors": sum(1 for f in self.findings if f.severity == "error"),
             "warnings": sum(1 for f in self.findings if f.severity == "warning"),
             "by_check": dict(sorted(by_check.items())),
-            "verdict": "pass" if self.passed else ("error" if self.load_errors or "error" in verdicts else "fail"),
+            "verdict": "pass" if self.passed else (
+                "error" if self.no_rules or self.load_errors or "error" in verdicts else "fail"),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,8 +14,41 @@ The public API::
 The distribution installs one top-level package, ``gradguard``; the repository's
 ``checker/``, ``engines/``, ``service/`` and ``web/`` folders are its subpackages
 ``gradguard.checker``, ``gradguard.engines``, ``gradguard.service`` and ``gradguard.web``
-(``package-dir`` in pyproject.toml).
+(``package-dir`` in pyproject.toml). The public names are those of ``gradguard.checker``,
+read on first use: importing ``gradguard.service`` or ``gradguard.engines`` alone does not
+load the checker.
 """
 
-from gradguard.checker import *  # noqa: F401,F403 - the public API is the checker's
-from gradguard.checker import __all__, __version__  # noqa: F401
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "rrule",
+    "jax_rule",
+    "arrays",
+    "floats",
+    "constant",
+    "check",
+    "catalogue",
+    "RuleSpec",
+    "Report",
+    "RuleResult",
+    "Finding",
+    "GradguardError",
+    "SpecError",
+    "LoadError",
+    "UsageError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__ or name == "__version__":
+        from gradguard import checker
+
+        return getattr(checker, name)
+    raise AttributeError(f"module 'gradguard' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__, "__version__"])

@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gradguard.service import report_schema
 from gradguard.service.models import BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
 
 __all__ = [
@@ -35,10 +36,7 @@ __all__ = [
     "fail_run",
     "requeue_stale",
     "release_runs",
-    "VERDICT_STATUS",
 ]
-
-VERDICT_STATUS = {"pass": "passed", "fail": "failed", "error": "error"}
 
 
 def worker_id() -> str:
@@ -146,12 +144,14 @@ def fail_run(session: Session, *, run_id: int, worker: str | None, reason: str) 
 def finish_run(session: Session, *, run_id: int, worker: str, ok: bool, report: dict[str, Any] | None,
                level: str | None, reason: str | None, duration_s: float) -> str | None:
     """Store a sandbox outcome; returns the final status, or None if ``worker`` lost the run meanwhile."""
-    report = _json_safe(report) if report is not None else None
+    if report is not None:  # untrusted: validated, verdicts and summary computed here, never read from it
+        try:
+            report = _json_safe(report_schema.validate(report))
+        except report_schema.ReportInvalid as exc:
+            report, ok, reason = None, False, f"checker wrote an invalid report: {exc}"
     summary = (report or {}).get("summary") if ok else None
     if ok and report is not None:
-        status = VERDICT_STATUS.get(str((summary or {}).get("verdict")), "error")
-        error = None if status != "error" else "the checker reported errors (rule modules that failed to " \
-                                               "import, or rules that raised); see the report"
+        status, error = report_schema.status_of(report)
     else:
         status, error = "error", reason or "the sandbox ended without a report"
     if report is not None:

@@ -104,3 +104,14 @@ def test_wheel_installs_one_package_and_runs_beside_a_users_own_packages(tmp_pat
                           cwd=project, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "square_rrule" in proc.stdout
+
+
+def test_public_api_is_the_checkers_and_loads_lazily():
+    import gradguard
+    from gradguard import checker
+
+    assert gradguard.__all__ == checker.__all__
+    assert all(getattr(gradguard, name) is getattr(checker, name) for name in gradguard.__all__)
+    code = "import sys, gradguard.service.report_schema, gradguard.engines; print('gradguard.checker.runner' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"

@@ -10,12 +10,11 @@ run is not ``ok``: a rule that hit a limit has not been checked.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 from typing import Any
 
-SCHEMA = "gradguard.report/1"  # checker.report.SCHEMA, not imported: the supervisor stays light
+from gradguard.service import report_schema
 
 _SETUP_CODE = 4  # the entry program could not isolate itself
 
@@ -95,16 +94,13 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
         if raw.returncode == _SETUP_CODE:
             return None, f"sandbox setup failed: {last_line(tail) or 'no output'}"
         return None, f"checker crashed: {last_line(tail) or f'exit status {raw.returncode}'}"
-    try:
-        report = json.loads(raw.report)
-    except ValueError:
-        return None, "checker wrote no valid report"
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        return None, f"checker wrote no {SCHEMA} report"
-    env = report.get("environment")
-    if not isinstance(env, dict):
-        env = report["environment"] = {}
-    env["sandbox"] = level
+    if not raw.report:
+        return None, "checker wrote no report"
+    try:  # untrusted: the submission's code could have written anything to the report pipe
+        report = report_schema.parse(raw.report)
+    except report_schema.ReportInvalid as exc:
+        return None, f"checker wrote an invalid report: {exc}"
+    report["environment"]["sandbox"] = level
     for text in _tracebacks(report):
         # exception lines start at column 0; source lines in a traceback are indented
         kind = _from_text("\n".join(line for line in text.splitlines() if line and not line[0].isspace()))

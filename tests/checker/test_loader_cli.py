@@ -59,6 +59,15 @@ def test_exit_0_when_all_rules_pass(rules_dir):
     assert "PASS  square_rrule" in result.output
 
 
+def test_exit_5_when_no_rules_are_found_which_is_never_a_pass(tmp_path):
+    (tmp_path / "helpers.py").write_text("import numpy as np\n\ndef square(x):\n    return x * x\n")
+    result = run("check", str(tmp_path / "helpers.py"), "--json", str(tmp_path / "r.json"))
+    assert result.exit_code == 5, result.output
+    assert "no rules found: nothing was checked" in result.output
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert (summary["rules"], summary["verdict"]) == (0, "error")
+
+
 def test_exit_1_with_findings_and_import_failures_reported_with_the_users_traceback(rules_dir, tmp_path):
     out = tmp_path / "report.json"
     result = run("check", str(rules_dir), "--select", "GG1", "--json", str(out))

@@ -25,7 +25,7 @@ REPORT = {
         {"name": "double_rrule", "module": "rules", "source_file": "rules.py", "verdict": "pass", "duration_s": 0.5,
          "findings": []},
         {"name": "triple_rrule", "module": "rules", "source_file": "rules.py", "verdict": "fail", "duration_s": 0.7,
-         "findings": [{"check_id": "GG202", "severity": "error", "title": "not linear", "message": "ones bug",
+         "findings": [{"check_id": "GG202", "severity": "error", "title": "not linear", "rule": "triple_rrule", "message": "ones bug",
                        "location": "argument 0"}]},
     ],
 }
@@ -163,13 +163,12 @@ def test_cursor_pagination_walks_every_run_once(factory) -> None:  # type: ignor
 def test_reports_with_nan_infinity_and_nul_are_stored_on_every_database(factory) -> None:  # type: ignore[no-untyped-def]
     me = lifecycle.worker_id()
     run_id = new_run(factory)
-    report = {**REPORT, "rules": [{**REPORT["rules"][1], "duration_s": 0.1, "name": "evil\x00rule",
-                                   "findings": [{**REPORT["rules"][1]["findings"][0],
-                                                 "counterexample": {"error": float("nan"), "bound": float("inf")}}]}]}
+    report = {**REPORT, "environment": {"error": float("nan"), "bound": float("inf")},
+              "rules": [{**REPORT["rules"][1], "duration_s": 0.1, "name": "evil\x00rule"}]}
     with factory() as session:
         lifecycle.claim_run(session, run_id=run_id, worker=me, max_retries=2, lease_s=60)
         assert lifecycle.finish_run(session, run_id=run_id, worker=me, ok=True, report=report, level="rlimits",
                                     reason=None, duration_s=1) == "failed"
         stored = session.get(ReportRow, run_id).report
-    assert stored["rules"][0]["findings"][0]["counterexample"] == {"error": "NaN", "bound": "Infinity"}
+    assert (stored["environment"]["error"], stored["environment"]["bound"]) == ("NaN", "Infinity")
     assert stored["rules"][0]["name"] == "evil\ufffdrule"
