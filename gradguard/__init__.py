@@ -21,7 +21,17 @@ load the checker.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+# In a source checkout the subpackages are the repository's top-level folders: let a checkout on
+# PYTHONPATH (or a second worktree) import its own code, as the editable install's mapping does.
+# An installed wheel has them inside this folder and needs nothing.
+_here = os.path.dirname(os.path.abspath(__file__))
+if not os.path.isdir(os.path.join(_here, "checker")) and os.path.isfile(
+        os.path.join(os.path.dirname(_here), "checker", "__init__.py")):
+    __path__.append(os.path.dirname(_here))  # noqa: F821 - a package's __path__
+del _here
 
 __all__ = [
     "rrule",
