@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from gradguard.service.api import api_router, ops_router
 from gradguard.service.api.submission import BodyLimit
@@ -46,9 +47,10 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
         finally:
             executor.stop()
 
-    app = FastAPI(title="gradguard", version="1", lifespan=lifespan,
-                  description="Verdicts on custom reverse-mode differentiation rules: submit rule files, "
-                              "read reports. Errors are JSON: {detail: {field, message, fix}}.")
+    # /docs and /redoc from assets the app serves itself (fastapi-offline), not a CDN: they work offline.
+    app = FastAPIOffline(title="gradguard", version="1", lifespan=lifespan,
+                         description="Verdicts on custom reverse-mode differentiation rules: submit rule files, "
+                                     "read reports. Errors are JSON: {detail: {field, message, fix}}.")
     app.state.settings = settings
     app.state.generated_admin_token = generated
     app.state.sessionmaker = factory

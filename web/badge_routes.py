@@ -41,13 +41,16 @@ def _send(request: Request, body: str, media_type: str) -> Response:
 
 
 # HEAD too: link checkers and some README renderers probe images with HEAD before fetching them.
-@router.api_route("/{project}.svg", methods=["GET", "HEAD"], summary="SVG badge of a branch's latest verdict")
+# HEAD is its own route, left out of the OpenAPI schema: one operation id per operation.
+@router.get("/{project}.svg", summary="SVG badge of a branch's latest verdict")
+@router.head("/{project}.svg", include_in_schema=False)
 def badge_svg(request: Request, session: SessionDep, project: str, branch: str | None = None,
               token: str | None = None) -> Response:
     return _send(request, render_svg(_state(request, session, project, branch, token)), "image/svg+xml")
 
 
-@router.api_route("/{project}.json", methods=["GET", "HEAD"], summary="shields.io endpoint badge of a branch's latest verdict")
+@router.get("/{project}.json", summary="shields.io endpoint badge of a branch's latest verdict")
+@router.head("/{project}.json", include_in_schema=False)
 def badge_json(request: Request, session: SessionDep, project: str, branch: str | None = None,
                token: str | None = None) -> Response:
     body = json.dumps(render_endpoint(_state(request, session, project, branch, token)), sort_keys=True)

@@ -2,7 +2,8 @@
 
 Every HTML page is served with a content security policy that allows only this site's own
 scripts, styles and images (no inline script, no CDN, no web fonts), and is not framed. The API's
-interactive docs (``/docs``, ``/redoc``) keep FastAPI's defaults.
+interactive docs (``/docs``, ``/redoc``) load their assets from this app too (fastapi-offline, see
+``gradguard.service.app``) but keep their inline start-up script, so they are outside the policy.
 """
 
 from __future__ import annotations

@@ -178,3 +178,30 @@ def test_keyboard_reaches_the_content_first(page: Any, seeded: dict[str, int]) -
     outline = page.evaluate("""() => { const a = document.querySelector('main a'); a.focus();
                                        return getComputedStyle(a).outlineStyle; }""")
     assert outline != "none"
+
+
+def test_api_docs_work_offline(browser: Any, live: Any) -> None:
+    """/docs draws every operation with no request leaving the server (no CDN)."""
+    context = browser.new_context(base_url=live.base, viewport={"width": 1200, "height": 900})
+    outside: list[str] = []
+
+    def only_local(route: Any) -> None:
+        if route.request.url.startswith(live.base):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", only_local)
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda e: errors.append(str(e)))
+    answer = tab.goto("/docs")
+    assert answer is not None and answer.status == 200
+    tab.wait_for_selector(".opblock", timeout=30_000)
+    paths = set(tab.locator(".opblock-summary-path").all_inner_texts())
+    assert {"/api/v1/projects", "/api/v1/runs/{run_id}"} <= {p.replace("\u200b", "") for p in paths}, paths
+    assert outside == [] and errors == []
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SHOTS / "docs.png"), full_page=False)
+    context.close()
