@@ -34,6 +34,10 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     settings, generated = settings.with_admin_token()
     if generated:
         log.warning("no GRADGUARD_ADMIN_TOKEN set; generated one for this process: %s", generated)
+    if settings.sandbox_insecure:
+        log.warning("!!! INSECURE: GRADGUARD_SANDBOX_INSECURE=true lets workers check submissions at the 'rlimits' "
+                    "level (minimum %s), where they can read this host's files and reach its network and database. "
+                    "Every run page shows its level.", settings.sandbox_min_level)
     factory = make_sessionmaker(settings.database_url)
     executor = make_executor(settings, factory, workers=None if start_executor else 0)
 

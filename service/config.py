@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     run_memory_mb: int = Field(2048, gt=0)
     default_max_examples: int | None = Field(None, gt=0)
 
+    # The floor under which workers refuse untrusted code (docs/security.md); rlimits needs the
+    # explicit insecure switch, logged at start and shown on every run page.
+    sandbox_min_level: Literal["bubblewrap", "namespaces", "rlimits"] = "namespaces"
+    sandbox_insecure: bool = False
+    worker_heartbeat_s: float = Field(10.0, gt=0)  # how often workers record their level (/readyz reads it)
+
     @field_validator("local_devices", mode="before")
     @classmethod
     def _split_devices(cls, value: object) -> object:
@@ -66,6 +72,17 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"Got local_devices={value!r}; each device must be 'cpu' or 'gpu' (GRADGUARD_LOCAL_DEVICES=cpu,gpu).")
         return value
+
+    @model_validator(mode="after")
+    def _rlimits_only_when_insecure(self) -> "Settings":
+        if self.sandbox_min_level == "rlimits" and not self.sandbox_insecure:
+            raise ValueError(
+                "Got GRADGUARD_SANDBOX_MIN_LEVEL=rlimits, but the rlimits level does not isolate a submission "
+                "from the host (it can read the service's files and reach the database and the network). "
+                "Make bubblewrap or user namespaces work (docs/security.md), or, for trusted code only, "
+                "also set GRADGUARD_SANDBOX_INSECURE=true."
+            )
+        return self
 
     @model_validator(mode="after")
     def _refuse_placeholder_secrets(self) -> "Settings":

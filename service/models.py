@@ -5,6 +5,7 @@
                      ├──< findings          one row per finding: check_id, severity (queryable)
                      └──  reports           the full ``gradguard.report/1`` JSON
     branch_heads                            cached latest finished run per (project, branch): badges read it
+    workers                                 one heartbeat row per worker process: its sandbox level (/readyz)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "FindingRow",
     "ReportRow",
     "BranchHead",
+    "WorkerRow",
     "RUN_STATUSES",
     "FINAL_STATUSES",
     "utcnow",
@@ -136,3 +138,17 @@ class BranchHead(Base):
     status: Mapped[str] = mapped_column(String(16))
     commit_sha: Mapped[str | None] = mapped_column(String(64))
     finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class WorkerRow(Base):
+    """A worker process's heartbeat: the sandbox level it actually has, renewed while it lives."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)  # "host:pid", as on the runs it holds
+    executor: Mapped[str] = mapped_column(String(16))
+    devices: Mapped[list[str]] = mapped_column()
+    sandbox_level: Mapped[str] = mapped_column(String(32))  # what its probe found: bubblewrap | namespaces | rlimits
+    min_level: Mapped[str] = mapped_column(String(32))  # the floor it was configured with
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(default=utcnow, index=True)

@@ -56,7 +56,7 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
             bundle = materialize(files, Path(tmp))
             outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                                 max_examples=run.max_examples or settings.default_max_examples, device=run.device,
-                                limits=limits_from_settings(settings))
+                                limits=limits_from_settings(settings), min_level=settings.sandbox_min_level)
     except Exception as exc:  # the service's own failure, not the rule's: record it, never leave it running
         log.exception("run %s failed outside the sandbox", run.id)
         heartbeat.stopped.set()

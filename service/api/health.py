@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gradguard.service.db import ping
+from gradguard.service.heartbeat import readiness
 from gradguard.service.metrics import render
 
 __all__ = ["router"]
@@ -22,9 +23,9 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "database or queue unreachable"}})
+@router.get("/readyz", responses={503: {"description": "database or queue unreachable, or a worker below the minimum sandbox level"}})
 def readyz(request: Request) -> JSONResponse:
-    """Database and queue reachable, and the sandbox isolation level runs would get here."""
+    """Database and queue reachable, and every live worker's sandbox level at or above the minimum."""
     state = request.app.state
     body: dict[str, Any] = {}
     ready = True
@@ -35,10 +36,9 @@ def readyz(request: Request) -> JSONResponse:
         ready, body["database"] = False, f"unreachable: {type(exc).__name__}: {exc}"
     queue_ok, body["queue"] = state.executor.health()
     ready = ready and queue_ok
-    try:
-        from gradguard.service.sandbox import sandbox_level
-
-        body["sandbox"] = sandbox_level()
+    try:  # the workers' own levels, as they recorded them (the API process runs no sandbox)
+        sandbox_ok, body["sandbox"] = readiness(state.sessionmaker, state.settings)
+        ready = ready and sandbox_ok
     except Exception as exc:
         ready, body["sandbox"] = False, f"unavailable: {type(exc).__name__}: {exc}"
     body["status"] = "ready" if ready else "unready"

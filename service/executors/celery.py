@@ -13,7 +13,7 @@ import time
 from datetime import timedelta
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutdown
 from sqlalchemy import select
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,8 +51,11 @@ def make_celery(settings: Settings) -> Celery:
     @app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None,
               autoretry_for=(OperationalError, InterfaceError), retry_backoff=True, retry_backoff_max=60)
     def execute_run(task, run_id: int) -> str | None:  # type: ignore[no-untyped-def]
+        from gradguard.service.sandbox import refusal, sandbox_level
         from gradguard.service.worker import execute_claimed
 
+        if refusal(sandbox_level(), settings.sandbox_min_level):  # below the floor: leave it to a worker that may
+            raise task.retry(countdown=min(60.0, settings.lease_s))
         factory = make_sessionmaker(settings.database_url)
         me = lifecycle.worker_id()
         with factory() as session:
@@ -92,12 +95,28 @@ def _redispatch_stale(app: Celery, settings: Settings, factory: sessionmaker[Ses
     return [run_id for run_id, _ in runs]
 
 
+_HEARTBEAT: list = []  # the worker's heartbeat (main process), stopped at shutdown
+
+
 @worker_ready.connect
 def _requeue_on_worker_start(sender=None, **_kwargs) -> None:  # type: ignore[no-untyped-def]
     app = getattr(sender, "app", None)
     settings = getattr(app, "gradguard_settings", None)
     if settings is not None:
-        _redispatch_stale(app, settings, make_sessionmaker(settings.database_url))
+        from gradguard.service.heartbeat import start_worker
+
+        factory = make_sessionmaker(settings.database_url)
+        queues = set(getattr(getattr(app.amqp, "queues", None), "consume_from", None) or ())
+        devices = tuple(d for d in ("cpu", "gpu") if settings.queue_name(d) in queues)
+        _HEARTBEAT.append(start_worker(settings, factory, worker=lifecycle.worker_id(), executor="celery",
+                                       devices=devices))
+        _redispatch_stale(app, settings, factory)
+
+
+@worker_shutdown.connect
+def _forget_on_worker_stop(**_kwargs) -> None:  # type: ignore[no-untyped-def]
+    while _HEARTBEAT:
+        _HEARTBEAT.pop().stop()
 
 
 class CeleryExecutor:

@@ -32,14 +32,28 @@ _CTX = multiprocessing.get_context("spawn")
 
 def worker_loop(settings: Settings, wake: Event, stop: Event, parent_pid: int) -> None:
     """Body of one pool process: claim, execute, repeat until ``stop`` (or the parent dies)."""
-    from gradguard.service.worker import execute_claimed  # imported here: the sandbox module is only needed in workers
+    from gradguard.service.heartbeat import start_worker  # imported here: the sandbox is only needed in workers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s[%(process)d] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     factory = make_sessionmaker(settings.database_url)
     me = lifecycle.worker_id()
+    hb = start_worker(settings, factory, worker=me, executor="local", devices=settings.local_devices)
+    try:
+        _claim_and_run(settings, factory, me, hb, wake, stop, parent_pid)
+    finally:
+        hb.stop()
+
+
+def _claim_and_run(settings: Settings, factory: sessionmaker[Session], me: str, hb, wake: Event, stop: Event,
+                   parent_pid: int) -> None:  # type: ignore[no-untyped-def]
+    from gradguard.service.worker import execute_claimed
+
     while not stop.is_set() and os.getppid() == parent_pid:
+        if not hb.accepting:  # below the sandbox floor: claim nothing; /readyz says why
+            stop.wait(settings.poll_interval_s)
+            continue
         try:
             with factory() as session:
                 run = lifecycle.claim_next(session, devices=settings.local_devices, worker=me,

@@ -49,6 +49,14 @@ checker and could forge its own results (never anyone else's).
 ``GRADGUARD_SANDBOX_LEVEL=namespaces|rlimits`` forces a weaker level (tests,
 or a host where the stronger one misbehaves); a level that does not work
 here is never used.
+
+**A floor, never a silent downgrade.** :func:`run_check` takes ``min_level``
+(default ``namespaces``: user namespaces with a private network, or
+bubblewrap) and refuses to start a run when this machine's level is below it:
+the outcome is ``ok=False`` with a reason naming both levels and the fix. The
+service passes ``GRADGUARD_SANDBOX_MIN_LEVEL``; ``rlimits`` is accepted there
+only together with ``GRADGUARD_SANDBOX_INSECURE=true`` (see
+:mod:`gradguard.service.config`).
 """
 
 from __future__ import annotations
@@ -63,9 +71,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Limits", "SandboxOutcome", "run_check", "sandbox_level", "LEVELS"]
+__all__ = ["Limits", "SandboxOutcome", "run_check", "sandbox_level", "meets", "refusal", "LEVELS", "MIN_LEVEL"]
 
 LEVELS = ("bubblewrap", "namespaces", "rlimits")
+MIN_LEVEL = "namespaces"  # the default floor: user namespaces with a private network, or bubblewrap
 _STDERR_TAIL = 8192
 
 
@@ -113,6 +122,24 @@ def sandbox_level() -> str:
     return "rlimits"
 
 
+def meets(level: str, minimum: str) -> bool:
+    """Whether ``level`` isolates at least as much as ``minimum`` (both in :data:`LEVELS`)."""
+    for name, value in (("level", level), ("minimum", minimum)):
+        if value not in LEVELS:
+            raise ValueError(f"Got {name}={value!r}, but it must be one of {', '.join(LEVELS)}.")
+    return LEVELS.index(level) <= LEVELS.index(minimum)
+
+
+def refusal(level: str, minimum: str) -> str | None:
+    """Why a machine at ``level`` must not check untrusted code under the floor ``minimum``; None if it may."""
+    if meets(level, minimum):
+        return None
+    return (f"refused to run: this worker's sandbox level is '{level}', below the configured minimum "
+            f"'{minimum}' (GRADGUARD_SANDBOX_MIN_LEVEL). Make bubblewrap or user namespaces work for the "
+            "worker (docs/security.md says how), or, for trusted code only, set GRADGUARD_SANDBOX_MIN_LEVEL="
+            "rlimits with GRADGUARD_SANDBOX_INSECURE=true.")
+
+
 _BWRAP_SIZE_FLAG = True  # bubblewrap older than 0.7 lacks --size; the probe finds out
 
 
@@ -156,8 +183,11 @@ def run_check(
     max_examples: int | None = None,
     device: str = "cpu",
     limits: Limits = Limits(),
+    min_level: str = MIN_LEVEL,
 ) -> SandboxOutcome:
-    """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do."""
+    """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do.
+
+    Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason."""
     from gradguard.service.sandbox import _judge, _run
 
     bundle = Path(bundle_dir).resolve()
@@ -166,6 +196,10 @@ def run_check(
     if device not in ("cpu", "gpu"):
         raise ValueError(f"Got device={device!r}, but device must be 'cpu' or 'gpu'.")
     level = sandbox_level()
+    refused = refusal(level, min_level)
+    if refused:
+        return SandboxOutcome(ok=False, report=None, level=level, reason=refused, duration_s=0.0, returncode=None,
+                              stderr_tail="")
     args = ["--seed", str(int(seed))]
     for check_id in select or []:
         args += ["--select", str(check_id)]
