@@ -167,6 +167,8 @@ def explain_command(check_id: str | None) -> None:
         close = difflib.get_close_matches(check_id.upper(), [c.id for c in checks], n=3)
         _usage(f"Got {check_id!r}, which is not a check id." + (f" Did you mean {', '.join(close)}?" if close else ""))
     click.echo(f"{info.id} ({info.family}, {info.severity}): {info.title}\n\n{info.explanation}")
+    if info.given_example:
+        click.echo(f"\nGiven:\n{_indent(info.given_example)}")
     if info.broken_example:
         click.echo(f"\nBroken:\n{_indent(info.broken_example)}\nFixed:\n{_indent(info.fixed_example)}")
 

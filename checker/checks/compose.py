@@ -93,16 +93,29 @@ def _tangent_label(path: str) -> str:
     family="compose",
     title="fails or differs under jit",
     kinds=("jax",),
+    given="""
+        @jax.custom_vjp
+        def logcosh(x):
+            return jnp.log(jnp.cosh(x))
+
+        def logcosh_fwd(x):
+            return logcosh(x), x
+    """,
     broken="""
-        def clip_bwd(x, g):
-            if jnp.max(jnp.abs(x)) > 1.0:            # Python branch on a traced value
-                g = g / jnp.max(jnp.abs(x))
-            return (g,)
+        def logcosh_bwd(x, g):
+            if x > 20.0:                          # Python branch on a traced value
+                return (g,)                       # tanh(x) is 1.0 in float64 there
+            return (g * jnp.tanh(x),)
+
+        logcosh.defvjp(logcosh_fwd, logcosh_bwd)
+        logcosh_rule = jax_rule(logcosh, arrays(shape=()))
     """,
     fixed="""
-        def clip_bwd(x, g):
-            m = jnp.max(jnp.abs(x))
-            return (jnp.where(m > 1.0, g / m, g),)
+        def logcosh_bwd(x, g):
+            return (g * jnp.where(x > 20.0, 1.0, jnp.tanh(x)),)
+
+        logcosh.defvjp(logcosh_fwd, logcosh_bwd)
+        logcosh_rule = jax_rule(logcosh, arrays(shape=()))
     """,
 )
 def same_under_jit(case: Case) -> Iterable[Problem]:
@@ -233,17 +246,31 @@ def _unstack(tree: Any, k: int) -> Any:
     family="compose",
     title="fails or differs under vmap",
     kinds=("jax",),
+    given="""
+        @jax.custom_vjp
+        def logsumexp(x):
+            return jax.nn.logsumexp(x)
+
+        def lse_fwd(x):
+            return logsumexp(x), x
+    """,
     broken="""
-        def host_bwd(x, g):                      # host code written for one example, declared batch-aware
-            dx = jax.pure_callback(lambda x, g: (g * x / np.linalg.norm(x)).astype(x.dtype),
+        def lse_bwd(x, g):                        # host code written for one example, declared batch-aware
+            dx = jax.pure_callback(lambda x, g: g * np.exp(x - x.max()) / np.exp(x - x.max()).sum(),
                                    jax.ShapeDtypeStruct(x.shape, x.dtype), x, g, vmap_method="expand_dims")
-            return (dx,)                          # under vmap the norm is taken over the whole batch
+            return (dx,)                          # under vmap, max and sum run over the whole batch
+
+        logsumexp.defvjp(lse_fwd, lse_bwd)
+        lse_rule = jax_rule(logsumexp, arrays(shape=(3,)))
     """,
     fixed="""
-        def host_bwd(x, g):
-            dx = jax.pure_callback(lambda x, g: (g * x / np.linalg.norm(x)).astype(x.dtype),
+        def lse_bwd(x, g):
+            dx = jax.pure_callback(lambda x, g: g * np.exp(x - x.max()) / np.exp(x - x.max()).sum(),
                                    jax.ShapeDtypeStruct(x.shape, x.dtype), x, g, vmap_method="sequential")
             return (dx,)
+
+        logsumexp.defvjp(lse_fwd, lse_bwd)
+        lse_rule = jax_rule(logsumexp, arrays(shape=(3,)))
     """,
 )
 def same_under_vmap(case: Case) -> Iterable[Problem]:

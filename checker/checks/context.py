@@ -142,6 +142,14 @@ def _mutation_fix(outcome: Outcome, rule_mutates: bool, unsafe: list[str]) -> st
     family="context",
     title="wrong gradient in a context (safety-matrix cell)",
     per_rule=True,
+    given="""
+        def addone_(a):
+            a += 1
+            return a.sum()
+
+        def addone(a):
+            return (a + 1).sum()
+    """,
     broken="""
         @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
         def addone_rrule(a):
@@ -190,6 +198,10 @@ def _reproducible(ctx: "PerRule", check_id: str, outcome: Outcome, row: "Row", p
     family="context",
     title="aliased arguments: gradient does not accumulate",
     per_rule=True,
+    given="""
+        def mul(a, b):
+            return a * b
+    """,
     broken="""
         @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
         def mul_rrule(a, b):
@@ -225,10 +237,16 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
     family="context",
     title="engines disagree (e.g. a branch on within_gradient)",
     per_rule=True,
+    given="""
+        MASK = np.array([2.0, 0.0, 2.0, 0.0])     # inverted dropout's mask, as in training
+
+        def dropout_eval(x):
+            return x                                  # at inference dropout is the identity
+    """,
     broken="""
         @rrule(dropout_eval, arrays(shape=(4,)))
         def dropout_rrule(x):
-            y = x * MASK                          # the training branch, taken only when differentiated
+            y = x * MASK                          # the training branch: engines see different programs
             return y, lambda ybar: (ybar * MASK,)
     """,
     fixed="""

@@ -23,6 +23,10 @@ __all__: list[str] = []
     family="contract",
     title="rrule does not return an (output, pullback) pair",
     gates=True,
+    given="""
+        def square(x):
+            return x * x
+    """,
     broken="""
         @rrule(square, arrays(shape=(3,)))
         def square_rrule(x):
@@ -60,6 +64,12 @@ def returns_pair(case: Case) -> Iterable[Problem]:
     "GG102",
     family="contract",
     title="rrule's primal output differs from primal(*args)",
+    given="""
+        MASK = np.array([2.0, 0.0, 2.0, 0.0])     # inverted dropout's mask, as in training
+
+        def dropout_eval(x):
+            return x                                  # at inference dropout is the identity
+    """,
     broken="""
         @rrule(dropout_eval, arrays(shape=(4,)))
         def dropout_rrule(x):
@@ -123,6 +133,10 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
     family="contract",
     title="pullback returns the wrong number of tangents",
     gates=True,
+    given="""
+        def mul(a, b):
+            return a * b
+    """,
     broken="""
         @rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
         def mul_rrule(a, b):
@@ -156,6 +170,10 @@ def tangent_count(case: Case) -> Iterable[Problem]:
     family="contract",
     title="a tangent's shape differs from its argument's",
     gates=True,
+    given="""
+        def total(x):
+            return x.sum()
+    """,
     broken="""
         @rrule(total, arrays(shape=(2, 3)))
         def total_rrule(x):
@@ -191,6 +209,10 @@ def tangent_shapes(case: Case) -> Iterable[Problem]:
     "GG105",
     family="contract",
     title="a tangent's dtype differs from its argument's",
+    given="""
+        def scale(x):
+            return 2 * x
+    """,
     broken="""
         @rrule(scale, arrays(shape=(3,), dtype="float32"))
         def scale_rrule(x):
@@ -230,6 +252,10 @@ def tangent_dtypes(case: Case) -> Iterable[Problem]:
     "GG106",
     family="contract",
     title="a non-differentiable argument gets a non-None tangent",
+    given="""
+        def power(x, n):
+            return x**n
+    """,
     broken="""
         @rrule(power, arrays(shape=(3,)), constant(2))
         def power_rrule(x, n):

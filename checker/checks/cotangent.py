@@ -48,17 +48,19 @@ def _where(i: int, idx: tuple[int, ...]) -> str:
     "GG301",
     family="cotangent",
     title="zero cotangent does not give zero tangents",
+    given="""
+        def total(a):
+            return a.sum()
+    """,
     broken="""
-        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
-        def addone_rrule(a):
-            y = addone_(a)
-            return y, lambda ybar: (np.ones(a.shape),)           # 1 even when the output is unused
+        @rrule(total, arrays(shape=(3,)))
+        def total_rrule(a):
+            return total(a), lambda ybar: (np.ones(a.shape),)           # 1 even when the output is unused
     """,
     fixed="""
-        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
-        def addone_rrule(a):
-            y = addone_(a)
-            return y, lambda ybar: (np.full(a.shape, ybar),)
+        @rrule(total, arrays(shape=(3,)))
+        def total_rrule(a):
+            return total(a), lambda ybar: (np.full(a.shape, ybar),)
     """,
 )
 def zero_cotangent(case: Case) -> Iterable[Problem]:
@@ -113,6 +115,10 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     title="absent (None) cotangent is not accepted",
     severity="warning",
     kinds=("numpy",),
+    given="""
+        def square(x):
+            return x * x
+    """,
     broken="""
         @rrule(square, arrays(shape=(3,)))
         def square_rrule(x):
@@ -202,6 +208,10 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     family="cotangent",
     title="pullback mutates the cotangent it was given",
     kinds=("numpy",),
+    given="""
+        def double(x):
+            return 2 * x
+    """,
     broken="""
         @rrule(double, arrays(shape=(3,)))
         def double_rrule(x):

@@ -51,6 +51,10 @@ __all__: list[str] = []  # the checks register themselves; shared helpers live i
     "GG201",
     family="numeric",
     title="pullback disagrees with finite differences",
+    given="""
+        def mul(a, b):
+            return a * b
+    """,
     broken="""
         @rrule(mul, arrays(shape=(2, 3)), arrays(shape=(2, 3)))
         def mul_rrule(a, b):
@@ -234,17 +238,19 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
     "GG202",
     family="numeric",
     title="pullback is not linear in the cotangent",
+    given="""
+        def total(a):
+            return a.sum()
+    """,
     broken="""
-        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
-        def addone_rrule(a):
-            y = addone_(a)
-            return y, lambda ybar: (np.ones(a.shape),)           # right only for ybar == 1
+        @rrule(total, arrays(shape=(3,)))
+        def total_rrule(a):
+            return total(a), lambda ybar: (np.ones(a.shape),)           # right only for ybar == 1
     """,
     fixed="""
-        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))
-        def addone_rrule(a):
-            y = addone_(a)
-            return y, lambda ybar: (np.full(a.shape, ybar),)
+        @rrule(total, arrays(shape=(3,)))
+        def total_rrule(a):
+            return total(a), lambda ybar: (np.full(a.shape, ybar),)
     """,
 )
 def pullback_linear(case: Case) -> Iterable[Problem]:
@@ -300,6 +306,10 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     "GG205",
     family="numeric",
     title="complex inputs: wrong conjugation convention",
+    given="""
+        def cmul(z, c):
+            return c * z
+    """,
     broken="""
         @rrule(cmul, arrays(shape=(3,), dtype="complex128"), constant(2 + 1j))
         def cmul_rrule(z, c):
@@ -357,6 +367,10 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
     "GG206",
     family="numeric",
     title="NaN/Inf tangent where the primal and the true derivative are finite",
+    given="""
+        def xabs(x):
+            return x * np.abs(x)
+    """,
     broken="""
         @rrule(xabs, arrays(shape=(3,)))                          # xabs(x) = x * abs(x)
         def xabs_rrule(x):

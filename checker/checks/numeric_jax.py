@@ -230,11 +230,12 @@ def _difference_direction(case: Case, got: tuple[Any, ...], want: tuple[Any, ...
     "GG203",
     family="numeric",
     title="pullback disagrees with the JAX reference gradient",
-    broken="""
+    given="""
         @jax.custom_vjp
         def softplus(x):
             return jnp.logaddexp(0.0, x)
-
+    """,
+    broken="""
         softplus.defvjp(lambda x: (softplus(x), x), lambda x, g: (g * jax.nn.sigmoid(-x),))   # sign slip
         softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
     """,
@@ -371,17 +372,26 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
     family="numeric",
     title="second order wrong (grad of the pullback)",
     kinds=("jax",),
+    given="""
+        @jax.custom_vjp
+        def softplus(x):
+            return jnp.logaddexp(0.0, x)
+    """,
     broken="""
         def softplus_fwd(x):
             return softplus(x), jax.nn.sigmoid(jax.lax.stop_gradient(x))   # residual cut off from x
 
         softplus.defvjp(softplus_fwd, lambda s, g: (g * s,))     # first order right, Hessian zero
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
     """,
     fixed="""
         def softplus_fwd(x):
             return softplus(x), jax.nn.sigmoid(x)
 
         softplus.defvjp(softplus_fwd, lambda s, g: (g * s,))
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
     """,
 )
 def second_order(case: Case) -> Iterable[Problem]:

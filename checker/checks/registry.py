@@ -53,6 +53,7 @@ class CheckInfo:
     gates: bool = False
     per_rule: bool = False
     kinds: tuple[str, ...] = ("numpy", "jax")
+    given_example: str = ""  # the definitions both examples use (primals, imports beyond numpy/jax/gradguard)
     broken_example: str = ""
     fixed_example: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -74,10 +75,16 @@ def check(
     gates: bool = False,
     per_rule: bool = False,
     kinds: tuple[str, ...] = ("numpy", "jax"),
+    given: str = "",
     broken: str = "",
     fixed: str = "",
 ) -> Callable[[Callable[..., Iterable[Problem]]], Callable[..., Iterable[Problem]]]:
-    """Register a check under a stable id; its docstring is its catalogue explanation."""
+    """Register a check under a stable id; its docstring is its catalogue explanation.
+
+    ``broken`` and ``fixed`` are rules users copy: after ``given`` (and ``import numpy as np``,
+    ``import jax``, ``import jax.numpy as jnp``, ``from gradguard import ...``) each is a complete module,
+    and tests/checker/test_catalogue_examples.py checks that the broken one gets this finding and the
+    fixed one passes."""
     if family not in FAMILIES:
         raise ValueError(f"Got family={family!r}; families are {FAMILIES}.")
     if severity not in ("error", "warning"):
@@ -96,6 +103,7 @@ def check(
             gates=gates,
             per_rule=per_rule,
             kinds=kinds,
+            given_example=inspect.cleandoc(given),
             broken_example=inspect.cleandoc(broken),
             fixed_example=inspect.cleandoc(fixed),
         )

@@ -127,6 +127,14 @@ def _tangent_change(
     "GG401",
     family="state",
     title="forward mutates an argument not declared in mutates=",
+    given="""
+        def addone_(a):
+            a += 1
+            return a.sum()
+
+        def addone(a):
+            return (a + 1).sum()
+    """,
     broken="""
         @rrule(addone_, arrays(shape=(3,)))                 # addone_ writes into a
         def addone_rrule(a):
@@ -134,9 +142,9 @@ def _tangent_change(
             return y, lambda ybar: (np.full(a.shape, ybar),)
     """,
     fixed="""
-        @rrule(addone_, arrays(shape=(3,)), mutates=(0,))   # declared: contexts test it
+        @rrule(addone, arrays(shape=(3,)))   # a new array; or declare mutates=(0,) and read GG501's matrix
         def addone_rrule(a):
-            y = addone_(a)
+            y = addone(a)
             return y, lambda ybar: (np.full(a.shape, ybar),)
     """,
 )
@@ -173,6 +181,10 @@ def forward_mutates_undeclared(case: Case) -> Iterable[Problem]:
     "GG402",
     family="state",
     title="pullback mutates a primal argument or captured value",
+    given="""
+        def square(x):
+            return x * x
+    """,
     broken="""
         @rrule(square, arrays(shape=(3,)))
         def square_rrule(x):
@@ -233,6 +245,10 @@ def pullback_mutates(case: Case) -> Iterable[Problem]:
     "GG403",
     family="state",
     title="pullback not reentrant: calling it twice gives different results",
+    given="""
+        def square(x):
+            return x * x
+    """,
     broken="""
         @rrule(square, arrays(shape=(3,)))
         def square_rrule(x):
@@ -415,6 +431,10 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
     family="state",
     title="output aliases an input's memory",
     severity="warning",
+    given="""
+        def transpose(x):
+            return x.T
+    """,
     broken="""
         @rrule(transpose, arrays(shape=(2, 3)))
         def transpose_rrule(x):
@@ -499,6 +519,13 @@ def output_aliases_input(case: Case) -> Iterable[Problem]:
     "GG406",
     family="state",
     title="forward or pullback is nondeterministic",
+    given="""
+        def noisy_relu(x):
+            return x * (np.random.default_rng().random(x.shape) < 0.5)
+
+        def masked(x, seed):
+            return x * (np.random.default_rng(seed).random(x.shape) < 0.5)
+    """,
     broken="""
         @rrule(noisy_relu, arrays(shape=(4,)))
         def noisy_relu_rrule(x):
