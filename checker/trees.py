@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "tree_map", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
+__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
 
 
 def is_leaf(x: Any) -> bool:
@@ -24,10 +24,19 @@ def leaves(tree: Any) -> list[Any]:
     return [leaf for sub in tree for leaf in leaves(sub)]
 
 
+def rebuild(node: Any, children: Any) -> Any:
+    """A tuple or list of ``node``'s type holding ``children``: NamedTuples (``np.linalg.slogdet``'s
+    ``SlogdetResult``) take their fields as separate arguments, plain tuples and lists one iterable."""
+    children = list(children)
+    if isinstance(node, tuple) and hasattr(type(node), "_fields"):
+        return type(node)(*children)
+    return type(node)(children)
+
+
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     if is_leaf(tree):
         return fn(tree, *rest)
-    return type(tree)(tree_map(fn, t, *(r[i] for r in rest)) for i, t in enumerate(tree))
+    return rebuild(tree, (tree_map(fn, t, *(r[i] for r in rest)) for i, t in enumerate(tree)))
 
 
 def same_structure(a: Any, b: Any) -> bool:

@@ -65,7 +65,10 @@ def _leaves(x: Any) -> list:
 
 
 def _tree_map(fn: Callable, x: Any) -> Any:
-    return type(x)(_tree_map(fn, item) for item in x) if _is_node(x) else fn(x)
+    if not _is_node(x):
+        return fn(x)
+    items = [_tree_map(fn, item) for item in x]
+    return type(x)(*items) if hasattr(type(x), "_fields") else type(x)(items)  # NamedTuples take fields
 
 
 def _pairs(a: Any, b: Any, path: str = ""):

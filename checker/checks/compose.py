@@ -23,7 +23,7 @@ from gradguard.checker.case import Case
 from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, is_leaf
+from gradguard.checker.trees import copy_tree, is_leaf, rebuild
 
 __all__: list[str] = []
 
@@ -232,13 +232,13 @@ def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
 def _stack(trees: list[Any]) -> Any:
     if is_leaf(trees[0]):
         return np.stack([np.asarray(t) for t in trees])
-    return type(trees[0])(_stack([t[k] for t in trees]) for k in range(len(trees[0])))
+    return rebuild(trees[0], (_stack([t[k] for t in trees]) for k in range(len(trees[0]))))
 
 
 def _unstack(tree: Any, k: int) -> Any:
     if is_leaf(tree):
         return None if tree is None else np.asarray(tree)[k]
-    return type(tree)(_unstack(t, k) for t in tree)
+    return rebuild(tree, (_unstack(t, k) for t in tree))
 
 
 @check(

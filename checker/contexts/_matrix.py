@@ -32,7 +32,7 @@ from gradguard.checker.contexts._inputs import NoInput, draw_inputs
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec
-from gradguard.checker.trees import copy_tree, inner, leaves
+from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix"]
@@ -281,7 +281,7 @@ def _numpy_rrule(rule: RuleSpec) -> Callable[..., Any]:
 
 def _to_numpy(tree: Any) -> Any:
     if isinstance(tree, (tuple, list)):
-        return type(tree)(_to_numpy(t) for t in tree)
+        return rebuild(tree, (_to_numpy(t) for t in tree))
     return np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
 
 

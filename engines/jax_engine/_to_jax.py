@@ -200,10 +200,11 @@ class AdaptedRule:
             raise _relay.relay(exc) from None
 
     def _host_pullback(self, args: list[Any], ybar: Any, wanted: list[int], structs: tuple[Any, ...]) -> Any:
+        jax = load()
         try:
             _, pullback = _call_rule(self, _host_args(args))
             try:
-                tangents = pullback(np.asarray(ybar))
+                tangents = pullback(jax.tree_util.tree_map(np.asarray, ybar))  # a tuple output's cotangent stays a tuple
             except ValueError as exc:
                 if not any(m in str(exc) for m in _READ_ONLY):
                     raise

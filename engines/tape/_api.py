@@ -106,7 +106,8 @@ class _Trace:
 
 def _unwrap(out: Any) -> Any:
     if isinstance(out, (tuple, list)):
-        return type(out)(_unwrap(o) for o in out)
+        items = [_unwrap(o) for o in out]
+        return type(out)(*items) if hasattr(type(out), "_fields") else type(out)(items)
     return out.value if isinstance(out, Tracked) else out
 
 

@@ -70,6 +70,7 @@ class Node:
     outputs: tuple[Any, ...]
     is_tuple: bool
     builtin: bool
+    structure: Any = None  # the output's tuple structure (its leaves are ``outputs``), None for one array
 
 
 class Tracked:
@@ -154,15 +155,30 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
         raise EngineError(f"the rrule of `{name}` must return a pair (output, pullback), but returned "
                           f"{type(result).__name__} {result!r:.80}. Return `y, pullback`.")
     out, pullback = result
-    outs = out if isinstance(out, tuple) else (out,)
+    outs = _flat(out)  # nested tuples and NamedTuples (slogdet, eigh, svd) are flattened to their leaves
     wrapped = tuple(tape.track(o) if differentiable(o) else o for o in outs)
     inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
-    tape.nodes.append(Node(name, step, pullback, inputs, wrapped, isinstance(out, tuple), builtin))
+    structure = out if isinstance(out, (tuple, list)) else None
+    tape.nodes.append(Node(name, step, pullback, inputs, wrapped, structure is not None, builtin, structure))
     if tape.watcher:
         tape.watcher.after_step(name, step, raw)
         held = captures(raw, out, pullback) if captures else closure_arrays(pullback, raw)
         tape.watcher.capture(name, step, held)
-    return wrapped if isinstance(out, tuple) else wrapped[0]
+    return _unflat(structure, list(wrapped)) if structure is not None else wrapped[0]
+
+
+def _flat(tree: Any) -> list[Any]:
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _flat(item)]
+    return [tree]
+
+
+def _unflat(structure: Any, flat: list[Any]) -> Any:
+    """``structure``'s tuples, lists and NamedTuples holding the leaves ``flat`` (consumed in order)."""
+    if not isinstance(structure, (tuple, list)):
+        return flat.pop(0)
+    items = [_unflat(s, flat) for s in structure]
+    return type(structure)(*items) if hasattr(type(structure), "_fields") else type(structure)(items)
 
 
 def _cotangent(output: Any, ct: dict[int, Any], policy: str) -> Any:
@@ -207,7 +223,7 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple
         if tape.watcher:
             diagnoses += tape.watcher.check(node.step)
         with np.errstate(all="ignore") if node.builtin else contextlib.nullcontext():  # e.g. log(x) for d(x**y)/dy
-            tangents = node.pullback(cts if node.is_tuple else cts[0])
+            tangents = node.pullback(_unflat(node.structure, list(cts)) if node.is_tuple else cts[0])
         if tape.watcher:
             tape.watcher.after_pullback(node.name, node.step)
         _check_tangents(node, tangents)
