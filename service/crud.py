@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from gradguard.service.errors import Conflict, Invalid, NotFound
 from gradguard.service.models import BranchHead, Project, ReportRow, Run, RunFile
+from gradguard.service.reports import stored_report
 from gradguard.service.schemas import ProjectCreate, RunOptions
 from gradguard.service.security import hash_token, new_token
 
@@ -88,12 +89,17 @@ def get_run(session: Session, *, run_id: int) -> Run:
 
 
 def get_report(session: Session, *, run: Run) -> dict[str, Any]:
+    """The run's report, checked again against the schema (:func:`service.reports.stored_report`)."""
     row = session.get(ReportRow, run.id)
     if row is None:
         raise NotFound(f"report: run {run.id} has no report (status {run.status!r}).", field="run",
                        fix="Wait until the run is passed or failed; GET /api/v1/runs/{id} shows its status"
                        + (f" and the error: {run.error}" if run.error else "."))
-    return row.report
+    report, problem = stored_report(row.report)
+    if report is None:
+        raise NotFound(f"report: run {run.id} has no readable report: {problem}.", field="run",
+                       fix="Submit the run again; GET /api/v1/runs/{id} shows its status.")
+    return report
 
 
 def load_files(session: Session, *, run_id: int) -> dict[str, bytes]:

@@ -4,6 +4,8 @@ several worker processes can share one file; PostgreSQL is used as is.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["make_engine", "get_engine", "make_sessionmaker", "session_scope", "ping", "is_sqlite", "dispose_all"]
+__all__ = ["safe_json_loads", "make_engine", "get_engine", "make_sessionmaker", "session_scope", "ping", "is_sqlite", "dispose_all"]
 
 _ENGINES: dict[str, Engine] = {}
 _LOCK = threading.Lock()
@@ -23,8 +25,21 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
+def safe_json_loads(text: str | bytes) -> Any:
+    """``json.loads`` for the JSON columns: a value nested too deeply to read, or not JSON at all
+    (written by hand), reads as None instead of failing every page that touches its row."""
+    try:
+        value = json.loads(text)
+    except (RecursionError, ValueError):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """A new engine for ``url``; SQLite connections are tuned for concurrent processes."""
+    kwargs.setdefault("json_deserializer", safe_json_loads)
     if is_sqlite(url):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
 

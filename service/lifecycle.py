@@ -23,8 +23,8 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from gradguard.service import report_schema
 from gradguard.service.models import BranchHead, FindingRow, ReportRow, RuleResultRow, Run, utcnow
+from gradguard.service.reports import InvalidReport, Report, as_json, run_status, validate_report, verdicts
 
 __all__ = [
     "worker_id",
@@ -36,7 +36,10 @@ __all__ = [
     "fail_run",
     "requeue_stale",
     "release_runs",
+    "VERDICT_STATUS",
 ]
+
+VERDICT_STATUS = {"pass": "passed", "fail": "failed", "error": "error"}
 
 
 def worker_id() -> str:
@@ -143,36 +146,44 @@ def fail_run(session: Session, *, run_id: int, worker: str | None, reason: str) 
 
 def finish_run(session: Session, *, run_id: int, worker: str, ok: bool, report: dict[str, Any] | None,
                level: str | None, reason: str | None, duration_s: float) -> str | None:
-    """Store a sandbox outcome; returns the final status, or None if ``worker`` lost the run meanwhile."""
-    if report is not None:  # untrusted: validated, verdicts and summary computed here, never read from it
+    """Store a sandbox outcome; returns the final status, or None if ``worker`` lost the run meanwhile.
+
+    The report is untrusted (:mod:`service.reports`): it is validated, its rule verdicts and summary are
+    recomputed from its findings, and the run's status comes from those, never from the report's own
+    ``summary.verdict``. An invalid report is not stored; the run ends ``error`` saying why.
+    """
+    checked: Report | None = None
+    if report is not None:
         try:
-            report = _json_safe(report_schema.validate(report))
-        except report_schema.ReportInvalid as exc:
-            report, ok, reason = None, False, f"checker wrote an invalid report: {exc}"
-    summary = (report or {}).get("summary") if ok else None
-    if ok and report is not None:
-        status, error = report_schema.status_of(report)
+            checked = verdicts(validate_report(report))
+        except InvalidReport as exc:
+            ok, reason = False, f"the sandbox sent an invalid report ({exc})" + (f"; also: {reason}" if reason else "")
+    if ok and checked is not None:
+        status, error = run_status(checked)
     else:
         status, error = "error", reason or "the sandbox ended without a report"
-    if report is not None:
-        report.setdefault("environment", {})["sandbox"] = level
+    stored = None
+    if checked is not None:
+        checked.environment["sandbox"] = level
+        stored = _json_safe(as_json(checked))
+    summary = stored["summary"] if stored is not None and ok else None
+    error = error[:4000] if error else error
     result = session.execute(update(Run).where(Run.id == run_id, Run.worker == worker, Run.status == "running")
                              .values(status=status, error=error, summary=summary, sandbox_level=level,
                                      duration_s=round(duration_s, 4), finished_at=utcnow(), lease_until=None))
     if result.rowcount != 1:
         session.rollback()
         return None
-    if report is not None:
-        session.merge(ReportRow(run_id=run_id, report=report))
-        for rule in report.get("rules", []):
-            findings = rule.get("findings") or []
-            session.add(RuleResultRow(run_id=run_id, name=str(rule.get("name"))[:400], module=rule.get("module"),
-                                      source_file=rule.get("source_file"), verdict=str(rule.get("verdict")),
-                                      duration_s=float(rule.get("duration_s") or 0.0), findings=len(findings)))
-            session.add_all(FindingRow(run_id=run_id, rule=str(rule.get("name"))[:400], check_id=str(f.get("check_id")),
-                                       severity=str(f.get("severity")), title=f.get("title"),
-                                       message=str(f.get("message")), location=f.get("location"))
-                            for f in findings)
+    if stored is not None:
+        session.merge(ReportRow(run_id=run_id, report=stored))
+        for rule in stored["rules"]:
+            session.add(RuleResultRow(run_id=run_id, name=rule["name"], module=rule["module"],
+                                      source_file=rule["source_file"], verdict=rule["verdict"],
+                                      duration_s=rule["duration_s"], findings=len(rule["findings"])))
+            session.add_all(FindingRow(run_id=run_id, rule=rule["name"], check_id=f["check_id"],
+                                       severity=f["severity"], title=f["title"][:400], message=f["message"],
+                                       location=(f["location"] or "")[:400] or None)
+                            for f in rule["findings"])
     session.commit()
     _update_branch_head(session, session.get(Run, run_id, populate_existing=True))  # type: ignore[arg-type]
     return status

@@ -8,6 +8,9 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
+from gradguard.service.models import RUN_STATUSES
+from gradguard.service.reports import Summary, stored_summary
+
 __all__ = [
     "ProjectCreate",
     "ProjectOut",
@@ -121,7 +124,7 @@ class RunOut(_Out):
     finished_at: datetime | None
     duration_s: float | None
     error: str | None
-    summary: dict[str, Any] | None
+    summary: Summary | None
     urls: RunUrls
 
 
@@ -155,8 +158,9 @@ def run_urls(run_id: int, base: str) -> RunUrls:
 
 def run_out(run: Any, base: str) -> RunOut:
     """The API view of a :class:`gradguard.service.models.Run`."""
-    return RunOut(id=run.id, project=run.project.slug, status=run.status, commit=run.commit_sha, branch=run.branch,
+    status = run.status if run.status in RUN_STATUSES else "error"
+    return RunOut(id=run.id, project=run.project.slug, status=status, commit=run.commit_sha, branch=run.branch,
                   pull_request=run.pull_request, device=run.device, attempts=run.attempts,
                   sandbox_level=run.sandbox_level, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                   created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
-                  duration_s=run.duration_s, error=run.error, summary=run.summary, urls=run_urls(run.id, base))
+                  duration_s=run.duration_s, error=run.error, summary=stored_summary(run.summary), urls=run_urls(run.id, base))

@@ -112,6 +112,6 @@ def test_public_api_is_the_checkers_and_loads_lazily():
 
     assert gradguard.__all__ == checker.__all__
     assert all(getattr(gradguard, name) is getattr(checker, name) for name in gradguard.__all__)
-    code = "import sys, gradguard.service.report_schema, gradguard.engines; print('gradguard.checker.runner' in sys.modules)"
+    code = "import sys, gradguard.service.reports, gradguard.engines; print('gradguard.checker.runner' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"

@@ -16,6 +16,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from gradguard.service.models import FINAL_STATUSES, BranchHead, Project, RuleResultRow, Run
+from gradguard.service.reports import stored_summary
 
 __all__ = [
     "BranchRow",
@@ -107,7 +108,7 @@ def history(session: Session, *, project: Project, branch: str, limit: int = 120
     )
     points = []
     for run_id, commit, when, status, summary in session.execute(query):
-        summary = summary or {}
+        summary = stored_summary(summary) or {}
         points.append(Point(run_id, commit, when, status, int(summary.get("rules") or 0), int(summary.get("passed") or 0)))
     points.reverse()
     return points
@@ -141,8 +142,8 @@ def badge_source(session: Session, *, slug: str, branch: str | None) -> tuple[Pr
     ).first()
     if row is None:
         return project, None, None
-    return project, row[0], row[1]
+    return project, row[0], stored_summary(row[1])
 
 
 def _branch_row(head: BranchHead, summary: dict[str, Any] | None) -> BranchRow:
-    return BranchRow(head.branch, head.status, head.run_id, head.commit_sha, head.finished_at, summary)
+    return BranchRow(head.branch, head.status, head.run_id, head.commit_sha, head.finished_at, stored_summary(summary))

@@ -21,6 +21,7 @@ from gradguard.checker.checks.registry import FAMILIES, CheckInfo, catalogue
 from gradguard.service import crud
 from gradguard.service.errors import Invalid, NotFound
 from gradguard.service.models import FINAL_STATUSES, Project, Run
+from gradguard.service.reports import stored_summary
 from gradguard.service.security import hash_token
 from gradguard.web import queries
 from gradguard.web.chart import history_svg
@@ -163,17 +164,17 @@ def run_page(request: Request, session: SessionDep, run_id: str) -> HTMLResponse
     if (gate := _gate(request, run.project, f"run #{run_id}")) is not None:
         return gate
     final = run.status in FINAL_STATUSES
-    report, rules = None, []
+    report, rules, problem = None, [], None
     if final:
         try:
             report = crud.get_report(session, run=run)
-        except NotFound:
-            report = None
+        except NotFound as exc:
+            problem = exc.message
     if report:
         files = crud.load_files(session, run_id=run.id)
         rules = rule_views(report, files, rule_url=f"{_project_url(run.project)}/rules/{{name}}")
     response = _page(request, "run.html", run=run, project=run.project, project_url=_project_url(run.project),
-                     final=final, report=report, rules=rules, families=FAMILIES)
+                     final=final, report=report, rules=rules, families=FAMILIES, problem=problem)
     if not final:
         response.headers["Cache-Control"] = "no-store"
     return response
@@ -185,7 +186,7 @@ def run_status(request: Request, session: SessionDep, run_id: str) -> JSONRespon
     run = _run_or_none(session, run_id)
     if run is None or not can_read(request, run.project, request.query_params.get("token")):
         return JSONResponse({"detail": {"message": f"no run #{run_id} that you can see"}}, status_code=404)
-    body = {"id": run.id, "status": run.status, "final": run.status in FINAL_STATUSES, "summary": run.summary}
+    body = {"id": run.id, "status": run.status, "final": run.status in FINAL_STATUSES, "summary": stored_summary(run.summary)}
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 

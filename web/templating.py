@@ -17,6 +17,8 @@ from fastapi.templating import Jinja2Templates
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
+from gradguard.service.reports import stored_summary
+
 __all__ = ["templates", "STATIC_DIR", "static_url"]
 
 HERE = Path(__file__).parent
@@ -64,6 +66,7 @@ def _environment() -> Environment:
     env.filters["iso"] = iso
     env.filters["human"] = human
     env.filters["code"] = inline_code
+    env.filters["checked_summary"] = stored_summary  # a run's stored summary, or None if it is malformed
     env.globals["static"] = static_url
     return env
 

@@ -12,6 +12,7 @@ from gradguard.service import crud
 from gradguard.service.api.deps import SessionDep, SettingsDep, TokenDep, base_url, check_can_read
 from gradguard.service.errors import Unavailable
 from gradguard.service.models import Run
+from gradguard.service.reports import as_python
 from gradguard.service.schemas import RunOut, run_out
 
 __all__ = ["router"]
@@ -42,7 +43,7 @@ def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: 
 def _report_object(data: dict[str, Any]) -> Any:
     from gradguard.checker.report import Report
 
-    return Report.from_dict(data)
+    return Report.from_dict(as_python(data))
 
 
 def _renderer(name: str) -> Any:

@@ -14,7 +14,7 @@ import re
 import signal
 from typing import Any
 
-from gradguard.service import report_schema
+from gradguard.service import reports
 
 _SETUP_CODE = 4  # the entry program could not isolate itself
 
@@ -97,8 +97,8 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
     if not raw.report:
         return None, "checker wrote no report"
     try:  # untrusted: the submission's code could have written anything to the report pipe
-        report = report_schema.parse(raw.report)
-    except report_schema.ReportInvalid as exc:
+        report = reports.parse_report(raw.report)
+    except reports.InvalidReport as exc:
         return None, f"checker wrote an invalid report: {exc}"
     report["environment"]["sandbox"] = level
     for text in _tracebacks(report):
