@@ -24,8 +24,9 @@ from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.errors import SpecError
+from gradguard.checker.structure import STRUCTURES, make_structured, structured_primal, structured_rule
 
-__all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant"]
+__all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant", "structure_of"]
 
 # Arrays up to this many elements are drawn element by element through
 # Hypothesis (so failures shrink to readable values); larger ones are filled
@@ -34,6 +35,7 @@ __all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant"]
 SHRINKABLE_SIZE = 64
 
 _CONSTANTS: "weakref.WeakSet[SearchStrategy]" = weakref.WeakSet()
+_STRUCTURED: "weakref.WeakKeyDictionary[SearchStrategy, str]" = weakref.WeakKeyDictionary()
 
 
 def constant(value: Any) -> SearchStrategy:
@@ -64,6 +66,7 @@ def arrays(
     elements: SearchStrategy | None = None,
     min_value: float = -10.0,
     max_value: float = 10.0,
+    structure: str | None = None,
 ) -> SearchStrategy:
     """A differentiable NumPy array.
 
@@ -71,7 +74,15 @@ def arrays(
     ``hypothesis.extra.numpy.array_shapes()``). Elements are finite and lie in
     ``[min_value, max_value]`` unless ``elements`` is given; for complex
     dtypes the bounds apply to the real and imaginary parts.
+
+    ``structure`` declares a structured domain for square matrices (stacks of
+    them): ``"symmetric"``, ``"psd"`` (positive definite), ``"lower"``,
+    ``"upper"`` or ``"diagonal"``. Inputs are drawn with the structure,
+    directions stay in it, and tangents are compared by their projection onto
+    it, as ChainRules' ``ProjectTo`` does (see :mod:`gradguard.checker.structure`).
     """
+    if structure is not None and structure not in STRUCTURES:
+        raise SpecError(f"Got structure={structure!r}; use one of {', '.join(map(repr, STRUCTURES))}, or None.")
     try:
         dt = np.dtype(dtype)
     except TypeError as exc:
@@ -97,12 +108,30 @@ def arrays(
         elements = _elements(dt, min_value, max_value)
 
     def for_shape(shp: tuple[int, ...]) -> SearchStrategy:
+        if structure is not None and (len(shp) < 2 or shp[-1] != shp[-2]):
+            raise SpecError(f"Got structure={structure!r} with shape={shp!r}; a structure needs square matrices: "
+                            "a shape (n, n), or (..., n, n) for a stack of them.")
         size = math.prod(shp)
         if size <= SHRINKABLE_SIZE:
-            return hnp.arrays(dt, shp, elements=elements, fill=st.nothing())
-        return st.integers(0, 2**32 - 1).map(lambda seed: _random_array(seed, shp, dt, min_value, max_value))
+            drawn = hnp.arrays(dt, shp, elements=elements, fill=st.nothing())
+        else:
+            drawn = st.integers(0, 2**32 - 1).map(lambda seed: _random_array(seed, shp, dt, min_value, max_value))
+        return drawn if structure is None else drawn.map(lambda a: make_structured(structure, a))
 
-    return shapes.flatmap(for_shape)
+    if isinstance(shape, tuple):
+        for_shape(shape)  # a wrong shape for the structure is an error at declaration
+    strategy = shapes.flatmap(for_shape)
+    if structure is not None:
+        _STRUCTURED[strategy] = structure
+    return strategy
+
+
+def structure_of(strategy: SearchStrategy) -> str | None:
+    """The ``structure=`` an :func:`arrays` strategy was declared with, if any."""
+    try:
+        return _STRUCTURED.get(strategy)
+    except TypeError:  # an unhashable strategy was never registered
+        return None
 
 
 def _elements(dt: np.dtype, lo: float, hi: float) -> SearchStrategy:
@@ -253,6 +282,9 @@ def build_spec(
 
     strategy = st.tuples(*arg_specs) if arg_specs else args
     path, lines = source_location(rule_fn)
+    structures = {i: st_ for i, s in enumerate(arg_specs) if (st_ := structure_of(s)) is not None}
+    if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
+        rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)
     return RuleSpec(
         rrule=rule_fn,
         primal=primal,

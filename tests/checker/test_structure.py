@@ -1,0 +1,140 @@
+"""Structured domains (issue: rules on symmetric, positive definite, triangular or diagonal matrices).
+
+Test the tester: correct rules from public code that follow a projection convention pass; a wrong rule
+fails with GG201; without ``structure=`` the same correct rule gets a false GG201, which is why the option
+exists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.linalg import solve_triangular
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.errors import SpecError
+from gradguard.checker.structure import make_structured, project
+
+
+def _T(x):
+    return np.swapaxes(x, -1, -2)
+
+
+def _phi(X):
+    return np.tril(X) / (1.0 + np.eye(X.shape[-1]))
+
+
+def _conjugate_solve(L, X):
+    return solve_triangular(L, _T(solve_triangular(L, _T(X), trans="T", lower=True)), trans="T", lower=True)
+
+
+def cholesky(a):
+    return np.linalg.cholesky(a)
+
+
+def _cholesky_rule(halve_diagonal: bool = True, lower_convention: bool = False):
+    # autograd's grad_cholesky (autograd/numpy/linalg.py, after Murray 2016, arXiv:1602.07527)
+    def rule(a):
+        L = np.linalg.cholesky(a)
+
+        def pullback(g):
+            inner = np.einsum("...ki,...kj->...ij", L, g)
+            S = _conjugate_solve(L, _phi(inner) if halve_diagonal else np.tril(inner))
+            G = 0.5 * (S + _T(S))
+            return (np.tril(2 * G) - np.diag(np.diag(G)),) if lower_convention else (G,)
+
+        return L, pullback
+
+    return rule
+
+
+def _select(**kw):
+    return check(kw.pop("rule"), select=["GG1", "GG2"], max_examples=10, **kw)
+
+
+def test_cholesky_on_positive_definite_matrices_passes_in_either_convention():
+    for lower in (False, True):
+        rule = rrule(cholesky, arrays(shape=(3, 3), structure="psd"))(_cholesky_rule(lower_convention=lower))
+        report = _select(rule=rule)
+        assert report.passed, [f.message for f in report.findings]
+
+
+def test_a_wrong_cholesky_rule_still_fails_gg201():
+    rule = rrule(cholesky, arrays(shape=(3, 3), structure="psd"))(_cholesky_rule(halve_diagonal=False))
+    report = _select(rule=rule)
+    assert "GG201" in {f.check_id for f in report.findings}
+
+
+def test_without_structure_the_correct_rule_gets_a_false_gg201():
+    """Inputs drawn positive definite by hand, directions generic: NumPy's cholesky reads one triangle, so
+    along a generic direction the symmetric gradient (autograd's convention) looks like a bug."""
+    psd = arrays(shape=(3, 3)).map(lambda a: make_structured("psd", a))
+    rule = rrule(cholesky, psd)(_cholesky_rule())
+    report = _select(rule=rule)
+    assert "GG201" in {f.check_id for f in report.findings}
+
+
+def eigvalsh(a):
+    return np.linalg.eigvalsh(a)  # reads the lower triangle only
+
+
+@rrule(eigvalsh, arrays(shape=(4, 4), structure="symmetric"))
+def eigvalsh_rrule(a):
+    # autograd's grad_eigh for the eigenvalues: V diag(wbar) V^T
+    w, v = np.linalg.eigh(a)
+    return w, lambda wbar: ((v * wbar[..., None, :]) @ _T(v),)
+
+
+def test_eigvalsh_on_symmetric_matrices_passes():
+    report = _select(rule=eigvalsh_rrule)
+    assert report.passed, [f.message for f in report.findings]
+
+
+def trisolve(L, b):
+    return solve_triangular(L, b, lower=True)
+
+
+@rrule(trisolve, arrays(shape=(3, 3), structure="lower", min_value=1.0, max_value=3.0), arrays(shape=(3,)))
+def trisolve_rrule(L, b):
+    x = solve_triangular(L, b, lower=True)
+
+    def pullback(xbar):
+        bbar = solve_triangular(L, xbar, lower=True, trans="T")
+        return -np.tril(np.outer(bbar, x)), bbar
+
+    return x, pullback
+
+
+def test_triangular_solve_with_a_lower_triangular_matrix_passes():
+    report = _select(rule=trisolve_rrule)
+    assert report.passed, [f.message for f in report.findings]
+
+
+def test_projection_keeps_structured_arrays_as_the_same_object():
+    a = make_structured("symmetric", np.arange(9.0).reshape(3, 3))
+    assert project("symmetric", a) is a
+    b = np.arange(9.0).reshape(3, 3)
+    assert np.array_equal(project("symmetric", b), (b + b.T) / 2)
+    assert np.array_equal(project("diagonal", b), np.diag(np.diag(b)))
+    assert np.all(np.linalg.eigvalsh(make_structured("psd", b)) >= 1 - 1e-12)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"shape": (3,), "structure": "symmetric"}, "needs square matrices"),
+    ({"shape": (2, 3), "structure": "lower"}, "needs square matrices"),
+    ({"shape": (3, 3), "structure": "hermitian-ish"}, "use one of 'symmetric', 'psd'"),
+])
+def test_bad_structures_are_refused_at_declaration(kwargs, message):
+    with pytest.raises(SpecError, match=message):
+        arrays(**kwargs)
+
+
+def jnp_eigvalsh(a):
+    import jax.numpy as jnp
+
+    return jnp.linalg.eigvalsh(a)
+
+
+def test_the_jax_reference_reads_the_primal_on_the_structure_too():
+    rule = rrule(jnp_eigvalsh, arrays(shape=(3, 3), structure="symmetric"))(eigvalsh_rrule.rrule.__wrapped__)
+    report = check(rule, select=["GG203"], max_examples=5)
+    assert report.rules[0].checks_run == ["GG203"] and report.passed, report.rules[0].checks_skipped
