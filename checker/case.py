@@ -22,7 +22,7 @@ from hypothesis.strategies import SearchStrategy
 from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.specs import RuleSpec, differentiable
-from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, tree_map
+from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 
 __all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
@@ -309,7 +309,7 @@ class Case:
 
 def _like_strategy(value: Any, bound: float) -> SearchStrategy:
     if not is_leaf(value):
-        return st.tuples(*(_like_strategy(v, bound) for v in value)).map(type(value) if isinstance(value, list) else tuple)
+        return st.tuples(*(_like_strategy(v, bound) for v in value)).map(lambda items: rebuild(value, items))
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
         dt = arr.dtype if arr.dtype.kind in "fc" else np.dtype("float64")

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.errors import SpecError
-from gradguard.checker.specs import RuleSpec, build_spec
+from gradguard.checker.specs import RuleSpec, build_spec, with_kwargs
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device"]
 
@@ -94,13 +94,17 @@ def jax_rule(
     name: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
     The options are those of `gradguard.checker.rrule`. ``fn``'s ``nondiff_argnums`` are
     added to ``nondiff``; the primal is the function underneath the
     custom_vjp (its own ``jax.numpy`` code), and findings point at the
-    lines of its ``fwd`` and ``bwd``.
+    lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
+    parameters with defaults may be left without a spec (``f(a, axis=None)`` with
+    ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
+    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them.
     """
     from gradguard.engines.errors import AdapterError
     from gradguard.engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
@@ -113,7 +117,9 @@ def jax_rule(
         nondiff = (nondiff,)
     if not isinstance(nondiff, Iterable) or isinstance(nondiff, (str, bytes)):
         raise SpecError(f"Got nondiff={nondiff!r}, but nondiff must be a tuple of argument positions, e.g. nondiff=(1,).")
-    merged = (*nondiff, *parts.nondiff_argnums)  # validated (positions, range) by build_spec
+    # nondiff_argnums past the declared arguments name parameters left to their defaults (or to kwargs)
+    declared = len(arg_specs) if arg_specs else None
+    merged = (*nondiff, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = rrule_from_custom_vjp(fn)
     spec = build_spec(
         rule,
@@ -126,9 +132,10 @@ def jax_rule(
         rtol=rtol,
         atol=atol,
         kind="jax",
-        jax_fn=fn,
+        jax_fn=with_kwargs(fn, kwargs or {}),
+        kwargs=kwargs,
     )
-    spec.extra["jax_primal"] = parts.fun
+    spec.extra["jax_primal"] = with_kwargs(parts.fun, kwargs or {})
     spec.module = getattr(parts.fun, "__module__", None)
     spec.source_file, spec.source_lines = _source_span(parts.fun, parts.fwd, parts.bwd)
     return spec
@@ -148,8 +155,8 @@ def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:
         return x
 
     @functools.wraps(fun)
-    def primal(*args: Any) -> Any:
-        return jax.tree_util.tree_map(leaf, fun(*args))
+    def primal(*args: Any, **kwargs: Any) -> Any:
+        return jax.tree_util.tree_map(leaf, fun(*args, **kwargs))
 
     return primal
 

@@ -12,6 +12,7 @@ itself. Argument specs are Hypothesis strategies; `arrays`, `floats` and
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import weakref
@@ -212,14 +213,66 @@ def _tolerance(option: str, value: float | None) -> float | None:
 
 
 def _primal_arity(primal: Callable[..., Any]) -> int | None:
-    try:
-        sig = inspect.signature(primal)
-    except (TypeError, ValueError):
+    """The number of required positional parameters, None when the signature cannot say."""
+    sig = _signature(primal)
+    if sig is None:
         return None
     params = list(sig.parameters.values())
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return None
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_call_shape(primal: Callable[..., Any], nargs: int, kwargs: dict[str, Any]) -> None:
+    """The primal must accept ``nargs`` positional arguments and ``kwargs`` (defaults fill the rest)."""
+    sig = _signature(primal)
+    if sig is None:
+        return
+    try:
+        sig.bind(*range(nargs), **kwargs)
+    except TypeError as exc:
+        name = getattr(primal, "__name__", "primal")
+        required = _primal_arity(primal)
+        positional = sum(1 for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        given = f"{nargs} spec(s)" + (f" and kwargs={sorted(kwargs)}" if kwargs else "")
+        if required is not None and not kwargs and not (required <= nargs <= positional):
+            takes = f"{required} required argument(s)" if positional == required else (
+                f"{required} to {positional} positional argument(s) ({required} required)")
+            raise SpecError(
+                f"The primal {name} takes {takes}, but {nargs} spec(s) were given. "
+                "Give one spec per positional argument (parameters with defaults may be left out)."
+            ) from None
+        raise SpecError(
+            f"The primal {name}{sig} cannot be called with {given}: {exc}. Give one spec per positional argument "
+            "(parameters with defaults may be left out), and fix keyword-only arguments with kwargs={...}."
+        ) from None
+
+
+def _kwargs(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.isidentifier() for k in value):
+        raise SpecError(f"Got kwargs={value!r}, but kwargs must be a dict of keyword arguments, e.g. kwargs={{'axis': 1}}.")
+    return dict(value)
+
+
+def with_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` with fixed keyword arguments (not differentiated), keeping its name for reports."""
+    if not kwargs:
+        return fn
+
+    @functools.wraps(fn)
+    def bound(*args: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return bound
 
 
 def source_location(fn: Callable[..., Any]) -> tuple[str | None, tuple[int, int] | None]:
@@ -245,6 +298,7 @@ def build_spec(
     atol: float | None,
     kind: str = "numpy",
     jax_fn: Any = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> RuleSpec:
     """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
     if not callable(primal):
@@ -270,12 +324,10 @@ def build_spec(
         raise SpecError(f"Got name={name!r}, but name must be a non-empty string.")
 
     nargs = len(arg_specs) if arg_specs else None
+    kwargs = _kwargs(kwargs)
     arity = _primal_arity(primal)
-    if nargs is not None and arity is not None and arity != nargs:
-        raise SpecError(
-            f"The primal {primal.__name__} takes {arity} required argument(s), but {nargs} spec(s) were given. "
-            "Give one spec per positional argument."
-        )
+    if nargs is not None:
+        _check_call_shape(primal, nargs, kwargs)
     mutates_set = _positions("mutates", mutates, nargs)
     nondiff_set = _positions("nondiff", nondiff, nargs)
     nondiff_set |= {i for i, s in enumerate(arg_specs) if is_constant(s)}
@@ -285,9 +337,9 @@ def build_spec(
     structures = {i: st_ for i, s in enumerate(arg_specs) if (st_ := structure_of(s)) is not None}
     if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
         rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)
-    return RuleSpec(
-        rrule=rule_fn,
-        primal=primal,
+    spec = RuleSpec(
+        rrule=with_kwargs(rule_fn, kwargs),
+        primal=with_kwargs(primal, kwargs),
         name=name or getattr(rule_fn, "__name__", "rule"),
         arg_specs=tuple(arg_specs) if arg_specs else None,
         args_strategy=strategy,
@@ -302,6 +354,9 @@ def build_spec(
         source_lines=lines,
         module=getattr(rule_fn, "__module__", None),
     )
+    if kwargs:
+        spec.extra["kwargs"] = kwargs
+    return spec
 
 
 def rrule(
@@ -313,23 +368,28 @@ def rrule(
     name: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    kwargs: dict[str, Any] | None = None,
 ) -> Callable[[Callable[..., Any]], RuleSpec]:
     """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
 
     The decorated function takes the primal's arguments and returns
     ``(output, pullback)``; ``pullback(ybar)`` returns one tangent per
-    argument (``None`` for non-differentiable ones).
+    argument (``None`` for non-differentiable ones). ``kwargs`` fixes keyword arguments (an ``axis=``, a
+    keyword-only option): the rule and the primal are always called with them, and they get no tangent.
+    Parameters with defaults may be left without a spec; they keep their defaults.
     """
     if not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
 
     def decorate(rule_fn: Callable[..., Any]) -> RuleSpec:
         return build_spec(
-            rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol
+            rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol,
+            kwargs=kwargs,
         )
 
     # Validate the options now, not at decoration, so the error points at the rrule(...) line.
-    build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol)
+    build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol,
+               atol=atol, kwargs=kwargs)
     return decorate
 
 

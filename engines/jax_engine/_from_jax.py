@@ -23,6 +23,7 @@ inserted at the ``nondiff_argnums`` positions, giving one tangent per argument.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -81,7 +82,12 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
     jit_fwd = jax.jit(fwd, static_argnums=nondiff)
     jit_bwd = jax.jit(parts.bwd, static_argnums=tuple(range(len(nondiff))))
 
-    def rule(*args: Any) -> tuple[Any, Callable[..., Any]]:
+    resolve = _resolver(parts.fun)
+
+    def rule(*given: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        # As jax.custom_vjp calls fwd: keyword arguments at their positions, defaults filled in. The rule's
+        # arguments are those given positionally; tangents for the rest (defaults, kwargs) are dropped.
+        args = resolve(given, kwargs)
         jargs = [a if i in nondiff else _to_jax(a) for i, a in enumerate(args)]
         statics = tuple(args[i] for i in nondiff if i < len(args))
         compiled = _hashable(statics)
@@ -103,7 +109,10 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
                     "bwd(*nondiff_args, residuals, cotangent) and must return a tuple with one cotangent per "
                     f"differentiable argument ({len(args) - len(statics)}), each shaped like its argument."
                 ) from exc
-            return _with_nondiff(_to_numpy(out), nondiff, len(args))
+            tangents = _with_nondiff(_to_numpy(out), nondiff, len(args))
+            if len(args) > len(given) and isinstance(tangents, tuple) and len(tangents) == len(args):
+                tangents = tangents[: len(given)]
+            return tangents
 
         pullback.__qualname__ = f"pullback of {parts.name}"
         return y_np, pullback
@@ -120,8 +129,35 @@ def _cotangent(ybar: Any, y: Any) -> Any:
     if ybar is None:
         return jax.tree_util.tree_map(lambda o: jax.numpy.zeros(np.shape(o), np.asarray(o).dtype), y)
     if jax.tree_util.tree_structure(ybar) != jax.tree_util.tree_structure(y):
-        return _tree_to_jax(ybar)
+        flat, want = jax.tree_util.tree_leaves(ybar), jax.tree_util.tree_structure(y)
+        if len(flat) != want.num_leaves or any(c is None for c in flat):
+            return _tree_to_jax(ybar)
+        ybar = jax.tree_util.tree_unflatten(want, flat)  # a plain tuple for a NamedTuple output, as JAX passes it
     return jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=np.asarray(o).dtype), ybar, y)
+
+
+def _resolver(fun: Callable[..., Any]) -> Callable[[tuple, dict], tuple]:
+    """Arguments as ``jax.custom_vjp`` resolves them: bound to ``fun``'s signature, defaults applied."""
+    try:
+        sig = inspect.signature(fun)
+    except (TypeError, ValueError):
+        sig = None
+
+    def resolve(args: tuple, kwargs: dict) -> tuple:
+        if sig is None:
+            if kwargs:
+                raise AdapterError(f"cannot resolve keyword arguments {sorted(kwargs)} without a signature")
+            return tuple(args)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            if kwargs:
+                raise
+            return tuple(args)  # let the call itself raise the user's own error
+        bound.apply_defaults()
+        return tuple(bound.args)
+
+    return resolve
 
 
 def _perturbed_fwd(parts: CustomVjpParts) -> Callable[..., Any]:

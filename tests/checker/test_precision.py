@@ -123,3 +123,114 @@ def test_equal_infinite_outputs_are_the_same_value():
         return logabsdet(a), lambda ybar: (np.zeros_like(a),)
 
     assert check(logabsdet_rule, seed=0, select=["GG102"]).findings == []
+
+
+# -- every signature jax.custom_vjp accepts is declarable: defaults, nondiff_argnums, keyword arguments -----
+def _jax():
+    return pytest.importorskip("jax")
+
+
+def _logsumexp_rule(wrong: bool):
+    jax = _jax()
+    import jax.numpy as jnp
+
+    def lse(a, axis=None):
+        return jax.scipy.special.logsumexp(a, axis=axis)
+
+    lse = jax.custom_vjp(lse, nondiff_argnums=(1,))
+
+    def fwd(a, axis=None):
+        y = lse(a, axis)
+        return y, (a, y)
+
+    def bwd(axis, res, g):
+        a, y = res
+        if axis is not None:
+            y, g = jnp.expand_dims(y, axis), jnp.expand_dims(g, axis)
+        return (g * jnp.exp(a - y) * (2.0 if wrong else 1.0),)
+
+    lse.defvjp(fwd, bwd)
+    return lse
+
+
+def test_custom_vjp_with_a_defaulted_nondiff_argument_is_declarable_three_ways():
+    from gradguard.checker import constant, jax_rule
+
+    lse = _logsumexp_rule(wrong=False)
+    rules = [
+        jax_rule(lse, arrays(shape=(3,)), name="lse_default"),  # axis left to its default
+        jax_rule(lse, arrays(shape=(2, 3)), constant(1), name="lse_positional"),
+        jax_rule(lse, arrays(shape=(2, 3)), kwargs={"axis": 0}, name="lse_keyword"),
+    ]
+    assert rules[0].nondiff == frozenset() and rules[1].nondiff == {1}
+    report = check(rules, seed=0, ignore=["GG302"])
+    assert [(r.name, r.verdict, r.error) for r in report.rules] == [
+        ("lse_default", "pass", None), ("lse_positional", "pass", None), ("lse_keyword", "pass", None)]
+
+
+def test_custom_vjp_with_a_defaulted_argument_still_finds_a_wrong_bwd():
+    from gradguard.checker import jax_rule
+
+    rule = jax_rule(_logsumexp_rule(wrong=True), arrays(shape=(2, 3)), kwargs={"axis": 1}, name="lse_doubled")
+    report = check(rule, seed=0, select=["GG201"])
+    (f,) = report.findings
+    assert f.message.startswith("the pullback of lse_doubled disagrees with finite differences of the primal")
+
+
+def test_custom_vjp_returning_a_namedtuple_gets_its_cotangent_as_a_namedtuple():
+    jax = _jax()
+    import typing
+
+    import jax.numpy as jnp
+
+    from gradguard.checker import jax_rule
+
+    class SinCos(typing.NamedTuple):
+        s: typing.Any
+        c: typing.Any
+
+    @jax.custom_vjp
+    def sincos(x):
+        return SinCos(jnp.sin(x), jnp.cos(x))
+
+    sincos.defvjp(lambda x: (sincos(x), x), lambda x, g: (g.s * jnp.cos(x) - g.c * jnp.sin(x),))
+    report = check(jax_rule(sincos, arrays(shape=(3,))), seed=0)
+    assert report.rules[0].verdict == "pass", (report.rules[0].error, errors(report))
+
+
+def power_kw(x, *, p=2.0):
+    return x**p
+
+
+@rrule(power_kw, arrays(shape=(3,), min_value=0.5, max_value=2.0), kwargs={"p": 3.0})
+def power_kw_ok(x, *, p=2.0):
+    return x**p, lambda ybar: (p * x ** (p - 1) * ybar,)
+
+
+@rrule(power_kw, arrays(shape=(3,), min_value=0.5, max_value=2.0), kwargs={"p": 3.0})
+def power_kw_default_in_pullback(x, *, p=2.0):
+    return x**p, lambda ybar: (2.0 * x * ybar,)  # the derivative for the default p, not the one given
+
+
+def test_keyword_only_arguments_are_fixed_by_kwargs():
+    assert check(power_kw_ok, seed=0, ignore=["GG302"]).passed
+    report = check(power_kw_default_in_pullback, seed=0, select=["GG201"])
+    (f,) = report.findings
+    assert f.message.startswith("the pullback of power_kw_default_in_pullback disagrees with finite differences")
+
+
+def test_specs_that_cannot_call_the_primal_are_refused_with_the_reason():
+    from gradguard.checker.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"The primal power_kw\(x, \*, p=2.0\) cannot be called with 1 spec\(s\) "
+                                        r"and kwargs=\['q'\]: got an unexpected keyword argument 'q'"):
+        rrule(power_kw, arrays(shape=(3,)), kwargs={"q": 1.0})
+    with pytest.raises(SpecError, match=r"Got kwargs=\[1\], but kwargs must be a dict of keyword arguments"):
+        rrule(power_kw, arrays(shape=(3,)), kwargs=[1])
+
+    def with_default(x, axis=None):
+        return x
+
+    with pytest.raises(SpecError, match=r"The primal with_default takes 1 to 2 positional argument\(s\) \(1 required\), "
+                                        r"but 3 spec\(s\) were given"):
+        rrule(with_default, arrays(shape=(3,)), arrays(shape=(3,)), arrays(shape=(3,)))
