@@ -24,7 +24,7 @@ from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.specs import RuleSpec, differentiable
 from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 
-__all__ = ["Case", "RuleRaised", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
+__all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
 COTANGENT_BOUND = 4.0
 # Cotangents and directions are drawn element by element (shrinkable) only up to this size: a check
@@ -47,6 +47,26 @@ class RuleRaised(Exception):
             actual=self.user_traceback.strip().splitlines()[-1],
             fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's domain.",
         )
+
+
+class UnsupportedOutput(BaseException):
+    """The rule's output holds a value gradguard cannot differentiate through (a dict, a string, an object).
+
+    A BaseException, like the runner's time limit, so that Hypothesis neither shrinks it nor reports it
+    as a failing example: the runner turns it into the verdict "error" for this rule, with this message.
+    """
+
+
+SUPPORTED_OUTPUT = "arrays, Python or NumPy numbers, None, and tuples, lists or NamedTuples of them (nested)"
+
+
+def _unsupported_leaf(tree: Any) -> Any:
+    """The first leaf of ``tree`` that is not an array, a number or None (dicts count as leaves here)."""
+    for leaf in leaves(tree):
+        if leaf is None or isinstance(leaf, (np.ndarray, np.generic, bool, int, float, complex)):
+            continue
+        return leaf
+    return None
 
 
 class Draws(Protocol):
@@ -231,6 +251,12 @@ class Case:
                 shared.call = exc
                 raise
             call = FirstCall(args=args, args_after=copy_tree(args), result=result)
+            if call.is_pair and (odd := _unsupported_leaf(result[0])) is not None:
+                raise UnsupportedOutput(
+                    f"the output of {self.rule.name} holds {describe(odd)} {odd!r:.60}; gradguard checks outputs that "
+                    f"are {SUPPORTED_OUTPUT}. Declare a primal that returns a tuple of the arrays (e.g. "
+                    "tuple(d[k] for k in sorted(d)) for a dict) and adapt the rule to it."
+                )
             if call.is_pair:
                 call.snapshot = copy_tree(result[0])
             shared.call = call

@@ -31,7 +31,7 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker import reproducer
 from gradguard.checker._hypothesis import own_constants_only
-from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared
+from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
 from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
 from gradguard.checker.errors import UsageError
 from gradguard.checker.inputs import format_call, show
@@ -198,6 +198,9 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except _SpecCannotGenerate as exc:
         result.verdict = "error"
         result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
+    except UnsupportedOutput as exc:  # this rule gets an error naming the value; the other rules are checked
+        result.verdict = "error"
+        result.error = {"type": "UnsupportedOutput", "message": str(exc), "traceback": ""}
     except PlatformUnavailable as exc:  # e.g. --device gpu where JAX sees none: this JAX rule errors, others run
         result.verdict = "error"
         result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}

@@ -17,7 +17,7 @@ from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
 from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves
+from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild
 
 __all__: list[str] = []
 
@@ -103,8 +103,8 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     if not is_leaf(y):
         for j in range(len(y)):
             filled = case.cotangent_like(y, f"cotangent with output {j} absent")
-            absent = type(y)(None if k == j else filled[k] for k in range(len(y)))
-            zero = type(y)(zeros_like_tree(y[k]) if k == j else filled[k] for k in range(len(y)))
+            absent = rebuild(y, (None if k == j else filled[k] for k in range(len(y))))
+            zero = rebuild(y, (zeros_like_tree(y[k]) if k == j else filled[k] for k in range(len(y))))
             out.append((f"None as the cotangent of output {j}", absent, zero))
     return out
 

@@ -45,7 +45,7 @@ from gradguard.checker.checks._vjp import (
 from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.checker.trees import copy_tree, inner, leaves, rebuild, tree_map
 from gradguard.engines import fd
 
 __all__ = ["jax_tangents"]
@@ -195,7 +195,7 @@ def _check_faithful(case: Case, jax_out: Any) -> None:
 def _tuple_like(out: Any, cotangent: Any) -> Any:
     """``out`` with the cotangent's container types (JAX returns lists where the primal built tuples)."""
     if isinstance(cotangent, (tuple, list)) and isinstance(out, (tuple, list)):
-        return type(cotangent)(_tuple_like(o, c) for o, c in zip(out, cotangent))
+        return rebuild(cotangent, (_tuple_like(o, c) for o, c in zip(out, cotangent)))
     return out
 
 

@@ -89,7 +89,7 @@ def zero_d_wrong(x):
 
 @pytest.mark.parametrize("rule", [slogdet_ok, nested_ok, numpy_scalar_ok, zero_d_ok], ids=lambda r: r.name)
 def test_exotic_outputs_get_a_verdict_and_right_rules_pass(rule):
-    report = check(rule, seed=0, ignore=["GG302"])
+    report = check(rule, seed=0)  # every check, GG302's None variants of each output included
     (result,) = report.rules
     assert result.error is None, result.error
     assert result.verdict == "pass", errors(report)
@@ -234,3 +234,20 @@ def test_specs_that_cannot_call_the_primal_are_refused_with_the_reason():
     with pytest.raises(SpecError, match=r"The primal with_default takes 1 to 2 positional argument\(s\) \(1 required\), "
                                         r"but 3 spec\(s\) were given"):
         rrule(with_default, arrays(shape=(3,)), arrays(shape=(3,)), arrays(shape=(3,)))
+
+
+def test_an_output_gradguard_cannot_read_is_an_error_for_that_rule_only():
+    def stats(x):
+        return {"mean": np.mean(x), "sum": np.sum(x)}
+
+    @rrule(stats, arrays(shape=(3,)))
+    def stats_rule(x):
+        return stats(x), lambda ybar: (np.full(x.shape, ybar["mean"] / 3 + ybar["sum"]),)
+
+    report = check([stats_rule, zero_d_ok], seed=0, select=["GG1", "GG2"])
+    assert [r.verdict for r in report.rules] == ["error", "pass"]
+    assert report.rules[0].error["type"] == "UnsupportedOutput"
+    assert report.rules[0].error["message"].startswith(
+        "the output of stats_rule holds dict {'mean': np.float64(0.0), 'sum': np.float64(0.0)}; gradguard checks "
+        "outputs that are arrays, Python or NumPy numbers, None, and tuples, lists or NamedTuples of them (nested)."
+    )
