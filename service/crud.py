@@ -23,6 +23,7 @@ from gradguard.service.security import hash_token, new_token
 __all__ = [
     "create_project",
     "get_project",
+    "find_project_by_token",
     "list_projects",
     "create_run",
     "get_run",
@@ -58,6 +59,11 @@ def get_project(session: Session, *, slug: str) -> Project:
         raise NotFound(f"project: no project named {slug!r}.", field="project",
                        fix="Check the slug; GET /api/v1/projects lists the projects you can see.")
     return project
+
+
+def find_project_by_token(session: Session, *, token: str) -> Project | None:
+    """The project whose submit token is ``token`` (looked up by its hash), or None."""
+    return session.scalar(select(Project).where(Project.token_hash == hash_token(token)))
 
 
 def list_projects(session: Session, *, include_private: bool) -> Sequence[Project]:

@@ -41,6 +41,8 @@ __all__ = [
     "Unavailable",
     "error_body",
     "install_error_handlers",
+    "service_error_response",
+    "validation_error_response",
 ]
 
 
@@ -94,7 +96,7 @@ def error_body(message: str, field: str | None = None, fix: str | None = None) -
     return {"detail": {"field": field, "message": message, "fix": fix}}
 
 
-async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
+async def service_error_response(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
     headers = dict(exc.headers or {})
     if exc.status == 401:
@@ -102,7 +104,7 @@ async def _service_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(exc.message, exc.field, exc.fix), status_code=exc.status, headers=headers)
 
 
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def validation_error_response(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
@@ -143,6 +145,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _internal_error)
     app.add_exception_handler(OperationalError, _database_down)
     app.add_exception_handler(InterfaceError, _database_down)
-    app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(ServiceError, service_error_response)
+    app.add_exception_handler(RequestValidationError, validation_error_response)
     app.add_exception_handler(StarletteHTTPException, _http_error)

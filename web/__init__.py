@@ -8,7 +8,6 @@
     view.py          a report and its files -> what the run page shows (grid, sources, safety matrix)
     chart.py         the history chart, SVG drawn on the server
     queries.py       read queries beyond service.crud (latest verdict per branch, history, rule over commits)
-    deps.py          sessions and access to private projects (token form -> cookie, ?token=)
     templating.py    the Jinja2 environment (autoescape everywhere)
 """
 

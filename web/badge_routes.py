@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from gradguard.service.access import Credentials, can_read
+from gradguard.service.api.deps import CredentialsDep, SessionDep, SettingsDep
 from gradguard.web import queries
-from gradguard.web.badges import UNKNOWN, badge_state, etag, render_endpoint, render_svg
-from gradguard.web.deps import SessionDep, can_read
+from gradguard.web.badges import UNKNOWN, BadgeState, badge_state, etag, render_endpoint, render_svg
 
 __all__ = ["router"]
 
@@ -24,9 +27,12 @@ router = APIRouter(prefix="/badge", tags=["badges"])
 CACHE = "no-cache, max-age=0, must-revalidate"
 
 
-def _state(request: Request, session: SessionDep, project: str, branch: str | None, token: str | None):  # type: ignore[no-untyped-def]
+def _state(session: SessionDep, settings: SettingsDep, credentials: CredentialsDep, project: str,
+           branch: str | None = None, token: str | None = None) -> BadgeState:
     found, status, summary = queries.badge_source(session, slug=project, branch=branch or None)
-    if found is None or not can_read(request, found, token):
+    if token:
+        credentials = Credentials(bearer=credentials.bearer, cookies=(*credentials.cookies, token))
+    if found is None or not can_read(settings, found, credentials):
         return UNKNOWN
     return badge_state(status, summary)
 
@@ -44,14 +50,12 @@ def _send(request: Request, body: str, media_type: str) -> Response:
 # HEAD is its own route, left out of the OpenAPI schema: one operation id per operation.
 @router.get("/{project}.svg", summary="SVG badge of a branch's latest verdict")
 @router.head("/{project}.svg", include_in_schema=False)
-def badge_svg(request: Request, session: SessionDep, project: str, branch: str | None = None,
-              token: str | None = None) -> Response:
-    return _send(request, render_svg(_state(request, session, project, branch, token)), "image/svg+xml")
+def badge_svg(request: Request, state: Annotated[BadgeState, Depends(_state)]) -> Response:
+    return _send(request, render_svg(state), "image/svg+xml")
 
 
 @router.get("/{project}.json", summary="shields.io endpoint badge of a branch's latest verdict")
 @router.head("/{project}.json", include_in_schema=False)
-def badge_json(request: Request, session: SessionDep, project: str, branch: str | None = None,
-               token: str | None = None) -> Response:
-    body = json.dumps(render_endpoint(_state(request, session, project, branch, token)), sort_keys=True)
+def badge_json(request: Request, state: Annotated[BadgeState, Depends(_state)]) -> Response:
+    body = json.dumps(render_endpoint(state), sort_keys=True)
     return _send(request, body, "application/json")

@@ -1,9 +1,10 @@
 """The pages: projects, a project, a run (with its live status), a rule's history, the check catalogue.
 
-Routes are thin: read through :mod:`gradguard.service.crud` and :mod:`gradguard.web.queries`, shape with :mod:`gradguard.web.view`,
-render a template. A private project without a valid token looks exactly like a missing one (a 404
-page that offers the token form), so its name does not leak; the token is kept in a cookie once
-entered. Nothing answers a stack trace.
+Routes are thin: access comes from the service's one policy (``ReadableProject``, ``ReadableRun``),
+data from :mod:`gradguard.service.crud` and :mod:`gradguard.web.queries`, shape from
+:mod:`gradguard.web.view`. A private project without a valid token looks exactly like a missing one:
+the policy answers NotFound for both and :func:`hidden_page` renders it as a 404 page that offers the
+token form, so no name leaks; the token is kept in a cookie once entered. Nothing answers a stack trace.
 """
 
 from __future__ import annotations
@@ -15,21 +16,20 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from sqlalchemy import func, select
 
 from gradguard.checker.checks.registry import FAMILIES, CheckInfo, catalogue
-from gradguard.service import crud
+from gradguard.service import access, crud
+from gradguard.service.api.deps import (ADMIN_COOKIE, CredentialsDep, ReadableProject, ReadableRun, SessionDep,
+                                        SettingsDep, token_cookie)
 from gradguard.service.errors import Invalid, NotFound
-from gradguard.service.models import FINAL_STATUSES, Project, Run
+from gradguard.service.models import FINAL_STATUSES, Project
 from gradguard.service.reports import stored_summary
-from gradguard.service.security import hash_token
 from gradguard.web import queries
 from gradguard.web.chart import history_svg
-from gradguard.web.deps import ADMIN_COOKIE, SessionDep, can_read, is_admin, token_cookie
 from gradguard.web.templating import templates
 from gradguard.web.view import rule_views
 
-__all__ = ["router"]
+__all__ = ["router", "hidden_page"]
 
 router = APIRouter(include_in_schema=False)
 RUNS_PER_PAGE = 50
@@ -44,34 +44,21 @@ def _not_found(request: Request, message: str, suggestions: list[dict[str, str]]
     return _page(request, "error.html", 404, heading="Not found", message=message, suggestions=suggestions or [])
 
 
-def _hidden(request: Request, what: str) -> HTMLResponse:
-    """The answer for something missing or private: 404, with the token form for private projects."""
+def hidden_page(request: Request, what: str) -> HTMLResponse:
+    """The answer for something missing or private: 404, with the token form."""
     return _page(request, "token.html", 404, what=what, next=_safe_next(request.url.path), error=None)
-
-
-def _gate(request: Request, project: Project, what: str) -> HTMLResponse | None:
-    """``None`` if the request may read ``project``, else the same 404 as for a missing project."""
-    if can_read(request, project, request.query_params.get("token")):
-        return None
-    return _hidden(request, what)
 
 
 def _project_url(project: Project) -> str:
     return f"/p/{project.slug}"
 
 
-def _lookup(session: SessionDep, slug: str) -> Project | None:
-    try:
-        return crud.get_project(session, slug=slug)
-    except NotFound:
-        return None
-
-
 # -- projects --------------------------------------------------------------------------------------
 
 @router.get("/", response_class=HTMLResponse)
-def projects_page(request: Request, session: SessionDep) -> HTMLResponse:
-    projects = [p for p in crud.list_projects(session, include_private=True) if can_read(request, p)]
+def projects_page(request: Request, session: SessionDep, settings: SettingsDep,
+                  credentials: CredentialsDep) -> HTMLResponse:
+    projects = access.readable_projects(session, settings=settings, credentials=credentials)
     heads = queries.projects_with_heads(session, projects=projects)
     counts = queries.run_counts(session, projects=projects)
     rows = [{"project": p, "url": _project_url(p), "head": heads.get(p.id), "runs": counts.get(p.id, 0)}
@@ -79,14 +66,9 @@ def projects_page(request: Request, session: SessionDep) -> HTMLResponse:
     return _page(request, "projects.html", rows=rows)
 
 
-@router.get("/p/{slug}", response_class=HTMLResponse)
-def project_page(request: Request, session: SessionDep, slug: str, branch: str | None = None,
+@router.get("/p/{project}", response_class=HTMLResponse)
+def project_page(request: Request, session: SessionDep, project: ReadableProject, branch: str | None = None,
                  cursor: str | None = None) -> HTMLResponse:
-    project = _lookup(session, slug)
-    if project is None:
-        return _hidden(request, f"project {slug!r}")
-    if (gate := _gate(request, project, f"project {slug!r}")) is not None:
-        return gate
     try:
         crud.decode_cursor(cursor) if cursor else None
     except Invalid:
@@ -96,7 +78,7 @@ def project_page(request: Request, session: SessionDep, slug: str, branch: str |
     branches = queries.branch_rows(session, project=project)
     shown = branch or project.default_branch
     names = sorted({b.branch for b in branches} | {shown}, key=lambda n: (n != project.default_branch, n))
-    total = session.scalar(select(func.count()).select_from(Run).where(Run.project_id == project.id)) or 0
+    total = queries.run_counts(session, projects=[project]).get(project.id, 0)
     base = _project_url(project)
     keep = {"branch": branch} if branch else {}
     server = str(request.base_url).rstrip("/")
@@ -121,13 +103,14 @@ def token_form(request: Request, next: str = "/") -> HTMLResponse:
 
 
 @router.post("/token", response_model=None)
-def token_submit(request: Request, session: SessionDep, token: str = Form(""), next: str = Form("/")) -> Response:
+def token_submit(request: Request, session: SessionDep, settings: SettingsDep, token: str = Form(""),
+                 next: str = Form("/")) -> Response:
     """Keep a project token (or the admin token) in a cookie; the token itself names the project."""
     token, target = token.strip(), _safe_next(next)
-    project = session.scalar(select(Project).where(Project.token_hash == hash_token(token))) if token else None
+    project = crud.find_project_by_token(session, token=token) if token else None
     if project is not None:
         name = token_cookie(project.slug)
-    elif token and is_admin(request, token):
+    elif token and access.is_admin(settings, token):
         name = ADMIN_COOKIE
     else:
         return _page(request, "token.html", 403, what=None, next=target,
@@ -147,22 +130,8 @@ def _safe_next(target: str) -> str:
 
 # -- runs ------------------------------------------------------------------------------------------
 
-def _run_or_none(session: SessionDep, run_id: str) -> Run | None:
-    if not run_id.isdigit() or len(run_id) > 18:
-        return None
-    try:
-        return crud.get_run(session, run_id=int(run_id))
-    except NotFound:
-        return None
-
-
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, session: SessionDep, run_id: str) -> HTMLResponse:
-    run = _run_or_none(session, run_id)
-    if run is None:
-        return _hidden(request, f"run #{run_id}")
-    if (gate := _gate(request, run.project, f"run #{run_id}")) is not None:
-        return gate
+def run_page(request: Request, session: SessionDep, run: ReadableRun) -> HTMLResponse:
     final = run.status in FINAL_STATUSES
     report, rules, problem = None, [], None
     if final:
@@ -181,24 +150,18 @@ def run_page(request: Request, session: SessionDep, run_id: str) -> HTMLResponse
 
 
 @router.get("/runs/{run_id}/status")
-def run_status(request: Request, session: SessionDep, run_id: str) -> JSONResponse:
+def run_status(run: ReadableRun) -> JSONResponse:
     """What the run page polls while the run is queued or running."""
-    run = _run_or_none(session, run_id)
-    if run is None or not can_read(request, run.project, request.query_params.get("token")):
-        return JSONResponse({"detail": {"message": f"no run #{run_id} that you can see"}}, status_code=404)
-    body = {"id": run.id, "status": run.status, "final": run.status in FINAL_STATUSES, "summary": stored_summary(run.summary)}
+    body = {"id": run.id, "status": run.status, "final": run.status in FINAL_STATUSES,
+            "summary": stored_summary(run.summary)}
     return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
 
 # -- rules -----------------------------------------------------------------------------------------
 
-@router.get("/p/{slug}/rules/{rule:path}", response_class=HTMLResponse)
-def rule_page(request: Request, session: SessionDep, slug: str, rule: str, branch: str | None = None) -> HTMLResponse:
-    project = _lookup(session, slug)
-    if project is None:
-        return _hidden(request, f"project {slug!r}")
-    if (gate := _gate(request, project, f"project {slug!r}")) is not None:
-        return gate
+@router.get("/p/{project}/rules/{rule:path}", response_class=HTMLResponse)
+def rule_page(request: Request, session: SessionDep, project: ReadableProject, rule: str,
+              branch: str | None = None) -> HTMLResponse:
     runs = queries.rule_history(session, project=project, rule=rule, branch=branch or None)
     counts = {"pass": 0, "fail": 0, "error": 0}
     for r in runs:

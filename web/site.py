@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import time
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gradguard.service.errors import NotFound, ServiceError, service_error_response, validation_error_response
 from gradguard.web import badge_routes, routes
 from gradguard.web.templating import STATIC_DIR
 
@@ -67,10 +70,36 @@ class _CachedStatic(StaticFiles):
         return response
 
 
+_JSON_PATHS = ("/api/", "/badge/", "/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json")
+
+
+def _what(request: Request, field: str | None) -> str:
+    params = request.path_params
+    if "run_id" in params:
+        return f"run #{params['run_id']}"
+    if "project" in params:
+        return f"project {params['project']!r}"
+    return field or "page"
+
+
+async def _page_errors(request: Request, exc: Exception) -> Response:
+    """Pages answer the access policy's NotFound (and a malformed id) with the 404 page that offers the
+    token form; the API keeps its JSON errors."""
+    if request.url.path.startswith(_JSON_PATHS) or request.url.path.endswith("/status"):
+        if isinstance(exc, RequestValidationError):
+            return await validation_error_response(request, exc)
+        return await service_error_response(request, exc)
+    if isinstance(exc, (NotFound, RequestValidationError)):
+        return routes.hidden_page(request, _what(request, getattr(exc, "field", None)))
+    return await service_error_response(request, exc)
+
+
 def mount(app: FastAPI) -> FastAPI:
     """Add the pages, badges and static files to ``app`` (the service API) and return it."""
     app.include_router(badge_routes.router)
     app.include_router(routes.router)
+    app.add_exception_handler(ServiceError, _page_errors)
+    app.add_exception_handler(RequestValidationError, _page_errors)
     app.mount("/static", _CachedStatic(directory=STATIC_DIR), name="static")
     app.add_middleware(SecurityHeaders)
     return app

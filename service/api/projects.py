@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from gradguard.service import crud, lifecycle
-from gradguard.service.api.deps import (ExecutorDep, SessionDep, SettingsDep, TokenDep, base_url, can_read, check_can_read,
-                              check_can_submit, rate_limit, require_admin)
+from gradguard.service import access, crud, lifecycle
+from gradguard.service.api.deps import (CredentialsDep, ExecutorDep, ReadableProject, SessionDep, SettingsDep, TokenDep,
+                                       WritableProject, base_url, rate_limit, require_admin)
 from gradguard.service.api.submission import SUBMISSION_OPENAPI, read_submission
 from gradguard.service.errors import Invalid, Unavailable
 from gradguard.service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
@@ -29,26 +29,23 @@ def create_project(data: ProjectCreate, session: SessionDep) -> ProjectCreated:
 
 
 @router.get("", response_model=ProjectList)
-def list_projects(session: SessionDep, settings: SettingsDep, token: TokenDep) -> ProjectList:
+def list_projects(session: SessionDep, settings: SettingsDep, credentials: CredentialsDep) -> ProjectList:
     """Public projects, plus private ones the token can read."""
-    projects = crud.list_projects(session, include_private=bool(token))
-    return ProjectList(items=[ProjectOut.model_validate(p) for p in projects if can_read(settings, p, token)])
+    projects = access.readable_projects(session, settings=settings, credentials=credentials)
+    return ProjectList(items=[ProjectOut.model_validate(p) for p in projects])
 
 
 @router.get("/{project}", response_model=ProjectOut)
-def read_project(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep) -> ProjectOut:
-    found = crud.get_project(session, slug=project)
-    check_can_read(settings, found, token)
-    return ProjectOut.model_validate(found)
+def read_project(project: ReadableProject) -> ProjectOut:
+    return ProjectOut.model_validate(project)
 
 
 @router.post("/{project}/runs", status_code=202, response_model=RunAccepted, openapi_extra=SUBMISSION_OPENAPI,
              responses={413: {"description": "bundle too large"}, 429: {"description": "rate limited"}})
-async def submit_run(project: str, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep,
-                     executor: ExecutorDep) -> RunAccepted:
+async def submit_run(project: WritableProject, request: Request, session: SessionDep, settings: SettingsDep,
+                     token: TokenDep, executor: ExecutorDep) -> RunAccepted:
     """Queue a run of the submitted rule files (project token). Poll ``urls.self`` for the verdict."""
-    found = await run_in_threadpool(crud.get_project, session, slug=project)
-    check_can_submit(settings, found, token)
+    found = project
     rate_limit(request, token)
     options, files = await read_submission(request, settings)
     if not executor.accepts(options.device):
@@ -73,30 +70,24 @@ async def submit_run(project: str, request: Request, session: SessionDep, settin
 
 
 @router.get("/{project}/runs", response_model=RunPage)
-def list_runs(project: str, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep,
+def list_runs(project: ReadableProject, request: Request, session: SessionDep, settings: SettingsDep,
               branch: Annotated[str | None, Query(max_length=200)] = None,
               limit: Annotated[int, Query(ge=1, le=100)] = 20,
               cursor: Annotated[str | None, Query(max_length=64)] = None) -> RunPage:
     """Runs of a project, newest first; filter by ``branch``; follow ``next_cursor`` for older ones."""
-    found = crud.get_project(session, slug=project)
-    check_can_read(settings, found, token)
-    runs, next_cursor = crud.list_runs(session, project=found, branch=branch, limit=limit, cursor=cursor)
+    runs, next_cursor = crud.list_runs(session, project=project, branch=branch, limit=limit, cursor=cursor)
     base = base_url(request, settings)
     return RunPage(items=[run_out(r, base) for r in runs], next_cursor=next_cursor)
 
 
 @router.get("/{project}/branches", response_model=BranchList)
-def list_branches(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep) -> BranchList:
+def list_branches(project: ReadableProject, session: SessionDep) -> BranchList:
     """The latest verdict of every branch that has a finished run."""
-    found = crud.get_project(session, slug=project)
-    check_can_read(settings, found, token)
-    return BranchList(items=[BranchVerdict.model_validate(h) for h in crud.list_branch_heads(session, project=found)])
+    return BranchList(items=[BranchVerdict.model_validate(h) for h in crud.list_branch_heads(session, project=project)])
 
 
 @router.get("/{project}/latest", response_model=BranchVerdict)
-def latest_verdict(project: str, session: SessionDep, settings: SettingsDep, token: TokenDep,
+def latest_verdict(project: ReadableProject, session: SessionDep,
                    branch: Annotated[str | None, Query(max_length=200)] = None) -> BranchVerdict:
     """The latest finished run's verdict on ``branch`` (default: the project's default branch)."""
-    found = crud.get_project(session, slug=project)
-    check_can_read(settings, found, token)
-    return BranchVerdict.model_validate(crud.get_branch_head(session, project=found, branch=branch))
+    return BranchVerdict.model_validate(crud.get_branch_head(session, project=project, branch=branch))

@@ -9,9 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from gradguard.service import crud
-from gradguard.service.api.deps import SessionDep, SettingsDep, TokenDep, base_url, check_can_read
+from gradguard.service.api.deps import ReadableRun, SessionDep, SettingsDep, base_url
 from gradguard.service.errors import Unavailable
-from gradguard.service.models import Run
 from gradguard.service.reports import as_python
 from gradguard.service.schemas import RunOut, run_out
 
@@ -20,23 +19,17 @@ __all__ = ["router"]
 router = APIRouter(prefix="/runs", tags=["runs"])
 
 
-def _readable_run(session: SessionDep, settings: SettingsDep, token: str | None, run_id: int) -> Run:
-    run = crud.get_run(session, run_id=run_id)
-    check_can_read(settings, run.project, token)
-    return run
-
-
 @router.get("/{run_id}", response_model=RunOut)
-def read_run(run_id: int, request: Request, session: SessionDep, settings: SettingsDep, token: TokenDep) -> RunOut:
+def read_run(run: ReadableRun, request: Request, settings: SettingsDep) -> RunOut:
     """Status, timings, attempts, sandbox level and summary of a run."""
-    return run_out(_readable_run(session, settings, token, run_id), base_url(request, settings))
+    return run_out(run, base_url(request, settings))
 
 
 @router.get("/{run_id}/report", response_class=Response,
             responses={200: {"content": {"application/json": {}}, "description": "a gradguard.report/1 document"}})
-def read_report(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
+def read_report(run: ReadableRun, session: SessionDep) -> Response:
     """The full ``gradguard.report/1`` JSON of a finished run."""
-    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    report = crud.get_report(session, run=run)
     return Response(json.dumps(report, separators=(",", ":")), media_type="application/json")
 
 
@@ -56,15 +49,15 @@ def _renderer(name: str) -> Any:
 
 
 @router.get("/{run_id}/junit.xml", response_class=Response, responses={200: {"content": {"application/xml": {}}}})
-def read_junit(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
+def read_junit(run: ReadableRun, session: SessionDep) -> Response:
     """The report as JUnit XML (one test case per rule and check), for CI test views."""
-    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    report = crud.get_report(session, run=run)
     return Response(_renderer("render_junit")(_report_object(report)), media_type="application/xml")
 
 
 @router.get("/{run_id}/summary.md", response_class=PlainTextResponse,
             responses={200: {"content": {"text/markdown": {}}}})
-def read_markdown(run_id: int, session: SessionDep, settings: SettingsDep, token: TokenDep) -> Response:
+def read_markdown(run: ReadableRun, session: SessionDep) -> Response:
     """The report as Markdown, ready for a GitHub job summary."""
-    report = crud.get_report(session, run=_readable_run(session, settings, token, run_id))
+    report = crud.get_report(session, run=run)
     return PlainTextResponse(_renderer("render_markdown")(_report_object(report)), media_type="text/markdown")
