@@ -6,14 +6,14 @@ service stores them) renders exactly like a fresh one.
 
 from __future__ import annotations
 
+import html
+import re
 import xml.etree.ElementTree as ET
 from typing import Any, Callable
 
 from gradguard.checker.report import Finding, Report, RuleResult
 
-__all__ = ["render_text", "render_junit", "render_markdown", "matrix_table", "CATALOGUE_URL"]
-
-CATALOGUE_URL = "https://gradguard.dev/checks/{id}"  # overridden by the service with its own address
+__all__ = ["render_text", "render_junit", "render_markdown", "matrix_table"]
 
 _STATUS_MARK = {"right": "right", "wrong": "WRONG", "raised": "raised", "skipped": "-"}
 
@@ -209,17 +209,78 @@ def _plain(f: Finding) -> str:
 
 
 # -- Markdown (GitHub job summaries, the service's summary.md) ------------------------------------
+#
+# CommonMark reads nothing inside a code span: an entity such as ``&lt;`` or a backslash escape shows
+# literally there. So text in code spans is left as it is (a longer backtick fence when it holds
+# backticks), and text outside them is escaped with backslashes, which GitHub and every CommonMark
+# renderer read. In a table cell ``|`` is escaped even inside a code span: GFM splits cells first.
 
-def _md(text: Any) -> str:
-    """Escape text for a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]<>&|#!~])")
+_MD_BLOCK_START = re.compile(r"^(\s*\d*)([-+=.)])")
+_MD_LITERAL = re.compile(r"``(.+?)``|`([^`]+)`")
 
 
-def render_markdown(report: Report, *, run_url: str | None = None, catalogue_url: str = CATALOGUE_URL) -> str:
+def _md_code(text: Any, *, table: bool = False) -> str:
+    """``text`` as one inline code span, shown exactly as it is."""
+    body = " ".join(str(text).splitlines())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", body)), default=0) + 1)
+    if body.startswith("`") or body.endswith("`") or (body.startswith(" ") and body.endswith(" ") and body.strip()):
+        body = f" {body} "
+    if table:
+        body = body.replace("|", "\\|")
+    return f"{fence}{body}{fence}"
+
+
+def _md_plain(text: Any, *, starts_line: bool = True) -> str:
+    """Plain text with every character Markdown or HTML could read as markup escaped."""
+    out = _MD_PUNCT.sub(r"\\\1", " ".join(str(text).splitlines()))
+    if starts_line:  # "1. x" or "- x" at the start of a line would begin a list
+        out = _MD_BLOCK_START.sub(r"\1\\\2", out)
+    return out
+
+
+def _md(text: Any, *, table: bool = False) -> str:
+    """A message for Markdown: its ``literal`` and `literal` spans become code spans, the rest is escaped."""
+    out, last = [], 0
+    text = str(text)
+    for m in _MD_LITERAL.finditer(text):
+        out += [_md_plain(text[last:m.start()], starts_line=not out), _md_code(m.group(1) or m.group(2), table=table)]
+        last = m.end()
+    out.append(_md_plain(text[last:], starts_line=not out))
+    return "".join(out)
+
+
+def _md_fence(text: str, info: str = "") -> list[str]:
+    """A fenced code block that no line of ``text`` can close early."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text.rstrip(), fence]
+
+
+def _check_ref(check_id: str, server_url: str | None) -> str:
+    """A link to the server's own page for a check, or the command that explains it offline."""
+    if server_url:
+        return f"[{check_id}]({server_url.rstrip('/')}/checks/{check_id})"
+    return _md_code(f"gradguard explain {check_id}", table=True)
+
+
+def render_markdown(report: Report, *, run_url: str | None = None, server_url: str | None = None) -> str:
+    """The report as GitHub-flavoured Markdown.
+
+    ``server_url`` is the address of a gradguard server whose ``/checks/<id>`` pages the check ids link
+    to; without one, each check id names ``gradguard explain <id>`` instead.
+    """
     s = report.summary()
     icon = {"pass": "✅", "fail": "❌", "error": "⚠️"}
+    if s["load_errors"]:
+        n = s["load_errors"]
+        headline = f"{n} module{'s' if n != 1 else ''} failed to import"
+        if s["rules"]:
+            headline += f"; {s['passed']}/{s['rules']} rules checked pass"
+    else:
+        headline = f"{s['passed']}/{s['rules']} rules pass"
     lines = [
-        f"## {icon.get(s['verdict'], '')} gradguard: {s['passed']}/{s['rules']} rules pass",
+        f"## {icon.get(s['verdict'], '')} gradguard: {headline}",
         "",
         f"{s['failed']} failed, {s['errored']} errored, {s['findings']} finding(s) · seed {report.settings.get('seed', 0)}"
         + (f" · [full report]({run_url})" if run_url else ""),
@@ -228,36 +289,40 @@ def render_markdown(report: Report, *, run_url: str | None = None, catalogue_url
         "|---|---|---|---|",
     ]
     for rule in report.rules:
-        ids = ", ".join(f"[{i}]({catalogue_url.format(id=i)})" for i in sorted({f.check_id for f in rule.findings}))
-        detail = ids or (_md(rule.error["message"]) if rule.error else "")
-        lines.append(f"| {icon.get(rule.verdict, '')} {rule.verdict} | `{_md(rule.name)}` | {_md(_where(rule))} | {detail} |")
+        ids = ", ".join(_check_ref(i, server_url) for i in sorted({f.check_id for f in rule.findings}))
+        detail = ids or (_md(rule.error["message"], table=True) if rule.error else "")
+        lines.append(f"| {icon.get(rule.verdict, '')} {rule.verdict} | {_md_code(rule.name, table=True)} "
+                     f"| {_md_code(_where(rule), table=True) if _where(rule) else ''} | {detail} |")
     for failure in report.load_errors:
-        lines.append(f"| ⚠️ error | `{_md(failure.path)}` | | failed to import |")
+        lines.append(f"| ⚠️ error | {_md_code(failure.path, table=True)} | | failed to import |")
     for rule in report.rules:
         if not rule.findings and not rule.safety_matrix:
             continue
-        lines += ["", f"### `{_md(rule.name)}`"]
+        lines += ["", f"### {_md_code(rule.name)}"]
         for f in rule.findings:
+            # the summary line is raw HTML (GitHub's collapsible block), so it is escaped as HTML
             lines += [
                 "",
-                f"<details><summary><b>{f.check_id}</b> {_md(f.title)}</summary>",
+                f"<details><summary><b>{html.escape(f.check_id)}</b> {html.escape(f.title)}</summary>",
                 "",
                 _md(f.message),
                 "",
             ]
             if f.counterexample:
-                lines += [f"Failing input: `{f.counterexample['call']}`", ""]
+                lines += [f"Failing input: {_md_code(f.counterexample['call'])}", ""]
             if f.expected is not None or f.actual is not None:
-                lines += [f"Expected `{_md(f.expected)}`, got `{_md(f.actual)}`", ""]
+                lines += [f"Expected {_md_code(f.expected)}, got {_md_code(f.actual)}", ""]
             if f.fix:
                 lines += [f"**Fix:** {_md(f.fix)}", ""]
+            lines += [f"About {f.check_id}: {_check_ref(f.check_id, server_url)}", ""]
             if f.reproducer:
-                lines += ["```python", f.reproducer.rstrip(), "```", ""]
+                lines += [*_md_fence(f.reproducer, "python"), ""]
             lines.append("</details>")
         if rule.safety_matrix:
             header, rows = matrix_table(rule.safety_matrix)
-            lines += ["", "Safety matrix:", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+            lines += ["", "Safety matrix:", "", "| " + " | ".join(_md_plain(h) for h in header) + " |",
+                      "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(_md_plain(c) for c in row) + " |" for row in rows]
     for failure in report.load_errors:
-        lines += ["", f"### `{_md(failure.path)}` failed to import", "", "```", failure.traceback.rstrip(), "```"]
+        lines += ["", f"### {_md_code(failure.path)} failed to import", "", *_md_fence(failure.traceback)]
     return "\n".join(lines) + "\n"

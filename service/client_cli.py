@@ -155,7 +155,7 @@ def _summary_markdown(report: dict[str, Any] | None, run: dict[str, Any], run_ur
     from gradguard.checker.render import render_markdown
     from gradguard.checker.report import Report
 
-    return render_markdown(Report.from_dict(report), run_url=run_url, catalogue_url=f"{server}/checks/{{id}}")
+    return render_markdown(Report.from_dict(report), run_url=run_url, server_url=server)
 
 
 def _split(values: tuple[str, ...]) -> list[str] | None:

@@ -102,4 +102,5 @@ def mount(app: FastAPI) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _page_errors)
     app.mount("/static", _CachedStatic(directory=STATIC_DIR), name="static")
     app.add_middleware(SecurityHeaders)
+    app.state.serves_pages = True  # the API's Markdown links check ids to the /checks pages
     return app

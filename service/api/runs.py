@@ -57,7 +57,11 @@ def read_junit(run: ReadableRun, session: SessionDep) -> Response:
 
 @router.get("/{run_id}/summary.md", response_class=PlainTextResponse,
             responses={200: {"content": {"text/markdown": {}}}})
-def read_markdown(run: ReadableRun, session: SessionDep) -> Response:
-    """The report as Markdown, ready for a GitHub job summary."""
+def read_markdown(run: ReadableRun, session: SessionDep, request: Request, settings: SettingsDep) -> Response:
+    """The report as Markdown, ready for a GitHub job summary; check ids link to this server's
+    ``/checks/<id>`` pages when it serves them."""
     report = crud.get_report(session, run=run)
-    return PlainTextResponse(_renderer("render_markdown")(_report_object(report)), media_type="text/markdown")
+    has_pages = getattr(request.app.state, "serves_pages", False)  # set by gradguard.web.site.mount
+    markdown = _renderer("render_markdown")(_report_object(report),
+                                            server_url=base_url(request, settings) if has_pages else None)
+    return PlainTextResponse(markdown, media_type="text/markdown")

@@ -155,3 +155,13 @@ def test_a_module_that_fails_to_import_shows_its_traceback(live: Any, seeded: di
     assert "failed to import" in page and "rules/broken.py" in page and "SyntaxError" in page
     badge = live.http.get("/badge/alpha.json", params={"branch": "broken"}).json()
     assert badge["message"] == "error" and badge["color"] == "orange"
+
+
+def test_markdown_summary_links_check_ids_to_this_servers_pages(live: Any, seeded: dict[str, int]) -> None:
+    answer = _get(live, f"/api/v1/runs/{seeded['fail_main']}/summary.md")
+    assert answer.status_code == 200
+    links = re.findall(r"\]\((http[^)]*)\)", answer.text)
+    assert f"{live.base}/checks/GG103" in links
+    assert all(link.startswith(live.base) for link in links)  # no link leaves this server
+    for link in {link for link in links if "/checks/" in link}:
+        assert _get(live, link.removeprefix(live.base)).status_code == 200
