@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session
 from gradguard.service import crud
 from gradguard.service.config import Settings
 from gradguard.service.errors import Forbidden, NotFound, Unauthorized
-from gradguard.service.models import Project, Run
+from gradguard.service.models import MAX_INT, Project, Run
 from gradguard.service.security import token_matches
 
 __all__ = ["Credentials", "is_admin", "can_read", "readable_project", "readable_run", "writable_project",
            "readable_projects", "MAX_ID"]
 
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in the database; a larger one names nothing
+MAX_ID = MAX_INT  # ids are 32-bit integers in the database; a larger one names nothing
 
 
 @dataclass(frozen=True)

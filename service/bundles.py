@@ -24,7 +24,8 @@ from gradguard.service.errors import Invalid, TooLarge
 
 __all__ = ["BundleLimits", "clean_path", "read_bundle", "files_from_json", "materialize"]
 
-_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\:*?\"<>|]")
+# control characters, Windows-reserved ones, and lone surrogates (a JSON "\\ud800" or a tar name that is not UTF-8)
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\:*?\"<>|\ud800-\udfff]")
 MAX_DEPTH = 16
 FIX_PATHS = "Use relative paths inside the project, with '/' separators and no '..', e.g. 'rules/my_rule.py'."
 
@@ -50,7 +51,8 @@ def clean_path(path: str, limits: BundleLimits, *, field: str = "bundle") -> str
         raise Invalid(f"{field}: path {shown}... is {len(path)} characters long; the limit is {limits.max_path_length}.",
                       field=field, fix="Shorten the path.")
     if _BAD_CHARS.search(path):
-        raise Invalid(f"{field}: path {shown} contains a control character, a backslash or one of : * ? \" < > |.",
+        raise Invalid(f"{field}: path {shown} contains a control character, a lone surrogate (not UTF-8), a backslash "
+                      "or one of : * ? \" < > |.",
                       field=field, fix=FIX_PATHS)
     if path.startswith("/"):
         raise Invalid(f"{field}: path {shown} is absolute.", field=field, fix=FIX_PATHS)
@@ -72,6 +74,7 @@ class _Collector:
     def __init__(self, limits: BundleLimits, field: str) -> None:
         self.limits, self.field = limits, field
         self.files: dict[str, bytes] = {}
+        self.folders: set[str] = set()
         self.total = 0
 
     def add(self, raw_path: str, size: int, read: Callable[[int], bytes]) -> None:
@@ -80,6 +83,11 @@ class _Collector:
         if path in self.files:
             raise Invalid(f"{self.field}: path {path!r} appears twice.", field=self.field,
                           fix="Put each file in the bundle once.")
+        parents = [str(p) for p in PurePosixPath(path).parents][:-1]  # "a/b/c.py" -> "a/b", "a"
+        clash = path if path in self.folders else next((p for p in parents if p in self.files), None)
+        if clash is not None:
+            raise Invalid(f"{self.field}: {clash!r} is both a file and a folder in the bundle.", field=self.field,
+                          fix="Rename the file or the folder so that no path is both.")
         if len(self.files) >= self.limits.max_files:
             raise Invalid(f"{self.field}: more than {self.limits.max_files} files.", field=self.field,
                           fix="Submit only the rule modules and what they import (GRADGUARD_MAX_FILES on the server).")
@@ -93,6 +101,7 @@ class _Collector:
                            field=self.field, fix="Leave data files and build outputs out of the bundle.")
         self.total += len(data)
         self.files[path] = data
+        self.folders.update(parents)
 
     def result(self) -> dict[str, bytes]:
         if not any(p.endswith(".py") for p in self.files):
@@ -171,7 +180,12 @@ def files_from_json(files: Mapping[str, str], limits: BundleLimits, *, field: st
         if not isinstance(text, str):
             raise Invalid(f"{field}: the value for {path!r} is {type(text).__name__}, not text.", field=field,
                           fix="Send each file's content as a string.")
-        data = text.encode("utf-8")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise Invalid(f"{field}: the content of {path!r} holds a lone surrogate at character {exc.start}, "
+                          "which is not text.", field=field,
+                          fix="Send each file as valid UTF-8 text; escape only whole surrogate pairs in JSON.") from None
         collector.add(path, len(data), lambda n, d=data: d[:n])
     return collector.result()
 

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gradguard.service.errors import Conflict, Invalid, NotFound
-from gradguard.service.models import BranchHead, Project, ReportRow, Run, RunFile
+from gradguard.service.models import MAX_INT, BranchHead, Project, ReportRow, Run, RunFile
 from gradguard.service.reports import stored_report
 from gradguard.service.schemas import ProjectCreate, RunOptions
 from gradguard.service.security import hash_token, new_token
@@ -118,12 +118,18 @@ def encode_cursor(run_id: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The run id in a cursor from :func:`encode_cursor`; anything else (not base64, not ``r<digits>``, an
+    id no run can have: 0, negative, past 32 bits) is :class:`Invalid`."""
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not raw.startswith("r"):
+        raw = base64.urlsafe_b64decode(cursor[:64] + "=" * (-len(cursor[:64]) % 4)).decode("ascii")
+        digits = raw[1:]
+        if len(cursor) > 64 or not raw.startswith("r") or not (digits.isascii() and digits.isdigit()):
             raise ValueError(raw)
-        return int(raw[1:])
-    except (ValueError, UnicodeDecodeError) as exc:
+        run_id = int(digits)
+        if not 1 <= run_id <= MAX_INT:
+            raise ValueError(run_id)
+        return run_id
+    except (ValueError, UnicodeError) as exc:
         raise Invalid(f"cursor: {cursor!r} is not a cursor this API issued.", field="cursor",
                       fix="Pass the next_cursor value of the previous page unchanged.") from exc
 

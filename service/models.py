@@ -29,10 +29,12 @@ __all__ = [
     "RUN_STATUSES",
     "FINAL_STATUSES",
     "utcnow",
+    "MAX_INT",
 ]
 
 RUN_STATUSES = ("queued", "running", "passed", "failed", "error")
 FINAL_STATUSES = ("passed", "failed", "error")
+MAX_INT = 2**31 - 1  # Integer columns (ids, seeds, pull request numbers) are 32-bit signed in PostgreSQL
 
 
 def utcnow() -> datetime:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from gradguard.service.models import RUN_STATUSES
+from gradguard.service.models import MAX_INT, RUN_STATUSES
 from gradguard.service.reports import Summary, stored_summary
 
 __all__ = [
@@ -77,11 +77,11 @@ class RunOptions(BaseModel):
 
     commit: str | None = Field(None, max_length=64, pattern=r"^[0-9A-Za-z._-]*$")
     branch: str = Field("main", min_length=1, max_length=200, pattern=PRINTABLE)
-    pull_request: int | None = Field(None, ge=1)
+    pull_request: int | None = Field(None, ge=1, le=MAX_INT)
     device: Device = "cpu"
     select: list[str] | None = None
     ignore: list[str] | None = None
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    seed: int = Field(0, ge=0, le=MAX_INT)  # stored in a 32-bit signed column
     max_examples: int | None = Field(None, ge=1, le=10_000)
 
     @field_validator("select", "ignore")

@@ -52,6 +52,9 @@ async def read_submission(request: Request, settings: Settings) -> tuple[RunOpti
             payload = json.loads(await request.body())
         except ValueError as exc:
             raise Invalid(f"body: not valid JSON ({exc}).", field="body", fix="Send a JSON object.") from exc
+        except RecursionError:
+            raise Invalid("body: the JSON nests deeper than Python can read.", field="body",
+                          fix='Send a flat object: {"files": {"path": "text"}, ...options}.') from None
         try:
             submission = RunSubmit.model_validate(payload)
         except ValidationError as exc:
