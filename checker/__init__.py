@@ -16,10 +16,12 @@ from gradguard.checker.errors import GradguardError, LoadError, SpecError, Usage
 from gradguard.checker.report import Finding, Report, RuleResult
 from gradguard.checker.runner import check
 from gradguard.checker.specs import RuleSpec, arrays, constant, floats, rrule
+from gradguard.checker.torch_rules import torch_rule
 
 __all__ = [
     "rrule",
     "jax_rule",
+    "torch_rule",
     "arrays",
     "floats",
     "constant",

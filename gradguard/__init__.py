@@ -36,6 +36,7 @@ del _here
 __all__ = [
     "rrule",
     "jax_rule",
+    "torch_rule",
     "arrays",
     "floats",
     "constant",

@@ -37,7 +37,7 @@ def test_checker_public_api():
     from gradguard import checker
 
     assert set(checker.__all__) == {
-        "rrule", "jax_rule", "arrays", "floats", "constant", "check", "catalogue", "RuleSpec", "Report",
+        "rrule", "jax_rule", "torch_rule", "arrays", "floats", "constant", "check", "catalogue", "RuleSpec", "Report",
         "RuleResult", "Finding", "GradguardError", "SpecError", "LoadError", "UsageError",
     } - ({"jax_rule"} if "jax_rule" not in checker.__all__ else set())
     for name in checker.__all__:
@@ -53,5 +53,11 @@ def test_every_public_name_is_importable(package):
 
 def test_importing_the_checker_does_not_import_jax():
     code = "import gradguard.checker, gradguard.engines, sys; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+def test_importing_the_checker_does_not_import_torch():
+    code = "import gradguard.checker, gradguard.engines, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"

@@ -207,7 +207,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     "GG303",
     family="cotangent",
     title="pullback mutates the cotangent it was given",
-    kinds=("numpy",),
+    kinds=("numpy", "torch"),
     given="""
         def double(x):
             return 2 * x

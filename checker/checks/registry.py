@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 __all__ = ["Problem", "CheckInfo", "Skip", "check", "CHECKS", "FAMILIES", "catalogue"]
 
-FAMILIES = ("contract", "numeric", "cotangent", "state", "context", "compose")
+FAMILIES = ("contract", "numeric", "cotangent", "state", "context", "compose", "torch")
 
 
 @dataclass
@@ -52,7 +52,7 @@ class CheckInfo:
     fn: Callable[..., Iterable[Problem]]
     gates: bool = False
     per_rule: bool = False
-    kinds: tuple[str, ...] = ("numpy", "jax")
+    kinds: tuple[str, ...] = ("numpy", "jax", "torch")
     given_example: str = ""  # the definitions both examples use (primals, imports beyond numpy/jax/gradguard)
     broken_example: str = ""
     fixed_example: str = ""
@@ -74,7 +74,7 @@ def check(
     severity: str = "error",
     gates: bool = False,
     per_rule: bool = False,
-    kinds: tuple[str, ...] = ("numpy", "jax"),
+    kinds: tuple[str, ...] = ("numpy", "jax", "torch"),
     given: str = "",
     broken: str = "",
     fixed: str = "",

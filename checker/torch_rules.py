@@ -1,0 +1,133 @@
+"""PyTorch rules: a `torch.autograd.Function` as a checker rule.
+
+    class Exp(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x.exp()
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            (y,) = ctx.saved_tensors
+            return grad * y
+
+    exp_rule = torch_rule(Exp, arrays(shape=(3,)))
+
+The rule's forward is ``Exp.apply`` on tensors made from the drawn NumPy arrays (same dtype), recorded by
+PyTorch's autograd; its pullback is ``torch.autograd.grad`` through that record, so ``backward`` runs as
+PyTorch runs it (``needs_input_grad``, materialized zero gradients for unused outputs, version counters
+on saved tensors, the checks PyTorch makes on what ``backward`` returns). Both hand NumPy arrays back, so
+every check written for NumPy rules applies; the torch-specific checks (GG7xx,
+:mod:`gradguard.checker.checks.torch_checks`) find the Function in ``RuleSpec.extra["torch_function"]``.
+Both Function styles work: ``forward(ctx, ...)``, and ``forward(...)`` with ``setup_context``.
+
+Nothing here imports PyTorch at module import: `import gradguard` stays torch-free.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Iterable
+
+import numpy as np
+from hypothesis.strategies import SearchStrategy
+
+from gradguard.checker.errors import SpecError
+from gradguard.checker.specs import RuleSpec, build_spec, differentiable
+
+__all__ = ["torch_rule", "TORCH_FUNCTION"]
+
+TORCH_FUNCTION = "torch_function"  # RuleSpec.extra key: the autograd.Function under test
+
+
+def torch_rule(
+    function: Any,
+    *arg_specs: SearchStrategy,
+    args: SearchStrategy | None = None,
+    mutates: Iterable[int] | int = (),
+    nondiff: Iterable[int] | int = (),
+    name: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    kwargs: dict[str, Any] | None = None,
+    primal: Callable[..., Any] | None = None,
+) -> RuleSpec:
+    """Declare a `torch.autograd.Function` subclass as a rule to check; returns a :class:`RuleSpec`.
+
+    The options are those of `gradguard.checker.rrule` (one spec per argument of ``forward``, without
+    ``ctx``). ``primal`` is the function the Function claims to compute (NumPy in, NumPy out), for GG102;
+    by default it is ``function.apply`` under ``torch.no_grad()``. A forward that writes into an input
+    (``ctx.mark_dirty``) is declared with ``mutates=`` like any mutating rule.
+    """
+    from gradguard.engines import torch_engine
+    from gradguard.engines.errors import AdapterError
+
+    try:
+        ok = torch_engine.is_function(function)
+    except AdapterError as exc:
+        raise SpecError(f"torch_rule: {exc}") from None
+    if not ok:
+        raise SpecError(
+            f"Got {function!r}, but torch_rule takes a subclass of torch.autograd.Function (the class itself, "
+            "with static forward and backward), e.g. torch_rule(MyFunction, arrays(shape=(3,)))."
+        )
+    if primal is not None and not callable(primal):
+        raise SpecError(f"Got primal={primal!r}, but primal must be a function of NumPy arrays.")
+    fname = function.__name__
+    positions: dict[str, frozenset[int]] = {"nondiff": frozenset()}
+
+    def diff_of(values: tuple[Any, ...]) -> list[int]:
+        return [i for i, a in enumerate(values) if i not in positions["nondiff"] and differentiable(a)]
+
+    def rule(*given: Any, **kw: Any) -> tuple[Any, Callable[[Any], Any]]:
+        diff = diff_of(given)
+        call = torch_engine.run_function(function, given, diff, kwargs=kw)
+        y = call.outputs_numpy()
+
+        def pullback(ybar: Any) -> tuple[Any, ...]:
+            grads = call.grad(ybar)
+            out: list[Any] = []
+            for i, a in enumerate(given):
+                if i not in grads:
+                    out.append(None)
+                    continue
+                g = grads[i]
+                t = np.zeros_like(np.asarray(a)) if g is None else torch_engine.to_numpy(g)
+                out.append(t if isinstance(a, np.ndarray) else (t[()] if isinstance(a, np.generic) else t.item()))
+            return tuple(out)
+
+        pullback.__qualname__ = f"pullback of {fname}"
+        return y, pullback
+
+    def default_primal(*given: Any, **kw: Any) -> Any:
+        call = torch_engine.run_function(function, given, diff_of(given), kwargs=kw, grad_enabled=False)
+        return call.outputs_numpy()
+
+    rule.__name__ = rule.__qualname__ = fname
+    rule.__doc__ = f"rrule running the torch.autograd.Function {fname} through PyTorch's autograd."
+    chosen = primal
+    if chosen is None:
+        chosen = default_primal
+        chosen.__name__ = chosen.__qualname__ = fname
+        sig = torch_engine.forward_parameters(function)
+        if sig is not None:
+            chosen.__signature__ = sig  # type: ignore[attr-defined]  # arity errors name forward's parameters
+    spec = build_spec(
+        rule, chosen, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name or fname, rtol=rtol,
+        atol=atol, kind="torch", kwargs=kwargs,
+    )
+    positions["nondiff"] = spec.nondiff
+    spec.extra[TORCH_FUNCTION] = function
+    spec.module = getattr(function, "__module__", None)
+    spec.source_file, spec.source_lines = _source_span(function)
+    return spec
+
+
+def _source_span(function: Any) -> tuple[str | None, tuple[int, int] | None]:
+    try:
+        path = inspect.getsourcefile(function)
+        lines, start = inspect.getsourcelines(function)
+    except (TypeError, OSError):
+        return None, None
+    return path, (start, start + len(lines) - 1)

@@ -1,0 +1,226 @@
+"""PyTorch: a `torch.autograd.Function` run on NumPy arrays, differentiated by PyTorch's own autograd.
+
+    call = run_function(Exp, (x,), diff=(0,))     # forward through Function.apply, recorded by autograd
+    y = call.outputs_numpy()
+    grads = call.grad(ybar)                       # torch.autograd.grad: backward as PyTorch runs it
+
+Arguments cross the boundary as tensors of the same dtype: a differentiable NumPy array becomes a leaf
+tensor that requires grad, then a clone of it is what ``apply`` receives (so an in-place forward with
+``ctx.mark_dirty`` is legal, as it is for any tensor computed in a program); what the forward or the
+backward writes into that clone is written back into the caller's array, so gradguard's mutation checks
+see it. Gradients are those of the leaf: the input's value before the call. Non-differentiable arrays
+become tensors that do not require grad, Python floats in differentiable positions 0-d float64 tensors,
+anything else passes unchanged. Outputs come back as NumPy arrays of the tensor's dtype.
+
+PyTorch is imported on first use (``pip install gradguard[torch]``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from gradguard.engines.errors import AdapterError
+
+__all__ = [
+    "TorchCall",
+    "available",
+    "load",
+    "is_function",
+    "forward_parameters",
+    "run_function",
+    "to_numpy",
+    "VERSION_ERROR",
+]
+
+# PyTorch's message when a tensor saved for backward was modified in place after it was saved.
+VERSION_ERROR = "modified by an inplace operation"
+
+
+def available() -> str | None:
+    """None when PyTorch can be imported, else why not."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"PyTorch is not installed ({exc}); install it with: pip install 'gradguard[torch]'"
+    return None
+
+
+def load() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise AdapterError(f"PyTorch is not installed ({exc}); install it with: pip install 'gradguard[torch]'") from None
+    return torch
+
+
+def is_function(obj: Any) -> bool:
+    """Whether ``obj`` is a subclass of ``torch.autograd.Function`` (False, without importing torch, if it is not)."""
+    if not isinstance(obj, type) or not any(c.__module__.startswith("torch") for c in obj.__mro__[1:]):
+        return False
+    torch = load()
+    return issubclass(obj, torch.autograd.Function) and obj is not torch.autograd.Function
+
+
+def uses_setup_context(function: Any) -> bool:
+    """True for the style where ``forward`` takes no ``ctx`` and ``setup_context(ctx, inputs, output)`` saves."""
+    torch = load()
+    return function.setup_context is not torch.autograd.Function.setup_context
+
+
+def forward_parameters(function: Any) -> inspect.Signature | None:
+    """``forward``'s signature as callers of ``apply`` see it (without ``ctx`` in the classic style)."""
+    try:
+        sig = inspect.signature(function.forward)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if not uses_setup_context(function) and params:
+        params = params[1:]
+    return sig.replace(parameters=params)
+
+
+def to_numpy(value: Any) -> Any:
+    """Tensors (nested in tuples and lists) as NumPy arrays of the same dtype; other values unchanged."""
+    torch = load()
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(to_numpy(v) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_numpy(v) for v in value)
+    return value
+
+
+def _tensor(value: Any, torch: Any) -> Any:
+    """``value`` as a CPU tensor sharing its memory where PyTorch can (a copy for negative strides)."""
+    arr = np.asarray(value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # from_numpy warns about read-only arrays; nothing writes to these
+        try:
+            return torch.from_numpy(arr)
+        except (ValueError, TypeError, RuntimeError):
+            return torch.from_numpy(np.ascontiguousarray(arr).copy())
+
+
+@dataclass
+class TorchCall:
+    """One ``function.apply`` on converted arguments, kept with what autograd recorded."""
+
+    function: Any
+    args: tuple[Any, ...]  # the caller's values (NumPy arrays are written back into)
+    inputs: tuple[Any, ...]  # what apply received
+    leaves: dict[int, Any]  # position -> leaf tensor that requires grad
+    output: Any  # what apply returned (tensors)
+    written: list[tuple[np.ndarray, Any]] = field(default_factory=list)  # (caller's array, tensor given to apply)
+
+    # -- outputs ------------------------------------------------------------------------------------
+    def flat_outputs(self) -> list[Any]:
+        return list(self.output) if isinstance(self.output, (tuple, list)) else [self.output]
+
+    def outputs_numpy(self) -> Any:
+        return to_numpy(self.output)
+
+    @property
+    def node(self) -> Any:
+        """The Function's backward node (its ``ctx``), None when no output is differentiable."""
+        for out in self.flat_outputs():
+            fn = getattr(out, "grad_fn", None)
+            if fn is not None and getattr(fn, "_forward_cls", None) is not None:
+                return fn
+        return None
+
+    # -- backward -----------------------------------------------------------------------------------
+    def cotangents(self, ybar: Any) -> tuple[list[Any], list[Any]]:
+        """(outputs, cotangents as tensors) for the outputs that require grad and have a cotangent."""
+        torch = load()
+        flat_y = self.flat_outputs()
+        flat_c = [ybar] if not isinstance(self.output, (tuple, list)) else (
+            [None] * len(flat_y) if ybar is None else list(ybar))
+        if len(flat_c) != len(flat_y):
+            raise AdapterError(f"got a cotangent with {len(flat_c)} entries for {len(flat_y)} outputs of {self.name}")
+        outs, cts = [], []
+        for y, c in zip(flat_y, flat_c):
+            if c is None or not isinstance(y, torch.Tensor) or not y.requires_grad:
+                continue
+            if isinstance(c, torch.Tensor):
+                t = c
+            else:
+                t = _tensor(c, torch) if isinstance(c, np.ndarray) else torch.as_tensor(c)
+            if t.dtype != y.dtype:
+                t = t.to(y.dtype)
+            outs.append(y)
+            cts.append(t.reshape(y.shape) if t.shape != y.shape and t.numel() == y.numel() == 1 else t)
+        return outs, cts
+
+    def grad(self, ybar: Any, *, create_graph: bool = False) -> dict[int, Any]:
+        """``torch.autograd.grad`` of the outputs against the leaves for ``ybar``: position -> tensor or None.
+
+        None for a leaf the backward gave no gradient (PyTorch's zero). The graph is kept, so this may be
+        called again. What the backward wrote into the inputs is written back into the caller's arrays.
+        """
+        torch = load()
+        outs, cts = self.cotangents(ybar)
+        positions = sorted(self.leaves)
+        if not outs or not positions:
+            return {i: None for i in positions}
+        try:
+            grads = torch.autograd.grad(outs, [self.leaves[i] for i in positions], cts, retain_graph=True,
+                                        allow_unused=True, create_graph=create_graph)
+        finally:
+            self.write_back()
+        return dict(zip(positions, grads))
+
+    def write_back(self) -> None:
+        """Copy what the Function wrote into the tensors it received back into the caller's arrays."""
+        for arr, t in self.written:
+            new = t.detach().cpu().numpy()
+            if new.shape == arr.shape and not np.array_equal(new, arr, equal_nan=True) and arr.flags.writeable:
+                arr[...] = new
+
+    @property
+    def name(self) -> str:
+        return getattr(self.function, "__name__", "Function")
+
+
+def run_function(function: Any, args: Sequence[Any], diff: Iterable[int], *, kwargs: dict[str, Any] | None = None,
+                 requires_grad: Iterable[int] | None = None, grad_enabled: bool = True) -> TorchCall:
+    """``function.apply`` on ``args`` converted to tensors, recorded by autograd.
+
+    ``diff`` are the positions that carry a tangent; ``requires_grad`` (default: all of ``diff``) those whose
+    leaf requires grad in this call (``ctx.needs_input_grad`` follows it). With ``grad_enabled=False`` the
+    forward runs under ``torch.no_grad()`` (the primal, as users call it outside training).
+    """
+    torch = load()
+    diff = set(diff)
+    wanted = diff if requires_grad is None else set(requires_grad)
+    inputs: list[Any] = []
+    leaves: dict[int, Any] = {}
+    written: list[tuple[np.ndarray, Any]] = []
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray) or (i in diff and isinstance(a, (np.generic, float, complex))):
+            if i in diff:
+                arr = np.asarray(a)
+                leaf = _tensor(np.array(arr, copy=True), torch)
+                if i in wanted:
+                    leaf.requires_grad_(True)
+                    leaves[i] = leaf
+                t = leaf.clone() if leaf.requires_grad else leaf  # a non-leaf: mark_dirty is legal on it
+                if isinstance(a, np.ndarray):
+                    written.append((a, t))
+                inputs.append(t)
+            else:
+                inputs.append(_tensor(a, torch))
+        else:
+            inputs.append(a)
+    call = TorchCall(function, tuple(args), tuple(inputs), leaves, None, written)
+    with torch.set_grad_enabled(grad_enabled):
+        try:
+            call.output = function.apply(*inputs, **(kwargs or {}))
+        finally:
+            call.write_back()
+    return call

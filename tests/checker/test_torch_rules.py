@@ -1,0 +1,159 @@
+"""PyTorch rules: `torch_rule` turns a `torch.autograd.Function` (both styles) into a rule every isolation
+check applies to. Test the tester: correct Functions pass, a backward off by a factor fails GG201, and what
+crosses the boundary keeps its dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradguard
+from gradguard.checker import SpecError, arrays, check, constant, floats, torch_rule
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+
+
+class Exp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return grad * y
+
+
+class MatMul(torch.autograd.Function):
+    """The setup_context style: forward without ctx."""
+
+    @staticmethod
+    def forward(a, b):
+        return a @ b
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad @ b.mT, a.mT @ grad
+
+
+class ExpTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return 2 * grad * y  # off by a factor of 2
+
+
+class Scale(torch.autograd.Function):
+    """A non-tensor argument (an int), and a Python float that is differentiable."""
+
+    @staticmethod
+    def forward(ctx, x, s, k):
+        ctx.save_for_backward(x, s)
+        ctx.k = k
+        return x * s * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, s = ctx.saved_tensors
+        return grad * s * ctx.k, (grad * x * ctx.k).sum(), None
+
+
+class SinCos(torch.autograd.Function):
+    """Two outputs: PyTorch hands backward a zero gradient for the one a program does not use."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin(), x.cos()
+
+    @staticmethod
+    def backward(ctx, gs, gc):
+        (x,) = ctx.saved_tensors
+        return gs * x.cos() - gc * x.sin()
+
+
+exp_rule = torch_rule(Exp, arrays(shape=(3,), max_value=3.0), primal=np.exp)
+matmul_rule = torch_rule(MatMul, arrays(shape=(2, 3)), arrays(shape=(3, 4)))
+exp_twice_rule = torch_rule(ExpTwice, arrays(shape=(3,), max_value=3.0))
+scale_rule = torch_rule(Scale, arrays(shape=(3,)), floats(), constant(3))
+sincos_rule = torch_rule(SinCos, arrays(shape=(4,)))
+
+
+def _report(rule, **kwargs):
+    report = check(rule, max_examples=kwargs.pop("max_examples", 20), **kwargs)
+    assert report.rules[0].error is None, report.rules[0].error
+    return report
+
+
+@pytest.mark.parametrize("rule", [exp_rule, matmul_rule, scale_rule, sincos_rule], ids=lambda r: r.name)
+def test_correct_functions_pass_every_check(rule):
+    report = _report(rule)
+    assert report.passed, [f"{f.check_id}: {f.message}" for f in report.findings]
+    result = report.rules[0]
+    assert result.kind == "torch"
+    for check_id in ("GG102", "GG103", "GG104", "GG105", "GG201", "GG202", "GG301", "GG401", "GG403"):
+        assert check_id in result.checks_run, (check_id, result.checks_skipped)
+
+
+def test_backward_off_by_a_factor_fails_gg201():
+    report = _report(exp_twice_rule, select=["GG201"])
+    assert not report.passed
+    [finding] = [f for f in report.findings if f.check_id == "GG201"]
+    assert "ExpTwice" in finding.message and "finite differences" in finding.message
+
+
+def test_the_rule_keeps_dtypes_at_the_boundary():
+    rule = torch_rule(Exp, arrays(shape=(3,), dtype="float32"))
+    x = np.array([0.0, 1.0, -1.0], dtype=np.float32)
+    y, pullback = rule(x.copy())
+    assert isinstance(y, np.ndarray) and y.dtype == np.float32
+    np.testing.assert_allclose(y, np.exp(x), rtol=1e-6)
+    (g,) = pullback(np.ones(3, dtype=np.float32))
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, np.exp(x), rtol=1e-6)
+    assert _report(rule).passed
+
+
+def test_pullback_is_torch_autograd_with_a_materialized_zero_for_an_unused_output():
+    x = np.linspace(-1.0, 1.0, 4)
+    (ys, yc), pullback = sincos_rule(x)
+    np.testing.assert_allclose(ys, np.sin(x))
+    (g,) = pullback((np.ones(4), None))  # the cosine is unused: backward gets zeros for it
+    np.testing.assert_allclose(g, np.cos(x))
+    (g2,) = pullback((None, np.ones(4)))
+    np.testing.assert_allclose(g2, -np.sin(x))
+
+
+def test_python_float_and_constant_arguments():
+    y, pullback = scale_rule(np.array([1.0, 2.0]), 0.5, 3)
+    np.testing.assert_allclose(y, [1.5, 3.0])
+    gx, gs, gk = pullback(np.ones(2))
+    np.testing.assert_allclose(gx, [1.5, 1.5])
+    assert isinstance(gs, float) and gs == pytest.approx(9.0)
+    assert gk is None
+
+
+def test_spec_names_forward_parameters_and_rejects_non_functions():
+    with pytest.raises(SpecError, match="torch.autograd.Function"):
+        torch_rule(lambda x: x, arrays(shape=(3,)))
+    with pytest.raises(SpecError, match="Exp"):
+        torch_rule(Exp, arrays(shape=(3,)), arrays(shape=(3,)))  # forward takes one argument
+
+
+def test_exported_from_the_package():
+    assert gradguard.torch_rule is torch_rule
+    assert exp_rule.extra["torch_function"] is Exp
+    assert exp_rule.source_lines is not None and exp_rule.source_file.endswith("test_torch_rules.py")
