@@ -5,20 +5,18 @@ sandbox, store the outcome. Both executors (local pool, Celery) call :func:`exec
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from gradguard.service import crud, lifecycle
+from gradguard.service import crud, lifecycle, scratch
 from gradguard.service.bundles import materialize
 from gradguard.service.config import Settings
 from gradguard.service.models import Run
 from gradguard.service.sandbox import Limits, run_check
 
-__all__ = ["execute_claimed", "limits_from_settings"]
+__all__ = ["execute_claimed", "limits_from_settings", "clean_scratch"]
 
 log = logging.getLogger("gradguard.worker")
 
@@ -52,8 +50,9 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
     heartbeat.start()
     started = time.monotonic()
     try:
-        with tempfile.TemporaryDirectory(prefix=f"gradguard-run-{run.id}-") as tmp:
-            bundle = materialize(files, Path(tmp))
+        clean_scratch()  # what a killed worker left: copies of submitted files
+        with scratch.folder("gradguard-run-", f"{run.id}-") as tmp:
+            bundle = materialize(files, tmp)
             outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                                 max_examples=run.max_examples or settings.default_max_examples, device=run.device,
                                 limits=limits_from_settings(settings), min_level=settings.sandbox_min_level)
@@ -79,3 +78,16 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
     log.info("run %s: %s in %.2f s (sandbox %s)%s", run.id, status, time.monotonic() - started, outcome.level,
              f": {outcome.reason}" if outcome.reason else "")
     return status
+
+
+def clean_scratch() -> None:
+    """At a worker's start, before each run and at its exit: remove the copies of submitted files that
+    dead workers left in the temp folder (a run's unpacked bundle, a sandbox's stage)."""
+    try:
+        removed = scratch.remove_orphans()
+    except OSError:
+        log.exception("could not remove the temporary folders of dead workers")
+        return
+    if removed:
+        log.warning("removed temporary folders left by dead workers: %s", ", ".join(removed))
+

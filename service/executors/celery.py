@@ -104,6 +104,9 @@ def _requeue_on_worker_start(sender=None, **_kwargs) -> None:  # type: ignore[no
     settings = getattr(app, "gradguard_settings", None)
     if settings is not None:
         from gradguard.service.heartbeat import start_worker
+        from gradguard.service.worker import clean_scratch
+
+        clean_scratch()
 
         factory = make_sessionmaker(settings.database_url)
         queues = set(getattr(getattr(app.amqp, "queues", None), "consume_from", None) or ())
@@ -117,6 +120,9 @@ def _requeue_on_worker_start(sender=None, **_kwargs) -> None:  # type: ignore[no
 def _forget_on_worker_stop(**_kwargs) -> None:  # type: ignore[no-untyped-def]
     while _HEARTBEAT:
         _HEARTBEAT.pop().stop()
+        from gradguard.service.worker import clean_scratch
+
+        clean_scratch()  # the pool's processes are gone by now: whatever they left is removed
 
 
 class CeleryExecutor:

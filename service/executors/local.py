@@ -33,17 +33,20 @@ _CTX = multiprocessing.get_context("spawn")
 def worker_loop(settings: Settings, wake: Event, stop: Event, parent_pid: int) -> None:
     """Body of one pool process: claim, execute, repeat until ``stop`` (or the parent dies)."""
     from gradguard.service.heartbeat import start_worker  # imported here: the sandbox is only needed in workers
+    from gradguard.service.worker import clean_scratch
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s[%(process)d] %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     factory = make_sessionmaker(settings.database_url)
     me = lifecycle.worker_id()
+    clean_scratch()
     hb = start_worker(settings, factory, worker=me, executor="local", devices=settings.local_devices)
     try:
         _claim_and_run(settings, factory, me, hb, wake, stop, parent_pid)
     finally:
         hb.stop()
+        clean_scratch()
 
 
 def _claim_and_run(settings: Settings, factory: sessionmaker[Session], me: str, hb, wake: Event, stop: Event,
@@ -127,6 +130,9 @@ class LocalExecutor:
                         log.warning("worker %s exited with %s after %.1f s; starting a new one", proc.pid,
                                     proc.exitcode, lived)
                         self.procs[self.procs.index(proc)] = self._spawn()
+                    from gradguard.service.worker import clean_scratch
+
+                    clean_scratch()  # the dead worker's copy of the submitted files
                     if self._quick_deaths:
                         self._respawn_after = time.monotonic() + min(60.0, 2.0 ** self._quick_deaths)
             if dead or time.monotonic() - last_sweep > self.settings.lease_s / 4:

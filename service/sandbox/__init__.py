@@ -65,7 +65,6 @@ import functools
 import os
 import shutil
 import socket
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -152,13 +151,15 @@ def _probe(level: str) -> str | None:
     if level == "bubblewrap" and shutil.which("bwrap") is None:
         return "bwrap is not installed"
     limits = Limits(wall_s=30, cpu_s=30, memory_mb=1024, output_bytes=2**16)
-    with tempfile.TemporaryDirectory(prefix=f"{_run._STAGE_PREFIX}{os.getpid()}-probe-") as empty, socket.socket() as server:
+    from gradguard.service import scratch
+
+    with scratch.folder(_run._STAGE_PREFIX, "probe-") as empty, socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         probe = ["--probe", str(server.getsockname()[1])]
         for size_flag in (True, False) if level == "bubblewrap" else (True,):
             try:
-                raw = _run.execute(level, Path(empty), probe, limits, "cpu", size_flag=size_flag)
+                raw = _run.execute(level, empty, probe, limits, "cpu", size_flag=size_flag)
             except OSError as e:
                 return str(e)
             if raw.returncode == 0:

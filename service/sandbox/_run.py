@@ -8,28 +8,26 @@ process group, and, when the run had its own uid, every process of that uid.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import random
 import secrets
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradguard.service import scratch
 from gradguard.service.sandbox import _layout
 
 _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
 _TAG = "GRADGUARD_SANDBOX_RUN"  # rlimits level without a uid of its own: marks the run's processes
-_STAGE_PREFIX = "gradguard-sandbox-"  # + the supervisor's pid: what a killed supervisor left is found
+_STAGE_PREFIX = "gradguard-sandbox-"  # + the supervisor's owner tag: what a killed supervisor left is found
 _WATCH_EVERY_S = 0.1
 _DRAIN_S = 0.5
 
@@ -135,9 +133,9 @@ def command(level: str, stage: _layout.Stage, main_args: list[str], limits, devi
 def execute(level: str, bundle: Path, main_args: list[str], limits, device: str, *, size_flag=True) -> Raw:
     start = time.monotonic()
     ids = run_ids() if level != "rlimits" or _layout_readable() else None
-    _remove_stale_stages()
-    with tempfile.TemporaryDirectory(prefix=f"{_STAGE_PREFIX}{os.getpid()}-") as root:
-        stage = _layout.Stage(Path(root), *(ids or (None, None)))
+    scratch.remove_orphans()  # stages of supervisors killed mid-run
+    with scratch.folder(_STAGE_PREFIX) as root:
+        stage = _layout.Stage(root, *(ids or (None, None)))
         stage.copy_bundle(bundle)
         report_r, report_w = os.pipe()
         args = ["--report-fd", str(report_w), "--origin", str(bundle), *main_args]
@@ -175,16 +173,6 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
             os.close(report_r)
     code, sig = _decode(status, wrapped=level != "rlimits") if status is not None else (None, None)
     return Raw(limit_hit, code, sig, usage, err, report, time.monotonic() - start)
-
-
-@functools.lru_cache(maxsize=None)
-def _remove_stale_stages() -> None:
-    """Once per process: remove the stage folders of supervisors that were killed mid-run."""
-    base = Path(tempfile.gettempdir())
-    for path in base.glob(f"{_STAGE_PREFIX}*-*"):
-        pid = path.name[len(_STAGE_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def _layout_readable() -> bool:
