@@ -81,7 +81,8 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here.")
 @click.option("--reproducers", "repro_dir", type=click.Path(path_type=Path), help="Write one reproducer script per finding into this folder.")
 @click.option("--progress/--no-progress", default=None, help="Show progress on stderr (default: when stderr is a terminal).")
-@click.option("-v", "--verbose", is_flag=True, help="Show every safety matrix and full tracebacks.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show every safety matrix, skipped checks, warnings in full and tracebacks.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the summary line.")
 def check_command(
     paths: tuple[Path, ...],
     select: tuple[str, ...],
@@ -97,9 +98,11 @@ def check_command(
     repro_dir: Path | None,
     progress: bool | None,
     verbose: bool,
+    quiet: bool,
 ) -> None:
     """Check the rules in PATHS (rule modules or folders of them)."""
-    from gradguard.checker.render import render_junit, render_markdown, render_text
+    from gradguard.checker.render import render_junit, render_markdown
+    from gradguard.checker.terminal import render_text, use_color
     from gradguard.checker.runner import check
 
     if device:
@@ -135,7 +138,7 @@ def check_command(
 
     to_stdout_json = json_path is not None and str(json_path) == "-"
     if not to_stdout_json:
-        click.echo(render_text(report, color=sys.stdout.isatty(), verbose=verbose), nl=False)
+        click.echo(render_text(report, color=use_color(sys.stdout), verbose=verbose, quiet=quiet), nl=False)
     if json_path is not None:
         _write(json_path, report.to_json())
     if junit_path is not None:

@@ -1,4 +1,4 @@
-"""Renderers of a :class:`~checker.report.Report`: terminal text, JUnit XML and Markdown.
+"""Renderers of a :class:`~checker.report.Report`: JUnit XML and Markdown (terminal text: :mod:`.terminal`).
 
 All three read only the report's data, so a report loaded back from JSON (the
 service stores them) renders exactly like a fresh one.
@@ -9,21 +9,14 @@ from __future__ import annotations
 import html
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Callable
+from typing import Any
 
 from gradguard.checker.report import Finding, Report, RuleResult
+from gradguard.checker.terminal import render_text, where as _where
 
 __all__ = ["render_text", "render_junit", "render_markdown", "matrix_table"]
 
 _STATUS_MARK = {"right": "right", "wrong": "WRONG", "raised": "raised", "skipped": "-"}
-
-
-def _where(rule: RuleResult) -> str:
-    if not rule.source_file:
-        return rule.module or ""
-    if rule.source_lines:
-        return f"{rule.source_file}:{rule.source_lines[0]}"
-    return rule.source_file
 
 
 def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -44,112 +37,6 @@ def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
             row.append(text)
         rows.append(row)
     return ["context", *engines], rows
-
-
-# -- terminal -----------------------------------------------------------------------------------
-
-def render_text(report: Report, *, color: bool = False, verbose: bool = False) -> str:
-    style: Callable[..., str]
-    if color:
-        import click
-
-        style = click.style
-    else:
-        def style(text: str, **_: Any) -> str:
-            return text
-
-    colors = {"pass": "green", "fail": "red", "error": "magenta"}
-    settings = report.settings
-    lines = [
-        f"gradguard {report.environment.get('gradguard', '')} · {len(report.rules)} rule(s) · "
-        f"seed {settings.get('seed', 0)} · {settings.get('max_examples', '?')} examples per check",
-        "",
-    ]
-    width = max((len(r.name) for r in report.rules), default=10)
-    for rule in report.rules:
-        verdict = style(f"{rule.verdict.upper():5}", fg=colors.get(rule.verdict), bold=True)
-        if rule.verdict == "error" and rule.error:
-            detail = rule.error["message"]
-        elif rule.findings:
-            n = len(rule.findings)
-            detail = f"{n} finding{'s' if n != 1 else ''} ({', '.join(sorted({f.check_id for f in rule.findings}))})"
-        else:
-            detail = f"{len(rule.checks_run)} checks passed"
-        lines.append(f"  {verdict} {rule.name:<{width}}  {_where(rule):<28} {detail}  [{rule.duration_s:.2f} s]")
-    for failure in report.load_errors:
-        lines.append(f"  {style('ERROR', fg='magenta', bold=True)} {failure.path}: the module failed to import")
-
-    for rule in report.rules:
-        if rule.findings or (rule.verdict == "error" and rule.error) or (verbose and rule.safety_matrix):
-            lines += ["", style(f"{rule.name}", bold=True) + (f"  ({_where(rule)})" if rule.source_file else "")]
-        if rule.verdict == "error" and rule.error:
-            lines.append(f"  {rule.error['type']}: {rule.error['message']}")
-            if verbose and rule.error.get("traceback"):
-                lines += ["    " + ln for ln in rule.error["traceback"].rstrip().splitlines()]
-        for group in _group(rule.findings):
-            lines += _finding_lines(group, style)
-        if rule.safety_matrix and (verbose or any(c["status"] != "right" for c in rule.safety_matrix.get("cells", []))):
-            header, rows = matrix_table(rule.safety_matrix)
-            lines += ["", "  Safety matrix (contexts x engines):"] + _table(header, rows, indent=4)
-            for skipped in rule.safety_matrix.get("skipped", []):
-                lines.append(f"    skipped {skipped['context']}: {skipped['reason']}")
-
-    for failure in report.load_errors:
-        lines += ["", style(f"{failure.path} failed to import:", bold=True)]
-        lines += ["  " + ln for ln in failure.traceback.rstrip().splitlines()]
-
-    s = report.summary()
-    if report.no_rules:
-        lines += [style("no rules found: nothing was checked. Declare rules with @rrule(...) or jax_rule(...) in "
-                        "the modules you pass.", fg="magenta", bold=True)]
-    lines += [
-        "",
-        f"{s['passed']} passed, {s['failed']} failed, {s['errored']} errored"
-        + (f", {s['load_errors']} module(s) failed to import" if s["load_errors"] else "")
-        + f" · {s['findings']} finding(s)"
-        + (" (" + ", ".join(f"{k} x{v}" for k, v in s["by_check"].items()) + ")" if s["by_check"] else "")
-        + f" · {report.duration_s:.2f} s",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _group(findings: list[Finding]) -> list[list[Finding]]:
-    """Findings of the same check on the same rule are shown together."""
-    groups: dict[str, list[Finding]] = {}
-    for f in findings:
-        groups.setdefault(f.check_id, []).append(f)
-    return list(groups.values())
-
-
-def _finding_lines(group: list[Finding], style: Callable[..., str]) -> list[str]:
-    first = group[0]
-    sev = style(first.severity, fg="red" if first.severity == "error" else "yellow")
-    out = [f"  {style(first.check_id, bold=True)} {sev}  {first.title}"]
-    if len(group) > 1:
-        out.append(f"    found {len(group)} distinct failures")
-    for f in group:
-        out.append(f"    {f.message}")
-        if f.counterexample:
-            out.append(f"    Failing input: {f.counterexample['call']}")
-            for label, value in f.counterexample.get("draws", {}).items():
-                out.append(f"      {label}: {value}")
-        if f.expected is not None or f.actual is not None:
-            out.append(f"    Expected: {f.expected}")
-            out.append(f"    Actual:   {f.actual}")
-        if f.fix:
-            out.append(f"    Fix: {f.fix}")
-    out.append(f"    About {first.check_id}: gradguard explain {first.check_id}")
-    return out
-
-
-def _table(header: list[str], rows: list[list[str]], *, indent: int = 0) -> list[str]:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    pad = " " * indent
-
-    def line(cells: list[str]) -> str:
-        return pad + "  ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
-
-    return [line(header), pad + "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
 # -- JUnit XML ----------------------------------------------------------------------------------
@@ -177,10 +64,14 @@ def render_junit(report: Report) -> str:
                 case = ET.SubElement(suite, "testcase", classname=rule.name, name=check_id)
                 counts["tests"] += 1
                 findings = per_check.get(check_id, [])
-                if findings:
+                errors = [f for f in findings if f.severity != "warning"]
+                if errors:
                     counts["failures"] += 1
-                    fail = ET.SubElement(case, "failure", type=check_id, message=findings[0].message)
+                    fail = ET.SubElement(case, "failure", type=check_id, message=errors[0].message)
                     fail.text = "\n\n".join(_plain(f) for f in findings)
+                elif findings:  # a warning passes: its text goes to the test's output, never a <failure>
+                    out = ET.SubElement(case, "system-out")
+                    out.text = "\n\n".join("warning: " + _plain(f) for f in findings)
             for skipped in rule.checks_skipped:
                 case = ET.SubElement(suite, "testcase", classname=rule.name, name=skipped["id"])
                 ET.SubElement(case, "skipped", message=skipped["reason"])
@@ -201,8 +92,10 @@ def _plain(f: Finding) -> str:
     parts = [f"{f.check_id} {f.title}", f.message]
     if f.counterexample:
         parts.append(f"Failing input: {f.counterexample['call']}")
-    if f.expected is not None or f.actual is not None:
-        parts.append(f"Expected: {f.expected}\nActual: {f.actual}")
+    if f.expected is not None:
+        parts.append(f"Expected: {f.expected}")
+    if f.actual is not None:
+        parts.append(f"Actual: {f.actual}")
     if f.fix:
         parts.append(f"Fix: {f.fix}")
     return "\n".join(parts)
@@ -310,8 +203,10 @@ def render_markdown(report: Report, *, run_url: str | None = None, server_url: s
             ]
             if f.counterexample:
                 lines += [f"Failing input: {_md_code(f.counterexample['call'])}", ""]
-            if f.expected is not None or f.actual is not None:
+            if f.expected is not None and f.actual is not None:
                 lines += [f"Expected {_md_code(f.expected)}, got {_md_code(f.actual)}", ""]
+            elif f.actual is not None:
+                lines += [f"Got {_md_code(f.actual)}", ""]
             if f.fix:
                 lines += [f"**Fix:** {_md(f.fix)}", ""]
             lines += [f"About {f.check_id}: {_check_ref(f.check_id, server_url)}", ""]

@@ -132,8 +132,12 @@ def _mutation_fix(outcome: Outcome, rule_mutates: bool, unsafe: list[str]) -> st
         f"`{outcome.primitive_name}` mutates {'its argument' if rule_mutates else 'an array'} in place, so it is "
         f"unsafe where another operation captured that array before the call or reads it after "
         f"({', '.join(unsafe)}); safe here: {safe}. Make the rule safe: return a new array instead of mutating "
-        "(y = a + 1, not a += 1), or copy before mutating (a = a.copy()); if in-place is the point, declare "
-        "mutates= and never pass it an array that other operations have captured."
+        "(y = a + 1, not a += 1), or copy before mutating (a = a.copy()); "
+        + ("it declares the mutation (mutates=), so if in-place is the point, keep it out of these contexts: "
+           "never pass it an array that other operations have captured or read afterwards."
+           if rule_mutates else
+           "if in-place is the point, declare mutates= and never pass it an array that other operations have "
+           "captured.")
     )
 
 
