@@ -2,6 +2,14 @@
 
 A module that fails to import is recorded with the user's traceback and the
 other modules are still loaded.
+
+What is imported is explicit and safe. A file named on the command line is
+imported. A folder's modules are imported except those that are never rule
+modules: ``setup.py``, ``conftest.py``, ``noxfile.py``, ``__main__.py``,
+tests and private modules (``test_*``, ``_*``), gradguard's own reproducer
+scripts, and anything inside a virtualenv, a hidden folder or a build
+folder. With no path at all, :func:`discover` looks for files named
+``*_rules.py`` or ``rules_*.py`` and modules inside ``rules/`` folders.
 """
 
 from __future__ import annotations
@@ -18,9 +26,64 @@ from gradguard.checker.errors import LoadError, UsageError
 from gradguard.checker.report import LoadFailure
 from gradguard.checker.specs import RuleSpec
 
-__all__ = ["collect", "load_module", "load_rule", "rules_in"]
+__all__ = ["collect", "discover", "is_rule_file", "load_module", "load_rule", "rules_in", "module_files"]
 
-SKIP_DIRS = {"__pycache__", ".git", ".hypothesis", ".venv", "venv", "node_modules", ".tox"}
+SKIP_DIRS = {"__pycache__", "node_modules", "venv", "virtualenv", "site-packages", "build", "dist",
+             "__pypackages__", "htmlcov"}
+NEVER_IMPORTED = {"setup.py", "conftest.py", "noxfile.py", "__main__.py"}
+REPRODUCER_MARK = '"""Reproducer for '
+
+
+def _skipped_dir(folder: Path) -> bool:
+    name = folder.name
+    return (name in SKIP_DIRS or name.startswith(".") or name.endswith(".egg-info")
+            or (folder / "pyvenv.cfg").exists())
+
+
+def _is_reproducer(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(REPRODUCER_MARK) and "gradguard.checker.reproducer import" in head
+
+
+def is_rule_file(path: Path, root: Path | None = None) -> bool:
+    """Default discovery's pattern: ``*_rules.py``, ``rules_*.py``, or a module inside a ``rules/`` folder."""
+    parts = path.relative_to(root).parts[:-1] if root else path.parts[:-1]
+    return path.suffix == ".py" and (path.stem.endswith("_rules") or path.stem.startswith("rules_")
+                                     or "rules" in parts)
+
+
+def module_files(folder: Path, *, exclude: Iterable[Path] = (), pattern: bool = False) -> list[Path]:
+    """The modules of ``folder`` gradguard may import (see the module docstring); with ``pattern``,
+    only those :func:`is_rule_file` accepts."""
+    excluded = {p.resolve() for p in exclude}
+    out: list[Path] = []
+
+    def walk(here: Path) -> None:
+        try:
+            entries = sorted(here.iterdir())
+        except OSError:
+            return
+        for entry in entries:
+            if entry.resolve() in excluded:
+                continue
+            if entry.is_dir():
+                if not _skipped_dir(entry):
+                    walk(entry)
+            elif (entry.suffix == ".py" and entry.name not in NEVER_IMPORTED and not entry.name.startswith(("_", "test_"))
+                  and (not pattern or is_rule_file(entry, folder)) and not _is_reproducer(entry)):
+                out.append(entry)
+
+    walk(folder)
+    return out
+
+
+def discover(root: Path, *, exclude: Iterable[Path] = ()) -> list[Path]:
+    """Default discovery when no path is given or configured: rule files by name under ``root``."""
+    return module_files(root, exclude=exclude, pattern=True)
 
 
 def rules_in(module: ModuleType) -> list[RuleSpec]:
@@ -74,20 +137,35 @@ def load_module(path: str | Path) -> ModuleType:
     return module
 
 
-def load_rule(path: str | Path, name: str) -> RuleSpec:
-    """One rule by file and name: how reproducers find the rule they replay."""
+def load_rule(path: str | Path, name: str, *, near: str | Path | None = None) -> RuleSpec:
+    """One rule by file and name: how reproducers find the rule they replay.
+
+    A relative ``path`` is looked up beside ``near`` (a reproducer passes its own ``__file__``) and in each
+    folder above it, then in the working directory, so a reproducer runs from any directory."""
+    path = _locate(Path(path), near)
     for rule in rules_in(load_module(path)):
         if rule.name == name:
             return rule
     raise LoadError(str(path), f"no rule named {name!r} in {path}")
 
 
+def _locate(path: Path, near: str | Path | None) -> Path:
+    if path.is_absolute():
+        return path
+    if near is not None:
+        for folder in Path(near).resolve().parents:
+            if (folder / path).is_file():
+                return folder / path
+    if path.is_file():
+        return path
+    where = f" beside {near} or in a folder above it, nor" if near is not None else ""
+    raise LoadError(str(path), f"no rule module {str(path)!r} found{where} in the working directory {Path.cwd()}; "
+                               "run the reproducer from inside the project that holds the rules")
+
+
 def _files(path: Path) -> Iterable[Path]:
     if path.is_dir():
-        for child in sorted(path.rglob("*.py")):
-            if not any(part in SKIP_DIRS or part.startswith(".") for part in child.relative_to(path).parts[:-1]):
-                if not child.name.startswith("_") and not child.name.startswith("test_"):
-                    yield child
+        yield from module_files(path)
     else:
         yield path
 

@@ -47,7 +47,7 @@ def script(rule: RuleSpec, check_id: str, case: Case, problem: Problem, *, root:
     message = problem.message.replace("\n", "\n# ")
     return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}.
 
-Run it with `python <this file>` from the folder the rule path is relative to.
+Run it with `python <this file>` from any directory inside the project.
 It replays the shrunk failing input and raises AssertionError while the rule is broken.
 """
 import numpy as np
@@ -55,7 +55,7 @@ import numpy as np
 from gradguard.checker.loader import load_rule
 from gradguard.checker.reproducer import replay
 
-rule = load_rule({path!r}, {rule.name!r})
+rule = load_rule({path!r}, {rule.name!r}, near=__file__)
 args = {literal(tuple(case.args))}
 # Random draws the check made, in order: {labels}
 draws = [
@@ -94,14 +94,14 @@ def context_script(rule: RuleSpec, check_id: str, context: str, engines: list[st
     quoted = message.replace("\n", "\n# ")
     return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}, context {context!r}.
 
-Run it with `python <this file>` from the folder the rule path is relative to. It rebuilds the context
+Run it with `python <this file>` from any directory inside the project. It rebuilds the context
 program with the same seed, differentiates it under {", ".join(engines)} and compares with finite
 differences of the whole program; it raises AssertionError while the gradient is wrong.
 """
 from gradguard.checker.loader import load_rule
 from gradguard.checker.reproducer import replay_context
 
-rule = load_rule({path!r}, {rule.name!r})
+rule = load_rule({path!r}, {rule.name!r}, near=__file__)
 # Expected failure:
 # {quoted}
 replay_context(rule, {context!r}, seed={seed!r}, engines={engines!r})
