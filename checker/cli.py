@@ -14,6 +14,7 @@ point group, so this module never imports them.
 from __future__ import annotations
 
 import difflib
+import inspect
 import os
 import sys
 import traceback
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from gradguard.checker.errors import GradguardError, UsageError
 
@@ -68,7 +70,7 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 
 
 @main.command("check")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--select", multiple=True, metavar="IDS", help="Only these check ids or prefixes (e.g. GG2,GG301).")
 @click.option("--ignore", multiple=True, metavar="IDS", help="Skip these check ids or prefixes.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for input generation: same seed, same verdict.")
@@ -79,37 +81,62 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report here ('-' for stdout).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here.")
+@click.option("--sarif", "sarif_path", type=click.Path(path_type=Path), help="Write a SARIF 2.1.0 log here (GitHub code scanning).")
 @click.option("--reproducers", "repro_dir", type=click.Path(path_type=Path), help="Write one reproducer script per finding into this folder.")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), help="Read [tool.gradguard] from this pyproject.toml (default: the nearest one).")
 @click.option("--progress/--no-progress", default=None, help="Show progress on stderr (default: when stderr is a terminal).")
 @click.option("-v", "--verbose", is_flag=True, help="Also show every safety matrix, skipped checks, warnings in full and tracebacks.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the summary line.")
-def check_command(
-    paths: tuple[Path, ...],
-    select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    seed: int,
-    max_examples: int | None,
-    rule_timeout: float,
-    device: str | None,
-    jobs: int,
-    json_path: Path | None,
-    junit_path: Path | None,
-    markdown_path: Path | None,
-    repro_dir: Path | None,
-    progress: bool | None,
-    verbose: bool,
-    quiet: bool,
-) -> None:
-    """Check the rules in PATHS (rule modules or folders of them)."""
+@click.pass_context
+def check_command(ctx: click.Context, paths: tuple[Path, ...], **params: Any) -> None:
+    """Check the rules in PATHS (rule modules or folders of them).
+
+    Without PATHS: the `paths` of [tool.gradguard] in pyproject.toml, else every *_rules.py, rules_*.py
+    and rules/ module under the project. Options given here override the configuration."""
+    from gradguard.checker.config import check_kwargs, load_config, resolve
+
+    try:
+        config = load_config(file=params["config_path"])
+    except UsageError as exc:
+        _usage(str(exc))
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+    values = resolve(config, {**params, "paths": paths}, given)
+    params["repro_dir"] = params["repro_dir"] or config.path("reproducers")
+    params["device"] = values.get("device")
+    files = _targets(paths, config, params["repro_dir"])
+    _run_check(files, check_kwargs(values), **params)
+
+
+def _targets(paths: tuple[Path, ...], config: Any, repro_dir: Path | None) -> list[Path]:
+    """The rule modules to import: the paths given, else the configured ones, else discovery (checker.loader)."""
+    from gradguard.checker.loader import discover, module_files
+
+    chosen = list(paths) or config.paths()
+    missing = [str(p) for p in chosen if not p.exists()]
+    if missing:
+        where = "" if paths else f" (from `paths` in {config.source})"
+        _usage(f"Got path {missing[0]!r}{where}, which does not exist. Pass rule modules (.py) or folders of them.")
+    exclude = [repro_dir] if repro_dir else []
+    if not chosen:
+        return discover(config.root, exclude=exclude)
+    return [f for p in chosen for f in (module_files(p, exclude=exclude) if p.is_dir() else [p])]
+
+
+def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None, repro_dir: Path | None,
+               json_path: Path | None, junit_path: Path | None, markdown_path: Path | None,
+               sarif_path: Path | None, progress: bool | None, verbose: bool, quiet: bool, **_: Any) -> None:
     from gradguard.checker.render import render_junit, render_markdown
-    from gradguard.checker.terminal import render_text, use_color
     from gradguard.checker.runner import check
+    from gradguard.checker.sarif import render_sarif
+    from gradguard.checker.terminal import render_text, use_color
 
     if device:
         os.environ["GRADGUARD_DEVICE"] = device
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        _usage(f"Got path {missing[0]!r}, which does not exist. Pass rule modules (.py) or folders of them.")
+    accepted = inspect.signature(check).parameters
+    unsupported = sorted(k for k in kwargs if k not in accepted)
+    if unsupported:
+        _usage(f"this gradguard's check() has no setting {unsupported[0]!r}; remove it from [tool.gradguard] "
+               "or upgrade gradguard.")
     show_progress = sys.stderr.isatty() if progress is None else progress
 
     def on_rule(result: Any, done: int, total: int) -> None:
@@ -117,16 +144,7 @@ def check_command(
             click.echo(f"[{done}/{total}] {result.name}: {result.verdict} ({result.duration_s:.2f} s)", err=True)
 
     try:
-        report = check(
-            list(paths),
-            select=_split(select),
-            ignore=_split(ignore),
-            seed=seed,
-            max_examples=max_examples,
-            rule_timeout_s=rule_timeout or None,
-            progress=on_rule,
-            jobs=jobs,
-        )
+        report = check(files, progress=on_rule, **kwargs)
     except UsageError as exc:
         _usage(str(exc))
     except GradguardError as exc:
@@ -145,6 +163,8 @@ def check_command(
         _write(junit_path, render_junit(report))
     if markdown_path is not None:
         _write(markdown_path, render_markdown(report))
+    if sarif_path is not None:
+        _write(sarif_path, render_sarif(report))
     if repro_dir is not None:
         _write_reproducers(repro_dir, report)
 
