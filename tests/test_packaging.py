@@ -105,6 +105,23 @@ def test_wheel_installs_one_package_and_runs_beside_a_users_own_packages(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "square_rrule" in proc.stdout
 
+    # No path: discovery finds square_rules.py by its name, and the project's own packages are never imported
+    # as rule modules (checker/__init__.py and the others are packages, not rule files).
+    proc = subprocess.run([str(env_dir / "bin" / "gradguard"), "check", "-q", "--max-examples", "5"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout.startswith("1 passed"), proc.stdout + proc.stderr
+
+    # The pytest plugin, found through the wheel's pytest11 entry point (no -p), one item per rule.
+    (project / "pyproject.toml").write_text("[tool.gradguard]\nmax-examples = 5\n")
+    proc = subprocess.run([str(python), "-m", "pytest", "--gradguard", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "-W", "error::pytest.PytestAssertRewriteWarning"],
+                          cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "square_rules.py::square_rrule PASSED" in proc.stdout, proc.stdout
+    code = "import gradguard.pytest_plugin as p, gradguard.testing as t; print(p.__file__); print(t.__file__)"
+    proc = subprocess.run([str(python), "-c", code], cwd=project, env=env, capture_output=True, text=True)
+    assert all(Path(line).is_relative_to(env_dir) for line in proc.stdout.split()), proc.stdout + proc.stderr
+
 
 def test_public_api_is_the_checkers_and_loads_lazily():
     import gradguard
