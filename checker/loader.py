@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -126,8 +127,8 @@ def load_module(path: str | Path) -> ModuleType:
         while start is not None and Path(start.tb_frame.f_code.co_filename).resolve() != path.resolve():
             start = start.tb_next
         tb = start or tb
-        text = "".join(traceback.format_exception(type(exc), exc, tb))
-        raise LoadError(str(path), text) from None
+        text = _relative_paths("".join(traceback.format_exception(type(exc), exc, tb)))
+        raise LoadError(_shown(path), text) from None
     finally:
         if added:
             try:
@@ -135,6 +136,21 @@ def load_module(path: str | Path) -> ModuleType:
             except ValueError:
                 pass
     return module
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the user wrote it relative to the working directory (the project, or a run's copy of it)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _relative_paths(text: str) -> str:
+    """A traceback with the working directory's prefix dropped from file names: the user's paths, not where a
+    server unpacked their files."""
+    cwd = str(Path.cwd().resolve())
+    return text.replace(f'File "{cwd}{os.sep}', 'File "') if cwd != os.sep else text
 
 
 def load_rule(path: str | Path, name: str, *, near: str | Path | None = None) -> RuleSpec:
@@ -195,5 +211,5 @@ def collect(target: Any) -> tuple[list[RuleSpec], list[LoadFailure]]:
             try:
                 rules.extend(rules_in(load_module(file)))
             except LoadError as err:
-                failures.append(LoadFailure(path=str(file), traceback=err.traceback_text))
+                failures.append(LoadFailure(path=_shown(file), traceback=err.traceback_text))
     return rules, failures
