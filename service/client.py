@@ -261,7 +261,8 @@ class Client:
         if response.status_code >= 500:
             return ServerFailure(f"the server failed on {where} after {attempt} attempt(s): {message}", fix=fix,
                                  status=response.status_code)
-        if response.status_code in (401, 403) and not fix:
-            fix = "Pass the project's submit token with --token (store it as a CI secret)."
+        if response.status_code in (401, 403):  # the client speaks to CLI users: its options, not HTTP headers
+            fix = ("Pass the project's submit token with --token or $GRADGUARD_TOKEN (the token shown when the "
+                   "project was created; in CI, store it as a secret).")
         return Rejected(f"the server refused {where} (HTTP {response.status_code}): {message}", fix=fix,
                         status=response.status_code)

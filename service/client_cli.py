@@ -169,7 +169,7 @@ def _fail(code: int, message: str) -> None:
 
 
 @click.command("submit")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--server", envvar="GRADGUARD_SERVER", required=True, help="Server URL (or $GRADGUARD_SERVER).")
 @click.option("--token", envvar="GRADGUARD_TOKEN", help="The project's submit token (or $GRADGUARD_TOKEN).")
 @click.option("--project", envvar="GRADGUARD_PROJECT", help="Project slug (default: the GitHub repository's name).")
@@ -192,7 +192,11 @@ def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str
            branch: str | None, pull_request: int | None, device: str, select: tuple[str, ...],
            ignore: tuple[str, ...], seed: int, max_examples: int | None, wait: bool, timeout_s: float,
            fail_on: str, retries: int) -> None:
-    """Upload the rules in PATHS to a gradguard server and (with --wait) report the verdict."""
+    """Upload the rules in PATHS to a gradguard server and (with --wait) report the verdict.
+
+    Without PATHS, and for the options not given, [tool.gradguard] in pyproject.toml decides, as for
+    `gradguard check`."""
+    paths, select, ignore, seed, max_examples = _configured(paths, select, ignore, seed, max_examples)
     try:
         code = _submit(paths, server, token, project, commit, branch, pull_request, device, select, ignore, seed,
                        max_examples, wait, timeout_s, fail_on, retries)
@@ -203,6 +207,32 @@ def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str
     except Exception:  # noqa: BLE001 - a crash of the client itself: exit 3 with the traceback
         _fail(EXIT_INTERNAL, "internal error\n" + traceback.format_exc())
     sys.exit(code)
+
+
+def _configured(paths: tuple[Path, ...], select: tuple[str, ...], ignore: tuple[str, ...], seed: int,
+                max_examples: int | None) -> tuple[tuple[Path, ...], Any, Any, int, int | None]:
+    """The options with [tool.gradguard] filled in where the command line left them at their defaults."""
+    from click.core import ParameterSource
+
+    from gradguard.checker.config import load_config, resolve
+    from gradguard.checker.errors import UsageError
+    from gradguard.checker.loader import discover
+
+    ctx = click.get_current_context()
+    try:
+        config = load_config()
+    except UsageError as exc:
+        _fail(EXIT_USAGE, str(exc))
+    given = {n for n in ctx.params if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE}
+    params = {"paths": paths, "select": select, "ignore": ignore, "seed": seed, "max_examples": max_examples}
+    values = resolve(config, params, given)
+    chosen = tuple(paths) or tuple(config.paths()) or tuple(discover(config.root, exclude=[
+        p for p in [config.path("reproducers")] if p]))
+    if not chosen:
+        _fail(EXIT_USAGE, "no rule files: pass PATHS, set `paths` in [tool.gradguard], or name rule files "
+                          "*_rules.py, rules_*.py or put them in a rules/ folder.")
+    return (chosen, tuple(values.get("select") or ()), tuple(values.get("ignore") or ()), values.get("seed", seed),
+            values.get("max-examples", max_examples))
 
 
 def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: str | None, commit: str | None,
@@ -274,8 +304,20 @@ def _print_verdict(run: dict[str, Any], report: dict[str, Any] | None, run_url: 
         click.echo(f"  {run_url}")
         return
     s = report.get("summary", {})
-    click.echo(f"gradguard: {s.get('passed', 0)}/{s.get('rules', 0)} rules pass, {s.get('findings', 0)} finding(s)"
-               f" ({s.get('verdict')})")
+    if s.get("load_errors"):
+        n = s["load_errors"]
+        checked = f"{s.get('passed', 0)}/{s.get('rules', 0)} rules checked pass" if s.get("rules") else "no rule checked"
+        click.echo(f"gradguard: {n} module{'s' if n != 1 else ''} failed to import; {checked} ({s.get('verdict')})")
+    else:
+        click.echo(f"gradguard: {s.get('passed', 0)}/{s.get('rules', 0)} rules pass, {s.get('findings', 0)} finding(s)"
+                   f" ({s.get('verdict')})")
+    for failure in report.get("load_errors", []):
+        lines = str(failure.get("traceback") or "").strip().splitlines()
+        click.echo(f"  {failure.get('path')} failed to import: {lines[-1] if lines else 'no traceback'}")
+    for rule in report.get("rules", []):
+        if rule.get("verdict") == "error" and rule.get("error"):
+            err = rule["error"]
+            click.echo(f"  {rule.get('name')} errored: {err.get('type')}: {err.get('message')}")
     for rule in report.get("rules", []):
         for f in rule.get("findings", []):
             where = f.get("source_file") or ""
