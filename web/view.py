@@ -88,7 +88,10 @@ def _grid(rule: dict[str, Any], finding_anchors: dict[str, str]) -> list[dict[st
         found = failing.get(family)
         if found:
             ids = sorted({f.get("check_id", "") for f in found})
-            cells.append({"status": "fail", "text": f"{len(found)} failing", "title": ", ".join(ids),
+            errors = [f for f in found if f.get("severity") != "warning"]
+            status, text = ("fail", f"{len(errors)} failing") if errors else (
+                "warning", f"{len(found)} warning{'s' if len(found) != 1 else ''}")
+            cells.append({"status": status, "text": text, "title": ", ".join(ids),
                           "href": "#" + finding_anchors[ids[0]] if ids[0] in finding_anchors else None})
         elif rule.get("verdict") == "error" and family not in run:
             cells.append({"status": "error", "text": "not run", "title": "the rule errored", "href": None})
