@@ -179,6 +179,7 @@ def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None,
 def explain_command(check_id: str | None) -> None:
     """Explain a check id (or list them all)."""
     from gradguard.checker.checks import CHECKS, catalogue
+    from gradguard.checker.explain import explain_text, suggest
 
     checks = catalogue()
     if not check_id:
@@ -187,17 +188,8 @@ def explain_command(check_id: str | None) -> None:
         return
     info = CHECKS.get(check_id.upper())
     if info is None:
-        close = difflib.get_close_matches(check_id.upper(), [c.id for c in checks], n=3)
-        _usage(f"Got {check_id!r}, which is not a check id." + (f" Did you mean {', '.join(close)}?" if close else ""))
-    click.echo(f"{info.id} ({info.family}, {info.severity}): {info.title}\n\n{info.explanation}")
-    if info.given_example:
-        click.echo(f"\nGiven:\n{_indent(info.given_example)}")
-    if info.broken_example:
-        click.echo(f"\nBroken:\n{_indent(info.broken_example)}\nFixed:\n{_indent(info.fixed_example)}")
-
-
-def _indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
+        _usage(suggest(check_id, checks))
+    click.echo(explain_text(info), nl=False)
 
 
 def _write(path: Path, text: str) -> None:
