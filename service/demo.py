@@ -1,4 +1,5 @@
-"""``gradguard serve --demo``: a public ``demo`` project with one run per module in ``examples/``."""
+"""``gradguard serve --demo``: a public ``demo`` project: two runs on its default branch (the correct rules,
+then every example) and one run per module in ``examples/`` on its own branch."""
 
 from __future__ import annotations
 
@@ -38,9 +39,16 @@ def seed_demo(factory: sessionmaker[Session], examples: Path) -> tuple[str | Non
         except NotFound:
             project, token = crud.create_project(session, data=ProjectCreate(slug=DEMO_SLUG, name="gradguard demo"))
         runs = []
-        for module in sorted(examples.glob("*.py")):
-            if module.name.startswith("_"):
-                continue
+        modules = [m for m in sorted(examples.glob("*.py")) if not m.name.startswith("_")]
+        # The default branch first, so the project page, its badge and its history show verdicts at first
+        # sight: a passing commit (the correct rules), then one with every example (the seeded bugs).
+        correct = [m for m in modules if m.stem.startswith("correct")] or modules[:1]
+        for commit, chosen in (("demo-1", correct), ("demo-2", modules)):
+            options = RunOptions(branch=project.default_branch, commit=commit)
+            run = crud.create_run(session, project=project, options=options,
+                                  files={m.name: m.read_bytes() for m in chosen})
+            runs.append((run.id, run.device))
+        for module in modules:
             options = RunOptions(branch=f"examples/{module.stem}", commit="demo")
             run = crud.create_run(session, project=project, options=options, files={module.name: module.read_bytes()})
             runs.append((run.id, run.device))

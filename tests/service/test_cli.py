@@ -74,6 +74,18 @@ def test_serve_demo_shows_verdicts_within_a_minute(tmp_path: Path) -> None:
                             "the first demo verdict")
         assert branches[0]["status"] in ("passed", "failed", "error")
         assert (tmp_path / "gradguard.sqlite3").exists()
+        # The default branch shows a verdict at first sight: its badge is coloured, not grey.
+        main = wait_for(lambda: [b for b in httpx.get(f"{base}/api/v1/projects/demo/branches").json()["items"]
+                                 if b["branch"] == "main"], 90, "a verdict on the demo's default branch")
+        assert main[0]["status"] in ("passed", "failed")
+        badge = httpx.get(f"{base}/badge/demo.json").json()
+        assert badge["color"] not in ("lightgrey", "grey", "inactive"), badge
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    output = log.read_text()
+    assert "leaked semaphore" not in output and "resource_tracker" not in output, output[-2000:]
