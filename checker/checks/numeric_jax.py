@@ -14,6 +14,8 @@ inputs, see :mod:`gradguard.checker.checks._jax`).
 
 from __future__ import annotations
 
+import functools
+
 import math
 import warnings
 from typing import Any, Callable, Iterable
@@ -163,6 +165,16 @@ def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
 
     from gradguard.engines.jax_engine._runtime import load
 
+    if isinstance(fn, np.ufunc) or (callable(fn) and getattr(fn, "__module__", None) in ("numpy", "numpy.linalg")):
+        # np.sin, np.exp, np.linalg.norm...: JAX has the same function under the same name
+        jnp = load().numpy
+        space = jnp.linalg if getattr(fn, "__module__", None) == "numpy.linalg" else jnp
+        twin = getattr(space, getattr(fn, "__name__", ""), None)
+        if twin is None:
+            return None
+        copy = functools.wraps(fn)(lambda *args, **kwargs: twin(*args, **kwargs))
+        setattr(copy, _TRANSLATED, True)
+        return copy
     if not isinstance(fn, types.FunctionType):
         return None
     names = [k for k, v in fn.__globals__.items() if v is np]
