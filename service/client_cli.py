@@ -188,10 +188,12 @@ def _fail(code: int, message: str) -> None:
               help="Exit 1 on error findings, on any finding, or never.")
 @click.option("--retries", type=click.IntRange(min=0), default=5, show_default=True,
               help="Retries of each request on network errors and 5xx.")
+@click.option("--sarif", "sarif_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --wait: write the verdict as a SARIF 2.1.0 log here (GitHub code scanning).")
 def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str | None, commit: str | None,
            branch: str | None, pull_request: int | None, device: str, select: tuple[str, ...],
            ignore: tuple[str, ...], seed: int, max_examples: int | None, wait: bool, timeout_s: float,
-           fail_on: str, retries: int) -> None:
+           fail_on: str, retries: int, sarif_path: Path | None) -> None:
     """Upload the rules in PATHS to a gradguard server and (with --wait) report the verdict.
 
     Without PATHS, and for the options not given, [tool.gradguard] in pyproject.toml decides, as for
@@ -199,7 +201,7 @@ def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str
     paths, select, ignore, seed, max_examples = _configured(paths, select, ignore, seed, max_examples)
     try:
         code = _submit(paths, server, token, project, commit, branch, pull_request, device, select, ignore, seed,
-                       max_examples, wait, timeout_s, fail_on, retries)
+                       max_examples, wait, timeout_s, fail_on, retries, sarif_path=sarif_path)
     except Rejected as exc:
         _fail(EXIT_USAGE, str(exc))
     except ClientError as exc:
@@ -238,7 +240,7 @@ def _configured(paths: tuple[Path, ...], select: tuple[str, ...], ignore: tuple[
 def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: str | None, commit: str | None,
             branch: str | None, pull_request: int | None, device: str, select: tuple[str, ...],
             ignore: tuple[str, ...], seed: int, max_examples: int | None, wait: bool, timeout_s: float,
-            fail_on: str, retries: int) -> int:
+            fail_on: str, retries: int, *, sarif_path: Path | None = None) -> int:
     env = os.environ
     gh = github_context()
     project = project or gh.get("project")
@@ -282,6 +284,12 @@ def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: st
         verdict = {"passed": "pass", "failed": "fail"}.get(status, "error")
         outputs["verdict"] = verdict
         _print_verdict(run, report, run_url)
+        if sarif_path is not None and report is not None:
+            from gradguard.checker.report import Report
+            from gradguard.checker.sarif import render_sarif
+
+            sarif_path.parent.mkdir(parents=True, exist_ok=True)
+            sarif_path.write_text(render_sarif(Report.from_dict(report)))
         if env.get("GITHUB_ACTIONS") == "true":
             for line in annotations(report or {}, run_url=run_url, files=names):
                 click.echo(line)

@@ -11,7 +11,7 @@ def captured(monkeypatch):
     seen = {}
 
     def fake_submit(paths, server, token, project, commit, branch, pull_request, device, select, ignore, seed,
-                    max_examples, wait, timeout_s, fail_on, retries):
+                    max_examples, wait, timeout_s, fail_on, retries, **_):
         seen.update(paths=[str(p) for p in paths], select=select, ignore=ignore, seed=seed, max_examples=max_examples)
         return 0
 

@@ -28,6 +28,7 @@ class ActionResult:
     outputs: dict[str, str]
     summary: str
     ran: list[str]
+    uploads: list[dict[str, str]]  # the `uses:` steps that would run, with their evaluated `with:`
 
 
 def _mini_yaml(text: str) -> Any:
@@ -131,19 +132,32 @@ def run_action(inputs: dict[str, str], workdir: Path, tmp: Path, env: dict[str, 
             raise AssertionError(f"the test runner does not know the expression {expr!r}")
         return EXPR.sub(one, str(text))
 
-    def condition(text: str) -> bool:
-        found = re.fullmatch(r"inputs\.([\w-]+)\s*==\s*'([^']*)'", EXPR.sub(lambda m: m.group(1), text).strip())
+    def term(text: str) -> bool:
+        if text == "always()":
+            return True
+        found = re.fullmatch(r"(inputs\.[\w-]+|steps\.[\w-]+\.outputs\.[\w-]+)\s*(==|!=)\s*'([^']*)'", text)
         assert found, f"the test runner does not know the condition {text!r}"
-        return values[found.group(1)] == found.group(2)
+        equal = evaluate("${{ " + found.group(1) + " }}") == found.group(3)
+        return equal if found.group(2) == "==" else not equal
 
-    stdout, ran = [], []
+    def condition(text: str) -> bool:
+        inner = EXPR.sub(lambda m: m.group(1), text).strip()
+        return all(term(t.strip()) for t in inner.split("&&"))
+
+    stdout, ran, uploads = [], [], []
     summary = tmp / "step_summary.md"
     summary.write_text("")
     code = 0
     for n, step in enumerate(action["runs"]["steps"]):
-        assert step.get("shell") == "bash" and "run" in step, "every step of the composite action is a bash script"
+        if code != 0 and "always()" not in str(step.get("if", "")):
+            continue  # a failed step skips the rest, as on a runner, except steps marked always()
         if "if" in step and not condition(step["if"]):
             continue
+        if "uses" in step:  # another action (code scanning upload): recorded, not run
+            uploads.append({"uses": step["uses"], **{k: evaluate(v) for k, v in (step.get("with") or {}).items()}})
+            ran.append(step.get("name", f"step {n}"))
+            continue
+        assert step.get("shell") == "bash" and "run" in step, "every other step of the composite action is a bash script"
         script = tmp / f"step{n}.sh"
         script.write_text(evaluate(step["run"]))
         output = tmp / f"output{n}.txt"
@@ -156,11 +170,10 @@ def run_action(inputs: dict[str, str], workdir: Path, tmp: Path, env: dict[str, 
         stdout.append(done.stdout + done.stderr)
         if step.get("id"):
             steps[step["id"]] = _parse_outputs(output.read_text())
-        if done.returncode != 0:
+        if done.returncode != 0 and code == 0:
             code = done.returncode
-            break
     outputs = {name: evaluate(spec["value"]) for name, spec in action["outputs"].items()}
-    return ActionResult(code, "\n".join(stdout), outputs, summary.read_text(), ran)
+    return ActionResult(code, "\n".join(stdout), outputs, summary.read_text(), ran, uploads)
 
 
 @pytest.fixture
@@ -196,8 +209,8 @@ def test_action_declares_the_contract() -> None:
     action = _load()
     assert action["runs"]["using"] == "composite"
     assert {"server-url", "token", "path", "wait", "fail-on", "device", "mode"} <= set(action["inputs"])
-    assert set(action["outputs"]) == {"verdict", "report-url", "badge-url"}
-    script = "\n".join(step["run"] for step in action["runs"]["steps"])
+    assert set(action["outputs"]) == {"verdict", "report-url", "badge-url", "sarif-file"}
+    script = "\n".join(step.get("run", "") for step in action["runs"]["steps"])
     assert "inputs.token" not in script, "the token travels in the environment, never on a command line"
 
 
@@ -227,7 +240,8 @@ def test_server_mode_submits_waits_and_fails_the_step(live: Any, job: dict[str, 
 def test_local_mode_checks_in_the_job(job: dict[str, Any]) -> None:
     result = run_action({"mode": "local", "path": "rules", "install": "false", "select": "GG1"}, job["workdir"], job["tmp"], job["env"])
     assert result.returncode == 1, result.stdout
-    assert result.outputs == {"verdict": "fail", "report-url": "", "badge-url": ""}
+    assert result.outputs == {"verdict": "fail", "report-url": "", "badge-url": "", "sarif-file": ""}
+    assert result.uploads == []  # no SARIF unless asked
     assert "::error file=rules/ops.py,line=" in result.stdout
     assert "gradguard: 1/2 rules pass" in result.summary
     lenient = run_action({"mode": "local", "path": "rules", "install": "false", "fail-on": "never",
@@ -240,6 +254,28 @@ def test_local_mode_checks_in_the_job(job: dict[str, Any]) -> None:
     assert single.returncode == 1 and single.outputs == result.outputs
     assert sorted(line for line in single.stdout.splitlines() if line.startswith("::error")) == sorted(
         line for line in result.stdout.splitlines() if line.startswith("::error"))
+
+
+def test_local_mode_reads_the_project_config_and_uploads_sarif_when_asked(job: dict[str, Any]) -> None:
+    import jsonschema
+
+    (job["workdir"] / "pyproject.toml").write_text('[tool.gradguard]\npaths = ["rules"]\nselect = ["GG1"]\n')
+    (job["workdir"] / "setup.py").write_text("import sys\nsys.exit('setup.py must never be imported')\n")
+    result = run_action({"mode": "local", "install": "false", "sarif": "true", "jobs": "1"}, job["workdir"],
+                        job["tmp"], job["env"])
+    assert result.returncode == 1, result.stdout
+    assert result.ran == ["Check the rules", "Upload the SARIF log to code scanning"]  # uploaded though the check failed
+    (upload,) = result.uploads
+    assert upload["uses"].startswith("github/codeql-action/upload-sarif@") and upload["category"] == "gradguard"
+    assert upload["sarif_file"] == result.outputs["sarif-file"]
+    log = json.loads(Path(upload["sarif_file"]).read_text())
+    schema = json.loads((REPO / "tests" / "checker" / "data" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(log)
+    located = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]}
+    assert located == {"rules/ops.py"}
+    assert "setup.py must never be imported" not in result.stdout
+    # the config's select applied without a select input: GG1 findings only
+    assert {r["ruleId"][:3] for r in log["runs"][0]["results"]} == {"GG1"}
 
 
 def test_bad_configuration_fails_with_a_clear_error(job: dict[str, Any]) -> None:
