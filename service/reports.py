@@ -304,8 +304,14 @@ def run_status(report: Report) -> tuple[str, str | None]:
     if not report.rules and not report.load_errors:
         return "error", ("no rules found in the bundle: declare rules with @rrule(...) or jax_rule(...) in the "
                          "submitted modules")
-    return "error", ("the checker reported errors (rule modules that failed to import, or rules that raised); "
-                     "see the report")
+    modules = [str(e.path) for e in report.load_errors]
+    errored = [str(r.name) for r in report.rules if r.verdict == "error"]
+    parts = []
+    for what, names in (("module{} failed to import", modules), ("rule{} could not be checked", errored)):
+        if names:
+            shown = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+            parts.append(f"{len(names)} {what.format('' if len(names) == 1 else 's')}: {shown}")
+    return "error", "; ".join(parts) + " (the tracebacks are in the report)"
 
 
 def as_json(report: Report) -> dict[str, Any]:

@@ -205,3 +205,55 @@ def test_api_docs_work_offline(browser: Any, live: Any) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(SHOTS / "docs.png"), full_page=False)
     context.close()
+
+
+BROKEN_MODULE = (
+    "import numpy as np\n"
+    "CONSTANTS = {'a_very_long_name_that_makes_this_line_wider_than_any_page': np.arange(3)}\n"
+    "raise RuntimeError('this rule module cannot be imported because ' + 'of a deliberately very long reason ' * 6)\n"
+)
+
+WARNING_RULES = '''\
+import numpy as np
+from gradguard import arrays, rrule
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+@rrule(softplus, arrays(shape=(3,)))
+def softplus_rrule(x):
+    s = 1.0 / (1.0 + np.exp(-x))
+    return softplus(x), lambda ybar: (ybar * s,)
+'''
+
+
+def test_a_run_whose_module_failed_to_import_says_so_with_the_users_paths(page: Any, live: Any, seeded: Any,
+                                                                         rule_sources: dict[str, str]) -> None:
+    run_id = live.submit("alpha", {"rules/good.py": rule_sources["good"], "rules/broken.py": BROKEN_MODULE},
+                         commit="i1ffffffffff", branch="imports", select=["GG1"])
+    assert live.wait(run_id)["status"] == "error"
+    _visit(page, f"/runs/{run_id}", "run-import-errors")
+    text = page.locator("main").inner_text()
+    assert "1 module failed to import" in text and "rules checked pass" in text
+    assert "1 module failed to import: rules/broken.py (the tracebacks are in the report)" in text
+    assert "1/1 rules pass" not in text
+    assert "/bundle/" not in text and 'File "rules/broken.py", line 3' in text
+    tb = page.locator("pre.traceback").first
+    assert tb.evaluate("el => el.scrollWidth <= el.clientWidth + 1"), "the traceback is clipped on the right"
+
+
+def test_a_warning_never_looks_like_a_failure(page: Any, live: Any, seeded: Any) -> None:
+    run_id = live.submit("alpha", {"rules/soft_rules.py": WARNING_RULES}, commit="w1aaaaaaaaaa", branch="warnings",
+                         select=["GG1", "GG302"])
+    assert live.wait(run_id)["status"] == "passed"
+    _visit(page, f"/runs/{run_id}", "run-passing")
+    pill = page.locator("article.finding .pill.s-warning").first
+    assert pill.inner_text() == "warning"
+    assert page.locator("article.finding .pill.s-fail").count() == 0
+    assert page.locator("table.grid .pill.s-warning").count() == 1 and page.locator("table.grid .pill.s-fail").count() == 0
+    fail_bg = page.evaluate("""() => { const s = document.createElement('span'); s.className = 'pill s-fail';
+        document.body.appendChild(s); const c = getComputedStyle(s).backgroundColor; s.remove(); return c; }""")
+    style = pill.evaluate("el => [getComputedStyle(el).backgroundColor, getComputedStyle(el).borderStyle]")
+    assert style[0] != fail_bg and style[1] == "dashed"
