@@ -63,3 +63,18 @@ def test_a_refused_token_is_fixed_with_the_token_option_not_an_http_header():
     error = Client("http://gg.test", None)._error(response, 1)
     assert "--token or $GRADGUARD_TOKEN" in str(error)
     assert "Authorization" not in str(error)
+
+
+def test_github_annotations_of_warnings_are_warnings_at_most():
+    def finding(check_id, severity):
+        return {"check_id": check_id, "severity": severity, "title": "t", "message": "m", "rule": "r",
+                "source_file": "rules/a_rules.py", "source_lines": [3, 9]}
+
+    report = {"rules": [{"name": "r", "verdict": "fail", "source_file": "rules/a_rules.py", "source_lines": [3, 9],
+                         "findings": [finding("GG302", "warning"), finding("GG104", "error")]}],
+              "load_errors": []}
+    lines = client_cli.annotations(report)
+    (warning,) = [ln for ln in lines if "GG302" in ln]
+    (error,) = [ln for ln in lines if "GG104" in ln]
+    assert warning.startswith("::warning ") and error.startswith("::error ")
+    assert "file=rules/a_rules.py" in warning and "line=3" in warning
