@@ -64,11 +64,6 @@ def main() -> None:
     """gradguard: verify custom differentiation rules, alone and inside adversarial programs."""
 
 
-def _split(values: tuple[str, ...]) -> list[str] | None:
-    items = [p.strip() for v in values for p in v.split(",") if p.strip()]
-    return items or None
-
-
 @main.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--select", multiple=True, metavar="IDS", help="Only these check ids or prefixes (e.g. GG2,GG301).")
