@@ -55,7 +55,7 @@ import numpy as np
 from gradguard.checker.loader import load_rule
 from gradguard.checker.reproducer import replay
 
-rule = load_rule({path!r}, {rule.name!r}, near=__file__)
+rule = load_rule({path!r}, {rule.name!r}, near=globals().get("__file__"))  # the script's place; None in a REPL
 args = {literal(tuple(case.args))}
 # Random draws the check made, in order: {labels}
 draws = [
@@ -101,7 +101,7 @@ differences of the whole program; it raises AssertionError while the gradient is
 from gradguard.checker.loader import load_rule
 from gradguard.checker.reproducer import replay_context
 
-rule = load_rule({path!r}, {rule.name!r}, near=__file__)
+rule = load_rule({path!r}, {rule.name!r}, near=globals().get("__file__"))  # the script's place; None in a REPL
 # Expected failure:
 # {quoted}
 replay_context(rule, {context!r}, seed={seed!r}, engines={engines!r})
