@@ -12,7 +12,8 @@ For each context the program is differentiated
   `custom_vjp`, adapted once per rule), under eager ``value_and_grad``.
 
 Each engine's ``<gradient, v>`` is compared with the finite difference within
-the rule's tolerance plus the finite-difference error. A rule that raises
+the rule's tolerance plus the finite-difference error (`_verdict`: no verdict
+where that error, or a kink near the input, leaves the comparison open). A rule that raises
 inside a context makes that cell "raised" and the run goes on; an operation
 the tape cannot trace in a context program is gradguard's bug and raises
 `TraceError`.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
+from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
@@ -65,6 +67,8 @@ class Row:
     value: Any = None  # the program's value under plain NumPy (what users run)
     slope: float | None = None  # the finite-difference <gradient, v>
     truth_error: str | None = None  # why there is no ground truth
+    fd_error: float = 0.0  # the finite difference's error estimate
+    fd_step: float = 0.0  # ... and the step it settled on
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
 
@@ -142,7 +146,7 @@ def _lowest_dtype(values: Any) -> np.dtype:
 
 def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: tuple[str, ...],
              tol: tolerances.Tolerance) -> Row:
-    from gradguard.engines.fd import budget, directional
+    from gradguard.engines.fd import budget, confirmed
 
     row = Row(ctx, tol=tol, mutates=bool(runners.rule.mutates))
     users = numpy_ops(runners.rule.primal)
@@ -152,37 +156,46 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: t
 
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)))
-        fd = directional(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
-        row.slope, fd_error = float(np.real(fd.value)), fd.error
+        fd = confirmed(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
+        row.slope, row.fd_error, row.fd_step = float(np.real(fd.value)), fd.error, fd.step
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         row.truth_error = _text(exc.__cause__ or exc)
-        fd_error = 0.0
     for engine in engines:
         cell = runners.run(engine, ctx, plan)
         if cell.status == "ran":
             cell.value, grads = cell.value
             cell.slope = inner(grads, v)
-            _judge(cell, row, tol, fd_error, _abs_inner(grads, v))
+            _judge(cell, row, runners, plan, v, program, _abs_inner(grads, v))
             if cell.status == "wrong" and engine.startswith("tape"):
                 cell.diagnosis = runners.diagnose(engine, plan)
         row.cells[engine] = cell
     return row
 
 
-def _judge(cell: Cell, row: Row, tol: tolerances.Tolerance, fd_error: float, scale: float) -> None:
+def _judge(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, program: Callable[..., Any],
+           scale: float) -> None:
     if row.slope is None:
         cell.status = "skipped"
         cell.message = f"no ground truth: the program raised under plain NumPy ({row.truth_error})"
         return
     a, b = cell.slope, row.slope
-    if not np.isfinite(a):
-        cell.status, cell.message = "wrong", f"the gradient is not finite (<gradient, v> = {a!r})"
+    cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
+    if np.isfinite(a):
+        cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
+    if cell.status != "wrong" or not np.isfinite(a):
         return
-    cell.rel_error = float(abs(a - b) / max(abs(b), tol.atol))
-    right = tolerances.close(a, b, tol, scale=scale, fd_error=fd_error)
-    cell.status = "right" if right else "wrong"
-    if not right:
-        cell.message = f"<gradient, v> = {a:.6g}, finite differences of the program give {b:.6g}"
+
+    def answer(args: tuple[Any, ...] | None) -> float:
+        """The engine's <gradient, v> at ``args`` (the plan's inputs for None)."""
+        moved = runners.run(cell.engine, row.context, plan if args is None else replace(plan, inputs=tuple(args)))
+        if moved.status != "ran":
+            raise RuntimeError(moved.message)
+        return inner(moved.value[1], v)
+
+    excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
+                         truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
+    if excuse:
+        cell.status, cell.message = "skipped", excuse
 
 
 def _abs_inner(grads: Any, v: Any) -> float:
