@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.contexts._inputs import NoInput, draw_inputs
+from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
@@ -125,15 +125,49 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         # The adapters do not convert between ChainRules' and JAX's conventions for complex tangents: the
         # engine foreign to the rule would be wrong for a right rule.
         runners.unsupported = "jax" if rule.kind != "jax" else "tape"
+    planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
     for ctx in chosen:
-        rng = np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
+        rng = _generator(seed, ctx)
         try:
-            plan = ctx.plan(sig, rng)
+            planned[ctx.name] = (ctx.plan(sig, rng), rng)
         except NotApplicable as exc:
-            outcome.skipped.append({"context": ctx.name, "reason": str(exc)})
+            planned[ctx.name] = str(exc)
+    _search_shapes(rule, seed, [c for c in chosen if isinstance(planned[c.name], str)], planned, outcome)
+    for ctx in chosen:
+        if isinstance(planned[ctx.name], str):
+            outcome.skipped.append({"context": ctx.name, "reason": planned[ctx.name]})
             continue
+        plan, rng = planned[ctx.name]
         outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), runners, engines, outcome.tol))
     return outcome
+
+
+def _generator(seed: int, ctx: Context) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
+
+
+def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dict[str, Any], outcome: Outcome) -> None:
+    """Plans for the contexts the first draws did not fit, from further draws of the rule's own specs (where
+    those draw their shapes); the report says how many draws were tried either way."""
+    unfit = [c for c in unfit if c.search]
+    if not unfit or not shapes_vary(rule, seed):
+        return
+
+    def fits(ctx: Context) -> Callable[[tuple[Any, ...], Any], bool]:
+        return lambda args, output: ctx.plan(Signature(rule, args, None, output), np.random.default_rng(0)) is not None
+
+    found = search(rule, seed, {c.name: fits(c) for c in unfit})
+    for ctx in unfit:
+        f = found[ctx.name]
+        if f.args is None:
+            planned[ctx.name] += f"; none of {f.tried} further draws from the argument specs fit"
+            continue
+        rng = _generator(seed, ctx)
+        planned[ctx.name] = (ctx.plan(Signature(rule, f.args, None, f.output), rng), rng)
+        outcome.descriptions[ctx.name] += (
+            f" (the first draws did not fit; inputs: the richest of {f.fitting} fitting draws among {f.tried} "
+            "further draws from the argument specs)"
+        )
 
 
 def _lowest_dtype(values: Any) -> np.dtype:
