@@ -69,6 +69,9 @@ class Row:
     truth_error: str | None = None  # why there is no ground truth
     fd_error: float = 0.0  # the finite difference's error estimate
     fd_step: float = 0.0  # ... and the step it settled on
+    # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, why no verdict or None).
+    # Engines that agree on the slope (the tape under its three policies, often JAX) share it.
+    kink_evidence: list[tuple[float, str | None]] = field(default_factory=list)
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
 
@@ -219,15 +222,19 @@ def _judge(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, prog
     if cell.status != "wrong" or not np.isfinite(a):
         return
 
-    def answer(args: tuple[Any, ...] | None) -> float:
-        """The engine's <gradient, v> at ``args`` (the plan's inputs for None)."""
-        moved = runners.run(cell.engine, row.context, plan if args is None else replace(plan, inputs=tuple(args)))
-        if moved.status != "ran":
-            raise RuntimeError(moved.message)
-        return inner(moved.value[1], v)
+    excuse = next((why for seen, why in row.kink_evidence if tolerances.close(seen, a, row.tol, scale=scale)), False)
+    if excuse is False:
 
-    excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
-                         truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
+        def answer(args: tuple[Any, ...] | None) -> float:
+            """The engine's <gradient, v> at ``args`` (the plan's inputs for None)."""
+            moved = runners.run(cell.engine, row.context, plan if args is None else replace(plan, inputs=tuple(args)))
+            if moved.status != "ran":
+                raise RuntimeError(moved.message)
+            return inner(moved.value[1], v)
+
+        excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
+                             truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
+        row.kink_evidence.append((a, excuse))
     if excuse:
         cell.status, cell.message = "skipped", excuse
 

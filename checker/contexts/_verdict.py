@@ -66,7 +66,7 @@ def kink_excuse(program: Callable[..., Any], answer: kinks.Answer, inputs: tuple
         )
     if kinks.jumps_around(answer, inputs, v, step=step, value=slope, fd_value=truth, fd_error=fd_error, scale=scale, tol=tol):
         return (
-            f"no verdict: {engine}'s <gradient, v> jumps between values at points around the input and keeps "
+            f"no verdict: <gradient, v> (asked of {engine}) jumps between values at points around the input and keeps "
             "jumping as they close in (kinks nearer than any usable finite-difference step), and both its value "
             f"here ({slope:.6g}) and finite differences ({truth:.6g}) lie among those values"
         )
