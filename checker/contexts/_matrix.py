@@ -219,9 +219,17 @@ def _judge(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, prog
     cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
     if np.isfinite(a):
         cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
-    if cell.status != "wrong" or not np.isfinite(a):
-        return
+    if cell.status == "wrong" and np.isfinite(a):
+        excuse = _kink_excuse(cell, row, runners, plan, v, program, scale)
+        if excuse:
+            cell.status, cell.message = "skipped", excuse
 
+
+def _kink_excuse(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, program: Callable[..., Any],
+                 scale: float) -> str | None:
+    """Why a wrong-looking cell is no verdict because of kinks near the input (None: it is wrong), asked once
+    per distinct slope in the row."""
+    a, b = cell.slope, row.slope
     excuse = next((why for seen, why in row.kink_evidence if tolerances.close(seen, a, row.tol, scale=scale)), False)
     if excuse is False:
 
@@ -235,8 +243,7 @@ def _judge(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, prog
         excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
                              truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
         row.kink_evidence.append((a, excuse))
-    if excuse:
-        cell.status, cell.message = "skipped", excuse
+    return excuse
 
 
 def _abs_inner(grads: Any, v: Any) -> float:
