@@ -17,9 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "SAFETY"]
+__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "resolves", "SAFETY", "RESOLUTION"]
 
 SAFETY = 10.0  # how many finite-difference error estimates a comparison forgives
+# A finite-difference value whose error bound (SAFETY estimates) exceeds this share of its size cannot tell a
+# right derivative from one that far off: a comparison that passes only thanks to it is no verdict.
+RESOLUTION = 0.1
 
 
 @dataclass(frozen=True)
@@ -48,3 +51,9 @@ def close(a: float, b: float, tol: Tolerance, *, scale: float = 0.0, fd_error: f
         return bool(a == b)
     scale = max(scale, abs(a), abs(b))
     return abs(a - b) <= tol.atol + tol.rtol * scale + SAFETY * fd_error
+
+
+def resolves(value: float, fd_error: float, tol: Tolerance) -> bool:
+    """Whether a finite-difference ``value`` with error estimate ``fd_error`` is sharp enough to call a
+    derivative right: its error bound is within RESOLUTION of its size (or the absolute tolerance)."""
+    return SAFETY * fd_error <= RESOLUTION * abs(value) + tol.atol

@@ -12,6 +12,12 @@ Three entry points, all returning a `Derivative` (value, error estimate, cost):
   with the input size, every call of `f` gets fresh copies of the arguments,
   and the error estimate reflects the precision of the arguments and outputs
   (a float32 function gets a float32-sized error).
+- `confirmed(f, args, directions, cotangent)`: `directional`, confirmed by
+  tables started at finer steps until two agree. A function that varies on a
+  finer scale than the first table's steps (sin of a value in the thousands)
+  can fool one table's error estimate; a second opinion at another scale
+  cannot be fooled the same way, and where none agrees the error estimate
+  grows to the disagreement.
 
 `inner(a, b)` is the real inner product the checker must use on the other side
 of the dot-product test: sum(Re(conj(a) * b)) over the leaves of two matching
@@ -28,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["Derivative", "LARGE_INPUT", "budget", "derivative", "complex_step", "directional", "inner"]
+__all__ = ["Derivative", "LARGE_INPUT", "budget", "confirmed", "derivative", "complex_step", "directional", "inner"]
 
 _RATIO = 2.0  # step ratio between the levels of the Richardson table
 _SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
@@ -40,6 +46,8 @@ _LEVELS = 6  # Richardson levels of `directional`: deep enough to reach the asym
 LARGE_INPUT = 2**14
 SHALLOW_LEVELS = 3
 _CS_STEP = 1e-20  # imaginary step of the complex step in `directional`
+_REFINE = 32  # `confirmed` starts each further table at a step this many times smaller than the last one's
+_REFINEMENTS = 4  # ... at most this many times
 
 
 @dataclass(frozen=True)
@@ -470,3 +478,44 @@ def _complex_directional(call: Callable, contract: Callable, args: Sequence, mov
     if not np.all(np.isfinite(value)):
         impossible("the complex step gave a non-finite value")
     return value, float(np.max(_SAFETY * noise, initial=0.0))
+
+
+def confirmed(f: Callable, args: Sequence, directions: Sequence, cotangent: Any = None, *,
+              refinements: int = _REFINEMENTS, **options: Any) -> Derivative:
+    """:func:`directional`, confirmed by Richardson tables started at steps 32, 32**2, ... times smaller.
+
+    One table's error estimate trusts that its steps resolve ``f``: a function that oscillates on a finer
+    scale (``sin(x**x)`` near x = 6 turns every 5e-5) can make its entries agree by coincidence, and the
+    estimate then claims 1% where the value is off by 90%. Tables whose steps differ 32-fold are not fooled
+    alike. Each successive pair gives a candidate: the sharper table's value, with an error of at least the
+    gap between the two. Refining stops once the other table lies within the sharper one's error (then
+    the sharper one stands as it is), after ``refinements`` further tables, or when finer probes fail (the
+    edge of the function's domain); the candidate with the smallest error is returned. A complex-step
+    value (exact to rounding, and already checked against a table) is not refined. ``options`` are
+    :func:`directional`'s (``max_step`` bounds every table). Costs one more table on a function the first
+    table resolves.
+    """
+    if not isinstance(refinements, int) or isinstance(refinements, bool) or refinements < 0:
+        raise ValueError(f"Got {refinements=}, but refinements must be an int >= 0")
+    coarse = directional(f, args, directions, cotangent, **options)
+    if coarse.method == "complex-step":
+        return coarse
+    first, calls, best = coarse, coarse.evaluations, None
+    for _ in range(refinements):
+        limit = coarse.step / _REFINE
+        try:
+            fine = directional(f, args, directions, cotangent,
+                               **{**options, "max_step": min(limit, options.get("max_step") or limit)})
+        except ValueError:
+            break  # the finer probes fail where the coarser ones ran: keep what was seen
+        calls += fine.evaluations
+        gap = float(np.max(np.abs(np.asarray(fine.value) - np.asarray(coarse.value))))
+        sharper = min((coarse, fine), key=lambda d: d.error)
+        candidate = Derivative(sharper.value, max(sharper.error, gap), 0, sharper.method, sharper.step)
+        if best is None or candidate.error < best.error:
+            best = candidate
+        if gap <= sharper.error:
+            break  # confirmed: the other table lies within the sharper one's error
+        coarse = fine
+    best = best or first  # no finer table ran: the first stands unconfirmed
+    return Derivative(best.value, best.error, calls, best.method, best.step)

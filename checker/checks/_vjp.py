@@ -28,8 +28,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker import tolerances
+from gradguard.checker import kinks, tolerances
 from gradguard.checker.case import Case
+from gradguard.checker.kinks import unit_vector
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
@@ -175,35 +176,20 @@ def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...]) -
     return d
 
 
-def _shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> list[Any]:
-    out = []
-    for a, v in zip(args, directions):
-        if v is None:
-            out.append(copy_tree(a))
-            continue
-        arr = np.asarray(a)
-        wide = np.complex128 if np.iscomplexobj(arr) else np.float64
-        moved = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(arr.dtype)
-        out.append(moved if isinstance(a, np.ndarray) else (moved[()] if isinstance(a, np.generic) else moved.item()))
-    return out
+def _contracted(case: Case, cotangent: Any) -> kinks.Scalar:
+    """``args -> (<cotangent, primal(args)>, its magnitude)``: the scalar :mod:`gradguard.checker.kinks` probes."""
+    f = _primal(case)
+
+    def g(args: tuple[Any, ...]) -> tuple[float, float]:
+        y = f(*args)
+        return inner(cotangent, y), _abs_inner(cotangent, y)
+
+    return g
 
 
 def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> tuple[float, float] | None:
     """Second-order one-sided derivatives (left, right) of ``<cotangent, primal(x + t v)>`` at 0."""
-    eps = max(np.finfo(np.asarray(case.args[i]).dtype).eps for i, v in enumerate(directions) if v is not None)
-    h = float(eps) ** (1 / 3)
-    f = _primal(case)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            g = {k: inner(cotangent, f(*_shifted(case.args, directions, k * h))) for k in (-2, -1, 0, 1, 2)}
-    except Exception:  # noqa: BLE001 - the primal left its domain: no verdict from this probe
-        return None
-    if not all(math.isfinite(v) for v in g.values()):
-        return None
-    right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
-    left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
-    return left, right
+    return kinks.one_sided(_contracted(case, cotangent), case.args, directions)
 
 
 # -- the dot-product test -------------------------------------------------------------------------
@@ -226,55 +212,17 @@ def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
     return DotTest(lhs, inner(tangents, directions), _abs_inner(tangents, directions))
 
 
-JUMP_RATIO = 64  # near_kinks looks at the rule around x at step / 64 and step / 64**2
-NEIGHBOURS = 6  # ... at this many random points at each distance
-UNIT_NEIGHBOURS_UP_TO = 8  # ... and along every unit vector for arguments up to this many elements in all
-FINE_STEPS = 3  # finer probes of one-sided derivatives, each 1000 times smaller than the last
-
-
 def derivative_range(case: Case, cotangent: Any, directions: tuple[Any, ...], tol: tolerances.Tolerance, scale: float) -> tuple[float, float] | None:
     """The smallest and largest one-sided derivative of ``<cotangent, primal(x + t v)>`` at 0, over steps
-    from ``eps**(1/3)`` down to where rounding would exceed the tolerance.
-
-    A kink closer to ``x`` than the finite-difference step (inputs drawn a hair apart, like sorting
-    ``[0, -1e-77, -6e-8]``, where three kinks sit within ``1e-7``) makes the derivative depend on the scale
-    it is looked at: finer steps see the slopes between the kinks, which is what a pullback at ``x`` returns.
-    On a function smooth at every probed scale the range is as narrow as the rounding.
-    """
-    sides = one_sided(case, cotangent, directions)
-    if sides is None:
-        return None
-    found = list(sides)
-    eps = max(float(np.finfo(np.asarray(case.args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None)
-    f = _primal(case)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y0 = f(*copy_tree(case.args))
-            g0, magnitude = inner(cotangent, y0), _abs_inner(cotangent, y0)
-            h = eps ** (1 / 3)
-            for _ in range(FINE_STEPS):
-                h /= 1000.0
-                if 4 * eps * magnitude / h > tol.atol + tol.rtol * scale:
-                    break  # rounding would swamp the slope at this step and below
-                right = (inner(cotangent, f(*_shifted(case.args, directions, h))) - g0) / h
-                left = (g0 - inner(cotangent, f(*_shifted(case.args, directions, -h)))) / h
-                if math.isfinite(left) and math.isfinite(right):
-                    found += [left, right]
-    except Exception:  # noqa: BLE001 - the primal left its domain: the coarser estimates stand
-        pass
-    return min(found), max(found)
+    from ``eps**(1/3)`` down to where rounding would exceed the tolerance (:func:`kinks.derivative_range`)."""
+    return kinks.derivative_range(_contracted(case, cotangent), case.args, directions, tol, scale)
 
 
 def at_kink(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, tol: tolerances.Tolerance) -> bool:
     """True where the primal is not differentiable along ``v`` (relu at 0, or kinks closer together than the
     finite-difference step) and the rule's value lies between the one-sided derivatives seen at some scale:
     any such value is a valid (sub)gradient there."""
-    sides = derivative_range(case, cotangent, directions, tol, dot.scale)
-    if sides is None:
-        return False
-    lo, hi = sides
-    return lo <= dot.rhs <= hi or any(tolerances.close(s, dot.rhs, tol, scale=dot.scale) for s in (lo, hi))
+    return kinks.between_sides(derivative_range(case, cotangent, directions, tol, dot.scale), dot.rhs, tol, dot.scale)
 
 
 @dataclass
@@ -306,77 +254,16 @@ def element_sides(case: Case, cotangent: Any, i: int, k: int, value: float, scal
 
 def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, conv: str, tol: tolerances.Tolerance) -> bool:
     """True where kinks of the primal pass closer to ``x`` than any usable finite-difference step, and the
-    rule's answer is one a (Clarke) subgradient could give there.
-
-    Inputs drawn a hair apart put kinks within any step float64 can difference: sorting ``[2.5, 2e-168,
-    1.5e-34, -1.4e-148]`` ties three values at every such step. The pullback at ``x`` rightly picks the piece
-    that holds within ``1e-34`` of it, while finite differences see the pieces beyond, and along some
-    directions (the middle of three sorted lines through one point is a straight line) even the one-sided
-    derivatives agree with each other. Such an input is recognised by the rule itself: its answers at points
-    around ``x`` jump between pieces, and keep jumping as the points close in (a smooth derivative changes in
-    proportion to the distance). The input is then not judged if both the rule's answer at ``x`` and the
-    finite-difference value lie among the rule's answers around it. A wrong pullback of a smooth primal
-    changes smoothly around ``x``, and a wrong value at a kink (relu'(0) = 2) lies outside the answers
-    around it: both are still judged."""
-    step = float(dot.lhs.step)
-    if not (step > 0 and math.isfinite(step)):
-        return False
-    around = _neighbours(directions)
+    rule's answer is one a (Clarke) subgradient could give there: the rule's answers around ``x`` jump
+    between pieces (:func:`kinks.jumps_around`)."""
 
     def answer(args: tuple[Any, ...] | None = None) -> float:
         """The rule's <pullback(cotangent), v> at ``args`` (fresh copies of x by default)."""
         _, pb = case.pair(args)
         return inner(adjoint_tangents(case, pb, cotangent, conv), directions)
 
-    def ring(radius: float) -> list[float]:
-        return [answer(tuple(_shifted(case.args, u, radius))) for u in around]
-
-    def among(values: list[float], value: float, fd_error: float = 0.0) -> bool:
-        lo, hi = min(values), max(values)
-        return lo <= value <= hi or any(tolerances.close(value, v, tol, scale=dot.scale, fd_error=fd_error) for v in (lo, hi))
-
-    fd_value = float(dot.lhs.value)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for _ in range(2):  # a nondeterministic rule jumps everywhere, kinks or not (GG406): no excuse
-                if not tolerances.close(answer(), dot.rhs, tol, scale=dot.scale):
-                    return False
-            near = ring(step / JUMP_RATIO**2)
-            if not (among(near, dot.rhs) and among(near, fd_value, dot.lhs.error)):
-                return False  # the usual case for a wrong pullback: finite differences lie outside its answers
-            far = ring(step / JUMP_RATIO)
-    except Exception:  # noqa: BLE001 - the rule fails beside x (a domain edge): no excuse from here
-        return False
-    spread_near, spread_far = max(near) - min(near), max(far) - min(far)
-    if not math.isfinite(spread_near) or tolerances.close(spread_near, 0.0, tol, scale=dot.scale):
-        return False  # the rule's derivative is continuous around x: finite differences can judge it
-    return spread_near >= spread_far / 2  # a jump, not a smooth change (which shrinks with the distance)
-
-
-def _neighbours(directions: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """Directions to the points around ``x`` that :func:`near_kinks` asks the rule about: plus and minus
-    every unit vector (while the arguments are small: moving one element keeps the others' tiny order, so
-    these reach the piece ``x`` is on), and a few random directions."""
-    rng = np.random.default_rng(0)
-    out = [tuple(None if v is None else _unit_like(rng, v) for v in directions) for _ in range(NEIGHBOURS)]
-    if sum(np.size(v) for v in directions if v is not None) <= UNIT_NEIGHBOURS_UP_TO:
-        for i, v in enumerate(directions):
-            if v is None:
-                continue
-            for k in range(int(np.size(v))):
-                for sign in (1.0, -1.0):
-                    out.append(tuple(unit_vector(np.asarray(w) if isinstance(w, np.ndarray) else w, k, sign) if j == i else (None if w is None else w * 0) for j, w in enumerate(directions)))
-    return out
-
-
-def _unit_like(rng: np.random.Generator, v: Any) -> Any:
-    """A random direction shaped like ``v`` with largest element 1 (complex for complex ``v``)."""
-    g = rng.standard_normal(np.shape(v))
-    if np.iscomplexobj(v):
-        g = g + 1j * rng.standard_normal(np.shape(v))
-    g = g / max(float(np.max(np.abs(g), initial=0.0)), 1e-300)
-    return np.asarray(g, dtype=np.asarray(v).dtype) if isinstance(v, np.ndarray) else g.item()
+    return kinks.jumps_around(answer, case.args, directions, step=float(dot.lhs.step), value=dot.rhs,
+                              fd_value=float(dot.lhs.value), fd_error=dot.lhs.error, scale=dot.scale, tol=tol)
 
 
 def only_argument(case: Case, i: int, value: Any) -> tuple[Any, ...]:
@@ -389,14 +276,6 @@ def _masked(v: Any, lo: int, hi: int) -> Any:
     flat[:lo] = 0
     flat[hi:] = 0
     return arr
-
-
-def unit_vector(arg: Any, k: int, scale: complex = 1.0) -> Any:
-    if not isinstance(arg, np.ndarray):
-        return complex(scale) if np.iscomplexobj(arg) or isinstance(scale, complex) else float(scale)
-    unit = np.zeros(arg.shape, dtype=arg.dtype)
-    unit.reshape(-1)[k] = scale
-    return unit
 
 
 def element_derivative(case: Case, cotangent: Any, i: int, k: int) -> tuple[complex | float, float] | None:

@@ -10,6 +10,7 @@ where finite differences cannot settle it.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Iterable
 
 from gradguard.checker import tolerances
@@ -279,7 +280,7 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
         elif len(ran) >= 2:
             slopes = sorted(ran.items(), key=lambda kv: kv[1].slope)
             (e1, c1), (e2, c2) = slopes[0], slopes[-1]
-            if not tolerances.close(c1.slope, c2.slope, tol):
+            if not _close(c1.slope, c2.slope, tol):
                 splits.append(f"`{row.context.name}`: {e1} {c1.slope:.6g} vs {e2} {c2.slope:.6g}")
     if value_gaps:
         yield Problem(
@@ -307,4 +308,8 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
 
 
 def _close(a: Any, b: Any, tol: tolerances.Tolerance) -> bool:
-    return a is not None and b is not None and tolerances.close(float(a), float(b), tol)
+    """Values (or slopes) that agree: NaN against NaN is the same result, not a different value."""
+    if a is None or b is None:
+        return False
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or tolerances.close(a, b, tol)

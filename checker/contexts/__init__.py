@@ -17,10 +17,15 @@ The matrix, as stored in ``RuleResult.safety_matrix``::
      "skipped": [{"context", "reason"}, ...],
      "descriptions": {context: one-line description}}
 
+A "skipped" cell's message says why: the engine does not apply, the program
+has no ground truth, or "no verdict" where finite differences cannot judge it
+(their error bound is too wide, or a kink lies near the input).
+
 Modules: `_ops` (the NumPy / tape / JAX namespaces programs are written
-against), `_programs` (the templates), `_inputs` (deterministic draws),
-`_matrix` (running and judging the cells), `_compare` (a program under every
-engine, for code that branches on `within_gradient`).
+against), `_programs` (the templates), `_inputs` (deterministic draws from the
+rule's own specs, and further draws for contexts that need special shapes),
+`_matrix` (running the cells), `_verdict` (judging one cell), `_compare` (a
+program under every engine, for code that branches on `within_gradient`).
 """
 
 from gradguard.checker.contexts._compare import EngineView, compare_engines

@@ -12,7 +12,8 @@ For each context the program is differentiated
   `custom_vjp`, adapted once per rule), under eager ``value_and_grad``.
 
 Each engine's ``<gradient, v>`` is compared with the finite difference within
-the rule's tolerance plus the finite-difference error. A rule that raises
+the rule's tolerance plus the finite-difference error (`_verdict`: no verdict
+where that error, or a kink near the input, leaves the comparison open). A rule that raises
 inside a context makes that cell "raised" and the run goes on; an operation
 the tape cannot trace in a context program is gradguard's bug and raises
 `TraceError`.
@@ -22,14 +23,15 @@ from __future__ import annotations
 
 import weakref
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.contexts._inputs import NoInput, draw_inputs
+from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
+from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
@@ -65,6 +67,11 @@ class Row:
     value: Any = None  # the program's value under plain NumPy (what users run)
     slope: float | None = None  # the finite-difference <gradient, v>
     truth_error: str | None = None  # why there is no ground truth
+    fd_error: float = 0.0  # the finite difference's error estimate
+    fd_step: float = 0.0  # ... and the step it settled on
+    # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, why no verdict or None).
+    # Engines that agree on the slope (the tape under its three policies, often JAX) share it.
+    kink_evidence: list[tuple[float, str | None]] = field(default_factory=list)
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
 
@@ -121,15 +128,49 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         # The adapters do not convert between ChainRules' and JAX's conventions for complex tangents: the
         # engine foreign to the rule would be wrong for a right rule.
         runners.unsupported = "jax" if rule.kind != "jax" else "tape"
+    planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
     for ctx in chosen:
-        rng = np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
+        rng = _generator(seed, ctx)
         try:
-            plan = ctx.plan(sig, rng)
+            planned[ctx.name] = (ctx.plan(sig, rng), rng)
         except NotApplicable as exc:
-            outcome.skipped.append({"context": ctx.name, "reason": str(exc)})
+            planned[ctx.name] = str(exc)
+    _search_shapes(rule, seed, [c for c in chosen if isinstance(planned[c.name], str)], planned, outcome)
+    for ctx in chosen:
+        if isinstance(planned[ctx.name], str):
+            outcome.skipped.append({"context": ctx.name, "reason": planned[ctx.name]})
             continue
+        plan, rng = planned[ctx.name]
         outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), runners, engines, outcome.tol))
     return outcome
+
+
+def _generator(seed: int, ctx: Context) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
+
+
+def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dict[str, Any], outcome: Outcome) -> None:
+    """Plans for the contexts the first draws did not fit, from further draws of the rule's own specs (where
+    those draw their shapes); the report says how many draws were tried either way."""
+    unfit = [c for c in unfit if c.search]
+    if not unfit or not shapes_vary(rule, seed):
+        return
+
+    def fits(ctx: Context) -> Callable[[tuple[Any, ...], Any], bool]:
+        return lambda args, output: ctx.plan(Signature(rule, args, None, output), np.random.default_rng(0)) is not None
+
+    found = search(rule, seed, {c.name: fits(c) for c in unfit})
+    for ctx in unfit:
+        f = found[ctx.name]
+        if f.args is None:
+            planned[ctx.name] += f"; none of {f.tried} further draws from the argument specs fit"
+            continue
+        rng = _generator(seed, ctx)
+        planned[ctx.name] = (ctx.plan(Signature(rule, f.args, None, f.output), rng), rng)
+        outcome.descriptions[ctx.name] += (
+            f" (the first draws did not fit; inputs: the richest of {f.fitting} fitting draws among {f.tried} "
+            "further draws from the argument specs)"
+        )
 
 
 def _lowest_dtype(values: Any) -> np.dtype:
@@ -142,7 +183,7 @@ def _lowest_dtype(values: Any) -> np.dtype:
 
 def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: tuple[str, ...],
              tol: tolerances.Tolerance) -> Row:
-    from gradguard.engines.fd import budget, directional
+    from gradguard.engines.fd import budget, confirmed
 
     row = Row(ctx, tol=tol, mutates=bool(runners.rule.mutates))
     users = numpy_ops(runners.rule.primal)
@@ -152,37 +193,57 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: t
 
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)))
-        fd = directional(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
-        row.slope, fd_error = float(np.real(fd.value)), fd.error
+        fd = confirmed(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
+        row.slope, row.fd_error, row.fd_step = float(np.real(fd.value)), fd.error, fd.step
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         row.truth_error = _text(exc.__cause__ or exc)
-        fd_error = 0.0
     for engine in engines:
         cell = runners.run(engine, ctx, plan)
         if cell.status == "ran":
             cell.value, grads = cell.value
             cell.slope = inner(grads, v)
-            _judge(cell, row, tol, fd_error, _abs_inner(grads, v))
+            _judge(cell, row, runners, plan, v, program, _abs_inner(grads, v))
             if cell.status == "wrong" and engine.startswith("tape"):
                 cell.diagnosis = runners.diagnose(engine, plan)
         row.cells[engine] = cell
     return row
 
 
-def _judge(cell: Cell, row: Row, tol: tolerances.Tolerance, fd_error: float, scale: float) -> None:
+def _judge(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, program: Callable[..., Any],
+           scale: float) -> None:
     if row.slope is None:
         cell.status = "skipped"
         cell.message = f"no ground truth: the program raised under plain NumPy ({row.truth_error})"
         return
     a, b = cell.slope, row.slope
-    if not np.isfinite(a):
-        cell.status, cell.message = "wrong", f"the gradient is not finite (<gradient, v> = {a!r})"
-        return
-    cell.rel_error = float(abs(a - b) / max(abs(b), tol.atol))
-    right = tolerances.close(a, b, tol, scale=scale, fd_error=fd_error)
-    cell.status = "right" if right else "wrong"
-    if not right:
-        cell.message = f"<gradient, v> = {a:.6g}, finite differences of the program give {b:.6g}"
+    cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
+    if np.isfinite(a):
+        cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
+    if cell.status == "wrong" and np.isfinite(a):
+        excuse = _kink_excuse(cell, row, runners, plan, v, program, scale)
+        if excuse:
+            cell.status, cell.message = "skipped", excuse
+
+
+def _kink_excuse(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple, program: Callable[..., Any],
+                 scale: float) -> str | None:
+    """Why a wrong-looking cell is no verdict because of kinks near the input (None: it is wrong), asked once
+    per distinct slope in the row."""
+    a, b = cell.slope, row.slope
+    excuse = next((why for seen, why in row.kink_evidence if tolerances.close(seen, a, row.tol, scale=scale)), False)
+    if excuse is False:
+
+        def answer(args: tuple[Any, ...] | None) -> float:
+            """The engine's <gradient, v> at ``args`` (the plan's inputs for None)."""
+            moved = runners.run(cell.engine, row.context, plan if args is None else replace(plan, inputs=tuple(args)))
+            if moved.status != "ran":
+                raise RuntimeError(moved.message)
+            return inner(moved.value[1], v)
+
+        excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
+                             truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
+        row.kink_evidence.append((a, excuse))
+    return excuse
 
 
 def _abs_inner(grads: Any, v: Any) -> float:

@@ -73,6 +73,7 @@ class Context:
     description: str
     make: Callable[[Signature, np.random.Generator], Plan] = field(repr=False)
     aliasing: bool = False  # a wrong cell here is GG502 (gradients over aliases), elsewhere GG501
+    search: bool = True  # where the drawn inputs do not fit, further draws of other shapes may
 
     def plan(self, sig: Signature, rng: np.random.Generator) -> Plan:
         return self.make(sig, rng)
@@ -157,7 +158,8 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
     if sig.args2 is None:
         raise NotApplicable("the argument specs produced only one distinct input")
     n = len(sig.diff)
-    c1, c2 = weights_like(sig.output, rng), weights_like(sig.output, rng)
+    second = sig.rule.primal(*copy_tree(sig.args2))  # the second draw may have other shapes than the first
+    c1, c2 = weights_like(sig.output, rng), weights_like(second, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z1 = ops.call(*sig.assemble(sig.by_position(xs[:n])))
@@ -226,7 +228,7 @@ def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
             a = sig.args[p]
             base = np.empty((2 * a.shape[0],) + a.shape[1:], dtype=a.dtype)
             base[::2] = a
-            base[1::2] = other[p] if np.shape(other[p]) == a.shape else a[::-1]  # in the rule's domain either way
+            base[1::2] = other[p] if np.shape(other[p]) == a.shape else a  # drawn values either way
             inputs.append(base)
         else:
             inputs.append(copy_tree(sig.args[p]))
@@ -299,7 +301,7 @@ CONTEXTS: tuple[Context, ...] = (
         "dot(x, x) captures the input, the rule's output is unused, the input is read after the call (the seed program)",
         _read_after,
     ),
-    Context("called-twice", "the rule is called twice on two inputs; both outputs are used", _called_twice),
+    Context("called-twice", "the rule is called twice on two inputs; both outputs are used", _called_twice, search=False),
     Context("fan-out", "the output feeds three consumers whose cotangents accumulate", _fan_out),
     Context("same-array-twice", "the same array in two argument slots: rule(x, x)", _same_array_twice, aliasing=True),
     Context("transposed-alias", "an array and its transpose in two slots: rule(x, x.T)", _transposed_alias, aliasing=True),

@@ -28,7 +28,8 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "budget", "derivative", "complex_step", "directional", "inner"])
+    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "budget", "confirmed", "derivative", "complex_step",
+                                         "directional", "inner"])
 
 
 def test_budget_is_shallower_only_for_large_inputs_and_stays_accurate():
@@ -451,3 +452,51 @@ def test_fewer_levels_cost_fewer_evaluations_and_stay_accurate():
     assert abs(shallow.value - truth) < 1e-8 * abs(truth)
     with pytest.raises(ValueError, match="Got levels=1, but levels must be an int >= 2"):
         directional(np.sin, [x], [v], levels=1)
+
+
+# -- confirmed: a second table at a finer scale ------------------------------------------------------------
+def _sin_of_self_power(x):
+    y = x**x  # about 4e4 near x = 6: sin(y) turns every 5e-5 in x, far below the first table's steps
+    return np.sum(y + np.sin(y) / 2)
+
+
+def _sin_of_self_power_slope(x, v):
+    y = x**x
+    return float(np.dot((1 + np.cos(y) / 2) * y * (np.log(x) + 1), v))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_confirmed_error_bounds_the_true_error_where_one_table_is_fooled(seed):
+    rng = np.random.default_rng(seed)
+    x, v = rng.uniform(4.5, 6.0, size=3), rng.uniform(-1, 1, size=3)
+    truth = _sin_of_self_power_slope(x, v)
+    result = fd.confirmed(_sin_of_self_power, (x,), (v,), complex_step=False)
+    assert_within_estimate(result, truth)
+    assert result.error < 1e-6 * abs(truth)  # and the finer steps resolve the function: a usable value
+
+
+def test_one_table_can_be_fooled_where_confirmed_is_not():
+    x, v = np.array([3.00803383, 4.9236441, 5.96518055]), np.array([0.3, -0.7, 0.5])
+    truth = _sin_of_self_power_slope(x, v)
+    one = directional(_sin_of_self_power, (x,), (v,), complex_step=False)
+    assert abs(one.value - truth) > 100 * one.error
+    assert_within_estimate(fd.confirmed(_sin_of_self_power, (x,), (v,), complex_step=False), truth)
+
+
+@pytest.mark.parametrize("name", sorted(SMOOTH))
+def test_confirmed_costs_one_more_table_on_a_function_the_first_resolves(name):
+    f, df = SMOOTH[name]
+    x, v = np.array([0.3, -0.7]), np.array([1.0, 0.5])
+    one = directional(lambda a: np.sum(f(a)), (x,), (v,), complex_step=False)
+    sure = fd.confirmed(lambda a: np.sum(f(a)), (x,), (v,), complex_step=False)
+    assert sure.evaluations == 2 * one.evaluations
+    assert (sure.value, sure.error) == (one.value, one.error)
+    assert_within_estimate(sure, float(np.dot(df(x), v)))
+
+
+def test_confirmed_keeps_a_complex_step_and_refuses_bad_refinements():
+    result = fd.confirmed(lambda a: np.sum(np.sin(a)), (np.array([0.5]),), (np.array([1.0]),))
+    assert result.method == "complex-step" and result.evaluations == directional(
+        lambda a: np.sum(np.sin(a)), (np.array([0.5]),), (np.array([1.0]),)).evaluations
+    with pytest.raises(ValueError, match="Got refinements=-1, but refinements must be an int >= 0"):
+        fd.confirmed(np.sin, (1.0,), (1.0,), refinements=-1)

@@ -1,0 +1,203 @@
+"""Kinks under finite differences: where a function is not differentiable near an input, and which
+answers a rule may give there. Shared by GG201 (the primal alone, :mod:`gradguard.checker.checks._vjp`)
+and the safety matrix (whole context programs, :mod:`gradguard.checker.contexts`).
+
+The function is ``g(args) -> (value, magnitude)``: a real scalar of the arguments (``<cotangent,
+primal(args)>``, or a context program's value) and the size of the terms it sums, which sets its
+rounding. ``answer(args)`` is what the rule (or an engine running a program with it) claims for
+``d/dt g(args + t v)`` at ``args``; ``answer(None)`` asks at the input itself, on fresh copies.
+
+* :func:`derivative_range`: the one-sided derivatives of ``g`` along ``v`` at several scales. Where they
+  differ the function has a kink within the finite-difference step, and any value between them is a
+  valid (sub)gradient (:func:`between_sides`).
+* :func:`jumps_around`: kinks closer to ``x`` than any usable step, recognised by the rule's own answers
+  around ``x`` jumping between pieces.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from gradguard.checker import tolerances
+from gradguard.checker.trees import copy_tree
+
+__all__ = [
+    "FINE_STEPS",
+    "JUMP_RATIO",
+    "NEIGHBOURS",
+    "UNIT_NEIGHBOURS_UP_TO",
+    "between_sides",
+    "derivative_range",
+    "jumps_around",
+    "neighbours",
+    "one_sided",
+    "shifted",
+    "unit_vector",
+]
+
+Scalar = Callable[[tuple], tuple[float, float]]  # g(args) -> (value, magnitude)
+Answer = Callable[[tuple | None], float]  # the claimed d/dt g(args + t v); None: at x itself
+
+JUMP_RATIO = 64  # jumps_around looks at the rule around x at step / 64 and step / 64**2
+NEIGHBOURS = 6  # ... at this many random points at each distance
+UNIT_NEIGHBOURS_UP_TO = 8  # ... and along every unit vector for arguments up to this many elements in all
+FINE_STEPS = 3  # finer probes of one-sided derivatives, each 1000 times smaller than the last
+
+
+def shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> list[Any]:
+    """``args + t * directions`` in each argument's own dtype and type (copies; None directions: unmoved)."""
+    out = []
+    for a, v in zip(args, directions):
+        if v is None:
+            out.append(copy_tree(a))
+            continue
+        arr = np.asarray(a)
+        wide = np.complex128 if np.iscomplexobj(arr) else np.float64
+        moved = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(arr.dtype)
+        out.append(moved if isinstance(a, np.ndarray) else (moved[()] if isinstance(a, np.generic) else moved.item()))
+    return out
+
+
+def _eps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> float:
+    return max(float(np.finfo(np.asarray(args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None)
+
+
+def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> tuple[float, float] | None:
+    """Second-order one-sided derivatives (left, right) of ``g(x + t v)`` at 0."""
+    h = _eps(args, directions) ** (1 / 3)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            at = {k: g(tuple(shifted(args, directions, k * h)))[0] for k in (-2, -1, 0, 1, 2)}
+    except Exception:  # noqa: BLE001 - the function left its domain: no verdict from this probe
+        return None
+    if not all(math.isfinite(v) for v in at.values()):
+        return None
+    right = (-3 * at[0] + 4 * at[1] - at[2]) / (2 * h)
+    left = (3 * at[0] - 4 * at[-1] + at[-2]) / (2 * h)
+    return left, right
+
+
+def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance,
+                     scale: float) -> tuple[float, float] | None:
+    """The smallest and largest one-sided derivative of ``g(x + t v)`` at 0, over steps from ``eps**(1/3)``
+    down to where rounding would exceed the tolerance.
+
+    A kink closer to ``x`` than the finite-difference step (inputs drawn a hair apart, like sorting
+    ``[0, -1e-77, -6e-8]``, where three kinks sit within ``1e-7``) makes the derivative depend on the scale
+    it is looked at: finer steps see the slopes between the kinks, which is what a pullback at ``x`` returns.
+    On a function smooth at every probed scale the range is as narrow as the rounding.
+    """
+    sides = one_sided(g, args, directions)
+    if sides is None:
+        return None
+    found = list(sides)
+    eps = _eps(args, directions)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g0, magnitude = g(tuple(copy_tree(args)))
+            h = eps ** (1 / 3)
+            for _ in range(FINE_STEPS):
+                h /= 1000.0
+                if 4 * eps * magnitude / h > tol.atol + tol.rtol * scale:
+                    break  # rounding would swamp the slope at this step and below
+                right = (g(tuple(shifted(args, directions, h)))[0] - g0) / h
+                left = (g0 - g(tuple(shifted(args, directions, -h)))[0]) / h
+                if math.isfinite(left) and math.isfinite(right):
+                    found += [left, right]
+    except Exception:  # noqa: BLE001 - the function left its domain: the coarser estimates stand
+        pass
+    return min(found), max(found)
+
+
+def between_sides(sides: tuple[float, float] | None, value: float, tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether ``value`` lies between the one-sided derivatives ``sides`` (within the tolerance at ``scale``):
+    where they differ, any such value is a valid (sub)gradient."""
+    if sides is None:
+        return False
+    lo, hi = sides
+    return lo <= value <= hi or any(tolerances.close(s, value, tol, scale=scale) for s in (lo, hi))
+
+
+def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, ...], *, step: float, value: float,
+                 fd_value: float, fd_error: float, scale: float, tol: tolerances.Tolerance) -> bool:
+    """True where kinks of ``g`` pass closer to ``x`` than any usable finite-difference step (``step``, the
+    one finite differences used), and the rule's answer ``value`` is one a (Clarke) subgradient could give
+    there.
+
+    Inputs drawn a hair apart put kinks within any step float64 can difference: sorting ``[2.5, 2e-168,
+    1.5e-34, -1.4e-148]`` ties three values at every such step. The pullback at ``x`` rightly picks the piece
+    that holds within ``1e-34`` of it, while finite differences see the pieces beyond, and along some
+    directions (the middle of three sorted lines through one point is a straight line) even the one-sided
+    derivatives agree with each other. Such an input is recognised by the rule itself: its answers at points
+    around ``x`` jump between pieces, and keep jumping as the points close in (a smooth derivative changes in
+    proportion to the distance). The input is then not judged if both the rule's answer at ``x`` and the
+    finite-difference value lie among the rule's answers around it. A wrong pullback of a smooth function
+    changes smoothly around ``x``, and a wrong value at a kink (relu'(0) = 2) lies outside the answers
+    around it: both are still judged."""
+    if not (step > 0 and math.isfinite(step)):
+        return False
+    around = neighbours(directions)
+
+    def ring(radius: float) -> list[float]:
+        return [answer(tuple(shifted(args, u, radius))) for u in around]
+
+    def among(values: list[float], v: float, error: float = 0.0) -> bool:
+        lo, hi = min(values), max(values)
+        return lo <= v <= hi or any(tolerances.close(v, w, tol, scale=scale, fd_error=error) for w in (lo, hi))
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):  # a nondeterministic rule jumps everywhere, kinks or not (GG406): no excuse
+                if not tolerances.close(answer(None), value, tol, scale=scale):
+                    return False
+            near = ring(step / JUMP_RATIO**2)
+            if not (among(near, value) and among(near, fd_value, fd_error)):
+                return False  # the usual case for a wrong pullback: finite differences lie outside its answers
+            far = ring(step / JUMP_RATIO)
+    except Exception:  # noqa: BLE001 - the rule fails beside x (a domain edge): no excuse from here
+        return False
+    spread_near, spread_far = max(near) - min(near), max(far) - min(far)
+    if not math.isfinite(spread_near) or tolerances.close(spread_near, 0.0, tol, scale=scale):
+        return False  # the rule's derivative is continuous around x: finite differences can judge it
+    return spread_near >= spread_far / 2  # a jump, not a smooth change (which shrinks with the distance)
+
+
+def neighbours(directions: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Directions to the points around ``x`` that :func:`jumps_around` asks the rule about: plus and minus
+    every unit vector (while the arguments are small: moving one element keeps the others' tiny order, so
+    these reach the piece ``x`` is on), and a few random directions."""
+    rng = np.random.default_rng(0)
+    out = [tuple(None if v is None else _unit_like(rng, v) for v in directions) for _ in range(NEIGHBOURS)]
+    if sum(np.size(v) for v in directions if v is not None) <= UNIT_NEIGHBOURS_UP_TO:
+        for i, v in enumerate(directions):
+            if v is None:
+                continue
+            for k in range(int(np.size(v))):
+                for sign in (1.0, -1.0):
+                    out.append(tuple(unit_vector(np.asarray(w) if isinstance(w, np.ndarray) else w, k, sign) if j == i else (None if w is None else w * 0) for j, w in enumerate(directions)))
+    return out
+
+
+def _unit_like(rng: np.random.Generator, v: Any) -> Any:
+    """A random direction shaped like ``v`` with largest element 1 (complex for complex ``v``)."""
+    g = rng.standard_normal(np.shape(v))
+    if np.iscomplexobj(v):
+        g = g + 1j * rng.standard_normal(np.shape(v))
+    g = g / max(float(np.max(np.abs(g), initial=0.0)), 1e-300)
+    return np.asarray(g, dtype=np.asarray(v).dtype) if isinstance(v, np.ndarray) else g.item()
+
+
+def unit_vector(arg: Any, k: int, scale: complex = 1.0) -> Any:
+    """Element ``k`` (flat) of ``arg``'s shape set to ``scale``, every other zero (a scalar for a scalar)."""
+    if not isinstance(arg, np.ndarray):
+        return complex(scale) if np.iscomplexobj(arg) or isinstance(scale, complex) else float(scale)
+    unit = np.zeros(arg.shape, dtype=arg.dtype)
+    unit.reshape(-1)[k] = scale
+    return unit

@@ -1,0 +1,304 @@
+"""Test the tester on the context checks' precision (GG501-GG503): a correct rule that gradguard used to
+report wrong, beside a broken twin that must still fail with its exact message.
+
+* kinks a hair from the input: the whole-program finite difference straddles them;
+* large program values: one Richardson table is fooled, its error estimate must bound the claim;
+* inputs from the rule's own specs only (no reordered copies outside the declared domain), and NaN
+  against NaN is not "a different value";
+* contexts that need special shapes draw them from the user's strategy before skipping.
+"""
+
+import re
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.contexts import safety_matrix
+from gradguard.engines import fd
+
+
+def _context_findings(rule, seed=0):
+    result = check(rule, select="GG5", seed=seed).rules[0]
+    assert result.verdict != "error", result.error
+    return result
+
+
+def _statuses(matrix, context):
+    return {c["engine"]: c["status"] for c in matrix["cells"] if c["context"] == context}
+
+
+# -- kinks a hair from the input ---------------------------------------------------------------------------
+def maximum(x, y):
+    return np.maximum(x, y)
+
+
+def _tied_first(a):
+    """The first entries of both arguments lie within 1e-38 of 0: a kink of maximum under every usable step."""
+    return np.concatenate([a[:1] * 1e-38, a[1:]])
+
+
+NEAR_TIE = arrays(shape=(4,), min_value=-2.0, max_value=2.0).map(_tied_first)
+
+
+def _balanced_eq(x, z, y):
+    return (x == z) / (1.0 + (x == y))
+
+
+@rrule(maximum, NEAR_TIE, NEAR_TIE)
+def maximum_near_tie_rrule(x, y):
+    ans = np.maximum(x, y)
+    return ans, lambda g: (None, None) if g is None else (g * _balanced_eq(x, ans, y), g * _balanced_eq(y, ans, x))
+
+
+@rrule(maximum, NEAR_TIE, NEAR_TIE)
+def maximum_near_tie_doubled_rrule(x, y):
+    ans = np.maximum(x, y)  # HIPS/autograd before #141: at x == y both arguments get the whole cotangent
+    return ans, lambda g: (None, None) if g is None else (g * (x == ans), g * (y == ans))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_kink_a_hair_from_the_input_is_no_verdict_not_a_wrong_gradient(seed):
+    result = _context_findings(maximum_near_tie_rrule, seed)
+    assert result.findings == [] and result.verdict == "pass"
+    cells = result.safety_matrix["cells"]
+    assert "wrong" not in {c["status"] for c in cells}
+    excused = [c for c in cells if c["status"] == "skipped"]
+    assert excused, "the near-tied inputs put a kink under the finite differences of some context"
+    assert all(c["message"].startswith("no verdict: ") for c in excused)
+
+
+def test_a_kink_near_the_input_does_not_hide_an_aliasing_bug():
+    result = _context_findings(maximum_near_tie_doubled_rrule)
+    (finding,) = result.findings
+    assert finding.check_id == "GG502" and finding.location == "context same-array-twice"
+    assert re.fullmatch(
+        r"in context `same-array-twice` \(the same array in two argument slots: rule\(x, x\)\) the gradient of the "
+        r"program is wrong under tape\[zero\], tape\[none\], tape\[skip\], jax \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+
+
+# -- large program values: the finite difference's error must bound the claim -----------------------------
+def self_power(x):
+    return x**x
+
+
+SELF_POWER_INPUTS = arrays(shape=(3,), min_value=0.5, max_value=6.0)
+
+
+@rrule(self_power, SELF_POWER_INPUTS)
+def self_power_rrule(x):
+    y = x**x
+    return y, lambda g: (None,) if g is None else (g * y * (np.log(x) + 1),)
+
+
+_LAST = {}
+
+
+@rrule(self_power, SELF_POWER_INPUTS)
+def self_power_cached_rrule(x):
+    _LAST["y"], _LAST["x"] = x**x, x.copy()  # the pullback reads whatever the latest call left here
+    return _LAST["y"].copy(), lambda g: (None,) if g is None else (g * _LAST["y"] * (np.log(_LAST["x"]) + 1),)
+
+
+def test_one_richardson_table_is_fooled_by_sin_of_large_values_and_the_confirmed_one_is_not():
+    x = np.array([3.00803383, 4.9236441, 5.96518055])
+    v = np.array([0.3, -0.7, 0.5])
+
+    def program(x):
+        y = x**x
+        return np.sum(y + np.sin(y) / 2)
+
+    exact = float(np.dot((1 + np.cos(x**x) / 2) * x**x * (np.log(x) + 1), v))
+    one = fd.directional(program, (x,), (v,), complex_step=False)
+    assert abs(one.value - exact) > 100 * one.error  # the single table's estimate does not bound its error
+    sure = fd.confirmed(program, (x,), (v,), complex_step=False)
+    assert abs(sure.value - exact) <= sure.error and sure.error < 1e-6 * abs(exact)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_large_program_values_do_not_make_a_right_rule_wrong(seed):
+    result = _context_findings(self_power_rrule, seed)
+    assert result.findings == [] and result.verdict == "pass"
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
+
+
+def test_large_program_values_do_not_hide_stale_state():
+    result = _context_findings(self_power_cached_rrule)
+    (finding,) = result.findings
+    assert finding.check_id == "GG501" and finding.location == "context called-twice"
+    assert re.fullmatch(
+        r"in context `called-twice` \(the rule is called twice on two inputs; both outputs are used\) the gradient "
+        r"of the program is wrong under tape\[zero\], tape\[none\], tape\[skip\] \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+    assert "keep each call's residuals in the pullback's own closure" in finding.fix
+
+
+def test_a_finite_difference_too_coarse_to_judge_is_no_verdict():
+    from gradguard.checker import tolerances
+    from gradguard.checker.contexts._verdict import compare
+
+    tol = tolerances.for_dtype("float64")
+    assert compare(1.0, 1.02, 0.0, tol, 1.0) == ("wrong", "<gradient, v> = 1, finite differences of the program give 1.02")
+    assert compare(1.0, 1.02, 0.02, tol, 1.0) == (
+        "skipped",
+        "no verdict: finite differences of the program give 1.02 ± 0.2, an error bound too wide to judge "
+        "<gradient, v> = 1 (finite differences cannot resolve the program's derivative at this input)",
+    )
+    assert compare(1.0, 1.0001, 0.0001, tol, 1.0) == (
+        "right",
+        "right within the finite differences' error bound: <gradient, v> = 1, finite differences of the program "
+        "give 1.0001 ± 0.001",
+    )
+    assert compare(1.5, 1.0001, 0.0001, tol, 1.0)[0] == "wrong"  # a wider bound still finds a wide miss
+
+
+# -- every input from the rule's own specs; NaN is the same value as NaN -----------------------------------
+def gaps(x):
+    return np.sum(np.abs(np.diff(x)) ** 1.5)
+
+
+INCREASING = arrays(shape=(6,), min_value=0.0, max_value=10.0).map(np.sort)  # the declared domain: sorted values
+
+
+def _spread(w):
+    """The tangent of sum(f(diff(x))) from f'(diff(x)) = w."""
+    t = np.zeros(w.size + 1)
+    t[:-1] -= w
+    t[1:] += w
+    return t
+
+
+@rrule(gaps, INCREASING)
+def gaps_rrule(x):
+    d = np.diff(x)  # positive on the declared domain, so |d| = d
+    return gaps(x), lambda g: (None,) if g is None else (_spread(1.5 * np.sqrt(d) * g),)
+
+
+_GAPS = {}
+
+
+@rrule(gaps, INCREASING)
+def gaps_shared_rrule(x):
+    _GAPS["d"] = np.diff(x)  # the residual kept in a module-level buffer: the pullback reads the latest call's
+    return gaps(x), lambda g: (None,) if g is None else (_spread(1.5 * np.sqrt(_GAPS["d"]) * g),)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_contexts_use_only_inputs_drawn_from_the_specs(seed):
+    from gradguard.checker.contexts._inputs import draw_inputs
+
+    _, second, _ = draw_inputs(gaps_rrule, seed)
+    assert np.all(np.diff(second[0]) >= 0)  # a draw of the spec, not a reversed copy of the first
+    result = _context_findings(gaps_rrule, seed)
+    assert result.findings == [] and result.verdict == "pass"
+    assert set(_statuses(result.safety_matrix, "called-twice").values()) == {"right"}
+
+
+def test_stale_state_is_still_found_on_a_declared_domain():
+    (finding,) = _context_findings(gaps_shared_rrule).findings
+    assert finding.check_id == "GG501" and finding.location == "context called-twice"
+    assert finding.message.startswith("in context `called-twice` (the rule is called twice on two inputs; both "
+                                      "outputs are used) the gradient of the program is wrong under tape[zero], ")
+
+
+def log_(x):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(x)
+
+
+WIDE = arrays(shape=(3,), min_value=-1.0, max_value=1.0)  # wider than log's domain: the program's value is NaN
+
+
+@rrule(log_, WIDE)
+def log_rrule(x):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(x), lambda g: (None,) if g is None else (g / x,)
+
+
+@rrule(log_, WIDE)
+def log_abs_rrule(x):
+    with np.errstate(divide="ignore"):
+        return np.log(np.abs(x)), lambda g: (None,) if g is None else (g / x,)  # not the primal below 0
+
+
+def test_nan_against_nan_is_not_a_different_value():
+    result = _context_findings(log_rrule)
+    assert [f.check_id for f in result.findings] == []
+    used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
+    assert len(used) == 4 and all(c["status"] == "skipped" for c in used)  # NaN under NumPy: no ground truth
+    assert all(c["message"].startswith("no ground truth: the program raised under plain NumPy") for c in used)
+
+
+def test_a_finite_value_against_nan_is_a_different_value():
+    result = _context_findings(log_abs_rrule)
+    (finding,) = result.findings
+    assert finding.check_id == "GG503"
+    assert re.fullmatch(
+        r"the program computes a different value under AD than when run, so AD differentiates a different function "
+        r"from the one users run: `output-used`: tape\[zero\] \S+, tape\[none\] \S+, tape\[skip\] \S+, jax \S+ vs nan "
+        r"when run; .*\.",
+        finding.message,
+    ), finding.message
+
+
+# -- contexts that need special shapes draw them from the user's strategy ---------------------------------
+def matmul(a, b):
+    return a @ b
+
+
+DIMS = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4))
+PAIRS = DIMS.flatmap(lambda d: st.tuples(arrays(shape=(d[0], d[1])), arrays(shape=(d[1], d[2]))))
+
+
+@rrule(matmul, args=PAIRS)
+def matmul_rrule(a, b):
+    return a @ b, lambda g: (None, None) if g is None else (g @ b.T, a.T @ g)
+
+
+@rrule(matmul, args=PAIRS)
+def matmul_shared_rrule(a, b):
+    if np.shares_memory(a, b):  # x @ x.T: "helpfully" returns the total derivative in both slots
+        total = lambda g: g @ b.T + (a.T @ g).T  # noqa: E731
+        return a @ b, lambda g: (None, None) if g is None else (total(g), total(g).T)
+    return a @ b, lambda g: (None, None) if g is None else (g @ b.T, a.T @ g)
+
+
+def test_shaped_contexts_draw_fitting_inputs_from_the_users_strategy():
+    m = safety_matrix(matmul_rrule, seed=0)
+    for context in ("same-array-twice", "transposed-alias", "tied-weights"):
+        assert context in m["contexts"], m["skipped"]
+        assert set(_statuses(m, context).values()) == {"right"}
+    searched = [d for d in m["descriptions"].values() if "further draws from the argument specs" in d]
+    assert searched and all(re.search(r"the richest of \d+ fitting draws among \d+ further draws", d) for d in searched)
+
+
+def test_an_aliasing_bug_is_found_on_drawn_shapes():
+    result = _context_findings(matmul_shared_rrule)
+    locations = [(f.check_id, f.location) for f in result.findings]
+    assert ("GG502", "context transposed-alias") in locations, [f.message for f in result.findings]
+    finding = next(f for f in result.findings if f.location == "context transposed-alias")
+    assert finding.message.startswith(
+        "in context `transposed-alias` (an array and its transpose in two slots: rule(x, x.T)) the gradient of the "
+        "program is wrong under tape[zero], tape[none], tape[skip] (relative error "
+    )
+
+
+def cube(x):
+    return x**3
+
+
+@rrule(cube, arrays(shape=(3,)))
+def cube_rrule(x):
+    return x**3, lambda g: (None,) if g is None else (3 * x**2 * g,)
+
+
+def test_a_context_no_draw_can_fit_is_skipped_without_searching():
+    m = safety_matrix(cube_rrule)  # every draw has shape (3,): no draw can give x and x.T
+    reasons = {s["context"]: s["reason"] for s in m["skipped"]}
+    assert reasons["transposed-alias"] == (
+        "the rule has no two 2-D array arguments with transposed shapes (for x and x.T)"
+    )
