@@ -75,7 +75,9 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Check rules on this many worker processes (0: one per CPU); same report.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Check rules on this many worker processes (0: one per CPU; default: one per CPU for more than 4 rules, else 1); same report.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=".gradguard_cache", show_default=True, envvar="GRADGUARD_CACHE_DIR", help="Reuse the verdicts of rules unchanged since they were last checked, stored in this folder.")
+@click.option("--no-cache", is_flag=True, envvar="GRADGUARD_NO_CACHE", help="Check every rule, reusing and storing no verdict.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report here ('-' for stdout).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here.")
@@ -90,7 +92,9 @@ def check_command(
     max_examples: int | None,
     rule_timeout: float,
     device: str | None,
-    jobs: int,
+    jobs: int | None,
+    cache_dir: Path,
+    no_cache: bool,
     json_path: Path | None,
     junit_path: Path | None,
     markdown_path: Path | None,
@@ -123,6 +127,8 @@ def check_command(
             rule_timeout_s=rule_timeout or None,
             progress=on_rule,
             jobs=jobs,
+            cache_dir=cache_dir,
+            use_cache=not no_cache,
         )
     except UsageError as exc:
         _usage(str(exc))

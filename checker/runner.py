@@ -52,6 +52,9 @@ FULL_EXAMPLES_UP_TO = 2**14
 # It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
 BUDGET_FLOOR_S = 30.0
 VERSION = "0.1.0"
+# ``jobs=None`` checks on one process per CPU above this many rules to check: below it, starting
+# worker processes (each imports NumPy, Hypothesis and maybe JAX) costs more than it saves.
+AUTO_JOBS_ABOVE = 4
 
 
 @dataclass
@@ -139,14 +142,21 @@ def check(
     max_examples: int | None = None,
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
     progress: Callable[[RuleResult, int, int], None] | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
-    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report."""
+    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report;
+    ``None``: one per CPU when there are more than a handful of rules (``AUTO_JOBS_ABOVE``), else one.
+    ``cache_dir``: reuse the stored result of every rule unchanged since it was last checked there
+    (:mod:`gradguard.checker.cache`; reused results say ``cached``). ``use_cache``: None uses the cache
+    when ``cache_dir`` is given; True uses it (in ``.gradguard_cache`` when no folder is given); False
+    checks every rule."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
         raise UsageError(f"Got jobs={jobs!r}, but jobs must be an int >= 0 (0: one worker process per CPU).")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
@@ -158,19 +168,51 @@ def check(
         load_errors=failures,
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
     )
-    if jobs != 1 and len(rules) > 1:
+    cache = _open_cache(cache_dir, use_cache, ids, options)
+    keys = [cache.key(rule) if cache else None for rule in rules]
+    results: list[RuleResult | None] = [cache.get(k) if cache else None for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    done = 0
+
+    def finished(result: RuleResult, *_: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(result, done, len(rules))
+
+    for result in results:
+        if result is not None:
+            finished(result)
+    if jobs is None:
+        jobs = 0 if len(todo) > AUTO_JOBS_ABOVE else 1
+    if jobs != 1 and len(todo) > 1:
         from gradguard.checker.parallel import check_in_processes
 
-        report.rules.extend(check_in_processes(rules, ids, options, jobs, progress))
+        for i, result in zip(todo, check_in_processes([rules[i] for i in todo], ids, options, jobs, finished)):
+            results[i] = result
     else:
-        for i, rule in enumerate(rules):
-            result = check_rule(rule, ids, options)
-            report.rules.append(result)
-            if progress is not None:
-                progress(result, i + 1, len(rules))
+        for i in todo:
+            results[i] = check_rule(rules[i], ids, options)
+            finished(results[i])
+    if cache is not None:
+        for i in todo:
+            cache.put(keys[i], results[i])
+    report.rules.extend(r for r in results if r is not None)
     report.environment = environment()
     report.duration_s = time.perf_counter() - started
     return report
+
+
+def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options: Options) -> Any:
+    if use_cache is False or (use_cache is None and cache_dir is None):
+        return None
+    from gradguard.checker.cache import DEFAULT_CACHE_DIR, VerdictCache
+
+    settings = {"checks": ids, "seed": options.seed, "max_examples": options.max_examples,
+                "rule_timeout_s": options.rule_timeout_s, "root": options.root,
+                "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
+                "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
+    return VerdictCache(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR, settings)
 
 
 def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
