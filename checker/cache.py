@@ -39,7 +39,7 @@ from typing import Any
 
 from gradguard.checker.report import RuleResult
 
-__all__ = ["DEFAULT_CACHE_DIR", "VerdictCache", "project_sources"]
+__all__ = ["DEFAULT_CACHE_DIR", "VerdictCache", "project_sources", "tool_fingerprint"]
 
 DEFAULT_CACHE_DIR = ".gradguard_cache"
 _FORMAT = "v1"
@@ -133,7 +133,7 @@ def project_sources(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 @lru_cache(maxsize=1)
-def _tool_fingerprint() -> str:
+def tool_fingerprint() -> str:
     """gradguard's own code and the versions of what it runs on: a change to either re-checks everything."""
     from gradguard.checker import __version__
     import gradguard.checker as checker_pkg
@@ -188,7 +188,7 @@ class VerdictCache:
             spec = _spec_text(rule)
         except Exception:  # noqa: BLE001 - an unreadable source or spec: check the rule, do not guess
             return None
-        parts = [_FORMAT, _tool_fingerprint(), self.settings, real, spec]
+        parts = [_FORMAT, tool_fingerprint(), self.settings, real, spec]
         parts += [f"{f}={d}" for f, d in sorted(self._sources[real].items())]
         return _digest("\n".join(parts).encode())
 
