@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker import reproducer
-from gradguard.checker._hypothesis import own_constants_only
+from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
 from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
 from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
 from gradguard.checker.errors import UsageError
@@ -55,6 +55,12 @@ VERSION = "0.1.0"
 # ``jobs=None`` checks on one process per CPU above this many rules to check: below it, starting
 # worker processes (each imports NumPy, Hypothesis and maybe JAX) costs more than it saves.
 AUTO_JOBS_ABOVE = 4
+# Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays):
+# each rule gets this much shrinking time, shared by its failing checks, and each check at most this many
+# evaluations while shrinking. When either runs out, the smallest failing input found so far is reported,
+# and its counterexample says so. None: no limit (Hypothesis' own five minutes).
+DEFAULT_SHRINK_BUDGET_S = 1.0
+DEFAULT_SHRINK_STEPS = 200
 
 
 @dataclass
@@ -63,6 +69,8 @@ class Options:
     max_examples: int = DEFAULT_MAX_EXAMPLES
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
     root: str | None = None  # paths in reports and reproducers are relative to this
+    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
+    shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
 
 
 @dataclass
@@ -145,6 +153,8 @@ def check(
     jobs: int | None = 1,
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool | None = None,
+    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
+    shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
@@ -153,17 +163,25 @@ def check(
     ``cache_dir``: reuse the stored result of every rule unchanged since it was last checked there
     (:mod:`gradguard.checker.cache`; reused results say ``cached``). ``use_cache``: None uses the cache
     when ``cache_dir`` is given; True uses it (in ``.gradguard_cache`` when no folder is given); False
-    checks every rule."""
+    checks every rule. ``shrink_budget_s`` (per rule) and ``shrink_steps`` (evaluations per failing
+    check) bound shrinking; when one runs out the smallest failing input so far is reported, and the
+    counterexample's ``shrinking`` says so (None: no bound)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
         raise UsageError(f"Got jobs={jobs!r}, but jobs must be an int >= 0 (0: one worker process per CPU).")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
+    if shrink_budget_s is not None and (isinstance(shrink_budget_s, bool) or not isinstance(shrink_budget_s, (int, float))
+                                        or not shrink_budget_s >= 0):
+        raise UsageError(f"Got shrink_budget_s={shrink_budget_s!r}, but it must be a number of seconds >= 0, or None (no limit).")
+    if shrink_steps is not None and (not isinstance(shrink_steps, int) or isinstance(shrink_steps, bool) or shrink_steps < 0):
+        raise UsageError(f"Got shrink_steps={shrink_steps!r}, but it must be an int >= 0, or None (no limit).")
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
-    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd())
+    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd(),
+                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps)
     report = Report(
         load_errors=failures,
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
@@ -210,6 +228,7 @@ def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options:
 
     settings = {"checks": ids, "seed": options.seed, "max_examples": options.max_examples,
                 "rule_timeout_s": options.rule_timeout_s, "root": options.root,
+                "shrink": [options.shrink_budget_s, options.shrink_steps],
                 "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
                 "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
     return VerdictCache(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR, settings)
@@ -299,6 +318,7 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
     gate_failed: str | None = None
     raised_messages: set[str] = set()
     shared: dict[str, Any] = {}
+    shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
     for info in applicable:
         if gate_failed and not info.gates:
             result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
@@ -317,7 +337,20 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
         # seed-filled large arrays whose evaluations are expensive.
         shrinkable = survey.cap >= options.max_examples
-        failure = (_search(rule, info, options).failure if shrinkable else None) or first_failure
+        note = None
+        failure = None
+        if shrinkable and shrink_left is not None and shrink_left <= 0:
+            note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
+        elif shrinkable:
+            searched = _search(rule, info, options, shrink_left)
+            failure = searched.failure
+            if shrink_left is not None:
+                shrink_left -= searched.shrink_s
+            note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
+        if failure is None:
+            failure = first_failure
+            if shrinkable and note == "complete":
+                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
@@ -325,7 +358,7 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
                 continue  # the same crash, already reported by an earlier check
             raised_messages.add(key)
         for problem in problems:
-            result.findings.append(_finding(rule, info, case, problem, options))
+            result.findings.append(_finding(rule, info, case, problem, options, shrinking=note))
         if info.gates:
             gate_failed = info.id
 
@@ -444,18 +477,38 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
     return survey
 
 
+def _shrink_note(options: Options, spent_earlier: bool) -> str:
+    seconds = "no time limit" if options.shrink_budget_s is None else f"{options.shrink_budget_s:g} s per rule"
+    steps = "no step limit" if options.shrink_steps is None else f"{options.shrink_steps} evaluations per check"
+    budget = f"the shrinking budget ({seconds}, {steps}; raise it with check(shrink_budget_s=, shrink_steps=))"
+    if spent_earlier:
+        return f"not shrunk: {budget} was spent on this rule's earlier checks; this is the first failing input drawn"
+    return f"stopped by {budget}: the smallest failing input found so far"
+
+
 @dataclass
 class _Outcome:
     ran: int = 0
     skip_reason: str | None = None
     failure: _Failure | None = None
+    shrink_s: float = 0.0  # time from the first failure to the end of the search
+    stopped: bool = False  # a shrinking budget ran out
 
 
-def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
-    """A search for one failing check: Hypothesis finds the failure again and shrinks it."""
+def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None) -> _Outcome:
+    """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
+    ``budget_s`` seconds and ``options.shrink_steps`` evaluations of the check."""
     outcome = _Outcome()
+    shrink_started: float | None = None
+    steps = 0
 
     def body(args: Any, data: Any) -> None:
+        nonlocal shrink_started, steps
+        if shrink_started is not None:
+            steps += 1
+            if options.shrink_steps is not None and steps > options.shrink_steps:
+                outcome.stopped = True
+                raise _BudgetSpent()
         case = Case(rule, tuple(args), HypothesisDraws(data))
         found = _run_one(info, case)
         if isinstance(found, str):
@@ -464,10 +517,16 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
         problems, raised = found
         if problems:
             outcome.failure = (case, problems, raised)
+            if shrink_started is None:
+                shrink_started = time.perf_counter()
             raise _CheckFailed(info.id)
         outcome.ran += 1
 
-    _drive(rule, options, body, f"check {info.id}")
+    with shrink_deadline(budget_s):
+        _drive(rule, options, body, f"check {info.id}")
+    if shrink_started is not None:
+        outcome.shrink_s = time.perf_counter() - shrink_started
+        outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)
     return outcome
 
 
@@ -491,7 +550,8 @@ def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: Rul
             result.findings.append(_finding(rule, info, None, item, options))
 
 
-def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options) -> Finding:
+def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options,
+             shrinking: str | None = None) -> Finding:
     counterexample = None
     script = problem.reproducer
     if case is not None:
@@ -500,6 +560,8 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
             "args": [show(a) for a in case.args],
             "draws": {label: show(value) for label, value in case.record},
         }
+        if shrinking is not None:
+            counterexample["shrinking"] = shrinking
         script = reproducer.script(rule, info.id, case, problem, root=options.root)
     return Finding(
         check_id=info.id,
