@@ -221,6 +221,14 @@ class VerdictCache:
         except OSError:
             self.writable = False  # a read-only folder: check without storing
 
+    def prepare(self) -> bool:
+        """Create the folder (tagged and ignored); False when it cannot be written."""
+        try:
+            self._make_folder()
+        except OSError:
+            self.writable = False
+        return self.writable
+
     def _make_folder(self) -> None:
         if (self.folder / "CACHEDIR.TAG").is_file():
             return

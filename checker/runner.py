@@ -11,6 +11,7 @@ contexts' safety matrix) run last. Verdicts are deterministic for a seed.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import platform
@@ -55,11 +56,15 @@ VERSION = "0.1.0"
 # ``jobs=None`` checks on one process per CPU above this many rules to check: below it, starting
 # worker processes (each imports NumPy, Hypothesis and maybe JAX) costs more than it saves.
 AUTO_JOBS_ABOVE = 4
-# Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays):
-# each rule gets this much shrinking time, shared by its failing checks, and each check at most this many
-# evaluations while shrinking. When either runs out, the smallest failing input found so far is reported,
-# and its counterexample says so. None: no limit (Hypothesis' own five minutes).
-DEFAULT_SHRINK_BUDGET_S = 1.0
+# Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays).
+# The arrays are shrunk once per rule: the later failing checks start from the first one's shrunk input
+# and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
+# shrinking (deterministic), and each rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its
+# failing checks: a safety net, like BUDGET_FLOOR_S, set far above what shrinking takes, because a cut by
+# the clock makes counterexamples depend on the machine's load, and they depend on the seed only
+# (bench/RESULTS.md has the measured trade-off). When either runs out, the smallest failing input found so
+# far is reported and its counterexample says so. None: no limit (Hypothesis' own five minutes).
+DEFAULT_SHRINK_BUDGET_S = 10.0
 DEFAULT_SHRINK_STEPS = 200
 
 
@@ -71,6 +76,7 @@ class Options:
     root: str | None = None  # paths in reports and reproducers are relative to this
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
+    jax_cache_dir: str | None = None  # JAX's persistent compilation cache (None: compile in each process)
 
 
 @dataclass
@@ -155,6 +161,7 @@ def check(
     use_cache: bool | None = None,
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
+    jax_cache_dir: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
@@ -165,7 +172,9 @@ def check(
     when ``cache_dir`` is given; True uses it (in ``.gradguard_cache`` when no folder is given); False
     checks every rule. ``shrink_budget_s`` (per rule) and ``shrink_steps`` (evaluations per failing
     check) bound shrinking; when one runs out the smallest failing input so far is reported, and the
-    counterexample's ``shrinking`` says so (None: no bound)."""
+    counterexample's ``shrinking`` says so (None: no bound). ``jax_cache_dir``: JAX's persistent
+    compilation cache, so later processes load compiled programs instead of compiling them (default:
+    ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
@@ -187,6 +196,10 @@ def check(
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
     )
     cache = _open_cache(cache_dir, use_cache, ids, options)
+    if jax_cache_dir is not None:
+        options.jax_cache_dir = os.fspath(jax_cache_dir)
+    elif cache is not None and cache.prepare():
+        options.jax_cache_dir = os.fspath(cache.folder / "jax")
     keys = [cache.key(rule) if cache else None for rule in rules]
     results: list[RuleResult | None] = [cache.get(k) if cache else None for k in keys]
     todo = [i for i, r in enumerate(results) if r is None]
@@ -247,7 +260,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     rule.run_state.clear()
     try:
         with time_limit(options.rule_timeout_s):
-            _prepare_engine(rule, ids)
+            _prepare_engine(rule, ids, options.jax_cache_dir)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:
         result.verdict = "error"
@@ -274,7 +287,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     return result
 
 
-def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
+def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = None) -> None:
     """Load JAX on the requested device (GRADGUARD_DEVICE) before the survey's clock starts.
 
     A JAX rule needs it (PlatformUnavailable: this rule errors, the others
@@ -285,6 +298,10 @@ def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
         return
     from gradguard.checker.jax_rules import ensure_device
 
+    if jax_cache_dir is not None:
+        from gradguard.engines.jax_engine import use_compilation_cache
+
+        use_compilation_cache(jax_cache_dir)
     try:
         ensure_device()
     except PlatformUnavailable:
@@ -319,6 +336,7 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
     raised_messages: set[str] = set()
     shared: dict[str, Any] = {}
     shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
+    shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
     for info in applicable:
         if gate_failed and not info.gates:
             result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
@@ -342,11 +360,17 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         if shrinkable and shrink_left is not None and shrink_left <= 0:
             note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
         elif shrinkable:
-            searched = _search(rule, info, options, shrink_left)
+            # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
+            # only this check's own draws (cotangents, directions) are shrunk.
+            searched = _search(rule, info, options, shrink_left, at=shrunk_args) if shrunk_args is not None else None
+            if searched is None or searched.failure is None:
+                searched = _search(rule, info, options, shrink_left)
             failure = searched.failure
             if shrink_left is not None:
                 shrink_left -= searched.shrink_s
             note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
+            if failure is not None and shrunk_args is None:
+                shrunk_args = failure[0].args
         if failure is None:
             failure = first_failure
             if shrinkable and note == "complete":
@@ -409,9 +433,11 @@ def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
     )
 
 
-def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str) -> None:
-    """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
-    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
+def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str,
+           inputs: Any = None) -> None:
+    """Run a Hypothesis search over the rule's inputs (or ``inputs``), mapping Hypothesis' errors to ours."""
+    strategy = rule.args_strategy if inputs is None else inputs
+    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(body)))
     try:
         # NumPy's warnings from the user's rule (0/0, overflow) would bury the report; the values that
         # caused them are what GG206 and the other checks judge.
@@ -495,9 +521,11 @@ class _Outcome:
     stopped: bool = False  # a shrinking budget ran out
 
 
-def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None) -> _Outcome:
+def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None,
+            at: tuple[Any, ...] | None = None) -> _Outcome:
     """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
-    ``budget_s`` seconds and ``options.shrink_steps`` evaluations of the check."""
+    ``budget_s`` seconds and ``options.shrink_steps`` evaluations of the check. ``at``: the input is fixed
+    to these arguments (a copy each time) and only the check's own draws vary."""
     outcome = _Outcome()
     shrink_started: float | None = None
     steps = 0
@@ -522,8 +550,9 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
             raise _CheckFailed(info.id)
         outcome.ran += 1
 
+    inputs = None if at is None else st.builds(copy.deepcopy, st.just(at))
     with shrink_deadline(budget_s):
-        _drive(rule, options, body, f"check {info.id}")
+        _drive(rule, options, body, f"check {info.id}", inputs)
     if shrink_started is not None:
         outcome.shrink_s = time.perf_counter() - shrink_started
         outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)
