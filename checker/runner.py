@@ -59,13 +59,14 @@ AUTO_JOBS_ABOVE = 4
 # Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays).
 # The arrays are shrunk once per rule: the later failing checks start from the first one's shrunk input
 # and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
-# shrinking (deterministic), and each rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its
-# failing checks: a safety net, like BUDGET_FLOOR_S, set far above what shrinking takes, because a cut by
-# the clock makes counterexamples depend on the machine's load, and they depend on the seed only
-# (bench/RESULTS.md has the measured trade-off). When either runs out, the smallest failing input found so
-# far is reported and its counterexample says so. None: no limit (Hypothesis' own five minutes).
+# shrinking (deterministic: the budget that keeps a failing rule's shrinking near a second), and each
+# rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its failing checks: a safety net, like
+# BUDGET_FLOOR_S, set far above what the step budget takes, because a cut by the clock makes
+# counterexamples depend on the machine's load, and they depend on the seed only (bench/RESULTS.md has
+# the measured trade-off). When either runs out, the smallest failing input found so far is reported
+# and its counterexample says so. None: no limit (Hypothesis' own five minutes).
 DEFAULT_SHRINK_BUDGET_S = 10.0
-DEFAULT_SHRINK_STEPS = 200
+DEFAULT_SHRINK_STEPS = 25
 
 
 @dataclass
