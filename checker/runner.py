@@ -267,7 +267,9 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         result.verdict = "error"
         result.error = {
             "type": "Timeout",
-            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit; the rule's forward or pullback may hang",
+            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run; "
+            "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
+            "--max-examples",
             "traceback": "",
         }
     except _SpecCannotGenerate as exc:
