@@ -204,6 +204,7 @@ class VerdictCache:
         except (OSError, ValueError, KeyError, TypeError):
             return None
         result.cached = True
+        result.duration_s = 0.0  # nothing was checked in this run
         return result
 
     def put(self, key: str | None, result: RuleResult) -> None:
