@@ -41,6 +41,8 @@ from _results import Transcript, command_line, write_section
 ISOLATION = ["GG1", "GG2", "GG3", "GG4"]
 SMALL_TARGET_S = 0.5
 LARGE_TARGET_EVALS = 50.0
+EVERY_CHECK_TARGET_S = 0.1  # issue 14: a passing softplus on (3,), every check, warm
+PER_INPUT_TARGET_EVALS = 12.0  # issue 14: at n = 10**6, forward+pullback evaluations' worth per drawn input
 
 
 def matmul(a, b):
@@ -134,6 +136,15 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "MET" if overall < SMALL_TARGET_S else "NOT MET"
     print(f"   median over the small rules: {overall:.3f} s; target < {SMALL_TARGET_S} s: {verdict}")
 
+    print(f"\n1b. Every check (contexts and JAX included) on softplus (3,), median of {args.repeats} after a warm-up call:")
+    tiny = counting_softplus_rule(3)
+    first, _ = check_time(tiny, None)
+    times = [check_time(tiny, None) for _ in range(args.repeats)]
+    med = statistics.median(t for t, _ in times)
+    verdict = "MET" if med < EVERY_CHECK_TARGET_S else "NOT MET"
+    print(f"   first call {first:.2f} s, median {med:.3f} s (min {min(t for t, _ in times):.3f}), verdict "
+          f"{times[-1][1].verdict}, {times[-1][1].examples} examples; target < {EVERY_CHECK_TARGET_S} s: {verdict}")
+
     if args.breakdown:
         ids = [c.id for c in catalogue() if any(c.id.startswith(p) for p in ISOLATION)]
         print("\n   each check alone (median over the small rules; one Hypothesis search per check):")
@@ -156,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     per = max(res.examples, 1)
     print(f"   calls: {calls['forward']} forward, {calls['pullback']} pullback, {calls['primal']} primal "
           f"(about {(calls['forward'] + calls['primal']) / per:.0f} forward or primal calls per example)")
+    per_input = evals / per
+    print(f"   per drawn input: {per_input:.1f} evaluations' worth; target <= {PER_INPUT_TARGET_EVALS:.0f} (issue 14): "
+          f"{'MET' if per_input <= PER_INPUT_TARGET_EVALS else 'NOT MET'}")
     if verdict == "NOT MET":
         print("   what dominates: the calls above (the checks of one drawn input share its first forward call and")
         print("   pullback; GG201's finite differences call the primal, GG202, GG301, GG404 and GG406 make calls")

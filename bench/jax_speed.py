@@ -3,6 +3,8 @@
     python bench/jax_speed.py                  # CPU: small rule, n = 10**6, batched vs sequential FD
     python bench/jax_speed.py --device gpu     # the same on a GPU, plus n = 10**7
 
+    python bench/jax_speed.py --compiles       # XLA compilations per check, with and without the on-disk cache
+
 It prints, for a correct softplus `jax.custom_vjp`:
 
 1. the JAX checks' time on a 5-element rule after warm-up (compilations cached; target: under 1.5 s),
@@ -10,6 +12,11 @@ It prints, for a correct softplus `jax.custom_vjp`:
 2. the same checks on n = 10**6 elements (n = 10**7 on a GPU), after one warm-up run of the same shape;
 3. GG204's finite differences of the pullback at those sizes, sequential (`gradguard.engines.fd.directional`, one
    call per Richardson step) against batched (every step in one jitted vmap call).
+
+``--compiles`` instead counts XLA compilations (JAX's own monitoring events) for a NumPy softplus rrule on (3,)
+and the JAX softplus on (5,), every check, each in fresh processes: the first and a second check in one
+process, without JAX's persistent compilation cache (the reference), then with an empty cache folder, then
+with that folder filled by the previous process (what `gradguard check` does in `.gradguard_cache/jax`).
 """
 
 from __future__ import annotations
@@ -119,11 +126,77 @@ def fd_paths(n: int) -> None:
     )
 
 
+def compile_probe(kind: str, cache: str) -> None:
+    """In a fresh process: compilations and persistent-cache hits of two checks of one rule, as JSON (JAX
+    reports a program loaded from the cache both as a compilation and as a hit)."""
+    import json
+    from collections import Counter
+
+    from jax import monitoring
+
+    from gradguard import check
+
+    seen: Counter = Counter()
+    monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: seen.update({"compiles": 1}) if name == "/jax/core/compile/backend_compile_duration" else None)
+    monitoring.register_event_listener(
+        lambda name, **_: seen.update({"hits": 1}) if name == "/jax/compilation_cache/cache_hits" else None)
+    if kind == "numpy":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from _cases import counting_softplus_rule
+
+        rule = counting_softplus_rule(3)
+    else:
+        rule = _rule(5)
+    runs = []
+    for seed in (0, 1):
+        seen.clear()
+        start = time.perf_counter()
+        report = check(rule, seed=seed, jax_cache_dir=cache or None)
+        runs.append({"seconds": time.perf_counter() - start, "compiles": seen["compiles"], "hits": seen["hits"],
+                     "verdict": report.rules[0].verdict})
+    print(json.dumps(runs))
+
+
+def compiles() -> None:
+    import json
+    import subprocess
+    import tempfile
+
+    def probe(kind: str, cache: str) -> list[dict]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADGUARD_", "JAX_COMPILATION_CACHE"))}
+        done = subprocess.run([sys.executable, __file__, "--compile-probe", kind, cache], env=env,
+                              capture_output=True, text=True, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    print("XLA programs per check (every check), a fresh process per cache setting, two checks (seeds 0, 1) in each;")
+    print("compiled: compiled by XLA here; from disk: loaded from JAX's persistent compilation cache instead")
+    print(f"{'rule':24} {'persistent cache':28} {'check':>5} {'compiled':>8} {'from disk':>9} {'time (s)':>8} {'x ref':>6}")
+    print("-" * 96)
+    for kind, label in (("numpy", "softplus rrule (3,)"), ("jax", "softplus custom_vjp (5,)")):
+        with tempfile.TemporaryDirectory() as folder:
+            rows = [("none (reference)", probe(kind, "")), ("empty folder", probe(kind, folder)),
+                    ("filled by the process above", probe(kind, folder))]
+        reference = rows[0][1][0]["seconds"]
+        for name, runs in rows:
+            for i, run in enumerate(runs, 1):
+                print(f"{label:24} {name:28} {i:>5} {run['compiles'] - run['hits']:>8} {run['hits']:>9} {run['seconds']:>8.2f} "
+                      f"{run['seconds'] / reference:>6.2f}  {run['verdict']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--n", type=int, default=None, help="large size (default 10**6 on cpu, 10**7 on gpu)")
+    parser.add_argument("--compiles", action="store_true", help="count XLA compilations, with and without the disk cache")
+    parser.add_argument("--compile-probe", nargs=2, metavar=("KIND", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.compile_probe:
+        compile_probe(*args.compile_probe)
+        return
+    if args.compiles:
+        compiles()
+        return
     os.environ["GRADGUARD_DEVICE"] = args.device
     from gradguard.checker.jax_rules import ensure_device
     from gradguard.engines.jax_engine import environment

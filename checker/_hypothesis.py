@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["own_constants_only"]
+__all__ = ["own_constants_only", "shrink_deadline"]
 
 
 @contextmanager
@@ -41,3 +41,28 @@ def own_constants_only() -> Iterator[None]:
     finally:
         providers._get_local_constants = original
         providers.CONSTANTS_CACHE.cache.clear()
+
+
+@contextmanager
+def shrink_deadline(seconds: float | None) -> Iterator[None]:
+    """Stop Hypothesis' shrinker ``seconds`` after it starts (None: Hypothesis' own limit, five minutes).
+
+    Hypothesis checks a shrinking deadline after every test call and, when it passes, stops and replays
+    the smallest failing example found so far: exactly the budget the checker wants, but its length is
+    a module constant with no public setting. It is set for the duration of one search, and left alone
+    (the searches' own step and time checks still apply) on a Hypothesis whose internals differ.
+    """
+    try:
+        from hypothesis.internal.conjecture import engine
+    except ImportError:  # pragma: no cover - another Hypothesis layout
+        yield
+        return
+    if seconds is None or not isinstance(getattr(engine, "MAX_SHRINKING_SECONDS", None), (int, float)):
+        yield
+        return
+    original = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = max(seconds, 0.0)
+    try:
+        yield
+    finally:
+        engine.MAX_SHRINKING_SECONDS = original

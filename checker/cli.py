@@ -14,7 +14,6 @@ point group, so this module never imports them.
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 import sys
 import traceback
@@ -72,7 +71,9 @@ def main() -> None:
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
-@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Check rules on this many worker processes (0: one per CPU); same report.")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Check rules on this many worker processes (0: one per CPU; default: one per CPU for more than 4 rules, else 1); same report.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=".gradguard_cache", show_default=True, envvar="GRADGUARD_CACHE_DIR", help="Reuse the verdicts of rules unchanged since they were last checked, stored in this folder.")
+@click.option("--no-cache", is_flag=True, envvar="GRADGUARD_NO_CACHE", help="Check every rule, reusing and storing no verdict.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report here ('-' for stdout).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), help="Write a Markdown summary here.")
@@ -94,12 +95,19 @@ def check_command(ctx: click.Context, paths: tuple[Path, ...], **params: Any) ->
         config = load_config(file=params["config_path"])
     except UsageError as exc:
         _usage(str(exc))
-    given = {name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+    # Typed options and environment variables (GRADGUARD_CACHE_DIR, GRADGUARD_NO_CACHE) override the configuration.
+    typed = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) in typed}
+    params["use_cache"] = not params.pop("no_cache")  # the config key `cache` and check(use_cache=)
+    if "no_cache" in given:
+        given.add("use_cache")
     values = resolve(config, {**params, "paths": paths}, given)
     params["repro_dir"] = params["repro_dir"] or config.path("reproducers")
     params["device"] = values.get("device")
     files = _targets(paths, config, params["repro_dir"])
-    _run_check(files, check_kwargs(values), **params)
+    kwargs = check_kwargs(values)
+    kwargs.setdefault("jobs", None)  # unset: one worker per CPU above a handful of rules (runner.check)
+    _run_check(files, kwargs, **params)
 
 
 def _targets(paths: tuple[Path, ...], config: Any, repro_dir: Path | None) -> list[Path]:
@@ -127,11 +135,6 @@ def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None,
 
     if device:
         os.environ["GRADGUARD_DEVICE"] = device
-    accepted = inspect.signature(check).parameters
-    unsupported = sorted(k for k in kwargs if k not in accepted)
-    if unsupported:
-        _usage(f"this gradguard's check() has no setting {unsupported[0]!r}; remove it from [tool.gradguard] "
-               "or upgrade gradguard.")
     show_progress = sys.stderr.isatty() if progress is None else progress
 
     def on_rule(result: Any, done: int, total: int) -> None:

@@ -63,6 +63,7 @@ class RuleResult:
     examples: int = 0
     error: dict[str, Any] | None = None  # {"type", "message", "traceback"} when verdict == "error"
     safety_matrix: dict[str, Any] | None = None
+    cached: bool = False  # reused from the verdict cache (checker.cache), not checked in this run
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RuleResult":

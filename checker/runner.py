@@ -3,7 +3,8 @@
 For each rule and each selected per-input check, one Hypothesis search runs
 the check on drawn inputs; the first failure is shrunk to the smallest input
 (and cotangent) that still fails, and that final example becomes the finding,
-with its reproducer. Structural contract checks (``gates=True``) run first;
+with its reproducer (the searches themselves live in :mod:`gradguard.checker._search`).
+Structural contract checks (``gates=True``) run first;
 when one fails, the checks that depend on the structure are skipped with the
 reason, so the first message is the real cause. Per-rule checks (the
 contexts' safety matrix) run last. Verdicts are deterministic for a seed.
@@ -19,19 +20,16 @@ import sys
 import threading
 import time
 import traceback
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings as hyp_settings
-from hypothesis import strategies as st
-from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker import reproducer
-from gradguard.checker._hypothesis import own_constants_only
-from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
+from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
+                                       _shrink_note, _SpecCannotGenerate)
+from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
 from gradguard.checker.errors import UsageError
 from gradguard.checker.inputs import format_call, show
@@ -52,6 +50,20 @@ FULL_EXAMPLES_UP_TO = 2**14
 # It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
 BUDGET_FLOOR_S = 30.0
 VERSION = "0.1.0"
+# ``jobs=None`` checks on one process per CPU above this many rules to check: below it, starting
+# worker processes (each imports NumPy, Hypothesis and maybe JAX) costs more than it saves.
+AUTO_JOBS_ABOVE = 4
+# Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays).
+# The arrays are shrunk once per rule: the later failing checks start from the first one's shrunk input
+# and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
+# shrinking (deterministic: the budget that keeps a failing rule's shrinking near a second), and each
+# rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its failing checks: a safety net, like
+# BUDGET_FLOOR_S, set far above what the step budget takes, because a cut by the clock makes
+# counterexamples depend on the machine's load, and they depend on the seed only (bench/RESULTS.md has
+# the measured trade-off). When either runs out, the smallest failing input found so far is reported
+# and its counterexample says so. None: no limit (Hypothesis' own five minutes).
+DEFAULT_SHRINK_BUDGET_S = 10.0
+DEFAULT_SHRINK_STEPS = 25
 
 
 @dataclass
@@ -60,6 +72,9 @@ class Options:
     max_examples: int = DEFAULT_MAX_EXAMPLES
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
     root: str | None = None  # paths in reports and reproducers are relative to this
+    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
+    shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
+    jax_cache_dir: str | None = None  # JAX's persistent compilation cache (None: compile in each process)
 
 
 @dataclass
@@ -70,18 +85,6 @@ class PerRule:
     options: Options
     result: RuleResult
     shared: dict[str, Any] = field(default_factory=dict)  # computed once, used by several checks (the matrix)
-
-
-class _CheckFailed(Exception):
-    pass
-
-
-class _BudgetSpent(BaseException):
-    """Ends a search early without a failure (BaseException: Hypothesis neither catches nor shrinks it)."""
-
-
-class RuleTimeout(BaseException):
-    """Raised in the main thread when a rule exceeds its time limit (BaseException: Hypothesis must not catch it)."""
 
 
 def select_checks(select: Any = None, ignore: Any = None) -> list[str]:
@@ -139,38 +142,95 @@ def check(
     max_examples: int | None = None,
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
     progress: Callable[[RuleResult, int, int], None] | None = None,
-    jobs: int = 1,
+    jobs: int | None = 1,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool | None = None,
+    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
+    shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
+    jax_cache_dir: str | os.PathLike[str] | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
-    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report."""
+    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report;
+    ``None``: one per CPU when there are more than a handful of rules (``AUTO_JOBS_ABOVE``), else one.
+    ``cache_dir``: reuse the stored result of every rule unchanged since it was last checked there
+    (:mod:`gradguard.checker.cache`; reused results say ``cached``). ``use_cache``: None uses the cache
+    when ``cache_dir`` is given; True uses it (in ``.gradguard_cache`` when no folder is given); False
+    checks every rule. ``shrink_budget_s`` (per rule) and ``shrink_steps`` (evaluations per failing
+    check) bound shrinking; when one runs out the smallest failing input so far is reported, and the
+    counterexample's ``shrinking`` says so (None: no bound). ``jax_cache_dir``: JAX's persistent
+    compilation cache, so later processes load compiled programs instead of compiling them (default:
+    ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
         raise UsageError(f"Got jobs={jobs!r}, but jobs must be an int >= 0 (0: one worker process per CPU).")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
+    if shrink_budget_s is not None and (isinstance(shrink_budget_s, bool) or not isinstance(shrink_budget_s, (int, float))
+                                        or not shrink_budget_s >= 0):
+        raise UsageError(f"Got shrink_budget_s={shrink_budget_s!r}, but it must be a number of seconds >= 0, or None (no limit).")
+    if shrink_steps is not None and (not isinstance(shrink_steps, int) or isinstance(shrink_steps, bool) or shrink_steps < 0):
+        raise UsageError(f"Got shrink_steps={shrink_steps!r}, but it must be an int >= 0, or None (no limit).")
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
-    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd())
+    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd(),
+                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps)
     report = Report(
         load_errors=failures,
         settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
     )
-    if jobs != 1 and len(rules) > 1:
+    cache = _open_cache(cache_dir, use_cache, ids, options)
+    if jax_cache_dir is not None:
+        options.jax_cache_dir = os.fspath(jax_cache_dir)
+    elif cache is not None and cache.prepare():
+        options.jax_cache_dir = os.fspath(cache.folder / "jax")
+    keys = [cache.key(rule) if cache else None for rule in rules]
+    results: list[RuleResult | None] = [cache.get(k) if cache else None for k in keys]
+    todo = [i for i, r in enumerate(results) if r is None]
+    done = 0
+
+    def finished(result: RuleResult, *_: int) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(result, done, len(rules))
+
+    for result in results:
+        if result is not None:
+            finished(result)
+    if jobs is None:
+        jobs = 0 if len(todo) > AUTO_JOBS_ABOVE else 1
+    if jobs != 1 and len(todo) > 1:
         from gradguard.checker.parallel import check_in_processes
 
-        report.rules.extend(check_in_processes(rules, ids, options, jobs, progress))
+        for i, result in zip(todo, check_in_processes([rules[i] for i in todo], ids, options, jobs, finished)):
+            results[i] = result
     else:
-        for i, rule in enumerate(rules):
-            result = check_rule(rule, ids, options)
-            report.rules.append(result)
-            if progress is not None:
-                progress(result, i + 1, len(rules))
+        for i in todo:
+            results[i] = check_rule(rules[i], ids, options)
+            finished(results[i])
+    if cache is not None:
+        for i in todo:
+            cache.put(keys[i], results[i])
+    report.rules.extend(r for r in results if r is not None)
     report.environment = environment()
     report.duration_s = time.perf_counter() - started
     return report
+
+
+def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options: Options) -> Any:
+    if use_cache is False or (use_cache is None and cache_dir is None):
+        return None
+    from gradguard.checker.cache import DEFAULT_CACHE_DIR, VerdictCache
+
+    settings = {"checks": ids, "seed": options.seed, "max_examples": options.max_examples,
+                "rule_timeout_s": options.rule_timeout_s, "root": options.root,
+                "shrink": [options.shrink_budget_s, options.shrink_steps],
+                "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
+                "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
+    return VerdictCache(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR, settings)
 
 
 def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
@@ -186,13 +246,15 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     rule.run_state.clear()
     try:
         with time_limit(options.rule_timeout_s):
-            _prepare_engine(rule, ids)
+            _prepare_engine(rule, ids, options.jax_cache_dir)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:
         result.verdict = "error"
         result.error = {
             "type": "Timeout",
-            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit; the rule's forward or pullback may hang",
+            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run; "
+            "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
+            "--max-examples",
             "traceback": "",
         }
     except _SpecCannotGenerate as exc:
@@ -213,7 +275,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     return result
 
 
-def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
+def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = None) -> None:
     """Load JAX on the requested device (GRADGUARD_DEVICE) before the survey's clock starts.
 
     A JAX rule needs it (PlatformUnavailable: this rule errors, the others
@@ -224,21 +286,15 @@ def _prepare_engine(rule: RuleSpec, ids: list[str]) -> None:
         return
     from gradguard.checker.jax_rules import ensure_device
 
+    if jax_cache_dir is not None:
+        from gradguard.engines.jax_engine import use_compilation_cache
+
+        use_compilation_cache(jax_cache_dir)
     try:
         ensure_device()
     except PlatformUnavailable:
         if rule.kind == "jax":
             raise
-
-
-class _SpecCannotGenerate(Exception):
-    pass
-
-
-class _InternalError(Exception):
-    def __init__(self, message: str, tb: str) -> None:
-        super().__init__(message)
-        self.tb = tb
 
 
 def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
@@ -257,6 +313,8 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
     gate_failed: str | None = None
     raised_messages: set[str] = set()
     shared: dict[str, Any] = {}
+    shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
+    shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
     for info in applicable:
         if gate_failed and not info.gates:
             result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
@@ -275,7 +333,26 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
         # seed-filled large arrays whose evaluations are expensive.
         shrinkable = survey.cap >= options.max_examples
-        failure = (_search(rule, info, options).failure if shrinkable else None) or first_failure
+        note = None
+        failure = None
+        if shrinkable and shrink_left is not None and shrink_left <= 0:
+            note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
+        elif shrinkable:
+            # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
+            # only this check's own draws (cotangents, directions) are shrunk.
+            searched = _search(rule, info, options, shrink_left, at=shrunk_args) if shrunk_args is not None else None
+            if searched is None or searched.failure is None:
+                searched = _search(rule, info, options, shrink_left)
+            failure = searched.failure
+            if shrink_left is not None:
+                shrink_left -= searched.shrink_s
+            note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
+            if failure is not None and shrunk_args is None:
+                shrunk_args = failure[0].args
+        if failure is None:
+            failure = first_failure
+            if shrinkable and note == "complete":
+                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
@@ -283,12 +360,9 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
                 continue  # the same crash, already reported by an earlier check
             raised_messages.add(key)
         for problem in problems:
-            result.findings.append(_finding(rule, info, case, problem, options))
+            result.findings.append(_finding(rule, info, case, problem, options, shrinking=note))
         if info.gates:
             gate_failed = info.id
-
-
-_Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 
 
 @dataclass
@@ -308,58 +382,6 @@ def _example_cap(args: Any, max_examples: int) -> int:
     if size <= FULL_EXAMPLES_UP_TO:
         return max_examples
     return max(1, max_examples * FULL_EXAMPLES_UP_TO // size)
-
-
-def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
-    """Problems found by one check on one case, or the reason it did not apply."""
-    try:
-        return list(info.fn(case) or ()), None
-    except Skip as skip:
-        return str(skip)
-    except RuleRaised as exc:
-        return [exc.problem()], exc
-
-
-def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
-    return hyp_settings(
-        max_examples=options.max_examples,
-        database=None,
-        deadline=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        phases=(Phase.explicit, Phase.generate, Phase.shrink),
-        verbosity=Verbosity.quiet,
-        report_multiple_bugs=False,
-        print_blob=False,
-    )
-
-
-def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str) -> None:
-    """Run a Hypothesis search over the rule's inputs, mapping Hypothesis' errors to ours."""
-    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(rule.args_strategy, st.data())(body)))
-    try:
-        # NumPy's warnings from the user's rule (0/0, overflow) would bury the report; the values that
-        # caused them are what GG206 and the other checks judge.
-        with own_constants_only(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            search()
-    except (_CheckFailed, _BudgetSpent):
-        pass
-    except Flaky:
-        pass  # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
-    except Unsatisfiable as exc:
-        raise _SpecCannotGenerate(
-            f"the argument specs of {rule.name} could not generate an input ({exc}). Loosen the specs' filters or bounds."
-        ) from None
-    except (RuleTimeout, KeyboardInterrupt):
-        raise
-    except HypothesisException as exc:
-        raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
-    except _InternalError:
-        raise
-    except Exception as exc:  # a bug in gradguard's check, not in the rule
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise _InternalError(f"internal error in {label} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
 
 
 def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey:
@@ -402,33 +424,6 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
     return survey
 
 
-@dataclass
-class _Outcome:
-    ran: int = 0
-    skip_reason: str | None = None
-    failure: _Failure | None = None
-
-
-def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
-    """A search for one failing check: Hypothesis finds the failure again and shrinks it."""
-    outcome = _Outcome()
-
-    def body(args: Any, data: Any) -> None:
-        case = Case(rule, tuple(args), HypothesisDraws(data))
-        found = _run_one(info, case)
-        if isinstance(found, str):
-            outcome.skip_reason = found
-            return
-        problems, raised = found
-        if problems:
-            outcome.failure = (case, problems, raised)
-            raise _CheckFailed(info.id)
-        outcome.ran += 1
-
-    _drive(rule, options, body, f"check {info.id}")
-    return outcome
-
-
 def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: RuleResult, shared: dict[str, Any]) -> None:
     ctx = PerRule(rule=rule, options=options, result=result, shared=shared)
     try:
@@ -449,7 +444,8 @@ def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: Rul
             result.findings.append(_finding(rule, info, None, item, options))
 
 
-def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options) -> Finding:
+def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options,
+             shrinking: str | None = None) -> Finding:
     counterexample = None
     script = problem.reproducer
     if case is not None:
@@ -458,6 +454,8 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
             "args": [show(a) for a in case.args],
             "draws": {label: show(value) for label, value in case.record},
         }
+        if shrinking is not None:
+            counterexample["shrinking"] = shrinking
         script = reproducer.script(rule, info.id, case, problem, root=options.root)
     return Finding(
         check_id=info.id,

@@ -73,16 +73,23 @@ def list_projects(session: Session, *, include_private: bool) -> Sequence[Projec
     return session.scalars(query).all()
 
 
-def create_run(session: Session, *, project: Project, options: RunOptions, files: Mapping[str, bytes]) -> Run:
-    """Queue a run of ``files`` with ``options``; the files are stored with it."""
+def create_run(session: Session, *, project: Project, options: RunOptions, files: Mapping[str, bytes],
+               content_hash: str | None = None) -> Run:
+    """Queue a run of ``files`` with ``options``; the files are stored with it. With ``content_hash``
+    (:func:`gradguard.service.reuse.bundle_key`), a finished run of the same bundle and settings is reused:
+    the run ends at once with its outcome and ``reused_from`` set (:func:`gradguard.service.reuse.reuse_verdict`)."""
     run = Run(project_id=project.id, commit_sha=options.commit, branch=options.branch,
               pull_request=options.pull_request, device=options.device, status="queued", attempts=0,
               select_checks=options.select, ignore_checks=options.ignore, seed=options.seed,
-              max_examples=options.max_examples)
+              max_examples=options.max_examples, content_hash=content_hash)
     session.add(run)
     session.flush()
     session.add_all(RunFile(run_id=run.id, path=path, content=data) for path, data in files.items())
     session.flush()
+    if content_hash is not None:
+        from gradguard.service.reuse import reuse_verdict
+
+        reuse_verdict(session, run=run)
     return run
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "fail_run",
     "requeue_stale",
     "release_runs",
+    "update_branch_head",
     "VERDICT_STATUS",
 ]
 
@@ -201,6 +202,12 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def update_branch_head(session: Session, run: Run) -> None:
+    """Point the (project, branch) cache at ``run`` unless a newer run already finished there (a run that
+    ends without a worker, such as one reusing an identical bundle's verdict, calls this after its commit)."""
+    _update_branch_head(session, run)
 
 
 def _update_branch_head(session: Session, run: Run) -> None:

@@ -86,6 +86,10 @@ class Run(Base):
     duration_s: Mapped[float | None] = mapped_column(Float)  # time spent in the sandbox, last attempt
     error: Mapped[str | None] = mapped_column(Text)
     summary: Mapped[dict[str, Any] | None] = mapped_column()
+    # sha256 of the bundle's files, the run's options and the checker (service.reuse): a finished run with
+    # the same hash in the same project is reused instead of checked again; reused_from names it.
+    content_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    reused_from: Mapped[int | None] = mapped_column(Integer)
 
     project: Mapped[Project] = relationship(lazy="joined")
 

@@ -109,6 +109,7 @@ class Counterexample(_Model):
     call: Message | None = None
     args: Annotated[list[Message], Field(max_length=64)] = []
     draws: Annotated[dict[Name, Message], Field(max_length=64)] = {}
+    shrinking: Message | None = None  # "complete", or how a shrinking budget cut it short
 
 
 class Finding(_Model):
@@ -174,6 +175,7 @@ class RuleResult(_Model):
     examples: Count = 0
     error: RuleError | None = None
     safety_matrix: SafetyMatrix | None = None
+    cached: StrictBool = False  # reused from a verdict cache, not checked in that run
 
 
 class LoadError(_Model):

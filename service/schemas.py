@@ -125,6 +125,8 @@ class RunOut(_Out):
     duration_s: float | None
     error: str | None
     summary: Summary | None
+    reused_from: int | None = Field(None, description="the run whose verdict this run reused: same bundle and "
+                                    "settings, not checked again")
     urls: RunUrls
 
 
@@ -163,4 +165,5 @@ def run_out(run: Any, base: str) -> RunOut:
                   pull_request=run.pull_request, device=run.device, attempts=run.attempts,
                   sandbox_level=run.sandbox_level, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                   created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
-                  duration_s=run.duration_s, error=run.error, summary=stored_summary(run.summary), urls=run_urls(run.id, base))
+                  duration_s=run.duration_s, error=run.error, summary=stored_summary(run.summary),
+                  reused_from=getattr(run, "reused_from", None), urls=run_urls(run.id, base))

@@ -7,6 +7,7 @@
     second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
     run_under(f, args, transform=)    value or gradient under none/jit/grad/jit_grad/vmap (GG601, GG602)
     configure(device=), environment() float64, device placement, versions for reports
+    use_compilation_cache(folder)     JAX's persistent compilation cache in folder (later processes load, not compile)
 
 Importing this package does not import JAX; the first call of any function
 above does (and enables ``jax_enable_x64``). `is_jax_differentiation_tracer`
@@ -17,7 +18,7 @@ any time.
 from gradguard.engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
 from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp
 from gradguard.engines.jax_engine._relay import relaying
-from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment
+from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment, use_compilation_cache
 from gradguard.engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_under
@@ -38,6 +39,7 @@ __all__ = [
     "relaying",
     "configure",
     "environment",
+    "use_compilation_cache",
     "DEVICES",
     "is_jax_differentiation_tracer",
 ]

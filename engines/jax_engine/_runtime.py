@@ -8,6 +8,7 @@ compares gradients in float64) and registers the JAX predicate with
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -16,7 +17,7 @@ from gradguard.engines.errors import PlatformUnavailable
 from gradguard.engines.jax_engine._relay import install_log_filter
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 
-__all__ = ["load", "configure", "environment", "DEVICES"]
+__all__ = ["load", "configure", "environment", "use_compilation_cache", "DEVICES"]
 
 DEVICES = ("cpu", "gpu")
 
@@ -59,6 +60,28 @@ def configure(device: str = "cpu") -> dict[str, Any]:
         )
     jax.config.update("jax_default_device", devices[0])
     return environment()
+
+
+def use_compilation_cache(folder: str | os.PathLike[str] | None) -> str | None:
+    """Keep every compiled program in ``folder`` (JAX's persistent compilation cache), so that a later
+    process loads it instead of compiling again; returns the folder in force (None: none).
+
+    A folder the user gave JAX itself (``JAX_COMPILATION_CACHE_DIR``) wins. JAX caches only programs that
+    took a second or more to compile by default; gradguard's are small and many, so every one is kept.
+    The cache is trusted code: never point it at a folder others can write (the service's sandboxed
+    runs do not use one, for that reason).
+    """
+    jax = load()
+    current = jax.config.jax_compilation_cache_dir
+    if current or folder is None:
+        return current or None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None  # a read-only place: compile as before
+    jax.config.update("jax_compilation_cache_dir", os.fspath(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return os.fspath(folder)
 
 
 def environment() -> dict[str, Any]:

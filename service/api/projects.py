@@ -12,6 +12,7 @@ from gradguard.service.api.deps import (CredentialsDep, ExecutorDep, ReadablePro
                                        WritableProject, base_url, rate_limit, require_admin)
 from gradguard.service.api.submission import SUBMISSION_OPENAPI, read_submission
 from gradguard.service.errors import Invalid, Unavailable
+from gradguard.service.reuse import bundle_key
 from gradguard.service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
                              RunAccepted, RunPage, run_out, run_urls)
 
@@ -53,12 +54,17 @@ async def submit_run(project: WritableProject, request: Request, session: Sessio
                       fix="Submit with device=cpu, or deploy GPU workers (GRADGUARD_LOCAL_DEVICES=cpu,gpu or "
                           "GRADGUARD_EXECUTOR=celery with `gradguard worker --queue gpu`).")
 
-    def store() -> int:
-        run = crud.create_run(session, project=found, options=options, files=files)
+    def store() -> tuple[int, str]:
+        run = crud.create_run(session, project=found, options=options, files=files,
+                              content_hash=bundle_key(files, options, settings))
         session.commit()
-        return run.id
+        if run.status != "queued":  # an identical bundle's finished verdict, reused
+            lifecycle.update_branch_head(session, run)
+        return run.id, run.status
 
-    run_id = await run_in_threadpool(store)
+    run_id, status = await run_in_threadpool(store)
+    if status != "queued":
+        return RunAccepted(id=run_id, status=status, urls=run_urls(run_id, base_url(request, settings)))
     try:
         executor.submit(run_id, options.device)
     except Exception as exc:  # the broker is down: do not leave a run queued that nobody will get

@@ -1,0 +1,148 @@
+"""Shrinking speed: how long a failing rule takes to get its shrunk counterexamples.
+
+    python bench/shrink_speed.py [--against REV] [--select IDS] [--results bench/RESULTS.md]
+
+For failing rules (a 3x4 @ 4x2 matmul whose pullback scales one tangent, and buggy rules of the corpus),
+each is checked once to warm up, then timed: the whole check, and the part spent in the searches that
+re-find and shrink each failing check's counterexample (everything after the first pass over the drawn
+inputs). ``--against REV`` runs the same measurement, in the same run, on gradguard as it was at git
+revision REV (the reference, e.g. the commit before the shrinking budget), and prints the ratios.
+Each measurement runs in a fresh process. Target: the shrinking part under 1 s per rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS_CASES = ["numeric:matmul_missing_transpose_rrule", "numeric:col_mean_wrong_count_rrule",
+                "numeric:softmax_missing_term_rrule", "numeric:sincos_swapped_rrule",
+                "state:normalise_inplace_rrule", "contract:roll_shift_tangent_rrule"]
+TARGET_S = 1.0
+
+
+def _rules() -> list[tuple[str, object]]:
+    import numpy as np
+
+    from gradguard import arrays, rrule
+    from gradguard.checker.loader import load_module, rules_in
+
+    def matmul(a, b):
+        return a @ b
+
+    @rrule(matmul, arrays(shape=(3, 4)), arrays(shape=(4, 2)))
+    def matmul_scaled_rrule(a, b):
+        return a @ b, lambda ybar: (1.5 * ybar @ b.T, a.T @ ybar)
+
+    found = [("matmul 3x4 @ 4x2 (scaled tangent)", matmul_scaled_rrule)]
+    for case in CORPUS_CASES:
+        module, name = case.split(":")
+        rule = next(r for r in rules_in(load_module(ROOT / "tests" / "corpus" / f"{module}.py")) if r.name == name)
+        found.append((case, rule))
+    del np
+    return found
+
+
+def measure(select: list[str] | None) -> list[dict]:
+    """In this process (gradguard from PYTHONPATH): time each failing rule's check and its shrinking."""
+    from gradguard.checker import check, runner
+
+    real = runner._search
+    spent: list[float] = []
+
+    def timed(*args, **kwargs):  # the searches that re-find and shrink a failing check
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    runner._search = timed
+    rows = []
+    for label, rule in _rules():
+        check(rule, select=select)  # warm-up: imports, JAX compilations for these shapes
+        spent.clear()
+        start = time.perf_counter()
+        report = check(rule, select=select)
+        total = time.perf_counter() - start
+        notes = [f.counterexample.get("shrinking") for f in report.findings if f.counterexample]
+        rows.append({"rule": label, "total_s": total, "shrink_s": sum(spent), "searches": len(spent),
+                     "findings": sorted({f.check_id for f in report.findings}),
+                     "cut": sum(1 for n in notes if n and n != "complete")})
+    return rows
+
+
+def _in_process(tree: Path, select: str | None) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADGUARD_")}
+    env["PYTHONPATH"] = str(tree)
+    args = [sys.executable, str(Path(__file__).resolve()), "--measure"] + (["--select", select] if select else [])
+    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _tree_at(rev: str, into: Path) -> Path:
+    archive = into / "tree.tar"
+    with open(archive, "wb") as handle:
+        subprocess.run(["git", "-C", str(ROOT), "archive", rev], stdout=handle, check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "tree", filter="data")
+    return into / "tree"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", default=None, help="git revision to measure as the reference, in the same run")
+    parser.add_argument("--select", default=None, help="check ids (default: every check)")
+    parser.add_argument("--results", default=None, help="write the table into this RESULTS.md section")
+    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    select = args.select.split(",") if args.select else None
+    if args.measure:
+        print(json.dumps(measure(select)))
+        return
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _results import Transcript, command_line, write_section
+
+    out = Transcript()
+    with tempfile.TemporaryDirectory() as tmp:
+        before = _in_process(_tree_at(args.against, Path(tmp)), args.select) if args.against else None
+    after = _in_process(ROOT, args.select)
+    out(f"checks: {args.select or 'all'}; median-free single timings after a warm-up check, each tree in a fresh process")
+    if before:
+        out(f"reference: gradguard at {args.against}")
+    out("")
+    head = f"{'failing rule':40} {'check (s)':>9} {'shrink (s)':>10}"
+    if before:
+        head = f"{'failing rule':40} {'ref check':>9} {'ref shrink':>10} {'check (s)':>9} {'shrink (s)':>10} {'x ref':>6}"
+    out(head + f" {'cut':>4}  same ids")
+    out("-" * (len(head) + 15))
+    worst = 0.0
+    for i, row in enumerate(after):
+        worst = max(worst, row["shrink_s"])
+        if before:
+            ref = before[i]
+            same = "yes" if ref["findings"] == row["findings"] else f"NO ({ref['findings']} -> {row['findings']})"
+            out(f"{row['rule']:40} {ref['total_s']:9.2f} {ref['shrink_s']:10.2f} {row['total_s']:9.2f} "
+                f"{row['shrink_s']:10.2f} {row['shrink_s'] / max(ref['shrink_s'], 1e-9):6.2f} {row['cut']:>4}  {same}")
+        else:
+            out(f"{row['rule']:40} {row['total_s']:9.2f} {row['shrink_s']:10.2f} {row['cut']:>4}  -")
+    out("")
+    out("cut: counterexamples reported before shrinking finished (a budget ran out; the report says so)")
+    out(f"slowest shrinking: {worst:.2f} s; target < {TARGET_S:g} s per rule: {'MET' if worst < TARGET_S else 'NOT MET'}")
+    if args.results:
+        write_section(args.results, "shrink_speed", "Shrinking speed (issue 14)", command_line("shrink_speed.py", argv),
+                      out.block())
+
+
+if __name__ == "__main__":
+    main()

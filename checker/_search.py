@@ -1,0 +1,166 @@
+"""Hypothesis searches for the runner: their settings, driving one, and shrinking a failure within budget.
+
+:func:`_drive` runs one seeded Hypothesis search over a rule's inputs and maps Hypothesis' errors to the
+runner's; :func:`_search` re-finds one failing check and shrinks its counterexample, for at most a number
+of evaluations (deterministic) and seconds (a safety net), and says whether a budget cut it short
+(:func:`_shrink_note` words that for the report). The runner (:mod:`gradguard.checker.runner`) decides
+what to search and writes the results; this module only searches.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings as hyp_settings
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
+
+from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
+from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
+from gradguard.checker.checks.registry import CheckInfo, Problem, Skip
+from gradguard.checker.specs import RuleSpec
+
+if TYPE_CHECKING:
+    from gradguard.checker.runner import Options
+
+__all__ = ["RuleTimeout"]
+
+
+class _CheckFailed(Exception):
+    pass
+
+
+class _BudgetSpent(BaseException):
+    """Ends a search early without a failure (BaseException: Hypothesis neither catches nor shrinks it)."""
+
+
+class RuleTimeout(BaseException):
+    """Raised in the main thread when a rule exceeds its time limit (BaseException: Hypothesis must not catch it)."""
+
+
+class _SpecCannotGenerate(Exception):
+    pass
+
+
+class _InternalError(Exception):
+    def __init__(self, message: str, tb: str) -> None:
+        super().__init__(message)
+        self.tb = tb
+
+
+_Failure = tuple[Case, list[Problem], "RuleRaised | None"]
+
+
+def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
+    """Problems found by one check on one case, or the reason it did not apply."""
+    try:
+        return list(info.fn(case) or ()), None
+    except Skip as skip:
+        return str(skip)
+    except RuleRaised as exc:
+        return [exc.problem()], exc
+
+
+def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:
+    return hyp_settings(
+        max_examples=options.max_examples,
+        database=None,
+        deadline=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        verbosity=Verbosity.quiet,
+        report_multiple_bugs=False,
+        print_blob=False,
+    )
+
+
+def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], label: str,
+           inputs: Any = None) -> None:
+    """Run a Hypothesis search over the rule's inputs (or ``inputs``), mapping Hypothesis' errors to ours."""
+    strategy = rule.args_strategy if inputs is None else inputs
+    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(body)))
+    try:
+        # NumPy's warnings from the user's rule (0/0, overflow) would bury the report; the values that
+        # caused them are what GG206 and the other checks judge.
+        with own_constants_only(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            search()
+    except (_CheckFailed, _BudgetSpent):
+        pass
+    except Flaky:
+        pass  # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
+    except Unsatisfiable as exc:
+        raise _SpecCannotGenerate(
+            f"the argument specs of {rule.name} could not generate an input ({exc}). Loosen the specs' filters or bounds."
+        ) from None
+    except (RuleTimeout, KeyboardInterrupt):
+        raise
+    except HypothesisException as exc:
+        raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
+    except _InternalError:
+        raise
+    except Exception as exc:  # a bug in gradguard's check, not in the rule
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise _InternalError(f"internal error in {label} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+
+
+def _shrink_note(options: Options, spent_earlier: bool) -> str:
+    seconds = "no time limit" if options.shrink_budget_s is None else f"{options.shrink_budget_s:g} s per rule"
+    steps = "no step limit" if options.shrink_steps is None else f"{options.shrink_steps} evaluations per check"
+    budget = f"the shrinking budget ({seconds}, {steps}; raise it with check(shrink_budget_s=, shrink_steps=))"
+    if spent_earlier:
+        return f"not shrunk: {budget} was spent on this rule's earlier checks; this is the first failing input drawn"
+    return f"stopped by {budget}: the smallest failing input found so far"
+
+
+@dataclass
+class _Outcome:
+    ran: int = 0
+    skip_reason: str | None = None
+    failure: _Failure | None = None
+    shrink_s: float = 0.0  # time from the first failure to the end of the search
+    stopped: bool = False  # a shrinking budget ran out
+
+
+def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None,
+            at: tuple[Any, ...] | None = None) -> _Outcome:
+    """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
+    ``budget_s`` seconds and ``options.shrink_steps`` evaluations of the check. ``at``: the input is fixed
+    to these arguments (a copy each time) and only the check's own draws vary."""
+    outcome = _Outcome()
+    shrink_started: float | None = None
+    steps = 0
+
+    def body(args: Any, data: Any) -> None:
+        nonlocal shrink_started, steps
+        if shrink_started is not None:
+            steps += 1
+            if options.shrink_steps is not None and steps > options.shrink_steps:
+                outcome.stopped = True
+                raise _BudgetSpent()
+        case = Case(rule, tuple(args), HypothesisDraws(data))
+        found = _run_one(info, case)
+        if isinstance(found, str):
+            outcome.skip_reason = found
+            return
+        problems, raised = found
+        if problems:
+            outcome.failure = (case, problems, raised)
+            if shrink_started is None:
+                shrink_started = time.perf_counter()
+            raise _CheckFailed(info.id)
+        outcome.ran += 1
+
+    inputs = None if at is None else st.builds(copy.deepcopy, st.just(at))
+    with shrink_deadline(budget_s):
+        _drive(rule, options, body, f"check {info.id}", inputs)
+    if shrink_started is not None:
+        outcome.shrink_s = time.perf_counter() - shrink_started
+        outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)
+    return outcome

@@ -1,0 +1,68 @@
+"""Shrinking has a time and step budget; when it runs out, the best failing input so far is reported, saying so."""
+
+import pytest
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.errors import UsageError
+
+
+def matmul(a, b):
+    return a @ b
+
+
+@rrule(matmul, arrays(shape=(3, 4)), arrays(shape=(4, 2)))
+def matmul_scaled_rrule(a, b):
+    return a @ b, lambda ybar: (1.5 * ybar @ b.T, a.T @ ybar)
+
+
+SELECT = ["GG201", "GG202"]
+
+
+def _finding(report, check_id):
+    return next(f for f in report.findings if f.check_id == check_id)
+
+
+def test_without_a_budget_shrinking_completes_and_says_so():
+    report = check(matmul_scaled_rrule, select=SELECT, shrink_budget_s=None, shrink_steps=None)
+    found = _finding(report, "GG201")
+    assert found.counterexample["shrinking"] == "complete"
+
+
+def test_a_spent_step_budget_reports_the_best_input_so_far_and_names_the_option():
+    unlimited = check(matmul_scaled_rrule, select=SELECT, shrink_budget_s=None, shrink_steps=None)
+    cut = check(matmul_scaled_rrule, select=SELECT, shrink_budget_s=None, shrink_steps=1)
+    note = _finding(cut, "GG201").counterexample["shrinking"]
+    assert note.startswith("stopped by the shrinking budget") and "1 evaluations per check" in note
+    assert "shrink_steps=" in note and "smallest failing input found so far" in note
+    # The verdict and the checks that fail do not depend on how far shrinking got.
+    assert [f.check_id for f in cut.findings] == [f.check_id for f in unlimited.findings]
+    assert cut.rules[0].verdict == unlimited.rules[0].verdict == "fail"
+
+
+def test_a_spent_time_budget_leaves_later_checks_unshrunk_and_says_so():
+    report = check(matmul_scaled_rrule, select=["GG201", "GG203"], shrink_budget_s=1e-6)
+    notes = [f.counterexample["shrinking"] for f in report.findings]
+    assert len(notes) == 2
+    assert notes[0].startswith("stopped by the shrinking budget (1e-06 s per rule")
+    assert notes[1].startswith("not shrunk: the shrinking budget (1e-06 s per rule")
+    assert "shrink_budget_s=" in notes[1] and "earlier checks" in notes[1]
+
+
+def test_a_zero_budget_reports_the_first_failing_input():
+    report = check(matmul_scaled_rrule, select=["GG201", "GG203"], shrink_budget_s=0)
+    notes = [f.counterexample["shrinking"] for f in report.findings]
+    assert [n.split(" (")[0] for n in notes] == ["stopped by the shrinking budget"] * 2
+
+
+def test_the_default_budget_still_finds_the_same_checks_as_no_budget():
+    default = check(matmul_scaled_rrule, select=["GG1", "GG2", "GG3"])
+    unlimited = check(matmul_scaled_rrule, select=["GG1", "GG2", "GG3"], shrink_budget_s=None, shrink_steps=None)
+    assert sorted(f.check_id for f in default.findings) == sorted(f.check_id for f in unlimited.findings)
+    assert all(f.counterexample.get("shrinking") for f in default.findings if f.counterexample)
+
+
+@pytest.mark.parametrize("option, value", [("shrink_budget_s", -1.0), ("shrink_budget_s", "1"), ("shrink_steps", -1),
+                                           ("shrink_steps", 1.5), ("shrink_steps", True)])
+def test_bad_budgets_are_usage_errors_quoting_the_value(option, value):
+    with pytest.raises(UsageError, match=f"Got {option}={value!r}"):
+        check(matmul_scaled_rrule, select=SELECT, **{option: value})
