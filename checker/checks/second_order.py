@@ -31,7 +31,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
 from gradguard.engines import fd
 
-__all__ = ["numpy_second_order"]
+__all__ = ["numpy_second_order", "fd_directional", "kinked"]
 
 _UNTRACEABLE = "gg204_tape_untraceable"  # RuleSpec.run_state key: why the tape cannot run this rule (found once)
 
@@ -115,7 +115,7 @@ def _sites(escapes: list[Any]) -> str:
     return "; ".join(seen)
 
 
-def _directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
+def fd_directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -127,7 +127,7 @@ def _directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple
     return d
 
 
-def _kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
+def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
     """Whether ``t -> <w, f(args + t along)>`` has a kink or a jump at 0: its one-sided slopes differ, and the
     difference does not shrink with the step (it would, like the step, for a smooth function). The pullback
     has no derivative there to compare; finite differences only average the two sides."""
@@ -163,13 +163,13 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
     def pulled(*a: Any) -> Any:
         return rule.rrule(*a)[1](copy_tree(ybar))
 
-    lhs = _directional(pulled, case.fresh(), u, w)
+    lhs = fd_directional(pulled, case.fresh(), u, w)
     if lhs is None:
         return None
     rhs = inner(u, d.wrt_args)
     if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(u, d.wrt_args), fd_error=lhs.error):
         return None
-    if _kinked(pulled, case.fresh(), u, w):
+    if kinked(pulled, case.fresh(), u, w):
         return None
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
@@ -183,13 +183,13 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any) -
     def pulled(*ys: Any) -> Any:
         return rule.rrule(*case.fresh())[1](_rebuild(ybar, list(ys)))
 
-    lhs = _directional(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w)
+    lhs = fd_directional(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w)
     if lhs is None:
         return None
     rhs = inner(leaves(c), d.wrt_cotangent)
     if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(leaves(c), d.wrt_cotangent), fd_error=lhs.error):
         return None
-    if _kinked(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w):
+    if kinked(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w):
         return None
     return _problem(case, "the cotangent", "d/ds <w, pullback(ybar + s c)>", "a random cotangent direction c", lhs, rhs, d)
 
