@@ -13,13 +13,13 @@ from typing import Any, Iterable
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.case import Case, RuleRaised, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, describe, inner
 
-__all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "numpy_grads", "first_difference", "at"]
+__all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference", "at"]
 
 TORCH_GIVEN = """
     import torch
@@ -43,6 +43,19 @@ def run_call(case: Case, args: tuple[Any, ...] | None = None, **kw: Any) -> Any:
     given = case.fresh() if args is None else args
     return case.call("forward", lambda: torch_engine.run_function(fn, given, case.diff_positions,
                                                                   kwargs=case.rule.extra.get("kwargs"), **kw))
+
+
+def grads_of(case: Case, call: Any, ybar: Any, **kw: Any) -> dict[int, Any]:
+    """``call.grad(ybar)``; a backward whose structure PyTorch refuses skips (GG701 reports it), any other
+    error is the rule's."""
+    from gradguard.engines import torch_engine
+
+    try:
+        return call.grad(copy_tree(ybar), **kw)
+    except RuntimeError as exc:
+        if any(text in str(exc) for text in torch_engine.STRUCTURE_ERRORS):
+            raise Skip(f"PyTorch refuses what the backward of {case.rule.name} returns (see GG701): {exc}") from None
+        raise RuleRaised("pullback", case.rule.name, exc) from exc
 
 
 def numpy_grads(case: Case, grads: dict[int, Any]) -> dict[int, np.ndarray]:
@@ -200,14 +213,15 @@ def needs_input_grad(case: Case) -> Iterable[Problem]:
         raise Skip("fewer than two differentiable inputs: needs_input_grad has no partial setting to try")
     full_call = run_call(case)
     ybar = case.cotangent_like(full_call.outputs_numpy())
-    full = numpy_grads(case, case.call("pullback", lambda: full_call.grad(copy_tree(ybar))))
+    full = numpy_grads(case, grads_of(case, full_call, ybar))
     name = case.rule.name
     for i in case.diff_positions:
         flags = tuple(j == i for j in range(case.nargs))
         call = run_call(case, requires_grad=(i,))
         try:
-            part = numpy_grads(case, call.grad(copy_tree(ybar)))
-        except Exception as exc:  # noqa: BLE001 - the user's backward raised in this setting only
+            part = numpy_grads(case, grads_of(case, call, ybar))
+        except RuleRaised as raised:  # the user's backward raised in this setting only
+            exc = raised.exc
             yield Problem(
                 message=(f"the backward of {name} raises when only input {i} requires grad "
                          f"(ctx.needs_input_grad = {flags}), though it runs when every input does: "
@@ -287,7 +301,7 @@ def double_backward(case: Case) -> Iterable[Problem]:
     ybar = case.cotangent_like(call.outputs_numpy())
     u = case.direction("direction")
     w = case.direction("covector")
-    grads = case.call("pullback", lambda: call.grad(copy_tree(ybar), create_graph=True))
+    grads = grads_of(case, call, ybar, create_graph=True)
     first = numpy_grads(case, grads)
     if not is_finite_tree(list(first.values())):
         return
