@@ -305,3 +305,22 @@ def test_gg705_backward_without_a_graph(function) -> None:
 def test_gg705_differentiable_backward_passes() -> None:
     report, found = findings(torch_rule(SinRight, arrays(shape=(3,))), "GG705")
     assert found == [] and skips(report, "GG705") == []
+
+
+# -- the example module ----------------------------------------------------------------------------
+EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG501", "GG704"],
+            "Sin": ["GG705"]}
+
+
+@pytest.mark.slow
+def test_examples_fail_the_checks_they_illustrate() -> None:
+    from pathlib import Path
+
+    from gradguard.checker.loader import load_module, rules_in
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "torch_rules.py"
+    rules = {r.name: r for r in rules_in(load_module(path))}
+    assert set(rules) == set(EXAMPLES)
+    for name, ids in EXAMPLES.items():
+        got = {f.check_id for f in check(rules[name], max_examples=10).findings}
+        assert got == set(ids), (name, got)
