@@ -21,7 +21,7 @@ from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, leaves
+from gradguard.checker.trees import inner, leaves
 from gradguard.engines import fd
 
 __all__ = ["jvp_forward_fd", "jvp_linear"]
