@@ -91,7 +91,7 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
         return  # a NaN in the tape's derivative (e.g. the untaken branch of a where): GG206's family, not a value to compare
     problem = _input_part(case, ybar, u, w, d)
     if problem is None and not any(e.slot in d.cotangent_slots.values() for e in d.escapes):
-        problem = _cotangent_part(case, ybar, c, w, d)
+        problem = _cotangent_part(case, ybar, c, w, d, inner(w, first))
     if problem is not None:
         yield problem
 
@@ -172,7 +172,7 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
 
-def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any) -> Problem | None:
+def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, at_ybar: float) -> Problem | None:
     rule = case.rule
     nleaves = len(leaves(ybar))
     if any(g is None for g in d.wrt_cotangent):
@@ -181,8 +181,8 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any) -
     def pulled(*ys: Any) -> Any:
         return rule.rrule(*case.fresh())[1](_rebuild(ybar, list(ys)))
 
-    # A pullback is linear in ybar (GG202 judges that), so a central difference with a unit step is exact
-    # for it: two calls instead of a Richardson table.
+    # A pullback linear in ybar (GG202 judges that) makes a central difference with a unit step exact: two
+    # calls instead of a Richardson table. Where it is not affine along c, this part has nothing to add.
     base = leaves(copy_tree(ybar))
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -191,9 +191,11 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any) -
             behind = inner(w, pulled(*[b - np.asarray(v) for b, v in zip(base, leaves(c))]))
     except Exception:  # noqa: BLE001 - the pullback raised at a shifted cotangent: other checks report it
         return None
-    lhs = fd.Derivative((ahead - behind) / 2, 0.0, 2, "central", 1.0) if math.isfinite(ahead - behind) else None
-    if lhs is None:
+    if not (math.isfinite(ahead) and math.isfinite(behind)):
         return None
+    if not tolerances.close(ahead + behind, 2 * at_ybar, case.tol, scale=abs(ahead) + abs(behind)):
+        return None  # not affine along c: the pullback is not linear in ybar, which is GG202's finding
+    lhs = fd.Derivative((ahead - behind) / 2, 0.0, 2, "central", 1.0)
     rhs = inner(leaves(c), d.wrt_cotangent)
     if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(leaves(c), d.wrt_cotangent), fd_error=lhs.error):
         return None
