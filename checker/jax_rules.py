@@ -1,4 +1,4 @@
-"""JAX rules: a `jax.custom_vjp` function as a checker rule, and the JAX device the checks run on.
+"""JAX rules: a `jax.custom_vjp` or `jax.custom_jvp` function as a checker rule, and the JAX device the checks run on.
 
     @jax.custom_vjp
     def softplus(x):
@@ -35,7 +35,9 @@ from hypothesis.strategies import SearchStrategy
 from gradguard.checker.errors import SpecError
 from gradguard.checker.specs import RuleSpec, build_spec, with_kwargs
 
-__all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device"]
+__all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
+
+CUSTOM_JVP = "custom_jvp"  # RuleSpec.extra key: set for a jax.custom_jvp rule (the forward checks GG207, GG208 apply)
 
 DEVICE_VARIABLE = "GRADGUARD_DEVICE"
 
@@ -96,7 +98,11 @@ def jax_rule(
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
 ) -> RuleSpec:
-    """Declare a `jax.custom_vjp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
+    """Declare a `jax.custom_vjp` or `jax.custom_jvp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
+
+    A custom_jvp has no pullback of its own: its pullback is the transpose JAX derives from the jvp rule
+    (what ``jax.grad`` runs), so every reverse-mode check judges that, and the forward checks (GG207,
+    GG208) judge the jvp rule itself.
 
     The options are those of `gradguard.checker.rrule`. ``fn``'s ``nondiff_argnums`` are
     added to ``nondiff``; the primal is the function underneath the
@@ -107,11 +113,15 @@ def jax_rule(
     ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them.
     """
     from gradguard.engines.errors import AdapterError
-    from gradguard.engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
+    from gradguard.engines.jax_engine import custom_jvp_parts, custom_vjp_parts, is_custom_jvp
 
+    forward_mode = is_custom_jvp(fn)
     try:
-        parts = custom_vjp_parts(fn)
+        parts: Any = custom_jvp_parts(fn) if forward_mode else custom_vjp_parts(fn)
     except AdapterError as exc:
+        if "custom_vjp-decorated" in str(exc):
+            raise SpecError(f"jax_rule: Got {fn!r}, but jax_rule takes a jax.custom_vjp or jax.custom_jvp function "
+                            "with its rule defined (defvjp or defjvp).") from None
         raise SpecError(f"jax_rule: {exc}") from None
     if isinstance(nondiff, int) and not isinstance(nondiff, bool):
         nondiff = (nondiff,)
@@ -120,7 +130,7 @@ def jax_rule(
     # nondiff_argnums past the declared arguments name parameters left to their defaults (or to kwargs)
     declared = len(arg_specs) if arg_specs else None
     merged = (*nondiff, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
-    rule = rrule_from_custom_vjp(fn)
+    rule = _adapted(fn, forward_mode, merged)
     spec = build_spec(
         rule,
         _numpy_primal(parts.fun),
@@ -136,9 +146,18 @@ def jax_rule(
         kwargs=kwargs,
     )
     spec.extra["jax_primal"] = with_kwargs(parts.fun, kwargs or {})
+    if forward_mode:
+        spec.extra[CUSTOM_JVP] = True
     spec.module = getattr(parts.fun, "__module__", None)
-    spec.source_file, spec.source_lines = _source_span(parts.fun, parts.fwd, parts.bwd)
+    rules = (parts.jvp,) if forward_mode else (parts.fwd, parts.bwd)
+    spec.source_file, spec.source_lines = _source_span(parts.fun, *rules)
     return spec
+
+
+def _adapted(fn: Any, forward_mode: bool, nondiff: Iterable[int]) -> Callable[..., Any]:
+    from gradguard.engines.jax_engine import rrule_from_custom_jvp, rrule_from_custom_vjp
+
+    return rrule_from_custom_jvp(fn, tuple(nondiff)) if forward_mode else rrule_from_custom_vjp(fn)
 
 
 def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,7 +18,7 @@ The rule's forward is ``Exp.apply`` on tensors made from the drawn NumPy arrays 
 PyTorch's autograd; its pullback is ``torch.autograd.grad`` through that record, so ``backward`` runs as
 PyTorch runs it (``needs_input_grad``, materialized zero gradients for unused outputs, version counters
 on saved tensors, the checks PyTorch makes on what ``backward`` returns). Both hand NumPy arrays back, so
-every check written for NumPy rules applies; the torch-specific checks (GG7xx,
+every check written for NumPy rules applies; the torch-specific checks (GG701-GG705,
 :mod:`gradguard.checker.checks.torch_checks`) find the Function in ``RuleSpec.extra["torch_function"]``.
 Both Function styles work: ``forward(ctx, ...)``, and ``forward(...)`` with ``setup_context``.
 
@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from hypothesis.strategies import SearchStrategy
 
+from gradguard.checker.checks.registry import Skip
 from gradguard.checker.errors import SpecError
 from gradguard.checker.specs import RuleSpec, build_spec, differentiable
 
@@ -86,7 +87,13 @@ def torch_rule(
         y = call.outputs_numpy()
 
         def pullback(ybar: Any) -> tuple[Any, ...]:
-            grads = call.grad(ybar)
+            try:
+                grads = call.grad(ybar)
+            except RuntimeError as exc:
+                if any(text in str(exc) for text in torch_engine.STRUCTURE_ERRORS):
+                    # PyTorch refuses what backward returned, loudly; GG701 names the cause, the others skip
+                    raise Skip(f"PyTorch refuses what the backward of {fname} returns (see GG701): {exc}") from None
+                raise
             out: list[Any] = []
             for i, a in enumerate(given):
                 if i not in grads:

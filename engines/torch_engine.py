@@ -35,10 +35,13 @@ __all__ = [
     "run_function",
     "to_numpy",
     "VERSION_ERROR",
+    "STRUCTURE_ERRORS",
 ]
 
 # PyTorch's message when a tensor saved for backward was modified in place after it was saved.
 VERSION_ERROR = "modified by an inplace operation"
+# PyTorch's messages when backward returns a structure it refuses (GG701 reports the cause).
+STRUCTURE_ERRORS = ("returned an incorrect number of gradients", "returned a gradient different than None at position")
 
 
 def available() -> str | None:
@@ -117,6 +120,7 @@ class TorchCall:
     leaves: dict[int, Any]  # position -> leaf tensor that requires grad
     output: Any  # what apply returned (tensors)
     written: list[tuple[np.ndarray, Any]] = field(default_factory=list)  # (caller's array, tensor given to apply)
+    versions: dict[int, tuple[int, int]] = field(default_factory=dict)  # position -> tensor version before, after apply
 
     # -- outputs ------------------------------------------------------------------------------------
     def flat_outputs(self) -> list[Any]:
@@ -182,6 +186,34 @@ class TorchCall:
             if new.shape == arr.shape and not np.array_equal(new, arr, equal_nan=True) and arr.flags.writeable:
                 arr[...] = new
 
+    def raw_backward(self, ybar: Any) -> Any:
+        """What ``backward`` itself returns for ``ybar`` (zeros for absent cotangents), called directly with the
+        recorded ctx, before PyTorch validates it: the structure the Function's author wrote."""
+        torch = load()
+        node = self.node
+        if node is None:
+            raise AdapterError(f"{self.name} recorded no backward (no output requires grad)")
+        flat_y = self.flat_outputs()
+        flat_c = [ybar] if not isinstance(self.output, (tuple, list)) else ([None] * len(flat_y) if ybar is None else list(ybar))
+        cts = []
+        for y, c in zip(flat_y, flat_c):
+            if not isinstance(y, torch.Tensor):
+                cts.append(None)
+            elif c is None:
+                cts.append(torch.zeros_like(y))
+            else:
+                cts.append(torch.as_tensor(np.asarray(c)).to(y.dtype).reshape(y.shape))
+        with torch.no_grad():
+            return self.function.backward(node, *cts)
+
+    def dirty(self) -> list[int]:
+        """Positions of the inputs the forward marked with ``ctx.mark_dirty``: autograd rebased their history on
+        the Function's node (PyTorch clears ``ctx.dirty_tensors`` once ``apply`` returns, so this is the trace)."""
+        node = self.node
+        if node is None:
+            return []
+        return [i for i, t in enumerate(self.inputs) if getattr(t, "grad_fn", None) is node]
+
     @property
     def name(self) -> str:
         return getattr(self.function, "__name__", "Function")
@@ -218,9 +250,11 @@ def run_function(function: Any, args: Sequence[Any], diff: Iterable[int], *, kwa
         else:
             inputs.append(a)
     call = TorchCall(function, tuple(args), tuple(inputs), leaves, None, written)
+    before = {i: t._version for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
     with torch.set_grad_enabled(grad_enabled):
         try:
             call.output = function.apply(*inputs, **(kwargs or {}))
         finally:
             call.write_back()
+    call.versions = {i: (v, inputs[i]._version) for i, v in before.items()}
     return call

@@ -383,7 +383,7 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
     "GG204",
     family="numeric",
     title="second order wrong (grad of the pullback)",
-    kinds=("jax",),
+    kinds=("jax", "numpy"),
     given="""
         @jax.custom_vjp
         def softplus(x):
@@ -412,12 +412,17 @@ def second_order(case: Case) -> Iterable[Problem]:
     still give wrong second derivatives: a residual wrapped in ``stop_gradient``, rounded, cast to an integer
     or computed on the host (NumPy, callbacks) is a constant to JAX. For a random cotangent ``ybar``, direction
     ``u`` and covector ``w``, the check compares JAX's ``d/dt <w, pullback at (x + t u)(ybar)>`` (jvp of vjp)
-    with finite differences of the pullback itself. Applies to JAX-native rules only: a NumPy rule adapted to
-    JAX is a host black box with no second derivative. A rule JAX refuses to differentiate twice (e.g. ``fwd``
+    with finite differences of the pullback itself. NumPy rules get the same test from the tape, which runs
+    their rrule and pullback on traced arrays (checks/second_order.py), also in the cotangent. A rule JAX refuses to differentiate twice (e.g. ``fwd``
 calls the custom_vjp function itself, so forward mode meets it) is skipped with JAX's reason: it fails loudly,
 not silently."""
     from gradguard.engines import jax_engine
 
+    if case.rule.kind == "numpy":  # the tape differentiates NumPy rules: checks/second_order.py
+        from gradguard.checker.checks.second_order import numpy_second_order
+
+        yield from numpy_second_order(case)
+        return
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     if _NO_SECOND_ORDER in case.rule.run_state:

@@ -2,6 +2,8 @@
 
     to_custom_vjp(rrule)              NumPy rrule -> JAX function (grad, jit, vmap through pure_callback)
     rrule_from_custom_vjp(f)          jax.custom_vjp -> NumPy rrule (fwd/bwd compiled, NumPy in and out)
+    rrule_from_custom_jvp(f)          jax.custom_jvp -> NumPy rrule (pullback: JAX's transpose of the jvp)
+    jvp_of(f, args, tangents)         jax.jvp as NumPy (the forward checks of a custom_jvp)
     primal_of_custom_vjp(f)           the undecorated, JAX-traceable primal of a custom_vjp
     reference_vjp(primal, args, ct)   jax.vjp of a jax.numpy primal (GG203's reference)
     second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
@@ -15,6 +17,7 @@ never imports JAX and can be registered with `gradguard.engines.within_gradient`
 any time.
 """
 
+from gradguard.engines.jax_engine._from_jvp import CustomJvpParts, custom_jvp_parts, is_custom_jvp, jvp_of, rrule_from_custom_jvp
 from gradguard.engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
 from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp
 from gradguard.engines.jax_engine._relay import relaying
@@ -29,6 +32,11 @@ __all__ = [
     "rrule_from_custom_vjp",
     "primal_of_custom_vjp",
     "custom_vjp_parts",
+    "rrule_from_custom_jvp",
+    "custom_jvp_parts",
+    "CustomJvpParts",
+    "is_custom_jvp",
+    "jvp_of",
     "CustomVjpParts",
     "reference_vjp",
     "second_order_vjp",

@@ -8,7 +8,8 @@
 Modules: `_tape` (Tracked values, nodes, the reverse sweep and the unused
 policy), `_rules` (the built-in rules as data), `tnp` (the NumPy-like
 namespace and NumPy dispatch), `_watch` (mutation fingerprints and
-diagnoses), `_api` (the entry points).
+diagnoses), `_api` (the entry points), `_second` (second order of a NumPy rule:
+its rrule and pullback run on Tracked arrays).
 
 Pullbacks capture arrays by reference, so an in-place mutation after a
 capture gives a silently wrong gradient, as in Zygote; ``watch=True`` names
@@ -20,7 +21,8 @@ the conjugate transpose.
 from gradguard.engines._within import register_within_gradient
 from gradguard.engines.tape import tnp
 from gradguard.engines.tape._api import TapeResult, grad, primitive, run_backward, value_and_grad, vjp
-from gradguard.engines.tape._tape import Tracked
+from gradguard.engines.tape._second import PullbackDerivative, pullback_derivative
+from gradguard.engines.tape._tape import Escape, Tracked
 from gradguard.engines.tape._watch import MutationDiagnosis, MutationWarning
 
 __all__ = [
@@ -35,6 +37,9 @@ __all__ = [
     "MutationDiagnosis",
     "MutationWarning",
     "is_tracing",
+    "pullback_derivative",
+    "PullbackDerivative",
+    "Escape",
 ]
 
 

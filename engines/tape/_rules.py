@@ -120,4 +120,14 @@ defvjp("concatenate", lambda *xs, axis=0: np.concatenate(xs, axis),
        lambda g, ans, *xs, axis=0: tuple(np.split(g, np.cumsum([np.shape(x)[axis] for x in xs[:-1]]), axis)))
 defvjp("stack", lambda *xs, axis=0: np.stack(xs, axis), lambda g, ans, *xs, axis=0: tuple(np.moveaxis(g, axis, 0)))
 defvjp("copy", np.copy, lambda g, ans, x: (g,))
+defvjp("square", np.square, lambda g, ans, x: (g * cj(2 * x),), reads=(0,))
+defvjp("log1p", np.log1p, lambda g, ans, x: (g / cj(1 + x),), reads=(0,))
+defvjp("expm1", np.expm1, lambda g, ans, x: (g * cj(ans + 1),), reads=("ans",))
+defvjp("minimum", np.minimum, lambda g, ans, x, y: (unbroadcast(g * _balanced(x, y, ans), x),
+                                                    unbroadcast(g * _balanced(y, x, ans), y)), reads=(0, 1, "ans"))
+defvjp("logaddexp", np.logaddexp, lambda g, ans, x, y: (unbroadcast(g * np.exp(x - ans), x),
+                                                        unbroadcast(g * np.exp(y - ans), y)), reads=(0, 1, "ans"))
+defvjp("outer", np.outer, lambda g, ans, x, y: (np.reshape(g @ cj(np.ravel(y)), np.shape(x)),
+                                                np.reshape(cj(np.ravel(x)) @ g, np.shape(y))), reads=(0, 1))
+defvjp("broadcast_to", lambda x, shape: np.broadcast_to(x, shape).copy(), lambda g, ans, x, shape: (unbroadcast(g, x),))
 # fmt: on

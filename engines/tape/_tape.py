@@ -32,7 +32,7 @@ import numpy as np
 from gradguard.engines.errors import EngineError, TraceError
 from gradguard.engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
 
-__all__ = ["Tracked", "Tape", "Node", "bind", "backward", "differentiable", "POLICIES"]
+__all__ = ["Tracked", "Tape", "Node", "Escape", "bind", "backward", "differentiable", "POLICIES"]
 
 POLICIES = ("zero", "none", "skip")
 
@@ -53,10 +53,36 @@ class Tape:
         self.nodes: list[Node] = []
         self.active = False
         self.watcher = Watcher() if watch else None
+        # None: converting a Tracked value to a plain one raises. A list (second order, see `_second`):
+        # the conversion returns the raw value, detached from the trace, and is recorded here.
+        self.escapes: list[Escape] | None = None
+        self.phase = ""
         self._slots = itertools.count()
 
     def track(self, value: Any) -> "Tracked":
         return Tracked(value, self, next(self._slots))
+
+
+@dataclass(frozen=True)
+class Escape:
+    """A Tracked value read as a plain one (np.asarray, float(), a plain output buffer): detached from the trace."""
+
+    slot: int
+    how: str  # "np.asarray/np.array" or "float()", ...
+    site: str  # "file.py:12" of the user's code that did it, or "" when no frame outside NumPy is found
+    phase: str = ""  # what the trace was running: the caller's label (e.g. "forward", "pullback")
+
+
+def _user_site() -> str:
+    """``file.py:line`` of the innermost frame outside the tape and NumPy."""
+    import os
+    import traceback
+
+    skip = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(np.__file__))
+    for frame in reversed(traceback.extract_stack()):
+        if not frame.filename.startswith(skip):
+            return f"{os.path.basename(frame.filename)}:{frame.lineno}"
+    return ""
 
 
 @dataclass(eq=False)
@@ -104,7 +130,16 @@ class Tracked:
     def __bool__(self) -> bool:
         return bool(self.value)
 
+    def _escape(self, how: str) -> bool:
+        """Whether this trace lets the raw value out (recorded), rather than raising."""
+        if self.tape.escapes is None:
+            return False
+        self.tape.escapes.append(Escape(self.slot, how, _user_site(), self.tape.phase))
+        return True
+
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._escape("np.asarray/np.array"):
+            return np.asarray(self.value, dtype=dtype)
         raise TraceError(
             "converting a Tracked value to a plain array (np.asarray, np.array or a NumPy function without a rule) "
             "would silently drop its gradient. Use tnp operations on it, or register the computation as a "
@@ -112,6 +147,8 @@ class Tracked:
         )
 
     def _no_scalar(self, kind: str) -> Any:
+        if self._escape(f"{kind}()"):
+            return {"float": float, "complex": complex, "int": int}[kind](self.value)
         raise TraceError(
             f"{kind}() of a Tracked value would silently drop its gradient; keep it an array "
             "(e.g. tnp.sum(x) instead of float(x)), or use x.value outside the differentiated path."

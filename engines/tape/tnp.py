@@ -21,7 +21,8 @@ from gradguard.engines.tape._tape import Tracked, bind
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "sin", "cos", "tanh", "sqrt",
     "abs", "maximum", "conj", "real", "imag", "where", "dot", "matmul", "sum", "mean", "reshape", "transpose",
-    "getitem", "concatenate", "stack", "copy",
+    "getitem", "concatenate", "stack", "copy", "square", "log1p", "expm1", "minimum", "logaddexp", "outer",
+    "broadcast_to",
 ]  # fmt: skip
 
 
@@ -69,6 +70,13 @@ def getitem(x, index): return _apply("getitem", x, _raw(index))
 def concatenate(arrays, axis=0): return _apply("concatenate", *arrays, axis=axis)
 def stack(arrays, axis=0): return _apply("stack", *arrays, axis=axis)
 def copy(x): return _apply("copy", x)
+def square(x): return _apply("square", x)
+def log1p(x): return _apply("log1p", x)
+def expm1(x): return _apply("expm1", x)
+def minimum(x, y): return _apply("minimum", x, y)
+def logaddexp(x, y): return _apply("logaddexp", x, y)
+def outer(x, y): return _apply("outer", x, y)
+def broadcast_to(x, shape): return _apply("broadcast_to", x, shape=tuple(shape) if not isinstance(shape, int) else (shape,))
 # fmt: on
 
 
@@ -107,12 +115,13 @@ def _unsupported(name: str) -> TraceError:
 # NumPy entry points that route to a rule, and those whose result is constant (zero gradient).
 _UFUNCS = {np.add: add, np.subtract: subtract, np.multiply: multiply, np.true_divide: divide, np.power: power,
            np.negative: negative, np.exp: exp, np.log: log, np.sin: sin, np.cos: cos, np.tanh: tanh,
-           np.sqrt: sqrt, np.absolute: abs, np.maximum: maximum, np.conjugate: conj, np.matmul: matmul}
+           np.sqrt: sqrt, np.absolute: abs, np.maximum: maximum, np.conjugate: conj, np.matmul: matmul,
+           np.square: square, np.log1p: log1p, np.expm1: expm1, np.minimum: minimum, np.logaddexp: logaddexp}
 _CONSTANT_UFUNCS = {np.greater, np.greater_equal, np.less, np.less_equal, np.equal, np.not_equal, np.isfinite,
                     np.isnan, np.isinf, np.sign, np.floor, np.ceil, np.logical_not, np.logical_and, np.logical_or}
 _FUNCTIONS = {np.dot: dot, np.sum: sum, np.mean: mean, np.reshape: reshape, np.transpose: transpose,
               np.where: where, np.concatenate: concatenate, np.stack: stack, np.copy: copy, np.real: real,
-              np.imag: imag}
+              np.imag: imag, np.outer: outer, np.broadcast_to: broadcast_to}
 _CONSTANT_FUNCTIONS = {np.shape, np.ndim, np.size, np.zeros_like, np.ones_like, np.empty_like}
 
 

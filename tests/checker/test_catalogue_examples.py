@@ -12,6 +12,11 @@ PRELUDE = "import numpy as np\nimport jax\nimport jax.numpy as jnp\n" \
 ENTRIES = {entry.id: entry for entry in catalogue()}
 
 
+def _needs_torch(entry) -> None:  # type: ignore[no-untyped-def]
+    if entry.kinds == ("torch",):
+        pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+
+
 def _module(tmp_path, name: str, body: str):  # type: ignore[no-untyped-def]
     path = tmp_path / f"{name}.py"
     path.write_text(PRELUDE + body + "\n")
@@ -28,6 +33,7 @@ def test_every_entry_has_a_complete_pair_of_examples(check_id: str) -> None:
 @pytest.mark.parametrize("check_id", sorted(ENTRIES))
 def test_broken_example_gets_its_finding_and_fixed_example_passes(check_id: str, tmp_path) -> None:
     entry = ENTRIES[check_id]
+    _needs_torch(entry)
     given = entry.given_example + "\n\n" if entry.given_example else ""
     broken = check(str(_module(tmp_path, "broken_example", given + entry.broken_example)))
     assert not broken.load_errors, broken.load_errors[0].traceback

@@ -19,9 +19,12 @@ import gradguard.checker.runner
 from gradguard import checker
 from gradguard.checker import catalogue, check
 from gradguard.checker.loader import load_module, rules_in
+from gradguard.engines import torch_engine
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
-CLASSES = {"contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition", "correct"}
+CLASSES = {"contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition", "torch", "correct"}
+# Corpus modules of PyTorch rules (torch_*.py) load only where PyTorch is installed (the gradguard[torch] extra).
+TORCH_MISSING = torch_engine.available()
 ISOLATION = ("GG1", "GG2", "GG3", "GG4")
 SEEDS = range(10)
 SWEEP_MAX_EXAMPLES = 5
@@ -45,7 +48,7 @@ def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 def _corpus() -> list[tuple[str, object, dict]]:
     cases = []
     for path in sorted(CORPUS.glob("*.py")):
-        if path.name.startswith(("_", "test_")):
+        if path.name.startswith(("_", "test_")) or (path.name.startswith("torch_") and TORCH_MISSING):
             continue
         module = load_module(path)
         labels = getattr(module, "LABELS", {})
@@ -66,6 +69,8 @@ QUICK = {
     "state:identity_returns_input_rrule",
     "correct:matmul_rrule",
     "correct:scaled_into_rrule",
+    "torch_rules:mul_wrong_flag_torch",
+    "jax_jvp:softplus_offset_jvp",
 }
 ISOLATION_CASES = [
     pytest.param(key, rule, label, id=key, marks=() if key in QUICK else (pytest.mark.slow,)) for key, rule, label in CASES
@@ -88,7 +93,7 @@ def test_every_rule_has_a_valid_label() -> None:
         assert set(label) <= {"bug", "expect", "what"}, f"{key}: unknown label keys {sorted(set(label) - {'bug', 'expect', 'what'})}"
         assert set(label["expect"]) <= known, f"{key}: unknown ids {sorted(set(label['expect']) - known)}"
     for path in sorted(CORPUS.glob("*.py")):
-        if path.name.startswith(("_", "test_")):
+        if path.name.startswith(("_", "test_")) or (path.name.startswith("torch_") and TORCH_MISSING):
             continue
         module = load_module(path)
         names = {rule.name for rule in rules_in(module)}

@@ -350,8 +350,11 @@ def test_gg204_skips_a_rule_jax_cannot_differentiate_twice():
     assert findings(docs_style, "GG204") == []  # fwd calling the custom_vjp itself is fine for JAX under jit
 
 
-def test_gg204_applies_to_jax_rules_only():
-    assert skipped(square_wrong_np, "GG204") == "does not apply to numpy rules"
+def test_gg204_judges_numpy_rules_with_the_tape():
+    """A NumPy rule's second order comes from the tape (tests/checker/test_second_order.py): a wrong but
+    traceable pullback is differentiated consistently, so GG204 runs and leaves the first order to GG201."""
+    assert skipped(square_wrong_np, "GG204") is None
+    assert findings(square_wrong_np, "GG204") == []
 
 
 # -- GG601 -------------------------------------------------------------------------------------------

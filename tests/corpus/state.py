@@ -234,7 +234,7 @@ LABELS = {
     "sin_pops_residual_rrule": {"bug": "state", "expect": ["GG403"]},
     "square_returns_shared_buffer_rrule": {"bug": "state", "expect": ["GG403"]},
     "sin_shared_buffer_rrule": {"bug": "state", "expect": ["GG404", "GG501"]},
-    "tanh_shape_cache_rrule": {"bug": "state", "expect": ["GG404", "GG501"]},
+    "tanh_shape_cache_rrule": {"bug": "state", "expect": ["GG204", "GG404", "GG501"]},
     "square_returns_buffer_rrule": {"bug": "state", "expect": ["GG404", "GG503"]},
     "identity_returns_input_rrule": {"bug": "state", "expect": ["GG405"]},
     "flatten_view_rrule": {"bug": "state", "expect": ["GG405"]},

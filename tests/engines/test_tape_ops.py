@@ -65,6 +65,13 @@ CASES = {
     "concatenate": (lambda m, x, y: m.concatenate([x, y, x], axis=1), [(2, 3), (2, 1)], "any"),
     "stack": (lambda m, x, y: m.stack([x, y], axis=-1), [(2, 3), (2, 3)], "any"),
     "copy": (lambda m, x: m.copy(x), [(2, 3)], "any"),
+    "square": (lambda m, x: m.square(x), [(2, 3)], "any"),
+    "log1p": (lambda m, x: m.log1p(x), [(2, 3)], "pos"),
+    "expm1": (lambda m, x: m.expm1(x), [(2, 3)], "any"),
+    "minimum": (lambda m, x, y: m.minimum(x, y), [(2, 3), (3,)], "any"),
+    "logaddexp": (lambda m, x, y: m.logaddexp(x, y), [(2, 3), (3,)], "any"),
+    "outer": (lambda m, x, y: m.outer(x, y), [(3,), (2, 2)], "any"),
+    "broadcast_to": (lambda m, x: m.broadcast_to(x, (4, 2, 3)), [(2, 1)], "any"),
     "numpy-dispatch": (lambda m, x, y: np.sin(x) * np.dot(x, y) if m is tnp else m.sin(x) * m.dot(x, y), [(3,), (3,)], "any"),
 }
 

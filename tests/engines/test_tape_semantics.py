@@ -331,7 +331,7 @@ def test_argument_errors_are_eager():
 def test_exports():
     assert set(engines.tape.__all__) == {
         "grad", "value_and_grad", "vjp", "run_backward", "primitive", "tnp", "Tracked", "TapeResult",
-        "MutationDiagnosis", "MutationWarning", "is_tracing",
+        "MutationDiagnosis", "MutationWarning", "is_tracing", "pullback_derivative", "PullbackDerivative", "Escape",
     }
 
 

@@ -1,0 +1,177 @@
+"""Forward-mode checks for `jax.custom_jvp` rules (GG207, GG208).
+
+A custom_jvp's rule is its jvp: ``jax.jvp`` runs it as written, and reverse mode (``jax.grad``) runs the
+transpose JAX derives from it. The reverse-mode checks (GG201, GG202, GG204, GG601, GG602) judge that
+transpose through the rule's pullback (see `gradguard.engines.jax_engine.rrule_from_custom_jvp`); these
+two judge the jvp itself, which the transpose can hide: JAX transposes only the part of the jvp that is
+linear in the tangent, so a constant added to the output tangent changes forward mode and vanishes in
+reverse mode.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterable
+
+import numpy as np
+
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks._jax import first_line, jax_ready
+from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import inner, leaves
+from gradguard.engines import fd
+
+__all__ = ["jvp_forward_fd", "jvp_linear"]
+
+_GIVEN = """
+    @jax.custom_jvp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+"""
+
+
+def _jvp(case: Case, u: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``(y, jvp along u)`` for a custom_jvp rule; Skip for other rules, Skip with JAX's reason if it raises."""
+    from gradguard.checker.jax_rules import CUSTOM_JVP
+    from gradguard.engines.jax_engine import jvp_of
+
+    if not case.rule.extra.get(CUSTOM_JVP):
+        raise Skip("the rule is not a jax.custom_jvp (its jvp is JAX's own)")
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    jax_ready(case)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return jvp_of(case.rule.jax_fn, case.fresh(), u, nondiff=tuple(case.rule.nondiff))
+    except Exception as exc:  # noqa: BLE001 - the jvp raised: reported as the rule's error by the other checks
+        raise Skip(f"jax.jvp of {case.rule.name} raised: {first_line(exc)}") from None
+
+
+@check(
+    "GG207",
+    family="numeric",
+    title="jvp disagrees with forward finite differences (custom_jvp)",
+    kinds=("jax",),
+    given=_GIVEN,
+    broken="""
+        @softplus.defjvp
+        def softplus_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return softplus(x), t * jnp.exp(-jnp.abs(x))    # not the derivative of softplus
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+    fixed="""
+        @softplus.defjvp
+        def softplus_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return softplus(x), t * jax.nn.sigmoid(x)
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+)
+def jvp_forward_fd(case: Case) -> Iterable[Problem]:
+    """``jax.jvp`` of a ``custom_jvp`` runs its jvp rule as written: forward mode, Hessian-vector products
+    and ``jax.jacfwd`` use it directly. For a random direction ``u`` and covector ``w``, the check compares
+    ``<w, jvp(x; u)>`` with finite differences ``d/dt <w, f(x + t u)>`` of the primal (the function under
+    the ``custom_jvp``). Reverse mode is judged by GG201 on JAX's transpose of the same rule."""
+    u = case.direction("direction")
+    y, ty = _jvp(case, u)
+    if not is_finite_tree(ty):
+        return
+    w = case.cotangent_like(y, "covector")
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = fd.directional(lambda *a: case.rule.primal(*a), case.fresh(), u, w, complex_step=False)
+    except (ValueError, ArithmeticError, TypeError):
+        raise Skip("finite differences of the primal failed at this input") from None
+    if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
+        raise Skip("finite differences of the primal are not finite at this input")
+    got = inner(w, ty)
+    scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty)))
+    if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
+        return
+    yield Problem(
+        message=(
+            f"the jvp of {case.rule.name} disagrees with finite differences: along a random direction u, "
+            f"<w, jvp(x; u)> = {show(got)}, but d/dt <w, {case.rule.name}(x + t u)> = {show(float(d.value))} by "
+            "finite differences of the primal."
+        ),
+        expected=show(float(d.value)),
+        actual=show(got),
+        fix=("Return, as the tangent output of the jvp rule, the derivative of the primal applied to the input "
+             "tangents (the chain rule through every input that moves)."),
+    )
+
+
+@check(
+    "GG208",
+    family="numeric",
+    title="jvp is not linear in the tangent (custom_jvp)",
+    kinds=("jax",),
+    given=_GIVEN,
+    broken="""
+        @softplus.defjvp
+        def softplus_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return softplus(x), t * jax.nn.sigmoid(x) + 1e-3   # an offset: forward mode only, grad drops it
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+    fixed="""
+        @softplus.defjvp
+        def softplus_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return softplus(x), t * jax.nn.sigmoid(x)
+
+        softplus_rule = jax_rule(softplus, arrays(shape=(4,)))
+    """,
+)
+def jvp_linear(case: Case) -> Iterable[Problem]:
+    """A jvp must be linear in the input tangents: ``jvp(x; a u1 + b u2) = a jvp(x; u1) + b jvp(x; u2)``.
+    JAX transposes only the linear part of a jvp for reverse mode, so an offset or a tangent squared can
+    pass every reverse-mode check and still be wrong in forward mode (``jax.jvp``, ``jacfwd``, Hessians).
+    The check draws two directions and two scalars; it needs no finite differences."""
+    u1 = case.direction("direction")
+    u2 = case.direction("second direction")
+    a = case.draw_float("scale a", -2.0, 2.0)
+    b = case.draw_float("scale b", -2.0, 2.0)
+    mixed = tuple(None if x is None else a * np.asarray(x) + b * np.asarray(y) for x, y in zip(u1, u2))
+    _, t1 = _jvp(case, u1)
+    _, t2 = _jvp(case, u2)
+    _, tm = _jvp(case, mixed)
+    if not (is_finite_tree(t1) and is_finite_tree(t2) and is_finite_tree(tm)):
+        return
+    for k, (g1, g2, gm) in enumerate(zip(leaves(t1), leaves(t2), leaves(tm))):
+        want = a * np.asarray(g1) + b * np.asarray(g2)
+        err = np.abs(np.asarray(gm) - want)
+        bound = case.tol.atol + case.tol.rtol * (np.abs(a * np.asarray(g1)) + np.abs(b * np.asarray(g2)) + np.abs(gm))
+        if np.all(err <= bound):
+            continue
+        idx = np.unravel_index(int(np.argmax(err - bound)), np.shape(err)) if np.ndim(err) else ()
+        where = f"output {k}" + (f" at {list(int(i) for i in idx)}" if idx else "") if len(leaves(t1)) > 1 else \
+            ("the output tangent" + (f" at {list(int(i) for i in idx)}" if idx else ""))
+        got, exp = np.asarray(gm)[idx], want[idx]
+        yield Problem(
+            message=(
+                f"the jvp of {case.rule.name} is not linear in the tangent: jvp(x; a u1 + b u2) should equal "
+                f"a jvp(x; u1) + b jvp(x; u2) (a = {show(a)}, b = {show(b)}), but {where} is {show(float(got))} "
+                f"instead of {show(float(exp))}."
+            ),
+            location=where,
+            expected=show(float(exp)),
+            actual=show(float(got)),
+            fix=("Compute the tangent output only from products of the input tangents with values of the primal "
+                 "(no constant offset, no tangent times tangent): JAX transposes the linear part alone, so reverse "
+                 "mode hides what forward mode gets wrong."),
+        )
+        return
+
+
+for _id in ("GG207", "GG208"):
+    CHECKS[_id].extra["needs_jax"] = True

@@ -1,0 +1,223 @@
+"""GG204 for NumPy rules: the tape differentiates the rule's own rrule and pullback, against finite differences.
+
+A program that differentiates a gradient (a Hessian-vector product, a gradient penalty, a meta-gradient)
+differentiates the pullback itself. The tape runs the rrule and the pullback on traced arrays (ordinary
+NumPy code records its operations through NumPy's dispatch protocols, see
+`gradguard.engines.tape.pullback_derivative`) and takes the derivative of ``<w, pullback at x (ybar)>``
+
+* with respect to the input, along a random direction ``u``, against finite differences of the pullback
+  at ``x + t u`` (a residual cut off from the input shows here);
+* with respect to the cotangent, along a random ``c``, against finite differences of the pullback at
+  ``ybar + s c`` (a pullback whose use of ``ybar`` is linear in value but not in what it traces: a scale read
+  out of the trace, shows here).
+
+What the tape cannot run (a NumPy function it has no rule for, a method traced arrays lack, a rule that
+converts its own input to a plain array before computing anything) skips the check with the reason; it
+is never an error. Registered under GG204 in numeric_jax.py, which hands NumPy rules here.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterable
+
+import numpy as np
+
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks.registry import Problem, Skip
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
+from gradguard.engines import fd
+
+__all__ = ["numpy_second_order", "fd_directional", "kinked"]
+
+_UNTRACEABLE = "gg204_tape_untraceable"  # RuleSpec.run_state key: why the tape cannot run this rule (found once)
+
+FIX = (
+    "A program that differentiates this pullback (second order) sees only what the rrule and the pullback "
+    "compute with NumPy operations from the input and the cotangent themselves: compute residuals from the "
+    "input, not from a copy read out as a plain value (np.array, np.asarray, float(), a preallocated plain "
+    "buffer), and use ybar only through operations on ybar itself."
+)
+
+
+def numpy_second_order(case: Case) -> Iterable[Problem]:
+    """GG204 for one drawn input of a NumPy rule (see the module docstring)."""
+    from gradguard.engines.tape import pullback_derivative
+
+    rule = case.rule
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    if rule.mutates:
+        raise Skip("the rule mutates an argument; the tape's second order runs rules on traced arrays, which it does not write into")
+    if _UNTRACEABLE in rule.run_state:
+        raise Skip(rule.run_state[_UNTRACEABLE])
+    if any(np.iscomplexobj(case.args[i]) for i in case.diff_positions):
+        raise Skip("complex arguments: the tape's second order covers real arguments (GG205 judges conjugation)")
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    first = case.tangents(pb, copy_tree(ybar))
+    if not is_finite_tree([first[i] for i in case.diff_positions]) or any(np.iscomplexobj(t) for t in leaves(y)):
+        return  # GG206 judges non-finite tangents; complex outputs are GG205's
+    u = case.direction("direction")
+    w = case.direction("covector")
+    c = case.cotangent_like(y, "cotangent direction")
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = pullback_derivative(rule.rrule, case.fresh(), leaves(copy_tree(ybar)), w, diff=case.diff_positions,
+                                    rebuild=lambda ls: _rebuild(ybar, ls))
+    except Exception as exc:  # noqa: BLE001 - TraceError, a method Tracked lacks...: the tape's limit, not the rule's bug
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        reason = f"the tape cannot run {rule.name} on traced arrays, so its second order is not checked: {type(exc).__name__}: {text}"
+        rule.run_state[_UNTRACEABLE] = reason
+        raise Skip(reason) from None
+    forward = [e for e in d.escapes if e.phase == "forward"]
+    pulled = [e for e in d.escapes if e.phase == "pullback"]
+    if not d.output_traced and forward:
+        reason = (f"the output of {rule.name} is read out of the trace ({_sites(forward)}), so the tape cannot "
+                  "differentiate through it and its second order is not checked")
+        rule.run_state[_UNTRACEABLE] = reason
+        raise Skip(reason)
+    if d.untraced_tangents and pulled:
+        reason = (f"the pullback of {rule.name} returns its tangent for argument {d.untraced_tangents[0]} read out "
+                  f"of the trace ({_sites(pulled)}), so the tape cannot differentiate through it and its second "
+                  "order is not checked")
+        rule.run_state[_UNTRACEABLE] = reason
+        raise Skip(reason)
+    if not is_finite_tree(list(d.wrt_args) + list(d.wrt_cotangent)):
+        return  # a NaN in the tape's derivative (e.g. the untaken branch of a where): GG206's family, not a value to compare
+    problem = _input_part(case, ybar, u, w, d)
+    if problem is None and not any(e.slot in d.cotangent_slots.values() for e in d.escapes):
+        problem = _cotangent_part(case, ybar, c, w, d, inner(w, first))
+    if problem is not None:
+        yield problem
+
+
+def _rebuild(tree: Any, flat: list[Any]) -> Any:
+    """``tree``'s structure holding ``flat`` (its leaves, in order)."""
+    it = iter(flat)
+
+    def go(node: Any) -> Any:
+        if isinstance(node, (tuple, list)):
+            return rebuild(node, [go(n) for n in node])
+        return next(it)
+
+    return go(tree)
+
+
+def _sites(escapes: list[Any]) -> str:
+    seen = dict.fromkeys(f"{e.how} at {e.site}" if e.site else e.how for e in escapes)
+    return "; ".join(seen)
+
+
+def fd_directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            d = fd.directional(f, args, along, w, complex_step=False)
+    except (ValueError, ArithmeticError, TypeError):
+        return None
+    if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
+        return None
+    return d
+
+
+def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
+    """Whether ``t -> <w, f(args + t along)>`` has a kink or a jump at 0: its one-sided slopes differ, and the
+    difference does not shrink with the step (it would, like the step, for a smooth function). The pullback
+    has no derivative there to compare; finite differences only average the two sides."""
+
+    def g(t: float) -> float:
+        moved = tuple(a if v is None else a + t * np.asarray(v) for a, v in zip(args, along))
+        if any(np.ndim(a) == 0 and not isinstance(a, np.ndarray) for a in args):
+            moved = tuple(m if isinstance(a, np.ndarray) else type(a)(m) if m is not None else m for m, a in zip(moved, args))
+        return inner(w, f(*copy_tree(moved)))
+
+    size = max([float(np.max(np.abs(a))) for a in args if a is not None and np.size(a)] + [1.0])
+    reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
+    h = 1e-5 * size / reach
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g0 = g(0.0)
+            gap = [abs((g(s) - g0) / s - (g0 - g(-s)) / s) for s in (h, h / 10)]
+    except Exception:  # noqa: BLE001 - the pullback refuses a nearby point: no evidence of smoothness either
+        return True
+    slope = abs(g(h) - g(-h)) / (2 * h) if math.isfinite(gap[0]) else 0.0
+    return not all(math.isfinite(x) for x in gap) or (gap[0] > 1e-3 * slope + 1e-6 and gap[1] > 0.5 * gap[0])
+
+
+def _scale(a: Any, b: Any) -> float:
+    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in zip(leaves(a), leaves(b))
+               if x is not None and y is not None)
+
+
+def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d: Any) -> Problem | None:
+    rule = case.rule
+
+    def pulled(*a: Any) -> Any:
+        return rule.rrule(*a)[1](copy_tree(ybar))
+
+    lhs = fd_directional(pulled, case.fresh(), u, w)
+    if lhs is None:
+        return None
+    rhs = inner(u, d.wrt_args)
+    if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(u, d.wrt_args), fd_error=lhs.error):
+        return None
+    if kinked(pulled, case.fresh(), u, w):
+        return None
+    return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
+
+
+def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, at_ybar: float) -> Problem | None:
+    rule = case.rule
+    nleaves = len(leaves(ybar))
+    if any(g is None for g in d.wrt_cotangent):
+        return None
+
+    def pulled(*ys: Any) -> Any:
+        return rule.rrule(*case.fresh())[1](_rebuild(ybar, list(ys)))
+
+    # A pullback linear in ybar (GG202 judges that) makes a central difference with a unit step exact: two
+    # calls instead of a Richardson table. Where it is not affine along c, this part has nothing to add.
+    base = leaves(copy_tree(ybar))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ahead = inner(w, pulled(*[b + np.asarray(v) for b, v in zip(base, leaves(c))]))
+            behind = inner(w, pulled(*[b - np.asarray(v) for b, v in zip(base, leaves(c))]))
+    except Exception:  # noqa: BLE001 - the pullback raised at a shifted cotangent: other checks report it
+        return None
+    if not (math.isfinite(ahead) and math.isfinite(behind)):
+        return None
+    if not tolerances.close(ahead + behind, 2 * at_ybar, case.tol, scale=abs(ahead) + abs(behind)):
+        return None  # not affine along c: the pullback is not linear in ybar, which is GG202's finding
+    lhs = fd.Derivative((ahead - behind) / 2, 0.0, 2, "central", 1.0)
+    rhs = inner(leaves(c), d.wrt_cotangent)
+    if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(leaves(c), d.wrt_cotangent), fd_error=lhs.error):
+        return None
+    if kinked(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w):
+        return None
+    return _problem(case, "the cotangent", "d/ds <w, pullback(ybar + s c)>", "a random cotangent direction c", lhs, rhs, d)
+
+
+def _problem(case: Case, wrt: str, quantity: str, along: str, lhs: fd.Derivative, rhs: float, d: Any) -> Problem:
+    fd_text, tape_text = show(float(lhs.value)), show(rhs)
+    why = ""
+    if d.escapes:
+        why = (f" Traced values were read as plain ones ({_sites(d.escapes)}); the tape treats what is computed "
+               "from such a copy as a constant.")
+    return Problem(
+        message=(
+            f"the second order of {case.rule.name} is wrong with respect to {wrt}: along {along}, {quantity} = "
+            f"{fd_text} by finite differences of the pullback, but the tape's derivative of the pullback (the "
+            f"rrule and pullback run on traced arrays) gives {tape_text}.{why}"
+        ),
+        location=wrt,
+        expected=fd_text,
+        actual=tape_text,
+        fix=FIX,
+    )

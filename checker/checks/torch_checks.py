@@ -1,0 +1,359 @@
+"""PyTorch-specific checks for `torch.autograd.Function` rules declared with ``torch_rule``: what backward
+returns (GG701 its structure, GG702 under ``ctx.needs_input_grad``, GG705 under double backward).
+
+Every isolation check already runs a torch rule through PyTorch's autograd (see
+`gradguard.checker.torch_rules`); these judge what only PyTorch has. The in-place ones (GG703 the version
+counter on saved tensors, GG704 ``ctx.mark_dirty``) are in torch_inplace.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case, RuleRaised, is_finite_tree
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.checks.second_order import fd_directional, kinked
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import copy_tree, describe, inner
+
+__all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference", "at"]
+
+TORCH_GIVEN = """
+    import torch
+    from gradguard import torch_rule
+"""
+
+
+def _function(case: Case) -> Any:
+    from gradguard.checker.torch_rules import TORCH_FUNCTION
+
+    fn = case.rule.extra.get(TORCH_FUNCTION)
+    if fn is None:
+        raise Skip("the rule is not a torch.autograd.Function")
+    return fn
+
+
+def run_call(case: Case, args: tuple[Any, ...] | None = None, **kw: Any) -> Any:
+    from gradguard.engines import torch_engine
+
+    fn = _function(case)
+    given = case.fresh() if args is None else args
+    return case.call("forward", lambda: torch_engine.run_function(fn, given, case.diff_positions,
+                                                                  kwargs=case.rule.extra.get("kwargs"), **kw))
+
+
+def grads_of(case: Case, call: Any, ybar: Any, **kw: Any) -> dict[int, Any]:
+    """``call.grad(ybar)``; a backward whose structure PyTorch refuses skips (GG701 reports it), any other
+    error is the rule's."""
+    from gradguard.engines import torch_engine
+
+    try:
+        return call.grad(copy_tree(ybar), **kw)
+    except Exception as exc:  # noqa: BLE001 - the user's backward raised (PyTorch passes its exception on)
+        if isinstance(exc, RuntimeError) and any(text in str(exc) for text in torch_engine.STRUCTURE_ERRORS):
+            raise Skip(f"PyTorch refuses what the backward of {case.rule.name} returns (see GG701): {exc}") from None
+        raise RuleRaised("pullback", case.rule.name, exc) from exc
+
+
+def numpy_grads(case: Case, grads: dict[int, Any]) -> dict[int, np.ndarray]:
+    from gradguard.engines import torch_engine
+
+    out = {}
+    for i in case.diff_positions:
+        g = grads.get(i)
+        out[i] = np.zeros_like(np.asarray(case.args[i]), dtype=float) if g is None else np.asarray(torch_engine.to_numpy(g))
+    return out
+
+
+def first_difference(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[tuple[int, ...], float, float] | None:
+    err = np.abs(got - want)
+    bound = case.tol.atol + case.tol.rtol * (np.abs(got) + np.abs(want))
+    if np.all(err <= bound) or not (np.all(np.isfinite(got)) and np.all(np.isfinite(want))):
+        return None
+    idx = np.unravel_index(int(np.argmax(err - bound)), np.shape(err)) if np.ndim(err) else ()
+    return tuple(int(i) for i in idx), float(np.asarray(got)[idx]), float(np.asarray(want)[idx])
+
+
+def at(idx: tuple[int, ...]) -> str:
+    return f" at {list(idx)}" if idx else ""
+
+
+# -- GG701 ------------------------------------------------------------------------------------------
+@check(
+    "GG701",
+    family="torch",
+    title="backward returns the wrong number of gradients, or a gradient for a non-tensor input",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.k = k
+                return x * k
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * ctx.k          # one gradient for two forward inputs
+
+        scale_rule = torch_rule(Scale, arrays(shape=(3,)), constant(2.0))
+    """,
+    fixed="""
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.k = k
+                return x * k
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * ctx.k, None    # None for the non-tensor k
+
+        scale_rule = torch_rule(Scale, arrays(shape=(3,)), constant(2.0))
+    """,
+)
+def backward_structure(case: Case) -> Iterable[Problem]:
+    """PyTorch calls ``backward`` with one gradient per output and expects one gradient per input of
+    ``forward``: a tensor (or None) for a tensor input, None for anything else (an int, a float, a flag).
+    Anything else raises inside ``loss.backward()``, far from the Function. The check calls ``backward``
+    directly with the recorded ``ctx`` and names what is wrong in what it returned; the other checks skip
+    such a rule, since PyTorch refuses to run it."""
+    import torch
+
+    call = run_call(case)
+    y = call.outputs_numpy()
+    ybar = case.cotangent_like(y)
+    if call.node is None:
+        raise Skip("no output of the Function requires grad, so PyTorch never calls its backward")
+    raw = case.call("pullback", lambda: call.raw_backward(ybar))
+    got = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
+    n = len(call.inputs)
+    name = case.rule.name
+    if len(got) < n or any(g is not None for g in got[n:]):
+        yield Problem(
+            message=(f"the backward of {name} must return one gradient per input of forward ({n}), but returned "
+                     f"{len(got)}. Return a tuple with one entry per forward input; use None for inputs that are "
+                     "not tensors or need no gradient."),
+            expected=f"{n} gradients",
+            actual=f"{len(got)} gradients",
+            fix="Return exactly one gradient per forward input, in order (None where there is none).",
+        )
+        return
+    for i, (g, inp) in enumerate(zip(got, call.inputs)):
+        if g is not None and not isinstance(inp, torch.Tensor):
+            yield Problem(
+                message=(f"the backward of {name} returned a gradient ({describe(call_numpy(g))}) for input {i} of "
+                         f"forward, which is not a tensor ({type(inp).__name__} {inp!r:.40}); PyTorch raises on it. "
+                         "Return None at that position."),
+                location=f"argument {i}",
+                expected="None",
+                actual=describe(call_numpy(g)),
+                fix="Return None for every forward input that is not a tensor.",
+            )
+            return
+
+
+def call_numpy(g: Any) -> Any:
+    from gradguard.engines import torch_engine
+
+    return torch_engine.to_numpy(g)
+
+
+# -- GG702 ------------------------------------------------------------------------------------------
+@check(
+    "GG702",
+    family="torch",
+    title="backward ignores ctx.needs_input_grad (wrong or missing gradient when only some inputs need one)",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Mul(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                return a * b
+
+            @staticmethod
+            def backward(ctx, grad):
+                a, b = ctx.saved_tensors
+                ga = grad * b if ctx.needs_input_grad[0] else None
+                gb = grad * a if ctx.needs_input_grad[0] else None   # checks a's flag for b
+                return ga, gb
+
+        mul_rule = torch_rule(Mul, arrays(shape=(3,)), arrays(shape=(3,)))
+    """,
+    fixed="""
+        class Mul(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                return a * b
+
+            @staticmethod
+            def backward(ctx, grad):
+                a, b = ctx.saved_tensors
+                ga = grad * b if ctx.needs_input_grad[0] else None
+                gb = grad * a if ctx.needs_input_grad[1] else None
+                return ga, gb
+
+        mul_rule = torch_rule(Mul, arrays(shape=(3,)), arrays(shape=(3,)))
+    """,
+)
+def needs_input_grad(case: Case) -> Iterable[Problem]:
+    """In a program most inputs of a Function do not require grad (data, frozen weights), and
+    ``ctx.needs_input_grad`` tells ``forward`` and ``backward`` which do, so they can skip work. A
+    ``backward`` that reads the wrong flag, or a ``forward`` that saves less when a flag is False while
+    ``backward`` still uses it, gives a missing or wrong gradient (or raises) only in those programs. The
+    check runs the Function with one differentiable input requiring grad at a time and compares that
+    input's gradient with the one it gets when every input requires grad."""
+    if len(case.diff_positions) < 2:
+        raise Skip("fewer than two differentiable inputs: needs_input_grad has no partial setting to try")
+    full_call = run_call(case)
+    ybar = case.cotangent_like(full_call.outputs_numpy())
+    full = numpy_grads(case, grads_of(case, full_call, ybar))
+    name = case.rule.name
+    for i in case.diff_positions:
+        flags = tuple(j == i for j in range(case.nargs))
+        call = run_call(case, requires_grad=(i,))
+        try:
+            part = numpy_grads(case, grads_of(case, call, ybar))
+        except RuleRaised as raised:  # the user's backward raised in this setting only
+            exc = raised.exc
+            yield Problem(
+                message=(f"the backward of {name} raises when only input {i} requires grad "
+                         f"(ctx.needs_input_grad = {flags}), though it runs when every input does: "
+                         f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"),
+                location=f"argument {i}",
+                fix=_NEEDS_FIX,
+            )
+            return
+        bad = first_difference(part[i], full[i], case)
+        if bad is not None:
+            idx, got, want = bad
+            yield Problem(
+                message=(f"with only input {i} requiring grad (ctx.needs_input_grad = {flags}), the backward of "
+                         f"{name} gives input {i} the gradient {show(got)}{at(idx)}, but {show(want)} when every "
+                         "input requires grad."),
+                location=f"argument {i}{at(idx)}",
+                expected=show(want),
+                actual=show(got),
+                fix=_NEEDS_FIX,
+            )
+            return
+
+
+_NEEDS_FIX = ("Compute the gradient of input i whenever ctx.needs_input_grad[i] is True, whatever the other flags "
+              "say, and save in forward everything backward reads in that case.")
+
+
+# -- GG705 ------------------------------------------------------------------------------------------
+@check(
+    "GG705",
+    family="torch",
+    title="double backward wrong: backward is not differentiable (second order against finite differences)",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Sin(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.sin()
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return grad * x.detach().cos()   # detached: double backward sees a constant
+
+        sin_rule = torch_rule(Sin, arrays(shape=(3,)))
+    """,
+    fixed="""
+        class Sin(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x.sin()
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return grad * x.cos()
+
+        sin_rule = torch_rule(Sin, arrays(shape=(3,)))
+    """,
+)
+def double_backward(case: Case) -> Iterable[Problem]:
+    """``torch.autograd.grad(..., create_graph=True)`` (gradient penalties, Hessian-vector products,
+    meta-learning) differentiates ``backward`` itself. A backward that detaches a saved tensor, computes in
+    NumPy, runs under ``torch.no_grad()`` or is ``@once_differentiable`` is right to first order and gives
+    a wrong (or no) second derivative. For a random cotangent ``ybar``, direction ``u`` and covector ``w``,
+    the check compares PyTorch's ``d/dt <w, grad at (x + t u)(ybar)>`` (double backward) with finite
+    differences of the rule's gradient; a gradient that carries no graph where finite differences give a
+    second derivative is reported too."""
+    import torch
+
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    call = run_call(case)
+    ybar = case.cotangent_like(call.outputs_numpy())
+    u = case.direction("direction")
+    w = case.direction("covector")
+    grads = grads_of(case, call, ybar, create_graph=True)
+    first = numpy_grads(case, grads)
+    if not is_finite_tree(list(first.values())):
+        return
+    rule = case.rule
+
+    def pulled(*a: Any) -> Any:
+        return rule.rrule(*a)[1](copy_tree(ybar))
+
+    lhs = fd_directional(pulled, case.fresh(), u, w)
+    if lhs is None:
+        raise Skip("finite differences of the gradient failed at this input")
+    total = None
+    for i in case.diff_positions:
+        g = grads.get(i)
+        if isinstance(g, torch.Tensor) and g.requires_grad:
+            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
+            total = term if total is None else total + term
+    name = rule.name
+    if total is None:
+        if tolerances.close(float(lhs.value), 0.0, case.tol, fd_error=lhs.error) or kinked(pulled, case.fresh(), u, w):
+            return
+        yield Problem(
+            message=(f"double backward through {name} is impossible: the gradients its backward returns carry no "
+                     "graph (torch.autograd.grad with create_graph=True gave tensors that do not require grad), but "
+                     f"along a random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by "
+                     "finite differences of the gradient."),
+            expected=show(float(lhs.value)),
+            actual="no graph",
+            fix=_DOUBLE_FIX,
+        )
+        return
+    leaves = [call.leaves[i] for i in case.diff_positions]
+    second = torch.autograd.grad(total, leaves, allow_unused=True)
+    rhs = 0.0
+    for i, d in zip(case.diff_positions, second):
+        if d is not None:
+            rhs += inner(np.asarray(u[i]), call_numpy(d))
+    if tolerances.close(float(lhs.value), rhs, case.tol, fd_error=lhs.error,
+                        scale=sum(float(np.sum(np.abs(np.asarray(u[i])) * np.abs(first[i]))) for i in case.diff_positions)):
+        return
+    if kinked(pulled, case.fresh(), u, w):
+        return
+    yield Problem(
+        message=(f"double backward through {name} is wrong: along a random direction u, d/dt <w, grad at "
+                 f"(x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the gradient, but PyTorch's "
+                 f"derivative of the backward (create_graph=True) gives {show(rhs)}."),
+        expected=show(float(lhs.value)),
+        actual=show(rhs),
+        fix=_DOUBLE_FIX,
+    )
+
+
+_DOUBLE_FIX = ("Write backward with differentiable torch operations on the saved tensors (no .detach(), .numpy(), "
+               "torch.no_grad() or @once_differentiable), or give the part that cannot be differentiated its own "
+               "Function with a backward of its own.")

@@ -1,0 +1,159 @@
+"""PyTorch-specific in-place checks for `torch.autograd.Function` rules: a saved tensor changed in place
+between forward and backward without PyTorch's version counter noticing (GG703), and a forward that
+writes into an input without ``ctx.mark_dirty`` (GG704)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from gradguard.checker.case import Case, RuleRaised
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.checks.torch_checks import TORCH_GIVEN, at, first_difference, grads_of, numpy_grads, run_call
+from gradguard.checker.inputs import show
+
+__all__ = ["saved_tensor_version", "mark_dirty"]
+
+# PyTorch's errors when a tensor autograd needs was changed in place (a saved tensor's version counter,
+# or the base of a view a Function returned) all say so.
+_LOUD = "inplace"
+
+
+# -- GG703 ------------------------------------------------------------------------------------------
+@check(
+    "GG703",
+    family="torch",
+    title="a tensor saved for backward can change in place unnoticed (no version counter check)",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.x = x                    # kept as an attribute: no version check
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                return 2 * ctx.x * grad
+
+        square_rule = torch_rule(Square, arrays(shape=(3,)))
+    """,
+    fixed="""
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad
+
+        square_rule = torch_rule(Square, arrays(shape=(3,)))
+    """,
+)
+def saved_tensor_version(case: Case) -> Iterable[Problem]:
+    """A program may change a tensor in place after a Function used it (``x.add_(1)``, an optimizer step,
+    a buffer reused). Tensors saved with ``ctx.save_for_backward`` carry a version number, and PyTorch
+    raises at backward time if one changed; tensors kept on ``ctx`` as plain attributes do not, and
+    backward silently computes with the new values. The check changes each tensor input and each output
+    in place between forward and backward and requires either PyTorch's error or an unchanged gradient."""
+    import torch
+
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    first = run_call(case)
+    ybar = case.cotangent_like(first.outputs_numpy())
+    want = numpy_grads(case, grads_of(case, first, ybar))
+    name = case.rule.name
+    targets: list[tuple[str, Any]] = [(f"input {i}", lambda c, i=i: c.inputs[i]) for i in case.diff_positions]
+    nout = len(first.flat_outputs())
+    targets += [(f"output {k}" if nout > 1 else "the output", lambda c, k=k: c.flat_outputs()[k]) for k in range(nout)]
+    for label, pick in targets:
+        call = run_call(case)
+        t = pick(call)
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            continue
+        with torch.no_grad():
+            t.mul_(1.5).add_(0.25)
+        try:
+            got = numpy_grads(case, grads_of(case, call, ybar))
+        except RuleRaised as raised:
+            if _LOUD in str(raised.exc):
+                continue  # PyTorch noticed the change and raised: loud, not wrong
+            raise
+        for j in case.diff_positions:
+            bad = first_difference(got[j], want[j], case)
+            if bad is None:
+                continue
+            idx, g, w = bad
+            yield Problem(
+                message=(f"the backward of {name} reads {label} as changed in place after forward: changing it "
+                         f"between forward and backward (x.mul_(1.5).add_(0.25)) changed the gradient of input {j}"
+                         f"{at(idx)} from {show(w)} to {show(g)}, and PyTorch raised nothing."),
+                location=f"argument {j}{at(idx)}",
+                expected=show(w),
+                actual=show(g),
+                fix=("Save the tensors backward reads with ctx.save_for_backward (not as ctx attributes or in "
+                     "closures), so that PyTorch's version counter raises when a program changes them in place."),
+            )
+            return
+
+
+# -- GG704 ------------------------------------------------------------------------------------------
+@check(
+    "GG704",
+    family="torch",
+    title="forward modifies an input in place without ctx.mark_dirty",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Double_(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                x.mul_(2)                    # in place, not marked
+                return x
+
+            @staticmethod
+            def backward(ctx, grad):
+                return 2 * grad
+
+        double_rule = torch_rule(Double_, arrays(shape=(3,)), mutates=0)
+    """,
+    fixed="""
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2                 # a new tensor (or x.mul_(2); ctx.mark_dirty(x); return x)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return 2 * grad
+
+        double_rule = torch_rule(Double, arrays(shape=(3,)))
+    """,
+)
+def mark_dirty(case: Case) -> Iterable[Problem]:
+    """A forward that writes into an input tensor must say so with ``ctx.mark_dirty(x)`` and return it:
+    autograd then rebases the input's history on the Function, so later uses of the modified tensor get
+    their gradient through ``backward``. Unmarked, autograd keeps treating the tensor as the old value and
+    gradients through it skip the Function. The check reads each tensor input's version counter (PyTorch
+    bumps it on every in-place write) before and after ``forward`` and requires a bumped input to be
+    marked dirty."""
+    call = run_call(case)
+    if call.node is None:
+        raise Skip("no output of the Function requires grad: autograd records nothing to mark")
+    dirty = set(call.dirty())
+    for i, (before, after) in sorted(call.versions.items()):
+        if after > before and i not in dirty:
+            yield Problem(
+                message=(f"the forward of {case.rule.name} writes into input {i} in place (its version counter "
+                         f"went from {before} to {after}) without ctx.mark_dirty on it."),
+                location=f"argument {i}",
+                expected="ctx.mark_dirty(input)",
+                actual=f"version {before} -> {after}, not marked dirty",
+                fix=("Call ctx.mark_dirty(x) in forward for every input it modifies in place, and return that "
+                     "tensor; or write the result into a new tensor (x * 2 instead of x.mul_(2))."),
+            )
+            return

@@ -1,0 +1,135 @@
+"""A `jax.custom_jvp` as a NumPy rrule: JAX's own reverse mode through the user's jvp rule.
+
+    rule = rrule_from_custom_jvp(f)        # f decorated with @jax.custom_jvp, f.defjvp(f_jvp)
+    y, pullback = rule(x)                  # NumPy in, NumPy out
+    (xbar,) = pullback(ybar)               # the transpose JAX derives from f_jvp (jax.vjp)
+
+A custom_jvp has no pullback of its own: reverse mode linearizes the jvp rule and transposes it. The
+pullback here is exactly that (`jax.vjp` of the function), so every check written for rrules judges the
+reverse mode users get from the rule; `jvp_of` runs the forward mode (`jax.jvp`) for the forward checks.
+Arguments at ``nondiff_argnums`` (and those declared ``nondiff``) are passed as they are and get None;
+non-float arguments are constants with a None tangent. Keyword arguments and defaults are resolved against
+the primal's signature, as `jax.custom_jvp` resolves them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gradguard.engines.errors import AdapterError
+from gradguard.engines.jax_engine._from_jax import _cotangent, _resolver, _to_numpy
+from gradguard.engines.jax_engine._runtime import load
+
+__all__ = ["CustomJvpParts", "custom_jvp_parts", "rrule_from_custom_jvp", "jvp_of", "is_custom_jvp"]
+
+
+@dataclass(frozen=True)
+class CustomJvpParts:
+    """The pieces of a `jax.custom_jvp` function."""
+
+    fun: Callable[..., Any]
+    jvp: Callable[..., Any]
+    nondiff_argnums: tuple[int, ...]
+    name: str
+    symbolic_zeros: bool = False
+
+
+def is_custom_jvp(fn: Any) -> bool:
+    """Whether ``fn`` is a `jax.custom_jvp` function (False, without importing JAX, for plain functions)."""
+    if not type(fn).__module__.startswith("jax"):
+        return False
+    return isinstance(fn, load().custom_jvp)
+
+
+def custom_jvp_parts(fn: Any) -> CustomJvpParts:
+    """Take a `jax.custom_jvp` function apart; `AdapterError` if it is not one or has no jvp rule yet."""
+    jax = load()
+    if not isinstance(fn, jax.custom_jvp):
+        raise AdapterError(f"Got {fn!r}, but a jax.custom_jvp-decorated function was expected "
+                           "(decorate with @jax.custom_jvp and call f.defjvp(f_jvp)).")
+    name = getattr(fn.fun, "__name__", "custom_jvp")
+    if fn.jvp is None:
+        raise AdapterError(f"custom_jvp {name} has no rule yet: call {name}.defjvp(jvp) or {name}.defjvps(...) "
+                           "before checking it.")
+    return CustomJvpParts(fn.fun, fn.jvp, tuple(fn.nondiff_argnums), name, bool(getattr(fn, "symbolic_zeros", False)))
+
+
+def _split(parts: CustomJvpParts, args: Sequence[Any], nondiff: Sequence[int], ngiven: int) -> list[int]:
+    """Positions that carry a tangent: float values among the given arguments, not declared non-differentiable."""
+    static = set(parts.nondiff_argnums) | set(nondiff)
+    return [i for i, a in enumerate(args[:ngiven]) if i not in static and _floating(a)]
+
+
+def _floating(a: Any) -> bool:
+    if isinstance(a, bool):
+        return False
+    if isinstance(a, (float, complex)):
+        return True
+    return isinstance(a, (np.ndarray, np.generic)) and np.result_type(a).kind in "fc"
+
+
+def _closed(fn: Any, args: Sequence[Any], diff: Sequence[int]) -> Callable[..., Any]:
+    """``fn`` as a function of the arguments at ``diff``, the others fixed (nondiff_argnums stay Python values)."""
+    jnp = load().numpy
+
+    def call(*xs: Any) -> Any:
+        full = [jnp.asarray(a) if isinstance(a, (np.ndarray, np.generic)) else a for a in args]
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return fn(*full)
+
+    return call
+
+
+def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[..., tuple[Any, Callable[..., Any]]]:
+    """An rrule (NumPy args -> ``(np output, pullback)``) whose pullback is the transpose JAX derives from the jvp."""
+    parts = custom_jvp_parts(fn)
+    jax = load()
+    resolve = _resolver(parts.fun)
+    for_nondiff = set(parts.nondiff_argnums) | set(nondiff)
+
+    def rule(*given: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
+        args = resolve(given, kwargs)
+        diff = _split(parts, args, tuple(for_nondiff), len(given))
+        call = _closed(fn, args, diff)
+        try:
+            y, vjp_fn = jax.vjp(call, *[jax.numpy.asarray(args[i]) for i in diff])
+        except Exception as exc:
+            raise AdapterError(f"custom_jvp {parts.name} raised {type(exc).__name__}: {exc}") from exc
+
+        def pullback(ybar: Any) -> tuple[Any, ...]:
+            ct = _cotangent(ybar, y)
+            try:
+                grads = vjp_fn(ct)
+            except Exception as exc:
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise AdapterError(
+                    f"JAX could not run reverse mode through the jvp of custom_jvp {parts.name} (it transposes the "
+                    f"jvp rule, which must be linear in the tangents): {type(exc).__name__}: {text:.200}"
+                ) from exc
+            by_pos = dict(zip(diff, _to_numpy(tuple(grads))))
+            return tuple(by_pos.get(i) for i in range(len(given)))
+
+        pullback.__qualname__ = f"pullback of {parts.name}"
+        return _to_numpy(y), pullback
+
+    rule.__name__ = rule.__qualname__ = parts.name
+    rule.__doc__ = f"rrule adapted from the jax.custom_jvp {parts.name} (reverse mode: JAX's transpose of its jvp)."
+    rule.custom_jvp_parts = parts  # type: ignore[attr-defined]
+    return rule
+
+
+def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Sequence[int] = ()) -> tuple[Any, Any]:
+    """``(output, output tangent)`` of ``jax.jvp`` of ``fn`` at ``args`` along ``tangents`` (None: not moving), as NumPy."""
+    jax = load()
+    parts = custom_jvp_parts(fn) if isinstance(fn, jax.custom_jvp) else None
+    static = set(nondiff) | set(parts.nondiff_argnums if parts else ())
+    diff = [i for i, t in enumerate(tangents) if t is not None and i not in static]
+    call = _closed(fn, list(args), diff)
+    primals = [jax.numpy.asarray(args[i]) for i in diff]
+    tans = [jax.numpy.asarray(tangents[i], dtype=p.dtype) for i, p in zip(diff, primals)]
+    y, t = jax.jvp(call, primals, tans)
+    return _to_numpy(y), _to_numpy(t)

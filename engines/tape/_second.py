@@ -1,0 +1,110 @@
+"""Second order of a NumPy rule: its rrule and its pullback run on Tracked arrays, and the tape differentiates
+``<w, pullback(ybar)>`` with respect to the arguments and to the cotangent.
+
+    d = pullback_derivative(sin_rrule, (x,), ybar, (w,))
+    d.wrt_args[0]      # d/dx <w, pullback at x (ybar)>: a Hessian-vector product for a gradient rule
+    d.wrt_cotangent    # d/dybar <w, pullback(ybar)>: J w for a linear pullback
+
+The rule is ordinary NumPy: NumPy calls on Tracked values route to the tape's rules through
+``__array_ufunc__`` / ``__array_function__``. A NumPy function without a rule raises `TraceError` (the
+caller skips the second order with that reason). Reading a Tracked value as a plain one (``np.asarray``,
+``np.array``, ``float()``, writing it into a plain buffer) does not raise here: it returns the raw value,
+detached from the trace, and is recorded in ``escapes`` with the user's line, because that is exactly how
+a residual gets cut off from the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from gradguard.engines.errors import EngineError
+from gradguard.engines.tape import tnp
+from gradguard.engines.tape._tape import Escape, Tape, Tracked, backward, differentiable
+
+__all__ = ["PullbackDerivative", "pullback_derivative"]
+
+
+@dataclass
+class PullbackDerivative:
+    """The tape's derivative of ``<w, pullback(ybar)>``.
+
+    ``wrt_args`` has one entry per argument (None where it was not differentiated), ``wrt_cotangent`` the
+    leaves of ``ybar`` in order (None for a leaf that is not a float array). ``output_traced`` says whether
+    the rrule's output depends on a traced argument at all (False: the rrule converted its input to a plain
+    array first, and nothing it computed is traced); ``untraced_tangents`` the argument positions whose
+    tangent came back as a plain value, not a traced one. ``escapes`` lists each Tracked value read as a plain
+    one; ``argument_slots`` and ``cotangent_slots`` name the tape slots of the leaves, so a caller can tell
+    a converted input from a converted intermediate.
+    """
+
+    wrt_args: tuple[Any, ...]
+    wrt_cotangent: list[Any]
+    output_traced: bool
+    untraced_tangents: tuple[int, ...] = ()
+    escapes: list[Escape] = field(default_factory=list)
+    argument_slots: dict[int, int] = field(default_factory=dict)
+    cotangent_slots: dict[int, int] = field(default_factory=dict)
+
+
+def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_leaves: Sequence[Any],
+                        covector: Sequence[Any], *, diff: Sequence[int],
+                        rebuild: Callable[[list[Any]], Any] | None = None) -> PullbackDerivative:
+    """Trace ``rrule(*args)`` and ``pullback(ybar)`` on one tape and differentiate ``<covector, tangents>``.
+
+    ``diff`` lists the argument positions to trace; ``ybar_leaves`` are the cotangent's leaves and
+    ``rebuild(leaves)`` puts them back into the output's structure (default: the single leaf). Real
+    arguments only: the objective is the real inner product of real arrays.
+    """
+    args = tuple(args)
+    tape = Tape()
+    tape.escapes = []
+    targs = tuple(tape.track(a) if i in diff and differentiable(a) else a for i, a in enumerate(args))
+    tybar = [tape.track(c) if differentiable(c) else c for c in ybar_leaves]
+    build = rebuild or (lambda leaves: leaves[0])
+    tape.active = True
+    try:
+        tape.phase = "forward"
+        result = rrule(*targs)
+        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+            raise EngineError("the rrule does not return an (output, pullback) pair")
+        y, pullback = result
+        tape.phase = "pullback"
+        tangents = pullback(build(list(tybar)))
+        if not isinstance(tangents, (tuple, list)) or len(tangents) != len(args):
+            raise EngineError("the pullback does not return one tangent per argument")
+        total: Any = 0.0
+        for t, w in zip(tangents, covector):
+            if t is not None and w is not None:
+                total = total + tnp.sum(t * w)
+    finally:
+        tape.active = False
+    escapes = list(tape.escapes)
+    traced = any(isinstance(leaf, Tracked) for leaf in _leaves(y))
+    untraced = tuple(i for i in diff if i < len(tangents) and tangents[i] is not None
+                     and not isinstance(tangents[i], Tracked))
+    ct = backward(tape, [(total, np.float64(1.0))], "skip")[0] if isinstance(total, Tracked) else {}
+    wrt_args = tuple(_grad(ct, t, a) for t, a in zip(targs, args))
+    wrt_ybar = [_grad(ct, t, c) for t, c in zip(tybar, ybar_leaves)]
+    return PullbackDerivative(
+        wrt_args, wrt_ybar, traced, untraced, escapes,
+        {i: t.slot for i, t in enumerate(targs) if isinstance(t, Tracked)},
+        {i: t.slot for i, t in enumerate(tybar) if isinstance(t, Tracked)},
+    )
+
+
+def _grad(ct: dict[int, Any], tracked: Any, value: Any) -> Any:
+    if not isinstance(tracked, Tracked):
+        return None
+    g = ct.get(tracked.slot)
+    if g is None:
+        return np.zeros_like(value) if isinstance(value, np.ndarray) else type(value)(0)
+    return np.real(g) if not np.iscomplexobj(value) else g
+
+
+def _leaves(tree: Any) -> list[Any]:
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _leaves(item)]
+    return [tree]

@@ -1,0 +1,188 @@
+"""Test the tester: `jax.custom_jvp` rules through jax_rule.
+
+Forward checks (GG207 jvp against forward finite differences, GG208 linearity in the tangent) fail broken
+jvps with their exact messages and pass the correct twin; reverse mode (JAX's transpose of the jvp), jit,
+vmap and second order apply as for custom_vjp rules; nondiff_argnums, defaults and keyword arguments are
+declarable."""
+
+import re
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradguard.checker import arrays, check, constant, jax_rule
+from gradguard.checker.errors import SpecError
+
+NUM = r"(-?[0-9.e+-]+|nan|inf)"
+
+
+def findings(rule, *ids):
+    report = check(rule, select=list(ids))
+    assert report.rules[0].verdict != "error", report.rules[0].error
+    return [f for f in report.findings if f.check_id in ids]
+
+
+def softplus_with(derivative, name):
+    @jax.custom_jvp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+
+    @softplus.defjvp
+    def softplus_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return softplus(x), derivative(x, t)
+
+    return jax_rule(softplus, arrays(shape=(4,), min_value=-20.0, max_value=20.0), name=name)
+
+
+correct = softplus_with(lambda x, t: t * jax.nn.sigmoid(x), "softplus_right")
+slipped = softplus_with(lambda x, t: t * jax.nn.sigmoid(-x), "softplus_slip")
+offset = softplus_with(lambda x, t: t * jax.nn.sigmoid(x) + 1e-3, "softplus_offset")
+stopped = softplus_with(lambda x, t: t * jax.nn.sigmoid(jax.lax.stop_gradient(x)), "softplus_stopped")
+
+
+def test_correct_jvp_passes_forward_reverse_and_composition_checks() -> None:
+    assert findings(correct, "GG201", "GG202", "GG204", "GG207", "GG208", "GG601", "GG602") == []
+
+
+def test_wrong_jvp_fails_gg207_with_its_message() -> None:
+    (found,) = findings(slipped, "GG207")
+    assert re.fullmatch(
+        rf"the jvp of softplus_slip disagrees with finite differences: along a random direction u, "
+        rf"<w, jvp\(x; u\)> = {NUM}, but d/dt <w, softplus_slip\(x \+ t u\)> = {NUM} by finite differences of "
+        rf"the primal\.", found.message), found.message
+
+
+def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
+    assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
+
+
+def test_offset_in_the_tangent_fails_forward_checks_and_passes_reverse_mode() -> None:
+    assert findings(offset, "GG201", "GG202", "GG301") == []  # the transpose drops the offset
+    (lin,) = findings(offset, "GG208")
+    assert re.fullmatch(
+        rf"the jvp of softplus_offset is not linear in the tangent: jvp\(x; a u1 \+ b u2\) should equal "
+        rf"a jvp\(x; u1\) \+ b jvp\(x; u2\) \(a = {NUM}, b = {NUM}\), but the output tangent at \[\d\] is {NUM} "
+        rf"instead of {NUM}\.", lin.message), lin.message
+    assert [f.check_id for f in findings(offset, "GG207")] == ["GG207"]
+
+
+def test_stopped_gradient_in_the_jvp_fails_second_order_only() -> None:
+    assert findings(stopped, "GG201", "GG207", "GG208") == []
+    (found,) = findings(stopped, "GG204")
+    assert found.message.startswith("the second order of softplus_stopped is wrong"), found.message
+
+
+def test_forward_checks_skip_custom_vjp_rules() -> None:
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (g * c,))
+    report = check(jax_rule(f, arrays(shape=(2,))), select=["GG207", "GG208"])
+    reasons = {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}
+    assert reasons == {"GG207": "the rule is not a jax.custom_jvp (its jvp is JAX's own)",
+                       "GG208": "the rule is not a jax.custom_jvp (its jvp is JAX's own)"}
+
+
+def test_python_branch_on_a_value_fails_under_jit_and_vmap() -> None:
+    @jax.custom_jvp
+    def relu(x):
+        return jnp.maximum(x, 0.0)
+
+    @relu.defjvp
+    def relu_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        slope = 1.0 if float(x) > 0 else 0.0  # a value read at trace time
+        return relu(x), slope * t
+
+    rule = jax_rule(relu, arrays(shape=(), min_value=0.5, max_value=2.0), name="relu_branch")
+    ids = sorted({f.check_id for f in findings(rule, "GG601", "GG602")})
+    assert ids == ["GG601", "GG602"]
+
+
+# -- declaring signatures --------------------------------------------------------------------------
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def power(x, n):
+    return x**n
+
+
+@power.defjvp
+def _power_jvp(n, primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x**n, n * x ** (n - 1) * t
+
+
+@jax.custom_jvp
+def scaled_tanh(x, scale=2.0):
+    return scale * jnp.tanh(x / scale)
+
+
+@scaled_tanh.defjvp
+def _scaled_tanh_jvp(primals, tangents):
+    (x, scale), (tx, ts) = primals, tangents
+    th = jnp.tanh(x / scale)
+    return scale * th, (1.0 - th * th) * tx + (th - x / scale * (1.0 - th * th)) * ts
+
+
+def test_nondiff_argnums_are_constants_without_tangent() -> None:
+    rule = jax_rule(power, arrays(shape=(3,)), constant(3))
+    assert rule.nondiff == frozenset({1})
+    y, pb = rule.rrule(np.array([1.0, 2.0, 3.0]), 3)
+    np.testing.assert_allclose(y, [1.0, 8.0, 27.0])
+    xbar, nbar = pb(np.ones(3))
+    np.testing.assert_allclose(xbar, [3.0, 12.0, 27.0])
+    assert nbar is None
+    assert findings(rule, "GG201", "GG207", "GG208", "GG601") == []
+
+
+@pytest.mark.parametrize("kwargs,scale", [(None, 2.0), ({"scale": 0.5}, 0.5)], ids=["default", "kwargs"])
+def test_defaults_and_keyword_arguments(kwargs, scale) -> None:
+    rule = jax_rule(scaled_tanh, arrays(shape=(2,)), kwargs=kwargs)
+    x = np.array([0.3, -1.0])
+    y, pb = rule.rrule(x)  # the declared kwargs are bound
+    np.testing.assert_allclose(y, scale * np.tanh(x / scale))
+    (xbar,) = pb(np.ones(2))
+    np.testing.assert_allclose(xbar, 1 - np.tanh(x / scale) ** 2)
+    assert findings(rule, "GG201", "GG207", "GG208") == []
+
+
+def test_a_custom_jvp_without_its_rule_is_a_spec_error() -> None:
+    @jax.custom_jvp
+    def bare(x):
+        return x
+
+    with pytest.raises(SpecError, match=r"custom_jvp bare has no rule yet: call bare\.defjvp\(jvp\)"):
+        jax_rule(bare, arrays(shape=(2,)))
+
+
+def test_a_plain_function_is_a_spec_error_naming_both_decorators() -> None:
+    with pytest.raises(SpecError, match=r"jax_rule takes a jax\.custom_vjp or jax\.custom_jvp function"):
+        jax_rule(jnp.sin, arrays(shape=(2,)))
+
+
+# -- the example module ----------------------------------------------------------------------------
+EXAMPLES = {
+    "softplus": [],
+    "power": [],
+    "softplus_slip": ["GG201", "GG203", "GG207"],
+    "softplus_offset": ["GG207", "GG208"],
+    "softplus_stopped": ["GG204"],
+}
+
+
+@pytest.mark.slow
+def test_examples_fail_the_checks_they_illustrate() -> None:
+    from pathlib import Path
+
+    from gradguard.checker.loader import load_module, rules_in
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "jax_jvp_rules.py"
+    rules = {r.name: r for r in rules_in(load_module(path))}
+    assert set(rules) == set(EXAMPLES)
+    for name, ids in EXAMPLES.items():
+        got = {f.check_id for f in check(rules[name], ignore=["GG5"], max_examples=10).findings}
+        assert got == set(ids), (name, got)

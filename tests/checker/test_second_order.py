@@ -1,0 +1,211 @@
+"""Test the tester: GG204 for NumPy rules (the tape differentiates the rrule and the pullback).
+
+Each broken rule passes every first-order check and fails GG204 with its exact message; its correct twin
+passes. A rule the tape cannot run is skipped with the reason, never an error."""
+
+import re
+
+import numpy as np
+import pytest
+
+from gradguard.checker import arrays, check, rrule
+
+NUM = r"(-?[0-9.e+-]+|nan|inf)"
+FIRST_ORDER = ["GG201", "GG202", "GG301"]
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def findings(rule, check_id="GG204", **kwargs):
+    report = check(rule, select=[check_id], **kwargs)
+    return report, [f for f in report.findings if f.check_id == check_id]
+
+
+def skipped(report, check_id="GG204"):
+    return [s["reason"] for r in report.rules for s in r.checks_skipped if s["id"] == check_id]
+
+
+def first_order_findings(rule):
+    return [f"{f.check_id}: {f.message}" for f in check(rule, select=FIRST_ORDER).findings]
+
+
+# -- a residual detached from the input -------------------------------------------------------------
+def sin(x):
+    return np.sin(x)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_detached(x):
+    slope = np.array(np.cos(x))  # the stored derivative, copied out of the trace
+    return np.sin(x), lambda ybar: (ybar * slope,)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_traced(x):
+    slope = np.cos(x)
+    return np.sin(x), lambda ybar: (ybar * slope,)
+
+
+DETACHED = (
+    rf"the second order of sin_detached is wrong with respect to the input: along a random direction u, "
+    rf"d/dt <w, pullback at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the pullback, but the tape's "
+    rf"derivative of the pullback \(the rrule and pullback run on traced arrays\) gives {NUM}\. Traced values "
+    rf"were read as plain ones \(np\.asarray/np\.array at test_second_order\.py:\d+\); the tape treats what is "
+    rf"computed from such a copy as a constant\."
+)
+
+
+def test_detached_residual_passes_first_order_and_fails_second_order() -> None:
+    assert first_order_findings(sin_detached) == []
+    _, found = findings(sin_detached)
+    assert found, "GG204 missed a residual copied out of the trace"
+    assert re.fullmatch(DETACHED, found[0].message), found[0].message
+    assert float(found[0].actual) == 0.0  # the tape sees a constant slope
+    assert found[0].location == "the input"
+
+
+def test_traced_residual_passes() -> None:
+    report, found = findings(sin_traced)
+    assert found == [] and skipped(report) == []
+
+
+# -- a pullback whose use of the cotangent is nonlinear in what it traces ----------------------------
+def square(x):
+    return x * x
+
+
+@rrule(square, arrays(shape=(3,)))
+def square_rescaled(x):
+    def pullback(ybar):
+        size = 1.0 + np.sqrt(np.sum(ybar * ybar))  # rescale the cotangent for range, then undo it
+        unit = ybar / size
+        return (unit * float(size) * 2 * x,)  # float() reads the scale out of the trace
+
+    return x * x, pullback
+
+
+@rrule(square, arrays(shape=(3,)))
+def square_plain(x):
+    return x * x, lambda ybar: (ybar * 2 * x,)
+
+
+RESCALED = (
+    rf"the second order of square_rescaled is wrong with respect to the cotangent: along a random cotangent "
+    rf"direction c, d/ds <w, pullback\(ybar \+ s c\)> = {NUM} by finite differences of the pullback, but the "
+    rf"tape's derivative of the pullback \(the rrule and pullback run on traced arrays\) gives {NUM}\. Traced "
+    rf"values were read as plain ones \(float\(\) at test_second_order\.py:\d+\); the tape treats what is "
+    rf"computed from such a copy as a constant\."
+)
+
+
+def test_cotangent_read_out_of_the_trace_passes_first_order_and_fails_second_order() -> None:
+    assert first_order_findings(square_rescaled) == []
+    _, found = findings(square_rescaled)
+    assert found, "GG204 missed a pullback nonlinear in what it traces of ybar"
+    assert re.fullmatch(RESCALED, found[0].message), found[0].message
+    assert found[0].location == "the cotangent"
+
+
+def test_linear_pullback_passes() -> None:
+    report, found = findings(square_plain)
+    assert found == [] and skipped(report) == []
+
+
+# -- what the tape cannot run: skipped with the reason ---------------------------------------------
+def softsign(x):
+    return x / (1 + np.abs(x))
+
+
+@rrule(softsign, arrays(shape=(3,)))
+def softsign_untraceable(x):
+    d = 1 / np.square(1 + np.fabs(x))  # np.fabs has no tape rule
+    return x / (1 + np.abs(x)), lambda ybar: (ybar * d,)
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_converts_input(x):
+    x = np.asarray(x)  # a plain array from here on: nothing is traced
+    return np.sin(x), lambda ybar: (ybar * np.cos(x),)
+
+
+def test_untraceable_rule_is_skipped_with_the_reason() -> None:
+    report, found = findings(softsign_untraceable)
+    assert found == [] and report.rules[0].verdict != "error"
+    (reason,) = skipped(report)
+    assert reason.startswith("the tape cannot run softsign_untraceable on traced arrays, so its second order is "
+                             "not checked: TraceError: np.fabs is not supported on Tracked values"), reason
+
+
+def test_rule_converting_its_input_is_skipped_with_the_site() -> None:
+    report, found = findings(sin_converts_input)
+    assert found == []
+    (reason,) = skipped(report)
+    assert re.fullmatch(r"the output of sin_converts_input is read out of the trace \(np\.asarray/np\.array at "
+                        r"test_second_order\.py:\d+\), so the tape cannot differentiate through it and its second "
+                        r"order is not checked", reason), reason
+
+
+def scale(x, s):
+    return s * x
+
+
+@rrule(scale, arrays(shape=(3,)), arrays(shape=()))
+def scale_float_tangent(x, s):  # a Python float tangent for a 0-d argument: formatting, not a bug
+    return s * x, lambda g: (s * g, float(np.sum(g * x)))
+
+
+def test_tangent_returned_as_a_plain_value_is_skipped_with_the_site() -> None:
+    report, found = findings(scale_float_tangent)
+    assert found == []
+    (reason,) = skipped(report)
+    assert re.fullmatch(r"the pullback of scale_float_tangent returns its tangent for argument 1 read out of the "
+                        r"trace \(float\(\) at test_second_order\.py:\d+\), so the tape cannot differentiate "
+                        r"through it and its second order is not checked", reason), reason
+
+
+@rrule(sin, arrays(shape=(3,)), mutates=(0,))
+def sin_in_place(x):
+    y = np.sin(x)
+    x *= 1.0
+    return y, lambda ybar: (ybar * np.cos(x),)
+
+
+def test_mutating_rule_is_skipped() -> None:
+    report, found = findings(sin_in_place)
+    assert found == []
+    assert any("mutates an argument" in r for r in skipped(report))
+
+
+# -- correct rules with several arguments and tuple outputs pass ------------------------------------
+def mul(a, b):
+    return a * b
+
+
+@rrule(mul, arrays(shape=(2, 3)), arrays(shape=(3,)))
+def mul_rule(a, b):
+    return a * b, lambda g: (g * b, np.sum(g * a, axis=0))
+
+
+def polar(x):
+    return np.cos(x), np.sin(x)
+
+
+@rrule(polar, arrays(shape=(3,)))
+def polar_rule(x):
+    c, s = np.cos(x), np.sin(x)
+    return (c, s), lambda g: (-g[0] * s + g[1] * c,)
+
+
+def xabs(x):
+    return x * np.abs(x)
+
+
+@rrule(xabs, arrays(shape=(3,)))
+def xabs_rule(x):  # the pullback has a kink at 0, where Hypothesis looks first
+    return x * np.abs(x), lambda g: (2 * np.abs(x) * g,)
+
+
+@pytest.mark.parametrize("rule", [mul_rule, polar_rule, xabs_rule], ids=["broadcast", "tuple-output", "kink"])
+def test_correct_rules_pass(rule) -> None:
+    report, found = findings(rule)
+    assert [f.message for f in found] == [] and skipped(report) == []

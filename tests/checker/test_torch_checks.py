@@ -1,0 +1,326 @@
+"""Test the tester: the PyTorch-specific checks (GG701-GG705). Each broken Function fails its check with the
+exact message; its correct twin passes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gradguard.checker import arrays, check, constant, torch_rule
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+
+NUM = r"(-?[0-9.e+-]+|nan|inf)"
+
+
+def findings(rule, check_id, max_examples=20):
+    report = check(rule, select=[check_id], max_examples=max_examples)
+    assert report.rules[0].error is None, report.rules[0].error
+    return report, [f for f in report.findings if f.check_id == check_id]
+
+
+def skips(report, check_id):
+    return [s["reason"] for r in report.rules for s in r.checks_skipped if s["id"] == check_id]
+
+
+# -- GG701 -------------------------------------------------------------------------------------------
+class ScaleOneGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k
+
+
+class ScaleGradForK(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k, grad.sum()  # k is a Python float, not a tensor
+
+
+class ScaleRight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k, None
+
+
+def test_gg701_wrong_number_of_gradients() -> None:
+    rule = torch_rule(ScaleOneGrad, arrays(shape=(3,)), constant(2.0))
+    _, (f,) = findings(rule, "GG701")
+    assert f.message == ("the backward of ScaleOneGrad must return one gradient per input of forward (2), but "
+                         "returned 1. Return a tuple with one entry per forward input; use None for inputs that are "
+                         "not tensors or need no gradient.")
+    report = check(rule, select=["GG201"], max_examples=5)  # PyTorch refuses it: the other checks skip
+    assert report.findings == [] and skips(report, "GG201")[0].startswith(
+        "PyTorch refuses what the backward of ScaleOneGrad returns (see GG701): function ScaleOneGradBackward "
+        "returned an incorrect number of gradients")
+
+
+def test_gg701_gradient_for_a_non_tensor_input() -> None:
+    _, (f,) = findings(torch_rule(ScaleGradForK, arrays(shape=(3,)), constant(2.0)), "GG701")
+    assert f.message == ("the backward of ScaleGradForK returned a gradient (float64 array of shape ()) for input 1 "
+                         "of forward, which is not a tensor (float 2.0); PyTorch raises on it. Return None at that "
+                         "position.")
+    assert f.location == "argument 1"
+
+
+def test_gg701_correct_twin_passes() -> None:
+    report = check(torch_rule(ScaleRight, arrays(shape=(3,)), constant(2.0)), max_examples=10, ignore=["GG5"])
+    assert report.passed, [f"{f.check_id}: {f.message}" for f in report.findings]
+
+
+# -- GG702 -------------------------------------------------------------------------------------------
+class MulWrongFlag(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        ga = grad * b if ctx.needs_input_grad[0] else None
+        gb = grad * a if ctx.needs_input_grad[0] else None
+        return ga, gb
+
+
+class MulSavesLess(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(b if ctx.needs_input_grad[0] else None, a)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, a = ctx.saved_tensors
+        return grad * b, grad * a  # ignores needs_input_grad: b is None when only b needs a gradient
+
+
+class MulRight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (grad * b if ctx.needs_input_grad[0] else None), (grad * a if ctx.needs_input_grad[1] else None)
+
+
+MUL_SPECS = (arrays(shape=(3,), min_value=0.5, max_value=2.0), arrays(shape=(3,), min_value=0.5, max_value=2.0))
+
+
+def test_gg702_reads_the_wrong_flag() -> None:
+    _, (f,) = findings(torch_rule(MulWrongFlag, *MUL_SPECS), "GG702")
+    assert re.fullmatch(
+        rf"with only input 1 requiring grad \(ctx\.needs_input_grad = \(False, True\)\), the backward of MulWrongFlag "
+        rf"gives input 1 the gradient 0\.0 at \[\d\], but {NUM} when every input requires grad\.", f.message), f.message
+
+
+def test_gg702_raises_when_a_flag_is_false() -> None:
+    _, (f,) = findings(torch_rule(MulSavesLess, *MUL_SPECS), "GG702")
+    assert f.message.startswith("the backward of MulSavesLess raises when only input 1 requires grad "
+                                "(ctx.needs_input_grad = (False, True)), though it runs when every input does: "
+                                "TypeError:"), f.message
+
+
+def test_gg702_correct_twin_passes() -> None:
+    report, found = findings(torch_rule(MulRight, *MUL_SPECS), "GG702")
+    assert found == [] and skips(report, "GG702") == []
+
+
+# -- GG703 -------------------------------------------------------------------------------------------
+class SquareAttr(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.x = x
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * ctx.x * grad
+
+
+class ExpAttrOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.y = y
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.y
+
+
+class SquareSaved(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def test_gg703_input_kept_as_an_attribute() -> None:
+    _, (f,) = findings(torch_rule(SquareAttr, arrays(shape=(3,))), "GG703")
+    assert re.fullmatch(
+        rf"the backward of SquareAttr reads input 0 as changed in place after forward: changing it between forward "
+        rf"and backward \(x\.mul_\(1\.5\)\.add_\(0\.25\)\) changed the gradient of input 0 at \[\d\] from {NUM} to "
+        rf"{NUM}, and PyTorch raised nothing\.", f.message), f.message
+
+
+def test_gg703_output_kept_as_an_attribute() -> None:
+    _, (f,) = findings(torch_rule(ExpAttrOutput, arrays(shape=(3,), max_value=3.0)), "GG703")
+    assert f.message.startswith("the backward of ExpAttrOutput reads the output as changed in place after forward"), f.message
+
+
+def test_gg703_saved_tensors_are_loud_not_wrong() -> None:
+    report, found = findings(torch_rule(SquareSaved, arrays(shape=(3,))), "GG703")
+    assert found == [] and skips(report, "GG703") == []
+
+
+# -- GG704 -------------------------------------------------------------------------------------------
+class DoubleUnmarked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+class DoubleMarked(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+def test_gg704_in_place_forward_without_mark_dirty() -> None:
+    _, (f,) = findings(torch_rule(DoubleUnmarked, arrays(shape=(3,)), mutates=0), "GG704")
+    assert f.message == ("the forward of DoubleUnmarked writes into input 0 in place (its version counter went from "
+                         "0 to 1) without ctx.mark_dirty on it.")
+
+
+def test_gg704_marked_dirty_passes() -> None:
+    report, found = findings(torch_rule(DoubleMarked, arrays(shape=(3,)), mutates=0), "GG704")
+    assert found == [] and skips(report, "GG704") == []
+
+
+# -- GG705 -------------------------------------------------------------------------------------------
+class SinDetached(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.detach().cos()
+
+
+class XSinPartlyDetached(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x.sin() + x * x.detach().cos())  # one factor of the product rule detached
+
+
+class SinOnce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos()
+
+
+class SinRight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos()
+
+
+def test_gg705_partly_detached_backward() -> None:
+    _, (f,) = findings(torch_rule(XSinPartlyDetached, arrays(shape=(3,))), "GG705")
+    assert re.fullmatch(
+        rf"double backward through XSinPartlyDetached is wrong: along a random direction u, d/dt <w, grad at "
+        rf"\(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient, but PyTorch's derivative of the "
+        rf"backward \(create_graph=True\) gives {NUM}\.", f.message), f.message
+
+
+@pytest.mark.parametrize("function", [SinDetached, SinOnce], ids=["detached", "once_differentiable"])
+def test_gg705_backward_without_a_graph(function) -> None:
+    _, (f,) = findings(torch_rule(function, arrays(shape=(3,))), "GG705")
+    name = function.__name__
+    assert re.fullmatch(
+        rf"double backward through {name} is impossible: the gradients its backward returns carry no graph "
+        rf"\(torch\.autograd\.grad with create_graph=True gave tensors that do not require grad\), but along a random "
+        rf"direction u, d/dt <w, grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient\.",
+        f.message), f.message
+
+
+def test_gg705_differentiable_backward_passes() -> None:
+    report, found = findings(torch_rule(SinRight, arrays(shape=(3,))), "GG705")
+    assert found == [] and skips(report, "GG705") == []
+
+
+# -- the example module ----------------------------------------------------------------------------
+EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG501", "GG704"],
+            "Sin": ["GG705"]}
+
+
+@pytest.mark.slow
+def test_examples_fail_the_checks_they_illustrate() -> None:
+    from pathlib import Path
+
+    from gradguard.checker.loader import load_module, rules_in
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "torch_rules.py"
+    rules = {r.name: r for r in rules_in(load_module(path))}
+    assert set(rules) == set(EXAMPLES)
+    for name, ids in EXAMPLES.items():
+        got = {f.check_id for f in check(rules[name], max_examples=10).findings}
+        assert got == set(ids), (name, got)
