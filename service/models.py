@@ -54,7 +54,8 @@ class Project(Base):
     public: Mapped[bool] = mapped_column(Boolean, default=True)
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
     token_hash: Mapped[str] = mapped_column(String(64), index=True)  # sha256 hex of the submit token
-    token_prefix: Mapped[str] = mapped_column(String(12))  # first characters, to tell tokens apart
+    token_prefix: Mapped[str] = mapped_column(String(12))  # first characters, to tell tokens apart (never served)
+    read_token_hash: Mapped[str | None] = mapped_column(String(64), index=True)  # sha256 hex of the read-only token
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

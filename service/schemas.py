@@ -15,6 +15,7 @@ __all__ = [
     "ProjectCreate",
     "ProjectOut",
     "ProjectCreated",
+    "ReadToken",
     "ProjectList",
     "RunOptions",
     "RunSubmit",
@@ -58,12 +59,18 @@ class ProjectOut(_Out):
     name: str
     public: bool
     default_branch: str
-    token_prefix: str
     created_at: datetime
 
 
 class ProjectCreated(ProjectOut):
     token: str = Field(description="The submit token. Shown only in this answer; store it as a CI secret.")
+    read_token: str = Field(description="A read-only token for a private project's pages, badges and API reads "
+                                        "(never a submission). Shown only in this answer.")
+
+
+class ReadToken(BaseModel):
+    read_token: str = Field(description="The project's new read-only token; the previous one no longer opens "
+                                        "anything. Shown only in this answer.")
 
 
 class ProjectList(BaseModel):
