@@ -21,7 +21,8 @@ from gradguard.service.errors import install_error_handlers
 from gradguard.service.executors import make_executor
 from gradguard.service.metrics import make_registry
 from gradguard.service.migrate import upgrade
-from gradguard.service.ratelimit import RateLimiter
+from gradguard.service.logredact import install_access_log_redaction
+from gradguard.service.ratelimit import RateLimiter, ReadRateLimit
 
 __all__ = ["create_app"]
 
@@ -65,4 +66,6 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     app.include_router(api_router)
     app.include_router(ops_router)
     app.add_middleware(BodyLimit, max_bundle_bytes=settings.max_bundle_bytes, max_json_bytes=settings.max_unpacked_bytes)
+    app.add_middleware(ReadRateLimit, per_minute=settings.read_rate_limit_per_minute)
+    install_access_log_redaction()
     return app
