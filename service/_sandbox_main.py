@@ -6,8 +6,15 @@
 service's own package is never importable in here: only ``checker`` and
 ``engines`` are on the path. It imports the standard library alone until the
 plan is applied, then imports :mod:`gradguard.checker`, calls ``gradguard.checker.check(bundle,
-...)`` and writes the report's JSON to the file descriptor the parent gave it
-(a pipe the parent reads with a size cap).
+...)`` and streams its results to the file descriptor the parent gave it (a pipe the parent
+reads with a size cap), one JSON object a line, each as soon as it exists:
+
+    {"rules": ["name", ...]}        the rules found, in the order they will be checked
+    {"rule": {...}}                 one finished rule's result, as soon as it is checked
+    {"report": {...}}               the whole report, last
+
+So a run stopped by a limit still leaves the parent every finished rule's verdict, and the
+names of the ones it never finished. ``--rule-timeout S`` bounds each rule (0: none).
 
 The plan (JSON) says what is left to do in here:
 
@@ -261,16 +268,38 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ignore", action="append", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None)
+    parser.add_argument("--rule-timeout", type=float, default=0.0, help="seconds per rule; 0: none")
     parser.add_argument("--probe", type=int, default=None, metavar="PORT")
     return parser.parse_args(argv)
 
 
-def _check(args: argparse.Namespace) -> str:
-    from gradguard import checker
+def _check(args: argparse.Namespace, send) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import asdict
 
-    report = checker.check(args.bundle, select=args.select, ignore=args.ignore, seed=args.seed,
-                           max_examples=args.max_examples)
-    return report.to_json()
+    from gradguard import checker
+    from gradguard.checker.loader import collect
+
+    rules, failures = collect(args.bundle)
+    send({"rules": [rule.name for rule in rules]})
+    report = checker.check(rules, select=args.select, ignore=args.ignore, seed=args.seed,
+                           max_examples=args.max_examples, rule_timeout_s=args.rule_timeout or None,
+                           progress=lambda result, _i, _n: send({"rule": asdict(result)}))
+    report.load_errors[:0] = failures
+    send({"report": report.to_dict()})
+
+
+def _sender(fd: int):  # type: ignore[no-untyped-def]
+    """``send(obj)``: one JSON line to the report pipe, written whole, only by this process."""
+    me = os.getpid()
+
+    def send(obj: object) -> None:
+        if os.getpid() != me:  # a process a rule forked has nothing to report
+            return
+        data = (json.dumps(obj, default=str) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data):]
+
+    return send
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     me = os.getpid()
     try:
-        text = json.dumps(probe(args.probe)) if args.probe is not None else _check(args)
+        if args.probe is not None:
+            text = json.dumps(probe(args.probe))
+            with os.fdopen(args.report_fd, "wb", closefd=True) as out:
+                out.write(text.encode())
+        else:
+            _check(args, _sender(args.report_fd))
     except BaseException:  # noqa: BLE001 - the parent reports the last line
         if os.getpid() != me:  # a process a rule forked: it has no report to give
             os._exit(0)
@@ -291,8 +325,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if os.getpid() != me:
         os._exit(0)
-    with os.fdopen(args.report_fd, "wb", closefd=True) as out:
-        out.write(text.encode())
     return 0
 
 

@@ -185,10 +185,13 @@ def run_check(
     device: str = "cpu",
     limits: Limits = Limits(),
     min_level: str = MIN_LEVEL,
+    rule_timeout_s: float | None = None,
 ) -> SandboxOutcome:
     """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do.
 
-    Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason."""
+    Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason.
+    ``rule_timeout_s`` bounds each rule (None: half the wall limit), so a hanging rule ends as its own
+    error; a run stopped by a limit keeps every rule it finished (see :mod:`._stream`)."""
     from gradguard.service.sandbox import _judge, _run
 
     bundle = Path(bundle_dir).resolve()
@@ -208,6 +211,7 @@ def run_check(
         args += ["--ignore", str(check_id)]
     if max_examples is not None:
         args += ["--max-examples", str(int(max_examples))]
+    args += ["--rule-timeout", repr(float(rule_timeout_s if rule_timeout_s is not None else limits.wall_s / 2))]
     start = time.monotonic()
     raw = _run.execute(level, bundle, args, limits, device, size_flag=_BWRAP_SIZE_FLAG)
     report, reason = _judge.judge(raw, limits, level)

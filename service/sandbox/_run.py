@@ -208,7 +208,7 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 next_watch = now + _WATCH_EVERY_S
                 hit = watch()
                 if hit:
-                    return hit, bytes(bufs["out"]), bytes(bufs["err"]), b""
+                    return hit, bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
             if drain_until is None and _exited(proc):
                 drain_until = now + _DRAIN_S
             if not sel.get_map():
@@ -231,7 +231,7 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 printed += len(chunk)
                 del buf[:-_TAIL]
                 if printed > limits.output_bytes:
-                    return "output", bytes(bufs["out"]), bytes(bufs["err"]), b""
+                    return "output", bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
         return None, bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
     finally:
         sel.close()
