@@ -89,7 +89,7 @@ def create_run(session: Session, *, project: Project, options: RunOptions, files
     run = Run(project_id=project.id, commit_sha=options.commit, branch=options.branch,
               pull_request=options.pull_request, device=options.device, status="queued", attempts=0,
               select_checks=options.select, ignore_checks=options.ignore, seed=options.seed,
-              max_examples=options.max_examples)
+              max_examples=options.max_examples, rule_timeout_s=options.rule_timeout_s)
     session.add(run)
     session.flush()
     session.add_all(RunFile(run_id=run.id, path=path, content=data) for path, data in files.items())

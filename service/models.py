@@ -81,6 +81,7 @@ class Run(Base):
     ignore_checks: Mapped[list[str] | None] = mapped_column()
     seed: Mapped[int] = mapped_column(Integer, default=0)
     max_examples: Mapped[int | None] = mapped_column(Integer)
+    rule_timeout_s: Mapped[float | None] = mapped_column(Float)  # None: the server's GRADGUARD_RULE_TIMEOUT_S
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()

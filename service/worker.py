@@ -5,6 +5,7 @@ sandbox, store the outcome. Both executors (local pool, Celery) call :func:`exec
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
@@ -16,9 +17,17 @@ from gradguard.service.config import Settings
 from gradguard.service.models import Run
 from gradguard.service.sandbox import Limits, run_check
 
-__all__ = ["execute_claimed", "limits_from_settings", "clean_scratch"]
+__all__ = ["execute_claimed", "limits_from_settings", "rule_timeout_of", "clean_scratch"]
 
 log = logging.getLogger("gradguard.worker")
+
+
+def rule_timeout_of(run: Run, settings: Settings) -> float:
+    """The run's own per-rule time limit when it is a usable one (below the wall limit), else the server's."""
+    asked = run.rule_timeout_s
+    if isinstance(asked, (int, float)) and math.isfinite(asked) and 0 < asked < settings.run_wall_s:
+        return float(asked)
+    return settings.default_rule_timeout_s
 
 
 def limits_from_settings(settings: Settings) -> Limits:
@@ -55,6 +64,7 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
             bundle = materialize(files, tmp)
             outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                                 max_examples=run.max_examples or settings.default_max_examples, device=run.device,
+                                rule_timeout_s=rule_timeout_of(run, settings),
                                 limits=limits_from_settings(settings), min_level=settings.sandbox_min_level)
     except Exception as exc:  # the service's own failure, not the rule's: record it, never leave it running
         log.exception("run %s failed outside the sandbox", run.id)
