@@ -210,3 +210,27 @@ def test_a_stopped_runs_finished_rules_are_stored_and_served(client, project, mi
     assert run["error"] == "exceeded 9 s wall time"
     assert verdicts(client.get(f"/api/v1/runs/{run_id}/report").json()) == {
         "a": ("pass", None), "b": ("error", "not finished: the run exceeded 9 s wall time while this rule was being checked")}
+
+
+def test_gradguard_submit_sets_the_per_rule_time_limit(make_settings, migrated, admin_headers, tmp_path,
+                                                       monkeypatch) -> None:
+    import httpx
+    from click.testing import CliRunner
+
+    from gradguard.service.app import create_app
+    from gradguard.service.client_cli import submit
+    from service_support import LiveServer  # type: ignore[import-not-found]
+
+    (tmp_path / "rules.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    for name in ("GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    with LiveServer(create_app(make_settings(database_url=migrated))) as server:
+        token = httpx.post(f"{server.url}/api/v1/projects", json={"slug": "cli"}, headers=admin_headers).json()["token"]
+        args = ["rules.py", "--server", server.url, "--token", token, "--project", "cli", "--no-wait"]
+        done = CliRunner().invoke(submit, [*args, "--rule-timeout", "12.5"])
+        assert done.exit_code == 0, done.output
+        runs = httpx.get(f"{server.url}/api/v1/projects/cli/runs").json()["items"]
+        assert [r["rule_timeout_s"] for r in runs] == [12.5]
+        refused = CliRunner().invoke(submit, [*args, "--rule-timeout", "500"])
+        assert refused.exit_code == 2 and "rule_timeout_s" in refused.output, refused.output
