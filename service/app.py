@@ -20,7 +20,7 @@ from gradguard.service.db import make_sessionmaker
 from gradguard.service.errors import install_error_handlers
 from gradguard.service.executors import make_executor
 from gradguard.service.metrics import make_registry
-from gradguard.service.migrate import upgrade
+from gradguard.service.dbhealth import identify, prepare
 from gradguard.service.logredact import install_access_log_redaction
 from gradguard.service.ratelimit import RateLimiter, ReadRateLimit
 
@@ -43,9 +43,12 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     executor = make_executor(settings, factory, workers=None if start_executor else 0)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.mode == "embedded":
-            upgrade(settings.database_url)
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        prepare(settings)  # refuses an empty database the service expected to exist
+        try:
+            app.state.database_identity = identify(settings.database_url, factory)
+        except Exception:  # noqa: BLE001 - not reachable yet: /readyz adopts the first one it sees
+            log.exception("could not read the database's identity at start")
         executor.start()
         try:
             yield
@@ -59,6 +62,7 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     app.state.settings = settings
     app.state.generated_admin_token = generated
     app.state.sessionmaker = factory
+    app.state.database_identity = None
     app.state.executor = executor
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute)
     app.state.metrics_registry = make_registry(factory)

@@ -67,6 +67,9 @@ class Settings(BaseSettings):
     sandbox_min_level: Literal["bubblewrap", "namespaces", "rlimits"] = "namespaces"
     sandbox_insecure: bool = False
     worker_heartbeat_s: float = Field(10.0, gt=0)  # how often workers record their level (/readyz reads it)
+    # May the service create an empty database at start? None: in embedded mode, unless it created one
+    # at this SQLite path before; never in production (`gradguard migrate` does). See service/dbhealth.py.
+    create_database: bool | None = None
 
     @field_validator("local_devices", mode="before")
     @classmethod

@@ -6,6 +6,7 @@
                      └──  reports           the full ``gradguard.report/1`` JSON
     branch_heads                            cached latest finished run per (project, branch): badges read it
     workers                                 one heartbeat row per worker process: its sandbox level (/readyz)
+    database_identity                       one random id, written when the schema was created (/readyz)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "ReportRow",
     "BranchHead",
     "WorkerRow",
+    "DatabaseIdentity",
     "RUN_STATUSES",
     "FINAL_STATUSES",
     "utcnow",
@@ -156,3 +158,11 @@ class WorkerRow(Base):
     min_level: Mapped[str] = mapped_column(String(32))  # the floor it was configured with
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class DatabaseIdentity(Base):
+    """One row, written by the migration that created it: tells this database from any other."""
+
+    __tablename__ = "database_identity"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
