@@ -221,3 +221,32 @@ def test_threads_count_as_processes_even_when_native_code_aborts(tmp_path):
     outcome = run_check(bundle, limits=Limits(wall_s=60, processes=8))
     assert not outcome.ok
     assert outcome.reason == "exceeded 8 processes", (outcome.reason, outcome.stderr_tail[-2000:])
+
+
+def _answers(family: int, address, hello: bytes) -> str:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        s.connect(address)
+        s.sendall(hello)
+        return s.recv(64).decode("latin-1")
+
+
+def test_at_the_configured_level_a_submission_cannot_reach_postgresql_or_redis(tmp_path, redis_url):
+    """The real servers the service uses (127.0.0.1:5432 and :6379), reachable from here, are out of reach
+    of a submission checked at the configured minimum level (never lowered for this test)."""
+    import glob
+
+    ssl_request = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
+    assert _answers(socket.AF_INET, ("127.0.0.1", 5432), ssl_request) in ("S", "N")  # PostgreSQL is there
+    assert _answers(socket.AF_INET, ("127.0.0.1", 6379), b"PING\r\n").startswith("+PONG")  # and Redis
+    unix = sorted(glob.glob("/var/run/postgresql/.s.PGSQL.*") + glob.glob("/tmp/.s.PGSQL.*"))
+    bundle = bundle_of(tmp_path, "reaches_services", postgres_port=5432, redis_port=6379, unix_sockets=unix)
+    outcome = sandbox.run_check(bundle, limits=QUICK, **OBSERVE)  # the default floor: namespaces or bubblewrap
+    seen = facts(outcome)
+    assert outcome.level in ("bubblewrap", "namespaces")
+    for name in ("postgres_tcp", "redis_tcp"):
+        assert not seen[name].startswith("answered"), (name, seen[name])
+        assert "Network is unreachable" in seen[name] or "Connection refused" in seen[name], seen[name]
+    for path, result in seen["postgres_unix"].items():
+        assert not result.startswith("answered") and ("No such file" in result or "Permission denied" in result), (
+            path, result)
