@@ -29,6 +29,9 @@ The plan (JSON) says what is left to do in here:
   still root after that (no id to drop to): drop every capability instead.
 - ``loopback_down``, ``cwd``, ``supervisor`` (the parent's pid: when it dies,
   so does the run).
+- ``seccomp``: a BPF program (base64) installed last, after ``no_new_privs``: no new
+  namespaces, mounts, ptrace or keyrings for anything the run does
+  (:mod:`gradguard.service.sandbox._seccomp` builds it).
 
 Exit status: 0 a report was written, 3 the checker itself failed (traceback
 on stderr), 4 the isolation could not be set up, 128+N the checker was
@@ -55,6 +58,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # system call numbers
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -233,6 +237,21 @@ def apply_plan(plan: dict, report_fd: int) -> None:
     os.umask(0o077)
     if plan.get("cwd"):
         os.chdir(plan["cwd"])
+    if plan.get("seccomp"):
+        _install_seccomp(plan["seccomp"])
+
+
+def _install_seccomp(program_b64: str) -> None:
+    """Install the BPF filter for this process and everything it starts (needs no_new_privs first)."""
+    import base64
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    program = base64.b64decode(program_b64)
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _sys("prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0)
 
 
 def probe(port: int) -> dict:
@@ -252,6 +271,12 @@ def probe(port: int) -> dict:
     except OSError:
         facts["tmp_writable"] = False
     facts["root_writable"] = os.access("/", os.W_OK)
+    # the seccomp filter: no new user namespace, no ptrace (both EPERM; without it: ESRCH, not traced)
+    denied = []
+    for call in (lambda: _libc.unshare(CLONE_NEWUSER), lambda: _libc.ptrace(2, os.getppid(), None, None)):
+        ctypes.set_errno(0)
+        denied.append(call() == -1 and ctypes.get_errno() == 1)
+    facts["seccomp"] = all(denied)
     from gradguard import checker  # noqa: F401 - the installation must be visible
 
     facts["checker"] = True

@@ -170,7 +170,8 @@ def _probe(level: str) -> str | None:
     import json
 
     facts = json.loads(raw.report)
-    if facts.get("host_loopback") or not facts.get("tmp_writable") or facts.get("root_writable"):
+    if (facts.get("host_loopback") or not facts.get("tmp_writable") or facts.get("root_writable")
+            or not facts.get("seccomp")):
         return f"isolation incomplete: {facts}"
     return None
 

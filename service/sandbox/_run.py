@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradguard.service import scratch
-from gradguard.service.sandbox import _layout
+from gradguard.service.sandbox import _layout, _seccomp
 
 _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
@@ -106,6 +106,10 @@ def rlimits(limits, device: str) -> dict[str, int]:
 def command(level: str, stage: _layout.Stage, main_args: list[str], limits, device: str, *, size_flag=True):
     """(argv, environment, cwd) for the entry program at ``level``."""
     plan: dict = {"uid": stage.uid, "gid": stage.gid, "limits": rlimits(limits, device), "supervisor": os.getpid()}
+    try:
+        plan["seccomp"] = _seccomp.program()
+    except _seccomp.Unavailable:  # the level probe fails without it: the floor then refuses runs
+        pass
     python = [sys.executable, "-s", "-P", "-B"]
     if level == "bubblewrap":
         argv = _layout.bwrap_argv(stage, device, limits.tmpfs_mb, size_flag=size_flag) + python + [_layout.MAIN]

@@ -101,4 +101,4 @@ def test_workers_run_the_sandbox_for_real() -> None:
         denied = {call for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ERRNO" for call in rule["names"]}
         assert not denied & {"unshare", "clone", "clone3", "mount", "umount2", "pivot_root", "prctl", "setns"}
         assert {"kexec_load", "init_module", "bpf", "keyctl", "ptrace", "open_by_handle_at"} <= denied
-    assert "apt-get install -y --no-install-recommends bubblewrap" in (ROOT / "Dockerfile").read_text()
+    assert "apt-get install -y --no-install-recommends bubblewrap libseccomp2" in (ROOT / "Dockerfile").read_text()

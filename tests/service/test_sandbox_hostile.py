@@ -250,3 +250,29 @@ def test_at_the_configured_level_a_submission_cannot_reach_postgresql_or_redis(t
     for path, result in seen["postgres_unix"].items():
         assert not result.startswith("answered") and ("No such file" in result or "Permission denied" in result), (
             path, result)
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_the_seccomp_filter_denies_namespaces_mounts_ptrace_and_keyrings(tmp_path, monkeypatch, level):
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: level)
+    outcome = run_check(bundle_of(tmp_path, "escapes_namespaces"), limits=QUICK, **OBSERVE)
+    seen = facts(outcome)
+    assert seen.pop("observer") == "seccomp" and seen.pop("fork_still_works") == "yes"
+    assert seen == {name: "Operation not permitted" for name in seen}, seen
+    assert len(seen) == 7 * 2 + 5
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_without_its_seccomp_filter_a_level_fails_its_probe(monkeypatch, level):
+    from gradguard.service.sandbox import _seccomp
+
+    def unavailable() -> str:
+        raise _seccomp.Unavailable("no libseccomp binding (test)")
+
+    monkeypatch.setattr(_seccomp, "program", unavailable)
+    sandbox._probe.cache_clear()
+    try:
+        problem = sandbox._probe(level)
+    finally:
+        sandbox._probe.cache_clear()
+    assert problem is not None and problem.startswith("isolation incomplete") and "'seccomp': False" in problem
