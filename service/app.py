@@ -17,7 +17,7 @@ from gradguard.service.api import api_router, ops_router
 from gradguard.service.api.submission import BodyLimit
 from gradguard.service.config import Settings
 from gradguard.service.db import make_sessionmaker
-from gradguard.service.errors import install_error_handlers
+from gradguard.service.errors import document_errors, install_error_handlers
 from gradguard.service.executors import make_executor
 from gradguard.service.metrics import make_registry
 from gradguard.service.dbhealth import identify, prepare
@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute)
     app.state.metrics_registry = make_registry(factory)
     install_error_handlers(app)
+    document_errors(app)
     app.include_router(api_router)
     app.include_router(ops_router)
     app.add_middleware(BodyLimit, max_bundle_bytes=settings.max_bundle_bytes, max_json_bytes=settings.max_unpacked_bytes)

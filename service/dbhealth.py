@@ -130,7 +130,7 @@ def prepare(settings: Settings) -> None:
     if not empty and settings.mode == "production" and not settings.create_database:
         return  # production schemas change through `gradguard migrate`, run once before the service starts
     if empty:
-        log.warning("creating a new, empty gradguard database (it had no schema)")
+        log.info("creating a new, empty gradguard database (it had no schema)")
     upgrade(url)
     if path is not None:
         with open(path + MARKER_SUFFIX, "w") as marker:
