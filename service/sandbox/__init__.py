@@ -37,8 +37,12 @@ uid (random, 1.5e9 and up), so RLIMIT_NPROC counts that run's processes and
 threads alone and cleanup kills every process of that uid; without root,
 the run's user namespace gives it its own count; at the rlimits level as
 root, the parent counts the run's processes (tagged in their environment)
-every 0.1 s and kills past the limit. Memory is per process: ``processes`` x
-``memory_mb`` bounds the total. The run dies with its supervisor.
+every 0.1 s and kills past the limit. Memory: ``memory_mb`` bounds each
+process (RLIMIT_AS) and, counted every 0.1 s by the supervisor, the resident
+memory of the run's whole process tree together (no cgroup is needed; pages
+shared after a fork count twice, so it errs on the strict side). Every run also
+gets a seccomp filter: no new namespaces, mounts, ptrace or keyrings
+(:mod:`._seccomp`). The run dies with its supervisor.
 
 A limit hit inside the checker (MemoryError, fork failing, EMFILE, ENOSPC)
 is recorded by the checker as a load or rule error; the outcome then has

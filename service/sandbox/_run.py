@@ -165,7 +165,13 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
         finally:
             os.close(report_w)
         try:
-            watch = (lambda: "processes" if len(tagged(tag)) > limits.processes else None) if tag else None
+            budget = limits.memory_mb * 2**20
+
+            def watch() -> str | None:
+                if tag and len(tagged(tag)) > limits.processes:
+                    return "processes"
+                return "memory" if resident_bytes(proc.pid) > budget else None
+
             limit_hit, out, err, report = _pump(proc, report_r, limits, start, watch)
         finally:
             _kill(proc)
@@ -297,6 +303,35 @@ def sweep_tagged(tag: bytes) -> None:
 def tagged(tag: bytes) -> list[int]:
     """Processes whose environment carries ``tag`` (what a run started, unless it exec'd a new environment)."""
     return [pid for pid in _pids() if _has_tag(pid, tag)]
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes(root: int) -> int:
+    """Resident memory of ``root`` and every process below it (the run's whole tree: what bubblewrap or
+    the PID namespace's init started, and what those started). Pages two processes share count twice,
+    so this errs on the high side. Threads share their process's memory and are not listed."""
+    parents: dict[int, int] = {}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parents[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as f:
+                total += int(f.read().split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 def _pids() -> list[int]:

@@ -276,3 +276,20 @@ def test_without_its_seccomp_filter_a_level_fails_its_probe(monkeypatch, level):
     finally:
         sandbox._probe.cache_clear()
     assert problem is not None and problem.startswith("isolation incomplete") and "'seccomp': False" in problem
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_memory_is_counted_over_all_of_a_runs_processes(tmp_path, monkeypatch, level):
+    """Three children of 600 MB each: every one under the 1536 MB limit, together over it."""
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: level)
+    limits = Limits(wall_s=40, cpu_s=40, memory_mb=1536, processes=48, output_bytes=2**20, tmpfs_mb=16)
+    started = time.monotonic()
+    outcome = run_check(bundle_of(tmp_path, "hoards_in_children", children=3, mb_each=600, sleep_s=60), limits=limits,
+                        **OBSERVE)
+    assert not outcome.ok and outcome.reason == "exceeded 1536 MB memory", (outcome.reason, outcome.stderr_tail)
+    assert time.monotonic() - started < 30  # stopped when the total passed the limit, not at the wall
+    # the twin: two children of 500 MB, 1000 MB together, is within the run's budget
+    (tmp_path / "twin").mkdir()
+    twin = run_check(bundle_of(tmp_path / "twin", "hoards_in_children", children=2, mb_each=500, sleep_s=3),
+                     limits=limits, **OBSERVE)
+    assert twin.ok, (twin.reason, twin.stderr_tail)
