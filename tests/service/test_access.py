@@ -62,6 +62,9 @@ def test_a_private_project_answers_exactly_like_a_missing_one_on_every_route(sit
     body = {"files": {"r.py": "x = 1\n"}}
     _same(client.post("/api/v1/projects/bravo/runs", json=body, headers=wrong),
           client.post("/api/v1/projects/nope/runs", json=body, headers=wrong), ("bravo", "nope"))
+    for headers in (wrong, {}, {"Authorization": f"Bearer {tokens['open']}"}):  # a new read-only token: the same
+        _same(client.post("/api/v1/projects/bravo/read-token", headers=headers),
+              client.post("/api/v1/projects/nope/read-token", headers=headers), ("bravo", "nope"))
     answer = client.get(f"/api/v1/runs/{private}")
     assert answer.status_code == 404 and "bravo" not in answer.text
 
