@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     max_files: int = Field(200, gt=0)
     max_path_length: int = Field(200, gt=0)
     rate_limit_per_minute: int = Field(60, ge=0)  # submissions per token; 0 disables
-    read_rate_limit_per_minute: int = Field(1200, ge=0)  # GET/HEAD per token or client address; 0 disables
+    read_rate_limit_per_minute: int = Field(1200, ge=0)  # GET/HEAD per client address; 0 disables
 
     run_wall_s: float = Field(120.0, gt=0)
     run_cpu_s: float = Field(120.0, gt=0)

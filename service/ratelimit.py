@@ -1,6 +1,7 @@
 """Request rate limits: a sliding one-minute window kept in this process's memory, per token for
 submissions (:class:`RateLimiter`, used by the submit route) and per client for reads
-(:class:`ReadRateLimit`, a middleware over every GET and HEAD but health probes and static files).
+(:class:`ReadRateLimit`, a middleware over every GET and HEAD but health probes and static files,
+per client address).
 
 With several API processes each enforces its own window; put a shared limiter in the proxy in
 front of them if that matters (see docs/service.md).
@@ -8,7 +9,6 @@ front of them if that matters (see docs/service.md).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import threading
@@ -50,8 +50,8 @@ _UNLIMITED = ("/healthz", "/readyz", "/metrics", "/static/")
 
 
 class ReadRateLimit:
-    """ASGI middleware: at most ``limiter.per_minute`` reads (GET, HEAD) a minute per client, keyed by the
-    bearer token's hash when there is one, else by the client's address. Health probes, metrics and
+    """ASGI middleware: at most ``limiter.per_minute`` reads (GET, HEAD) a minute per client address
+    (not per token: a client could make up a new token for each request). Health probes, metrics and
     static files are not counted. Over the limit: 429 with ``Retry-After``, in the API's error shape."""
 
     def __init__(self, app: ASGIApp, *, per_minute: int) -> None:
@@ -77,8 +77,5 @@ class ReadRateLimit:
 
 
 def _client_key(scope: Scope) -> str:
-    for name, value in scope.get("headers") or ():
-        if name == b"authorization" and value[:7].lower() == b"bearer " and value[7:].strip():
-            return "token:" + hashlib.sha256(value[7:].strip()).hexdigest()
     client = scope.get("client")
     return f"ip:{client[0] if client else '?'}"
