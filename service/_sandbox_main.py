@@ -11,7 +11,7 @@ reads with a size cap), one JSON object a line, each as soon as it exists:
 
     {"rules": ["name", ...]}        the rules found, in the order they will be checked
     {"rule": {...}}                 one finished rule's result, as soon as it is checked
-    {"report": {...}}               the whole report, last
+    {"report": {...}}               the rest of the report (all but its rules), last
 
 So a run stopped by a limit still leaves the parent every finished rule's verdict, and the
 names of the ones it never finished. ``--rule-timeout S`` bounds each rule (0: none).
@@ -310,7 +310,9 @@ def _check(args: argparse.Namespace, send) -> None:  # type: ignore[no-untyped-d
                            max_examples=args.max_examples, rule_timeout_s=args.rule_timeout or None,
                            progress=lambda result, _i, _n: send({"rule": asdict(result)}))
     report.load_errors[:0] = failures
-    send({"report": report.to_dict()})
+    whole = report.to_dict()
+    del whole["rules"]  # sent one by one above: the stream carries each rule once
+    send({"report": whole})
 
 
 def _sender(fd: int):  # type: ignore[no-untyped-def]

@@ -157,7 +157,7 @@ def judge(raw, limits, level: str) -> tuple[dict[str, Any] | None, str | None]:
         reason = "checker ended without its final report"
         return _kept(raw.report, reason, level), reason
     try:
-        report = reports.as_json(reports.verdicts(reports.validate_report(stream.report)))
+        report = reports.as_json(reports.verdicts(reports.validate_report(_stream.whole(stream))))
     except reports.InvalidReport as exc:
         return None, f"checker wrote an invalid report: {exc}"
     report, reason = _limits_as_errors(report, reasons)

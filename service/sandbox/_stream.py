@@ -2,7 +2,7 @@
 
     {"rules": ["name", ...]}        the rules found, in checking order
     {"rule": {...}}                 one finished rule, as soon as it is checked
-    {"report": {...}}               the whole report, last
+    {"report": {...}}               the rest of the report (all but its rules), last
 
 :func:`read` splits the bytes into those parts; :func:`partial_report` builds the report of a run
 that ended before its last line: every finished rule as it was sent, and each rule named but not
@@ -18,7 +18,7 @@ from typing import Any
 
 from gradguard.service import reports
 
-__all__ = ["Stream", "read", "partial_report", "STOPPED_TYPE"]
+__all__ = ["Stream", "read", "whole", "partial_report", "STOPPED_TYPE"]
 
 STOPPED_TYPE = "LimitExceeded"  # the error type of a rule the run's limit cut off
 
@@ -58,11 +58,18 @@ def read(raw: bytes) -> Stream:
         elif kind == "rule" and isinstance(value, dict) and len(out.finished) < reports.MAX_RULES:
             out.finished.append(value)
         elif kind == "report" and isinstance(value, dict):
-            out.report = value
+            out.report = value  # its rules are the streamed ones (see whole())
         else:
             out.problem = f"line {number} of the report has a malformed {str(kind)[:40]!r} record"
             return out
     return out
+
+
+def whole(stream: Stream) -> dict[str, Any]:
+    """The finished run's report document: the last record with the streamed rules (whatever rules the
+    last record itself carries are not read). Validate it before use."""
+    assert stream.report is not None
+    return {**stream.report, "rules": stream.finished}
 
 
 def partial_report(stream: Stream, reason: str) -> dict[str, Any]:

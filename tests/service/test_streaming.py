@@ -106,9 +106,9 @@ def test_a_finding_made_of_a_limit_becomes_an_error_naming_the_limit() -> None:
     other = {"check_id": "GG202", "rule": "linear", "severity": "error", "title": "linear",
              "message": "not linear in the cotangent"}
     rules = [_rule("hoard", verdict="fail", findings=[gg101]), _rule("linear", verdict="fail", findings=[other])]
-    report = {"schema": "gradguard.report/1", "rules": rules}
-    judged, reason = _judge.judge(_raw({"rules": ["hoard", "linear"]}, {"report": report}), Limits(memory_mb=512),
-                                  "bubblewrap")
+    report = {"schema": "gradguard.report/1"}
+    judged, reason = _judge.judge(_raw({"rules": ["hoard", "linear"]}, *[{"rule": r} for r in rules], {"report": report}),
+                                  Limits(memory_mb=512), "bubblewrap")
     assert reason == "exceeded 512 MB memory"
     hoard, linear = judged["rules"]
     assert hoard["verdict"] == "error" and hoard["findings"] == [] and hoard["error"]["type"] == "LimitExceeded"
@@ -234,3 +234,9 @@ def test_gradguard_submit_sets_the_per_rule_time_limit(make_settings, migrated, 
         assert [r["rule_timeout_s"] for r in runs] == [12.5]
         refused = CliRunner().invoke(submit, [*args, "--rule-timeout", "500"])
         assert refused.exit_code == 2 and "rule_timeout_s" in refused.output, refused.output
+
+
+def test_the_stream_carries_each_rule_once_and_the_last_records_own_rules_are_not_read() -> None:
+    final = {"schema": "gradguard.report/1", "rules": [_rule("forged")]}
+    report, reason = _judge.judge(_raw({"rules": ["a"]}, {"rule": _rule("a")}, {"report": final}), Limits(), "namespaces")
+    assert reason is None and [r["name"] for r in report["rules"]] == ["a"]
