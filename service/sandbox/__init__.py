@@ -39,8 +39,8 @@ the run's user namespace gives it its own count; at the rlimits level as
 root, the parent counts the run's processes (tagged in their environment)
 every 0.1 s and kills past the limit. Memory: ``memory_mb`` bounds each
 process (RLIMIT_AS) and, counted every 0.1 s by the supervisor, the resident
-memory of the run's whole process tree together (no cgroup is needed; pages
-shared after a fork count twice, so it errs on the strict side). Every run also
+memory of the run's whole process tree together (its proportional set size:
+pages a fork shares with its parent count once; no cgroup is needed). Every run also
 gets a seccomp filter: no new namespaces, mounts, ptrace or keyrings
 (:mod:`._seccomp`). The run dies with its supervisor.
 

@@ -309,9 +309,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def resident_bytes(root: int) -> int:
-    """Resident memory of ``root`` and every process below it (the run's whole tree: what bubblewrap or
-    the PID namespace's init started, and what those started). Pages two processes share count twice,
-    so this errs on the high side. Threads share their process's memory and are not listed."""
+    """Memory of ``root`` and every process below it (the run's whole tree: what bubblewrap or the PID
+    namespace's init started, and what those started): the proportional set size, so pages a fork
+    shares with its parent count once; the resident size where the kernel has no ``smaps_rollup``.
+    Threads share their process's memory and are not listed."""
     parents: dict[int, int] = {}
     for pid in _pids():
         try:
@@ -326,12 +327,23 @@ def resident_bytes(root: int) -> int:
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, ()))
-        try:
-            with open(f"/proc/{pid}/statm", "rb") as f:
-                total += int(f.read().split()[1]) * _PAGE
-        except (OSError, ValueError, IndexError):
-            continue
+        total += _process_bytes(pid)
     return total
+
+
+def _process_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _pids() -> list[int]:
