@@ -71,7 +71,7 @@ def server(workers: int, folder: Path) -> Iterator[tuple[str, int]]:
     """`gradguard serve` with ``workers`` local worker processes; yields its base URL and pid."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRADGUARD_")}
-    env.update(GRADGUARD_ADMIN_TOKEN=ADMIN, GRADGUARD_RATE_LIMIT_PER_MINUTE="0",
+    env.update(GRADGUARD_ADMIN_TOKEN=ADMIN, GRADGUARD_RATE_LIMIT_PER_MINUTE="0", GRADGUARD_READ_RATE_LIMIT_PER_MINUTE="0",
                GRADGUARD_DATABASE_URL=f"sqlite:///{folder / f'bench-{workers}.sqlite3'}")
     log = open(folder / f"serve-{workers}.log", "wb")
     proc = subprocess.Popen([sys.executable, "-c", "from gradguard.checker.cli import main; main()", "serve", "--port", str(port),

@@ -143,7 +143,8 @@ def main() -> None:
         t0 = time.perf_counter()
         info = populate(url, args.runs, report, source)
         print(f"stored {args.runs} runs ({info['rows']} rule results) in {time.perf_counter() - t0:.1f} s")
-        settings = Settings(database_url=url, admin_token="bench-admin-token-0123456789", local_workers=0)
+        settings = Settings(database_url=url, admin_token="bench-admin-token-0123456789", local_workers=0,
+                            read_rate_limit_per_minute=0)  # the benchmark reads far faster than a client may
         pages = {
             "projects list": "/",
             "project page": "/p/bench",

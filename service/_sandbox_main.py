@@ -6,8 +6,15 @@
 service's own package is never importable in here: only ``checker`` and
 ``engines`` are on the path. It imports the standard library alone until the
 plan is applied, then imports :mod:`gradguard.checker`, calls ``gradguard.checker.check(bundle,
-...)`` and writes the report's JSON to the file descriptor the parent gave it
-(a pipe the parent reads with a size cap).
+...)`` and streams its results to the file descriptor the parent gave it (a pipe the parent
+reads with a size cap), one JSON object a line, each as soon as it exists:
+
+    {"rules": ["name", ...]}        the rules found, in the order they will be checked
+    {"rule": {...}}                 one finished rule's result, as soon as it is checked
+    {"report": {...}}               the rest of the report (all but its rules), last
+
+So a run stopped by a limit still leaves the parent every finished rule's verdict, and the
+names of the ones it never finished. ``--rule-timeout S`` bounds each rule (0: none).
 
 The plan (JSON) says what is left to do in here:
 
@@ -22,6 +29,9 @@ The plan (JSON) says what is left to do in here:
   still root after that (no id to drop to): drop every capability instead.
 - ``loopback_down``, ``cwd``, ``supervisor`` (the parent's pid: when it dies,
   so does the run).
+- ``seccomp``: a BPF program (base64) installed last, after ``no_new_privs``: no new
+  namespaces, mounts, ptrace or keyrings for anything the run does
+  (:mod:`gradguard.service.sandbox._seccomp` builds it).
 
 Exit status: 0 a report was written, 3 the checker itself failed (traceback
 on stderr), 4 the isolation could not be set up, 128+N the checker was
@@ -48,6 +58,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}  # system call numbers
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -226,6 +237,21 @@ def apply_plan(plan: dict, report_fd: int) -> None:
     os.umask(0o077)
     if plan.get("cwd"):
         os.chdir(plan["cwd"])
+    if plan.get("seccomp"):
+        _install_seccomp(plan["seccomp"])
+
+
+def _install_seccomp(program_b64: str) -> None:
+    """Install the BPF filter for this process and everything it starts (needs no_new_privs first)."""
+    import base64
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    program = base64.b64decode(program_b64)
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _sys("prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0)
 
 
 def probe(port: int) -> dict:
@@ -245,6 +271,12 @@ def probe(port: int) -> dict:
     except OSError:
         facts["tmp_writable"] = False
     facts["root_writable"] = os.access("/", os.W_OK)
+    # the seccomp filter: no new user namespace, no ptrace (both EPERM; without it: ESRCH, not traced)
+    denied = []
+    for call in (lambda: _libc.unshare(CLONE_NEWUSER), lambda: _libc.ptrace(2, os.getppid(), None, None)):
+        ctypes.set_errno(0)
+        denied.append(call() == -1 and ctypes.get_errno() == 1)
+    facts["seccomp"] = all(denied)
     from gradguard import checker  # noqa: F401 - the installation must be visible
 
     facts["checker"] = True
@@ -261,16 +293,40 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--ignore", action="append", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None)
+    parser.add_argument("--rule-timeout", type=float, default=0.0, help="seconds per rule; 0: none")
     parser.add_argument("--probe", type=int, default=None, metavar="PORT")
     return parser.parse_args(argv)
 
 
-def _check(args: argparse.Namespace) -> str:
-    from gradguard import checker
+def _check(args: argparse.Namespace, send) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import asdict
 
-    report = checker.check(args.bundle, select=args.select, ignore=args.ignore, seed=args.seed,
-                           max_examples=args.max_examples)
-    return report.to_json()
+    from gradguard import checker
+    from gradguard.checker.loader import collect
+
+    rules, failures = collect(args.bundle)
+    send({"rules": [rule.name for rule in rules]})
+    report = checker.check(rules, select=args.select, ignore=args.ignore, seed=args.seed,
+                           max_examples=args.max_examples, rule_timeout_s=args.rule_timeout or None,
+                           progress=lambda result, _i, _n: send({"rule": asdict(result)}))
+    report.load_errors[:0] = failures
+    whole = report.to_dict()
+    del whole["rules"]  # sent one by one above: the stream carries each rule once
+    send({"report": whole})
+
+
+def _sender(fd: int):  # type: ignore[no-untyped-def]
+    """``send(obj)``: one JSON line to the report pipe, written whole, only by this process."""
+    me = os.getpid()
+
+    def send(obj: object) -> None:
+        if os.getpid() != me:  # a process a rule forked has nothing to report
+            return
+        data = (json.dumps(obj, default=str) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data):]
+
+    return send
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     me = os.getpid()
     try:
-        text = json.dumps(probe(args.probe)) if args.probe is not None else _check(args)
+        if args.probe is not None:
+            text = json.dumps(probe(args.probe))
+            with os.fdopen(args.report_fd, "wb", closefd=True) as out:
+                out.write(text.encode())
+        else:
+            _check(args, _sender(args.report_fd))
     except BaseException:  # noqa: BLE001 - the parent reports the last line
         if os.getpid() != me:  # a process a rule forked: it has no report to give
             os._exit(0)
@@ -291,8 +352,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if os.getpid() != me:
         os._exit(0)
-    with os.fdopen(args.report_fd, "wb", closefd=True) as out:
-        out.write(text.encode())
     return 0
 
 

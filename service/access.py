@@ -1,12 +1,16 @@
 """Who may read and who may submit: the one access policy of the API, the pages and the badges.
 
-    Credentials        what a request presents: its bearer token, and the tokens the token form
-                       kept in cookies (cookies open pages for reading; they never authorize a write)
-    can_read           public, or a credential is the project's token or the admin token
+    Credentials        what a request presents: its bearer token, the tokens the token form kept in
+                       cookies (cookies open pages for reading; they never authorize a write), and a
+                       badge URL's ``?token=`` (only ever a read-only token)
+    can_read           public, or a credential is the project's submit or read-only token or the admin
+                       token; a URL token counts only as a read-only token, so a badge URL in a README
+                       never carries write (or admin) access
     readable_project   the project, or NotFound, the same answer for "missing" and "not yours"
     readable_run       the run of a readable project, or the same NotFound
     writable_project   a readable project whose submit token (or the admin token) is the bearer
     readable_projects  every project the credentials can read
+    classify_token     what a presented token is: a project's read-only or submit token, the admin token
 
 The FastAPI dependencies that wrap these (``ReadableProject``, ``WritableProject``, ``ReadableRun``)
 live in :mod:`service.api.deps`; the API and the pages both use them, so no route repeats a check.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy.orm import Session
 
@@ -27,7 +32,7 @@ from gradguard.service.models import MAX_INT, Project, Run
 from gradguard.service.security import token_matches
 
 __all__ = ["Credentials", "is_admin", "can_read", "readable_project", "readable_run", "writable_project",
-           "readable_projects", "MAX_ID"]
+           "readable_projects", "classify_token", "MAX_ID"]
 
 MAX_ID = MAX_INT  # ids are 32-bit integers in the database; a larger one names nothing
 
@@ -36,6 +41,7 @@ MAX_ID = MAX_INT  # ids are 32-bit integers in the database; a larger one names 
 class Credentials:
     bearer: str | None = None
     cookies: tuple[str, ...] = ()
+    url: str | None = None  # a badge's ?token=: compared with the read-only token only
 
     @property
     def for_reading(self) -> tuple[str, ...]:
@@ -51,8 +57,13 @@ def _opens(settings: Settings, project: Project, token: str) -> bool:
     return token_matches(token, project.token_hash) or is_admin(settings, token)
 
 
+def _reads(settings: Settings, project: Project, token: str) -> bool:
+    return token_matches(token, project.read_token_hash) or _opens(settings, project, token)
+
+
 def can_read(settings: Settings, project: Project, credentials: Credentials) -> bool:
-    return project.public or any(_opens(settings, project, t) for t in credentials.for_reading)
+    return (project.public or any(_reads(settings, project, t) for t in credentials.for_reading)
+            or token_matches(credentials.url, project.read_token_hash))
 
 
 def _no_project(slug: str) -> NotFound:
@@ -96,11 +107,24 @@ def writable_project(session: Session, *, settings: Settings, credentials: Crede
         raise Unauthorized("authorization: submitting a run needs the project's token.", field="authorization",
                            fix="Send 'Authorization: Bearer <token>' with the token shown when the project was created.")
     if not _opens(settings, project, token):
+        if token_matches(token, project.read_token_hash):
+            raise Forbidden(f"authorization: the token is project {project.slug!r}'s read-only token, which "
+                            "cannot submit.", field="authorization",
+                            fix="Submit with the project's submit token (the 'token' shown when it was created).")
         raise Forbidden(f"authorization: the token is not project {project.slug!r}'s submit token.",
                         field="authorization", fix="Use the submit token shown when this project was created.")
     return project
 
 
 def readable_projects(session: Session, *, settings: Settings, credentials: Credentials) -> Sequence[Project]:
-    projects = crud.list_projects(session, include_private=bool(credentials.for_reading))
+    projects = crud.list_projects(session, include_private=bool(credentials.for_reading or credentials.url))
     return [p for p in projects if can_read(settings, p, credentials)]
+
+
+def classify_token(session: Session, *, settings: Settings, token: str
+                   ) -> tuple[Literal["read", "submit", "admin", "unknown"], Project | None]:
+    """Which kind of token ``token`` is, and the project it belongs to (None for admin and unknown)."""
+    project = crud.find_project_by_token(session, token=token) if token else None
+    if project is not None:
+        return ("read" if token_matches(token, project.read_token_hash) else "submit"), project
+    return ("admin" if is_admin(settings, token) else "unknown"), None

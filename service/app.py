@@ -17,11 +17,12 @@ from gradguard.service.api import api_router, ops_router
 from gradguard.service.api.submission import BodyLimit
 from gradguard.service.config import Settings
 from gradguard.service.db import make_sessionmaker
-from gradguard.service.errors import install_error_handlers
+from gradguard.service.errors import document_errors, install_error_handlers
 from gradguard.service.executors import make_executor
 from gradguard.service.metrics import make_registry
-from gradguard.service.migrate import upgrade
-from gradguard.service.ratelimit import RateLimiter
+from gradguard.service.dbhealth import identify, prepare
+from gradguard.service.logredact import install_access_log_redaction
+from gradguard.service.ratelimit import RateLimiter, ReadRateLimit
 
 __all__ = ["create_app"]
 
@@ -42,9 +43,12 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     executor = make_executor(settings, factory, workers=None if start_executor else 0)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if settings.mode == "embedded":
-            upgrade(settings.database_url)
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        prepare(settings)  # refuses an empty database the service expected to exist
+        try:
+            app.state.database_identity = identify(settings.database_url, factory)
+        except Exception:  # noqa: BLE001 - not reachable yet: /readyz adopts the first one it sees
+            log.exception("could not read the database's identity at start")
         executor.start()
         try:
             yield
@@ -58,11 +62,15 @@ def create_app(settings: Settings | None = None, *, start_executor: bool = True)
     app.state.settings = settings
     app.state.generated_admin_token = generated
     app.state.sessionmaker = factory
+    app.state.database_identity = None
     app.state.executor = executor
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute)
     app.state.metrics_registry = make_registry(factory)
     install_error_handlers(app)
+    document_errors(app)
     app.include_router(api_router)
     app.include_router(ops_router)
     app.add_middleware(BodyLimit, max_bundle_bytes=settings.max_bundle_bytes, max_json_bytes=settings.max_unpacked_bytes)
+    app.add_middleware(ReadRateLimit, per_minute=settings.read_rate_limit_per_minute)
+    install_access_log_redaction()
     return app

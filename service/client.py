@@ -80,6 +80,7 @@ class RunRequest:
     ignore: list[str] | None = None
     seed: int = 0
     max_examples: int | None = None
+    rule_timeout_s: float | None = None
 
     def fields(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}

@@ -181,6 +181,8 @@ def _fail(code: int, message: str) -> None:
 @click.option("--ignore", multiple=True, metavar="IDS", help="Skip these check ids or prefixes.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--max-examples", type=click.IntRange(min=1), default=None)
+@click.option("--rule-timeout", "rule_timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds each rule may take on the server (below its run wall limit; default: the server's).")
 @click.option("--wait/--no-wait", default=False, help="Wait for the verdict and exit by it.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=1800.0, show_default=True,
               help="Seconds to wait for the verdict.")
@@ -193,7 +195,7 @@ def _fail(code: int, message: str) -> None:
 def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str | None, commit: str | None,
            branch: str | None, pull_request: int | None, device: str, select: tuple[str, ...],
            ignore: tuple[str, ...], seed: int, max_examples: int | None, wait: bool, timeout_s: float,
-           fail_on: str, retries: int, sarif_path: Path | None) -> None:
+           fail_on: str, retries: int, sarif_path: Path | None, rule_timeout_s: float | None) -> None:
     """Upload the rules in PATHS to a gradguard server and (with --wait) report the verdict.
 
     Without PATHS, and for the options not given, [tool.gradguard] in pyproject.toml decides, as for
@@ -201,7 +203,8 @@ def submit(paths: tuple[Path, ...], server: str, token: str | None, project: str
     paths, select, ignore, seed, max_examples = _configured(paths, select, ignore, seed, max_examples)
     try:
         code = _submit(paths, server, token, project, commit, branch, pull_request, device, select, ignore, seed,
-                       max_examples, wait, timeout_s, fail_on, retries, sarif_path=sarif_path)
+                       max_examples, wait, timeout_s, fail_on, retries, sarif_path=sarif_path,
+                       rule_timeout_s=rule_timeout_s)
     except Rejected as exc:
         _fail(EXIT_USAGE, str(exc))
     except ClientError as exc:
@@ -240,7 +243,8 @@ def _configured(paths: tuple[Path, ...], select: tuple[str, ...], ignore: tuple[
 def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: str | None, commit: str | None,
             branch: str | None, pull_request: int | None, device: str, select: tuple[str, ...],
             ignore: tuple[str, ...], seed: int, max_examples: int | None, wait: bool, timeout_s: float,
-            fail_on: str, retries: int, *, sarif_path: Path | None = None) -> int:
+            fail_on: str, retries: int, *, sarif_path: Path | None = None,
+            rule_timeout_s: float | None = None) -> int:
     env = os.environ
     gh = github_context()
     project = project or gh.get("project")
@@ -255,6 +259,7 @@ def _submit(paths: tuple[Path, ...], server: str, token: str | None, project: st
         ignore=_split(ignore),
         seed=seed,
         max_examples=max_examples,
+        rule_timeout_s=rule_timeout_s,
     )
     try:
         names = list(bundle_paths(paths))

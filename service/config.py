@@ -51,10 +51,15 @@ class Settings(BaseSettings):
     max_files: int = Field(200, gt=0)
     max_path_length: int = Field(200, gt=0)
     rate_limit_per_minute: int = Field(60, ge=0)  # submissions per token; 0 disables
+    read_rate_limit_per_minute: int = Field(1200, ge=0)  # GET/HEAD per client address; 0 disables
 
     run_wall_s: float = Field(120.0, gt=0)
     run_cpu_s: float = Field(120.0, gt=0)
     run_memory_mb: int = Field(2048, gt=0)
+    # Each rule's own time limit, well below the run's wall limit, so one hanging rule cannot take
+    # the others' verdicts with it (default: a quarter of run_wall_s; a submission may ask for another
+    # value below run_wall_s).
+    rule_timeout_s: float | None = Field(None, gt=0)
     default_max_examples: int | None = Field(None, gt=0)
 
     # The floor under which workers refuse untrusted code (docs/security.md); rlimits needs the
@@ -62,6 +67,9 @@ class Settings(BaseSettings):
     sandbox_min_level: Literal["bubblewrap", "namespaces", "rlimits"] = "namespaces"
     sandbox_insecure: bool = False
     worker_heartbeat_s: float = Field(10.0, gt=0)  # how often workers record their level (/readyz reads it)
+    # May the service create an empty database at start? None: in embedded mode, unless it created one
+    # at this SQLite path before; never in production (`gradguard migrate` does). See service/dbhealth.py.
+    create_database: bool | None = None
 
     @field_validator("local_devices", mode="before")
     @classmethod
@@ -72,6 +80,16 @@ class Settings(BaseSettings):
         if bad:
             raise ValueError(f"Got local_devices={value!r}; each device must be 'cpu' or 'gpu' (GRADGUARD_LOCAL_DEVICES=cpu,gpu).")
         return value
+
+    @model_validator(mode="after")
+    def _rule_timeout_below_the_wall(self) -> "Settings":
+        if self.rule_timeout_s is not None and self.rule_timeout_s >= self.run_wall_s:
+            raise ValueError(
+                f"Got GRADGUARD_RULE_TIMEOUT_S={self.rule_timeout_s:g}, but it must be below GRADGUARD_RUN_WALL_S="
+                f"{self.run_wall_s:g}: a rule that hangs must end as its own error while the run still has time "
+                "for the others. Lower the one or raise the other."
+            )
+        return self
 
     @model_validator(mode="after")
     def _rlimits_only_when_insecure(self) -> "Settings":
@@ -103,6 +121,11 @@ class Settings(BaseSettings):
             return self, None
         token = secrets.token_urlsafe(32)
         return self.model_copy(update={"admin_token": SecretStr(token)}), token
+
+    @property
+    def default_rule_timeout_s(self) -> float:
+        """The per-rule time limit of a run that asks for none."""
+        return self.rule_timeout_s if self.rule_timeout_s is not None else self.run_wall_s / 4
 
     def queue_name(self, device: str) -> str:
         """Name of the Celery queue that serves ``device`` runs."""

@@ -18,12 +18,13 @@ from gradguard.service.errors import Conflict, Invalid, NotFound
 from gradguard.service.models import MAX_INT, BranchHead, Project, ReportRow, Run, RunFile
 from gradguard.service.reports import stored_report
 from gradguard.service.schemas import ProjectCreate, RunOptions
-from gradguard.service.security import hash_token, new_token
+from gradguard.service.security import hash_token, new_read_token as _fresh_read_token, new_token
 
 __all__ = [
     "create_project",
     "get_project",
     "find_project_by_token",
+    "new_read_token",
     "list_projects",
     "create_run",
     "get_run",
@@ -62,8 +63,18 @@ def get_project(session: Session, *, slug: str) -> Project:
 
 
 def find_project_by_token(session: Session, *, token: str) -> Project | None:
-    """The project whose submit token is ``token`` (looked up by its hash), or None."""
-    return session.scalar(select(Project).where(Project.token_hash == hash_token(token)))
+    """The project whose submit or read-only token is ``token`` (looked up by its hash), or None."""
+    digest = hash_token(token)
+    return session.scalar(select(Project).where((Project.token_hash == digest) | (Project.read_token_hash == digest)))
+
+
+def new_read_token(session: Session, *, project: Project) -> str:
+    """Give ``project`` a fresh read-only token, replacing any earlier one; return it (the only time it
+    exists in clear)."""
+    token = _fresh_read_token()
+    project.read_token_hash = hash_token(token)
+    session.flush()
+    return token
 
 
 def list_projects(session: Session, *, include_private: bool) -> Sequence[Project]:
@@ -81,7 +92,8 @@ def create_run(session: Session, *, project: Project, options: RunOptions, files
     run = Run(project_id=project.id, commit_sha=options.commit, branch=options.branch,
               pull_request=options.pull_request, device=options.device, status="queued", attempts=0,
               select_checks=options.select, ignore_checks=options.ignore, seed=options.seed,
-              max_examples=options.max_examples, content_hash=content_hash)
+              max_examples=options.max_examples, content_hash=content_hash,
+              rule_timeout_s=options.rule_timeout_s)
     session.add(run)
     session.flush()
     session.add_all(RunFile(run_id=run.id, path=path, content=data) for path, data in files.items())

@@ -41,6 +41,8 @@ __all__ = [
     "Unavailable",
     "error_body",
     "install_error_handlers",
+    "document_errors",
+    "ERROR_SCHEMA",
     "service_error_response",
     "validation_error_response",
 ]
@@ -148,3 +150,50 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, service_error_response)
     app.add_exception_handler(RequestValidationError, validation_error_response)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["detail"], "title": "Error",
+    "properties": {"detail": {
+        "type": "object", "required": ["message"],
+        "properties": {
+            "field": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "the input at fault"},
+            "message": {"type": "string", "description": "what is wrong"},
+            "fix": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "how to fix it"},
+            "errors": {"type": "array", "description": "every invalid field (422 only)", "items": {
+                "type": "object", "properties": {"field": {"type": "string"}, "message": {"type": "string"}}}},
+        },
+    }},
+}
+_ERRORS = {
+    "401": "no token where one is needed", "403": "a token that may not do this", "404": "missing, or not yours",
+    "409": "already exists", "413": "body too large", "422": "invalid input", "429": "rate limited",
+    "503": "database or queue unavailable",
+}
+
+
+def document_errors(app: FastAPI) -> None:
+    """Make the OpenAPI schema tell the truth about errors: every error answer has the one shape above
+    (FastAPI's default 422 schema is not what this API sends)."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+        for path, operations in spec.get("paths", {}).items():
+            for method, operation in operations.items():
+                codes = ["422", "429", "503"] + (["404"] if "{" in path else [])
+                if method in ("post", "put", "patch", "delete"):
+                    codes += ["401", "403", "409", "413"]
+                responses = operation.setdefault("responses", {})
+                for code in codes:
+                    entry = responses.setdefault(code, {"description": _ERRORS[code]})
+                    entry["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        for unused in ("HTTPValidationError", "ValidationError"):
+            spec["components"]["schemas"].pop(unused, None)
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

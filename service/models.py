@@ -6,6 +6,7 @@
                      └──  reports           the full ``gradguard.report/1`` JSON
     branch_heads                            cached latest finished run per (project, branch): badges read it
     workers                                 one heartbeat row per worker process: its sandbox level (/readyz)
+    database_identity                       one random id, written when the schema was created (/readyz)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "ReportRow",
     "BranchHead",
     "WorkerRow",
+    "DatabaseIdentity",
     "RUN_STATUSES",
     "FINAL_STATUSES",
     "utcnow",
@@ -54,7 +56,8 @@ class Project(Base):
     public: Mapped[bool] = mapped_column(Boolean, default=True)
     default_branch: Mapped[str] = mapped_column(String(200), default="main")
     token_hash: Mapped[str] = mapped_column(String(64), index=True)  # sha256 hex of the submit token
-    token_prefix: Mapped[str] = mapped_column(String(12))  # first characters, to tell tokens apart
+    token_prefix: Mapped[str] = mapped_column(String(12))  # first characters, to tell tokens apart (never served)
+    read_token_hash: Mapped[str | None] = mapped_column(String(64), index=True)  # sha256 hex of the read-only token
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
@@ -80,6 +83,7 @@ class Run(Base):
     ignore_checks: Mapped[list[str] | None] = mapped_column()
     seed: Mapped[int] = mapped_column(Integer, default=0)
     max_examples: Mapped[int | None] = mapped_column(Integer)
+    rule_timeout_s: Mapped[float | None] = mapped_column(Float)  # None: the server's GRADGUARD_RULE_TIMEOUT_S
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column()
     finished_at: Mapped[datetime | None] = mapped_column()
@@ -158,3 +162,11 @@ class WorkerRow(Base):
     min_level: Mapped[str] = mapped_column(String(32))  # the floor it was configured with
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class DatabaseIdentity(Base):
+    """One row, written by the migration that created it: tells this database from any other."""
+
+    __tablename__ = "database_identity"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)

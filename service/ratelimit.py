@@ -1,4 +1,7 @@
-"""Per-token request rate limit: a sliding one-minute window kept in this process's memory.
+"""Request rate limits: a sliding one-minute window kept in this process's memory, per token for
+submissions (:class:`RateLimiter`, used by the submit route) and per client for reads
+(:class:`ReadRateLimit`, a middleware over every GET and HEAD but health probes and static files,
+per client address).
 
 With several API processes each enforces its own window; put a shared limiter in the proxy in
 front of them if that matters (see docs/service.md).
@@ -6,12 +9,15 @@ front of them if that matters (see docs/service.md).
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
 from collections import deque
 
-__all__ = ["RateLimiter"]
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["RateLimiter", "ReadRateLimit"]
 
 
 class RateLimiter:
@@ -38,3 +44,38 @@ class RateLimiter:
                 for k in [k for k, v in self._hits.items() if not v]:
                     del self._hits[k]
             return None
+
+
+_UNLIMITED = ("/healthz", "/readyz", "/metrics", "/static/")
+
+
+class ReadRateLimit:
+    """ASGI middleware: at most ``limiter.per_minute`` reads (GET, HEAD) a minute per client address
+    (not per token: a client could make up a new token for each request). Health probes, metrics and
+    static files are not counted. Over the limit: 429 with ``Retry-After``, in the API's error shape."""
+
+    def __init__(self, app: ASGIApp, *, per_minute: int) -> None:
+        self.app, self.limiter = app, RateLimiter(per_minute)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] not in ("GET", "HEAD") or self.limiter.per_minute <= 0
+                or scope["path"].startswith(_UNLIMITED)):
+            await self.app(scope, receive, send)
+            return
+        wait = self.limiter.hit(_client_key(scope))
+        if wait is None:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"detail": {
+            "field": "rate",
+            "message": f"rate: more than {self.limiter.per_minute} reads per minute from this client.",
+            "fix": f"Retry after {wait} s; poll less often (GRADGUARD_READ_RATE_LIMIT_PER_MINUTE)."}}).encode()
+        await send({"type": "http.response.start", "status": 429,
+                    "headers": [(b"content-type", b"application/json"), (b"retry-after", str(wait).encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _client_key(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"ip:{client[0] if client else '?'}"

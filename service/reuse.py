@@ -1,8 +1,8 @@
 """Reusing a finished verdict: an identical bundle with identical settings is not checked again.
 
 A submission's key is the sha256 of its files (paths and bytes), the options that change a verdict
-(device, select, ignore, seed, examples), the service settings that do (the default example count and
-the sandbox's limits) and the checker itself (:func:`gradguard.checker.cache.tool_fingerprint`: its
+(device, select, ignore, seed, examples, per-rule time limit), the service settings that do (the default
+example count and the sandbox's limits) and the checker itself (:func:`gradguard.checker.cache.tool_fingerprint`: its
 version, its code and the versions of NumPy, Hypothesis, JAX and PyTorch). When a run of the same project
 with the same key has passed or failed, the new run takes its report, rule results and findings, ends
 with the same status at once, and names the run it reused (``reused_from``). Runs that ended ``error``
@@ -36,7 +36,8 @@ def bundle_key(files: Mapping[str, bytes], options: Any, settings: Any) -> str:
         h.update(f"\0{path}\0{len(data)}\0".encode() + data)
     choices = {"device": options.device, "select": options.select, "ignore": options.ignore, "seed": options.seed,
                "max_examples": options.max_examples, "default_max_examples": settings.default_max_examples,
-               "limits": [settings.run_wall_s, settings.run_cpu_s, settings.run_memory_mb]}
+               "limits": [settings.run_wall_s, settings.run_cpu_s, settings.run_memory_mb],
+               "rule_timeout_s": getattr(options, "rule_timeout_s", None) or settings.default_rule_timeout_s}
     h.update(json.dumps(choices, sort_keys=True).encode())
     return h.hexdigest()
 

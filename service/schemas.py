@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import re
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -15,6 +17,7 @@ __all__ = [
     "ProjectCreate",
     "ProjectOut",
     "ProjectCreated",
+    "ReadToken",
     "ProjectList",
     "RunOptions",
     "RunSubmit",
@@ -58,12 +61,18 @@ class ProjectOut(_Out):
     name: str
     public: bool
     default_branch: str
-    token_prefix: str
     created_at: datetime
 
 
 class ProjectCreated(ProjectOut):
     token: str = Field(description="The submit token. Shown only in this answer; store it as a CI secret.")
+    read_token: str = Field(description="A read-only token for a private project's pages, badges and API reads "
+                                        "(never a submission). Shown only in this answer.")
+
+
+class ReadToken(BaseModel):
+    read_token: str = Field(description="The project's new read-only token; the previous one no longer opens "
+                                        "anything. Shown only in this answer.")
 
 
 class ProjectList(BaseModel):
@@ -83,6 +92,9 @@ class RunOptions(BaseModel):
     ignore: list[str] | None = None
     seed: int = Field(0, ge=0, le=MAX_INT)  # stored in a 32-bit signed column
     max_examples: int | None = Field(None, ge=1, le=10_000)
+    rule_timeout_s: float | None = Field(None, gt=0, le=86_400, allow_inf_nan=False,
+                                         description="seconds each rule may take; below the run's wall limit "
+                                                     "(default: the server's GRADGUARD_RULE_TIMEOUT_S)")
 
     @field_validator("select", "ignore")
     @classmethod
@@ -119,6 +131,7 @@ class RunOut(_Out):
     select: list[str] | None
     ignore: list[str] | None
     seed: int
+    rule_timeout_s: float | None = None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -158,12 +171,17 @@ def run_urls(run_id: int, base: str) -> RunUrls:
     return RunUrls(self=root, report=f"{root}/report", junit=f"{root}/junit.xml", markdown=f"{root}/summary.md")
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def run_out(run: Any, base: str) -> RunOut:
     """The API view of a :class:`gradguard.service.models.Run`."""
     status = run.status if run.status in RUN_STATUSES else "error"
     return RunOut(id=run.id, project=run.project.slug, status=status, commit=run.commit_sha, branch=run.branch,
                   pull_request=run.pull_request, device=run.device, attempts=run.attempts,
                   sandbox_level=run.sandbox_level, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
+                  rule_timeout_s=run.rule_timeout_s if _finite(run.rule_timeout_s) else None,
                   created_at=run.created_at, started_at=run.started_at, finished_at=run.finished_at,
                   duration_s=run.duration_s, error=run.error, summary=stored_summary(run.summary),
                   reused_from=getattr(run, "reused_from", None), urls=run_urls(run.id, base))

@@ -6,14 +6,20 @@ import hashlib
 import hmac
 import secrets
 
-__all__ = ["new_token", "hash_token", "token_matches", "TOKEN_PREFIX"]
+__all__ = ["new_token", "new_read_token", "hash_token", "token_matches", "TOKEN_PREFIX", "READ_TOKEN_PREFIX"]
 
 TOKEN_PREFIX = "ggp_"  # project submit tokens start with this, so secret scanners can spot them
+READ_TOKEN_PREFIX = "ggr_"  # read-only tokens (pages, badges) start with this
 
 
 def new_token() -> str:
-    """A fresh project token (256 bits of entropy)."""
+    """A fresh project submit token (256 bits of entropy)."""
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def new_read_token() -> str:
+    """A fresh read-only token: opens a private project's pages, badges and API reads, never a submission."""
+    return READ_TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
 def hash_token(token: str) -> str:
@@ -21,5 +27,5 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-def token_matches(token: str | None, token_hash: str) -> bool:
-    return bool(token) and hmac.compare_digest(hash_token(token or ""), token_hash)
+def token_matches(token: str | None, token_hash: str | None) -> bool:
+    return bool(token and token_hash) and hmac.compare_digest(hash_token(token or ""), token_hash or "")

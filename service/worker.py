@@ -5,9 +5,11 @@ sandbox, store the outcome. Both executors (local pool, Celery) call :func:`exec
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from gradguard.service import crud, lifecycle, scratch
@@ -16,9 +18,17 @@ from gradguard.service.config import Settings
 from gradguard.service.models import Run
 from gradguard.service.sandbox import Limits, run_check
 
-__all__ = ["execute_claimed", "limits_from_settings", "clean_scratch"]
+__all__ = ["execute_claimed", "limits_from_settings", "rule_timeout_of", "clean_scratch"]
 
 log = logging.getLogger("gradguard.worker")
+
+
+def rule_timeout_of(run: Run, settings: Settings) -> float:
+    """The run's own per-rule time limit when it is a usable one (below the wall limit), else the server's."""
+    asked = run.rule_timeout_s
+    if isinstance(asked, (int, float)) and math.isfinite(asked) and 0 < asked < settings.run_wall_s:
+        return float(asked)
+    return settings.default_rule_timeout_s
 
 
 def limits_from_settings(settings: Settings) -> Limits:
@@ -55,6 +65,7 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
             bundle = materialize(files, tmp)
             outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                                 max_examples=run.max_examples or settings.default_max_examples, device=run.device,
+                                rule_timeout_s=rule_timeout_of(run, settings),
                                 limits=limits_from_settings(settings), min_level=settings.sandbox_min_level)
     except Exception as exc:  # the service's own failure, not the rule's: record it, never leave it running
         log.exception("run %s failed outside the sandbox", run.id)
@@ -65,19 +76,57 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
         return "error"
     finally:
         heartbeat.stopped.set()
-    try:
+    def finish() -> str | None:
         with factory() as session:
-            status = lifecycle.finish_run(session, run_id=run.id, worker=worker, ok=outcome.ok, report=outcome.report,
-                                          level=outcome.level, reason=outcome.reason, duration_s=outcome.duration_s)
+            return lifecycle.finish_run(session, run_id=run.id, worker=worker, ok=outcome.ok, report=outcome.report,
+                                        level=outcome.level, reason=outcome.reason, duration_s=outcome.duration_s)
+
+    try:
+        status = _stored(factory, finish, run.id, patience_s=settings.lease_s / 2)
     except Exception as exc:  # e.g. a report the database refuses: end the run, keep the worker
         log.exception("could not store the outcome of run %s", run.id)
-        with factory() as session:
-            lifecycle.fail_run(session, run_id=run.id, worker=worker,
-                               reason=f"internal error while storing the report: {type(exc).__name__}: {exc}"[:2000])
+
+        def fail() -> bool:
+            with factory() as session:
+                return lifecycle.fail_run(session, run_id=run.id, worker=worker, reason=(
+                    f"internal error while storing the report: {type(exc).__name__}: {exc}")[:2000])
+
+        try:
+            _stored(factory, fail, run.id, patience_s=settings.lease_s / 4)
+        except Exception:  # the database takes no write at all: its lease lapses and another worker retries
+            log.exception("could not record that run %s failed; it is retried when its lease lapses", run.id)
         return "error"
     log.info("run %s: %s in %.2f s (sandbox %s)%s", run.id, status, time.monotonic() - started, outcome.level,
              f": {outcome.reason}" if outcome.reason else "")
     return status
+
+
+_RETRY_FIRST_S = 0.25
+# what a database that is down, failing over or read-only raises (PostgreSQL's "read-only transaction"
+# is an InternalError; SQLite's "readonly database" an OperationalError)
+_UNAVAILABLE = (OperationalError, InterfaceError, InternalError)
+
+
+def _stored(factory: sessionmaker[Session], write, run_id: int, *, patience_s: float):  # type: ignore[no-untyped-def]
+    """``write()``, retried on a database error with fresh connections (a failed-over or re-opened database
+    is reached by new ones, not by the pooled ones) for up to ``patience_s``; then the last error is raised.
+    Only the database's unavailability is retried (lost connection, read-only); a report it refuses for
+    its content fails at once."""
+    deadline = time.monotonic() + patience_s
+    delay = _RETRY_FIRST_S
+    while True:
+        try:
+            return write()
+        except _UNAVAILABLE:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("run %s: the database took no write; retrying in %.2f s with new connections", run_id, delay,
+                        exc_info=True)
+            engine = factory.kw.get("bind")
+            if engine is not None:
+                engine.dispose()
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def clean_scratch() -> None:

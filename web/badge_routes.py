@@ -4,7 +4,9 @@ The verdict comes from the ``branch_heads`` cache (one indexed row joined to its
 Responses carry ``Cache-Control: no-cache, max-age=0`` and an ETag, so GitHub's image proxy
 (camo) and browsers revalidate every time and get ``304 Not Modified`` while nothing changed.
 An unknown project, a private project without ``?token=``, or a branch with no finished run all
-get the grey "unknown" badge with status 200: a README never shows a broken image.
+get the grey "unknown" badge with status 200: a README never shows a broken image. ``?token=`` is
+compared with the project's read-only token only: a submit or admin token in a badge URL opens
+nothing, so a README never hands out write access (access logs redact the query's token anyway).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from gradguard.service.access import Credentials, can_read
@@ -28,10 +30,12 @@ CACHE = "no-cache, max-age=0, must-revalidate"
 
 
 def _state(session: SessionDep, settings: SettingsDep, credentials: CredentialsDep, project: str,
-           branch: str | None = None, token: str | None = None) -> BadgeState:
+           branch: Annotated[str | None, Query(max_length=200)] = None,
+           token: Annotated[str | None, Query(max_length=200, description="a private project's read-only token")] = None
+           ) -> BadgeState:
     found, status, summary = queries.badge_source(session, slug=project, branch=branch or None)
     if token:
-        credentials = Credentials(bearer=credentials.bearer, cookies=(*credentials.cookies, token))
+        credentials = Credentials(bearer=credentials.bearer, cookies=credentials.cookies, url=token)
     if found is None or not can_read(settings, found, credentials):
         return UNKNOWN
     return badge_state(status, summary)

@@ -21,13 +21,16 @@ def serve(host: str, port: int, demo: bool, workers: int | None) -> None:
 
     from gradguard.service.cli import load_settings
     from gradguard.service.db import make_sessionmaker
-    from gradguard.service.migrate import upgrade
+    from gradguard.service.dbhealth import EmptyDatabase, prepare
     from gradguard.web.app import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = load_settings(local_workers=workers)
     settings, generated = settings.with_admin_token()
-    upgrade(settings.database_url)
+    try:
+        prepare(settings)
+    except EmptyDatabase as exc:
+        raise click.UsageError(str(exc)) from exc
     base = f"http://{host}:{port}"
     click.echo(f"gradguard: database {settings.database_url.split('@')[-1]}, executor {settings.executor}")
     if generated:

@@ -24,6 +24,7 @@ from gradguard.service.api.deps import (ADMIN_COOKIE, CredentialsDep, ReadablePr
 from gradguard.service.errors import Invalid, NotFound
 from gradguard.service.models import FINAL_STATUSES, Project
 from gradguard.service.reports import stored_summary
+from gradguard.service.security import READ_TOKEN_PREFIX
 from gradguard.web import queries
 from gradguard.web.chart import history_svg
 from gradguard.web.templating import templates
@@ -105,16 +106,22 @@ def token_form(request: Request, next: str = "/") -> HTMLResponse:
 @router.post("/token", response_model=None)
 def token_submit(request: Request, session: SessionDep, settings: SettingsDep, token: str = Form(""),
                  next: str = Form("/")) -> Response:
-    """Keep a project token (or the admin token) in a cookie; the token itself names the project."""
+    """Keep a project's read-only token (or the admin token) in a cookie; the token itself names the
+    project. A submit token is refused: a browser never holds write access."""
     token, target = token.strip(), _safe_next(next)
-    project = crud.find_project_by_token(session, token=token) if token else None
-    if project is not None:
+    kind, project = access.classify_token(session, settings=settings, token=token)
+    if kind == "read" and project is not None:
         name = token_cookie(project.slug)
-    elif token and access.is_admin(settings, token):
+    elif kind == "submit":
+        return _page(request, "token.html", 403, what=None, next=target,
+                     error="That is a submit token; pages take the project's read-only token (it starts with "
+                           f"'{READ_TOKEN_PREFIX}'), so a browser never holds write access. "
+                           "POST /api/v1/projects/<project>/read-token with the submit token makes a new one.")
+    elif kind == "admin":
         name = ADMIN_COOKIE
     else:
         return _page(request, "token.html", 403, what=None, next=target,
-                     error="That token opens no project here. Use the project's submit token.")
+                     error="That token opens no project here. Use the project's read-only token.")
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(name, token, max_age=COOKIE_MAX_AGE, httponly=True, samesite="lax",
                         secure=request.url.scheme == "https", path="/")

@@ -8,7 +8,9 @@ interactive docs (``/docs``, ``/redoc``) load their assets from this app too (fa
 
 from __future__ import annotations
 
+import json
 import time
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,7 +22,7 @@ from gradguard.service.errors import NotFound, ServiceError, service_error_respo
 from gradguard.web import badge_routes, routes
 from gradguard.web.templating import STATIC_DIR
 
-__all__ = ["mount", "SecurityHeaders", "CSP"]
+__all__ = ["mount", "SecurityHeaders", "SameOrigin", "CSP"]
 
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; font-src 'self'; "
        "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -58,6 +60,53 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+_UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class SameOrigin:
+    """CSRF protection: a request that changes something must come from this site's own pages.
+
+    Browsers send ``Origin`` (or at least ``Referer``) with every form POST, so for the pages a POST
+    whose ``Origin`` (else ``Referer``) names another host, or that names none, is refused with 403.
+    The API (``/api/``) is called by programs that send no ``Origin`` and authorize with a bearer token,
+    which a cross-site form cannot set; there only a foreign ``Origin`` is refused. The host is this
+    request's ``Host`` or that of ``GRADGUARD_PUBLIC_URL``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in _UNSAFE:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
+        claimed = headers.get("origin") or headers.get("referer")
+        ours = {headers.get("host", "").lower()}
+        settings = getattr(getattr(scope.get("app"), "state", None), "settings", None)
+        if settings is not None and settings.public_url:
+            ours.add(urlsplit(settings.public_url).netloc.lower())
+        if claimed is None and scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        try:
+            host = urlsplit(claimed).netloc.lower() if claimed else ""
+        except ValueError:
+            host = ""
+        if host and host in ours:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"detail": {
+            "field": "origin",
+            "message": "origin: a request that changes something must come from this site's own pages; this one "
+                       + (f"came from another site ({host[:100] or 'an opaque origin'})." if claimed else
+                          "named no Origin or Referer."),
+            "fix": "Use the form on this site's own page; programs call the API under /api/ with "
+                   "'Authorization: Bearer <token>'."}}).encode()
+        await send({"type": "http.response.start", "status": 403,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 class _CachedStatic(StaticFiles):
@@ -101,6 +150,7 @@ def mount(app: FastAPI) -> FastAPI:
     app.add_exception_handler(ServiceError, _page_errors)
     app.add_exception_handler(RequestValidationError, _page_errors)
     app.mount("/static", _CachedStatic(directory=STATIC_DIR), name="static")
+    app.add_middleware(SameOrigin)
     app.add_middleware(SecurityHeaders)
     app.state.serves_pages = True  # the API's Markdown links check ids to the /checks pages
     return app

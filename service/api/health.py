@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gradguard.service.db import ping
+from gradguard.service.dbhealth import identify, problem
 from gradguard.service.heartbeat import readiness
 from gradguard.service.metrics import render
 
@@ -23,17 +23,24 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "database or queue unreachable, or a worker below the minimum sandbox level"}})
+@router.get("/readyz", responses={503: {"description": "database missing, read-only, replaced or unreachable, queue "
+                                                        "unreachable, or a worker below the minimum sandbox level"}})
 def readyz(request: Request) -> JSONResponse:
-    """Database and queue reachable, and every live worker's sandbox level at or above the minimum."""
+    """The database the service started with is there and writable, the queue is reachable, and every live
+    worker's sandbox level is at or above the minimum."""
     state = request.app.state
     body: dict[str, Any] = {}
     ready = True
-    try:
-        ping(state.sessionmaker)
-        body["database"] = "ok"
-    except Exception as exc:
-        ready, body["database"] = False, f"unreachable: {type(exc).__name__}: {exc}"
+    url = state.settings.database_url
+    if state.database_identity is None:  # the database was not reachable at start: the first one seen
+        try:
+            state.database_identity = identify(url, state.sessionmaker)
+        except Exception:  # noqa: BLE001 - problem() below says what is wrong
+            pass
+    trouble = problem(url, state.sessionmaker, state.database_identity)
+    if trouble:
+        ready = False
+    body["database"] = trouble or "ok"
     queue_ok, body["queue"] = state.executor.health()
     ready = ready and queue_ok
     try:  # the workers' own levels, as they recorded them (the API process runs no sandbox)

@@ -14,7 +14,7 @@ from gradguard.service.api.submission import SUBMISSION_OPENAPI, read_submission
 from gradguard.service.errors import Invalid, Unavailable
 from gradguard.service.reuse import bundle_key
 from gradguard.service.schemas import (BranchList, BranchVerdict, ProjectCreate, ProjectCreated, ProjectList, ProjectOut,
-                             RunAccepted, RunPage, run_out, run_urls)
+                             ReadToken, RunAccepted, RunPage, run_out, run_urls)
 
 __all__ = ["router"]
 
@@ -25,8 +25,9 @@ router = APIRouter(prefix="/projects", tags=["projects"])
 def create_project(data: ProjectCreate, session: SessionDep) -> ProjectCreated:
     """Create a project (admin token). The answer holds the submit token, shown this once."""
     project, token = crud.create_project(session, data=data)
+    read_token = crud.new_read_token(session, project=project)
     session.commit()
-    return ProjectCreated(**ProjectOut.model_validate(project).model_dump(), token=token)
+    return ProjectCreated(**ProjectOut.model_validate(project).model_dump(), token=token, read_token=read_token)
 
 
 @router.get("", response_model=ProjectList)
@@ -34,6 +35,15 @@ def list_projects(session: SessionDep, settings: SettingsDep, credentials: Crede
     """Public projects, plus private ones the token can read."""
     projects = access.readable_projects(session, settings=settings, credentials=credentials)
     return ProjectList(items=[ProjectOut.model_validate(p) for p in projects])
+
+
+@router.post("/{project}/read-token", status_code=201, response_model=ReadToken)
+def rotate_read_token(project: WritableProject, session: SessionDep) -> ReadToken:
+    """A fresh read-only token for the project's pages and badges (submit or admin token); the previous
+    read-only token stops working."""
+    read_token = crud.new_read_token(session, project=project)
+    session.commit()
+    return ReadToken(read_token=read_token)
 
 
 @router.get("/{project}", response_model=ProjectOut)

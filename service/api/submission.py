@@ -43,6 +43,16 @@ SUBMISSION_OPENAPI: dict[str, Any] = {
 }
 
 
+def _within_limits(options: RunOptions, settings: Settings) -> RunOptions:
+    if options.rule_timeout_s is not None and options.rule_timeout_s >= settings.run_wall_s:
+        raise Invalid(f"rule_timeout_s: {options.rule_timeout_s:g} s is not below this server's run wall limit "
+                      f"({settings.run_wall_s:g} s), so one hanging rule would end the run before the others get "
+                      "their verdicts.", field="rule_timeout_s",
+                      fix=f"Ask for less than {settings.run_wall_s:g} s per rule, or leave it out for the server's "
+                          f"default ({settings.default_rule_timeout_s:g} s).")
+    return options
+
+
 async def read_submission(request: Request, settings: Settings) -> tuple[RunOptions, dict[str, bytes]]:
     """Parse and validate the body of ``POST /projects/{project}/runs``."""
     limits = BundleLimits.from_settings(settings)
@@ -60,7 +70,7 @@ async def read_submission(request: Request, settings: Settings) -> tuple[RunOpti
         except ValidationError as exc:
             raise RequestValidationError(exc.errors()) from exc
         files = await run_in_threadpool(files_from_json, submission.files, limits)
-        return RunOptions.model_validate(submission.model_dump(exclude={"files"})), files
+        return _within_limits(RunOptions.model_validate(submission.model_dump(exclude={"files"})), settings), files
     if content_type == "multipart/form-data":
         form = await request.form(max_files=1, max_fields=len(RunOptions.model_fields) + 4)
         bundle = form.get("bundle")
@@ -81,6 +91,7 @@ async def read_submission(request: Request, settings: Settings) -> tuple[RunOpti
             options = RunOptions.model_validate({k: v for k, v in raw.items() if v is not None})
         except ValidationError as exc:
             raise RequestValidationError(exc.errors()) from exc
+        _within_limits(options, settings)
         try:
             return options, await run_in_threadpool(read_bundle, bundle.file, limits)
         finally:

@@ -37,8 +37,12 @@ uid (random, 1.5e9 and up), so RLIMIT_NPROC counts that run's processes and
 threads alone and cleanup kills every process of that uid; without root,
 the run's user namespace gives it its own count; at the rlimits level as
 root, the parent counts the run's processes (tagged in their environment)
-every 0.1 s and kills past the limit. Memory is per process: ``processes`` x
-``memory_mb`` bounds the total. The run dies with its supervisor.
+every 0.1 s and kills past the limit. Memory: ``memory_mb`` bounds each
+process (RLIMIT_AS) and, counted every 0.1 s by the supervisor, the resident
+memory of the run's whole process tree together (its proportional set size:
+pages a fork shares with its parent count once; no cgroup is needed). Every run also
+gets a seccomp filter: no new namespaces, mounts, ptrace or keyrings
+(:mod:`._seccomp`). The run dies with its supervisor.
 
 A limit hit inside the checker (MemoryError, fork failing, EMFILE, ENOSPC)
 is recorded by the checker as a load or rule error; the outcome then has
@@ -170,7 +174,8 @@ def _probe(level: str) -> str | None:
     import json
 
     facts = json.loads(raw.report)
-    if facts.get("host_loopback") or not facts.get("tmp_writable") or facts.get("root_writable"):
+    if (facts.get("host_loopback") or not facts.get("tmp_writable") or facts.get("root_writable")
+            or not facts.get("seccomp")):
         return f"isolation incomplete: {facts}"
     return None
 
@@ -185,10 +190,13 @@ def run_check(
     device: str = "cpu",
     limits: Limits = Limits(),
     min_level: str = MIN_LEVEL,
+    rule_timeout_s: float | None = None,
 ) -> SandboxOutcome:
     """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do.
 
-    Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason."""
+    Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason.
+    ``rule_timeout_s`` bounds each rule (None: half the wall limit), so a hanging rule ends as its own
+    error; a run stopped by a limit keeps every rule it finished (see :mod:`._stream`)."""
     from gradguard.service.sandbox import _judge, _run
 
     bundle = Path(bundle_dir).resolve()
@@ -208,6 +216,7 @@ def run_check(
         args += ["--ignore", str(check_id)]
     if max_examples is not None:
         args += ["--max-examples", str(int(max_examples))]
+    args += ["--rule-timeout", repr(float(rule_timeout_s if rule_timeout_s is not None else limits.wall_s / 2))]
     start = time.monotonic()
     raw = _run.execute(level, bundle, args, limits, device, size_flag=_BWRAP_SIZE_FLAG)
     report, reason = _judge.judge(raw, limits, level)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gradguard.service import scratch
-from gradguard.service.sandbox import _layout
+from gradguard.service.sandbox import _layout, _seccomp
 
 _TAIL = 8192
 _RUN_UIDS = (1_500_000_000, 1_000_000)  # first, count: far from real accounts
@@ -106,6 +106,10 @@ def rlimits(limits, device: str) -> dict[str, int]:
 def command(level: str, stage: _layout.Stage, main_args: list[str], limits, device: str, *, size_flag=True):
     """(argv, environment, cwd) for the entry program at ``level``."""
     plan: dict = {"uid": stage.uid, "gid": stage.gid, "limits": rlimits(limits, device), "supervisor": os.getpid()}
+    try:
+        plan["seccomp"] = _seccomp.program()
+    except _seccomp.Unavailable:  # the level probe fails without it: the floor then refuses runs
+        pass
     python = [sys.executable, "-s", "-P", "-B"]
     if level == "bubblewrap":
         argv = _layout.bwrap_argv(stage, device, limits.tmpfs_mb, size_flag=size_flag) + python + [_layout.MAIN]
@@ -161,7 +165,13 @@ def execute(level: str, bundle: Path, main_args: list[str], limits, device: str,
         finally:
             os.close(report_w)
         try:
-            watch = (lambda: "processes" if len(tagged(tag)) > limits.processes else None) if tag else None
+            budget = limits.memory_mb * 2**20
+
+            def watch() -> str | None:
+                if tag and len(tagged(tag)) > limits.processes:
+                    return "processes"
+                return "memory" if resident_bytes(proc.pid) > budget else None
+
             limit_hit, out, err, report = _pump(proc, report_r, limits, start, watch)
         finally:
             _kill(proc)
@@ -208,7 +218,7 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 next_watch = now + _WATCH_EVERY_S
                 hit = watch()
                 if hit:
-                    return hit, bytes(bufs["out"]), bytes(bufs["err"]), b""
+                    return hit, bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
             if drain_until is None and _exited(proc):
                 drain_until = now + _DRAIN_S
             if not sel.get_map():
@@ -231,7 +241,7 @@ def _pump(proc: subprocess.Popen, report_r: int, limits, start: float, watch=Non
                 printed += len(chunk)
                 del buf[:-_TAIL]
                 if printed > limits.output_bytes:
-                    return "output", bytes(bufs["out"]), bytes(bufs["err"]), b""
+                    return "output", bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
         return None, bytes(bufs["out"]), bytes(bufs["err"]), bytes(bufs["report"])
     finally:
         sel.close()
@@ -293,6 +303,47 @@ def sweep_tagged(tag: bytes) -> None:
 def tagged(tag: bytes) -> list[int]:
     """Processes whose environment carries ``tag`` (what a run started, unless it exec'd a new environment)."""
     return [pid for pid in _pids() if _has_tag(pid, tag)]
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes(root: int) -> int:
+    """Memory of ``root`` and every process below it (the run's whole tree: what bubblewrap or the PID
+    namespace's init started, and what those started): the proportional set size, so pages a fork
+    shares with its parent count once; the resident size where the kernel has no ``smaps_rollup``.
+    Threads share their process's memory and are not listed."""
+    parents: dict[int, int] = {}
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                parents[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, ()))
+        total += _process_bytes(pid)
+    return total
+
+
+def _process_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _pids() -> list[int]:

@@ -91,7 +91,8 @@ def migrated(db_url: str) -> str:
 def make_settings(tmp_path) -> Callable[..., Settings]:  # type: ignore[no-untyped-def]
     def make(**overrides: Any) -> Settings:
         values: dict[str, Any] = {"database_url": f"sqlite:///{tmp_path / 'gradguard.sqlite3'}",
-                                  "admin_token": ADMIN, "local_workers": 0, "poll_interval_s": 0.1}
+                                  "admin_token": ADMIN, "local_workers": 0, "poll_interval_s": 0.1,
+                                  "read_rate_limit_per_minute": 0}
         values.update(overrides)
         return Settings(**values)
 

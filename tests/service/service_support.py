@@ -58,12 +58,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 class LiveServer:
     """Serve an ASGI app with uvicorn on a free loopback port in a background thread."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, log_level: str = "warning") -> None:
         import threading
 
         import uvicorn
 
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level=log_level,
                                                     lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -80,3 +80,25 @@ def test_dockerfile_copies_what_exists_and_runs_gradguard() -> None:
     for source in re.findall(r"^COPY (\S+)", text, flags=re.M):
         assert (ROOT / source).exists(), f"Dockerfile copies missing {source}"
     assert 'ENTRYPOINT ["gradguard"]' in text and "bubblewrap" in text and re.search(r"^USER ", text, flags=re.M)
+
+
+def test_workers_run_the_sandbox_for_real() -> None:
+    """What a worker container needs for bubblewrap, and a floor that turns a failure into a refusal."""
+    import json
+
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    for name in ("worker-cpu", "worker-gpu"):
+        worker = services[name]
+        env = worker["environment"]
+        assert env["GRADGUARD_SANDBOX_MIN_LEVEL"] == "bubblewrap", name  # below it: no run, /readyz 503
+        assert "GRADGUARD_SANDBOX_INSECURE" not in env, name
+        options = dict(opt.split("=", 1) for opt in worker["security_opt"])
+        assert options["apparmor"] == "unconfined", name  # docker-default's AppArmor profile denies mount
+        profile_path = ROOT / options["seccomp"]
+        assert options["seccomp"] != "unconfined" and profile_path.is_file(), name
+        profile = json.loads(profile_path.read_text())
+        assert profile["defaultAction"] == "SCMP_ACT_ALLOW"
+        denied = {call for rule in profile["syscalls"] if rule["action"] == "SCMP_ACT_ERRNO" for call in rule["names"]}
+        assert not denied & {"unshare", "clone", "clone3", "mount", "umount2", "pivot_root", "prctl", "setns"}
+        assert {"kexec_load", "init_module", "bpf", "keyctl", "ptrace", "open_by_handle_at"} <= denied
+    assert "apt-get install -y --no-install-recommends bubblewrap libseccomp2" in (ROOT / "Dockerfile").read_text()

@@ -221,3 +221,75 @@ def test_threads_count_as_processes_even_when_native_code_aborts(tmp_path):
     outcome = run_check(bundle, limits=Limits(wall_s=60, processes=8))
     assert not outcome.ok
     assert outcome.reason == "exceeded 8 processes", (outcome.reason, outcome.stderr_tail[-2000:])
+
+
+def _answers(family: int, address, hello: bytes) -> str:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        s.connect(address)
+        s.sendall(hello)
+        return s.recv(64).decode("latin-1")
+
+
+def test_at_the_configured_level_a_submission_cannot_reach_postgresql_or_redis(tmp_path, redis_url):
+    """The real servers the service uses (127.0.0.1:5432 and :6379), reachable from here, are out of reach
+    of a submission checked at the configured minimum level (never lowered for this test)."""
+    import glob
+
+    ssl_request = (8).to_bytes(4, "big") + (80877103).to_bytes(4, "big")
+    assert _answers(socket.AF_INET, ("127.0.0.1", 5432), ssl_request) in ("S", "N")  # PostgreSQL is there
+    assert _answers(socket.AF_INET, ("127.0.0.1", 6379), b"PING\r\n").startswith("+PONG")  # and Redis
+    unix = sorted(glob.glob("/var/run/postgresql/.s.PGSQL.*") + glob.glob("/tmp/.s.PGSQL.*"))
+    bundle = bundle_of(tmp_path, "reaches_services", postgres_port=5432, redis_port=6379, unix_sockets=unix)
+    outcome = sandbox.run_check(bundle, limits=QUICK, **OBSERVE)  # the default floor: namespaces or bubblewrap
+    seen = facts(outcome)
+    assert outcome.level in ("bubblewrap", "namespaces")
+    for name in ("postgres_tcp", "redis_tcp"):
+        assert not seen[name].startswith("answered"), (name, seen[name])
+        assert "Network is unreachable" in seen[name] or "Connection refused" in seen[name], seen[name]
+    for path, result in seen["postgres_unix"].items():
+        assert not result.startswith("answered") and ("No such file" in result or "Permission denied" in result), (
+            path, result)
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_the_seccomp_filter_denies_namespaces_mounts_ptrace_and_keyrings(tmp_path, monkeypatch, level):
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: level)
+    outcome = run_check(bundle_of(tmp_path, "escapes_namespaces"), limits=QUICK, **OBSERVE)
+    seen = facts(outcome)
+    assert seen.pop("observer") == "seccomp" and seen.pop("fork_still_works") == "yes"
+    assert seen == {name: "Operation not permitted" for name in seen}, seen
+    assert len(seen) == 7 * 2 + 5
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_without_its_seccomp_filter_a_level_fails_its_probe(monkeypatch, level):
+    from gradguard.service.sandbox import _seccomp
+
+    def unavailable() -> str:
+        raise _seccomp.Unavailable("no libseccomp binding (test)")
+
+    monkeypatch.setattr(_seccomp, "program", unavailable)
+    sandbox._probe.cache_clear()
+    try:
+        problem = sandbox._probe(level)
+    finally:
+        sandbox._probe.cache_clear()
+    assert problem is not None and problem.startswith("isolation incomplete") and "'seccomp': False" in problem
+
+
+@pytest.mark.parametrize("level", ISOLATING or [pytest.param("none", marks=pytest.mark.skip("no isolation here"))])
+def test_memory_is_counted_over_all_of_a_runs_processes(tmp_path, monkeypatch, level):
+    """Three children of 600 MB each: every one under the 1536 MB limit, together over it."""
+    monkeypatch.setattr(sandbox, "sandbox_level", lambda: level)
+    limits = Limits(wall_s=40, cpu_s=40, memory_mb=1536, processes=48, output_bytes=2**20, tmpfs_mb=16)
+    started = time.monotonic()
+    outcome = run_check(bundle_of(tmp_path, "hoards_in_children", children=3, mb_each=600, sleep_s=60), limits=limits,
+                        **OBSERVE)
+    assert not outcome.ok and outcome.reason == "exceeded 1536 MB memory", (outcome.reason, outcome.stderr_tail)
+    assert time.monotonic() - started < 30  # stopped when the total passed the limit, not at the wall
+    # the twin: two children of 500 MB, 1000 MB together, is within the run's budget
+    (tmp_path / "twin").mkdir()
+    twin = run_check(bundle_of(tmp_path / "twin", "hoards_in_children", children=2, mb_each=500, sleep_s=3),
+                     limits=limits, **OBSERVE)
+    assert twin.ok, (twin.reason, twin.stderr_tail)

@@ -98,12 +98,14 @@ class Live:
     admin: str
     http: httpx.Client
     tokens: dict[str, str] = field(default_factory=dict)
+    read_tokens: dict[str, str] = field(default_factory=dict)
 
     def create_project(self, slug: str, *, public: bool = True, name: str | None = None) -> str:
         answer = self.http.post("/api/v1/projects", json={"slug": slug, "public": public, "name": name or slug},
                                 headers={"Authorization": f"Bearer {self.admin}"})
         assert answer.status_code == 201, answer.text
         self.tokens[slug] = answer.json()["token"]
+        self.read_tokens[slug] = answer.json()["read_token"]
         return self.tokens[slug]
 
     def submit(self, slug: str, files: dict[str, str], **options: Any) -> int:
@@ -134,6 +136,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         "GRADGUARD_LOCAL_WORKERS": "2",
         "GRADGUARD_DEFAULT_MAX_EXAMPLES": "10",
         "GRADGUARD_RATE_LIMIT_PER_MINUTE": "0",
+        "GRADGUARD_READ_RATE_LIMIT_PER_MINUTE": "0",
         "GRADGUARD_PUBLIC_URL": "",
     }
     log = open(folder / "server.log", "wb")

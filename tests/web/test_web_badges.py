@@ -72,11 +72,13 @@ def test_unknown_gets_the_grey_badge_not_a_404(live: Any, seeded: dict[str, int]
     assert _texts(answer.text) == ["gradguard", "unknown"]
 
 
-def test_private_badges_need_the_token(live: Any, seeded: dict[str, int]) -> None:
-    answer = live.http.get("/badge/secret.svg", params={"token": live.tokens["secret"]})
+def test_private_badges_need_the_read_only_token(live: Any, seeded: dict[str, int]) -> None:
+    answer = live.http.get("/badge/secret.svg", params={"token": live.read_tokens["secret"]})
     assert _texts(answer.text) == ["gradguard", "1 failing"]
-    endpoint = live.http.get("/badge/secret.json", params={"token": "ggp_wrong"})
-    assert json.loads(endpoint.text)["message"] == "unknown"
+    # a submit token in a README's badge URL would hand out write access: it opens nothing here
+    for token in ("ggp_wrong", live.tokens["secret"], live.admin):
+        endpoint = live.http.get("/badge/secret.json", params={"token": token})
+        assert json.loads(endpoint.text)["message"] == "unknown"
 
 
 def test_badges_revalidate_with_etags(live: Any, seeded: dict[str, int]) -> None:

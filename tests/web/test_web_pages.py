@@ -100,7 +100,8 @@ def test_check_catalogue_index_and_pages(live: Any) -> None:
 
 
 def test_private_project_needs_a_token_then_a_cookie(live: Any, seeded: dict[str, int]) -> None:
-    with httpx.Client(base_url=live.base, timeout=30) as browser:
+    # a browser sends its page's Origin with every form POST (CSRF protection refuses others)
+    with httpx.Client(base_url=live.base, timeout=30, headers={"Origin": live.base}) as browser:
         gate = browser.get(f"/runs/{seeded['secret']}")
         missing = browser.get("/runs/999999")
         # A private run looks exactly like a missing one (no name leaks), and both offer the token form.
@@ -112,22 +113,24 @@ def test_private_project_needs_a_token_then_a_cookie(live: Any, seeded: dict[str
         assert 'name="token"' in gate.text and '<label for="token">' in gate.text and "secret" not in gate.text
         wrong = browser.post("/token", data={"token": "ggp_wrong", "next": f"/runs/{seeded['secret']}"})
         assert wrong.status_code == 403 and "opens no project" in wrong.text
-        right = browser.post("/token", data={"token": live.tokens["secret"], "next": f"/runs/{seeded['secret']}"},
-                             follow_redirects=False)
+        submit = browser.post("/token", data={"token": live.tokens["secret"], "next": "/"})
+        assert submit.status_code == 403 and "read-only token" in submit.text  # a browser never holds write access
+        right = browser.post("/token", data={"token": live.read_tokens["secret"],
+                                             "next": f"/runs/{seeded['secret']}"}, follow_redirects=False)
         assert right.status_code == 303 and right.headers["location"] == f"/runs/{seeded['secret']}"
         cookie = right.headers["set-cookie"].lower()
         assert cookie.startswith("gg_token_secret=") and "httponly" in cookie and "samesite=lax" in cookie
         assert browser.get(f"/runs/{seeded['secret']}").status_code == 200
         assert browser.get("/p/secret").status_code == 200
         assert "/p/secret" in browser.get("/").text
-    with httpx.Client(base_url=live.base, timeout=30, follow_redirects=True) as admin:
+    with httpx.Client(base_url=live.base, timeout=30, follow_redirects=True, headers={"Origin": live.base}) as admin:
         assert admin.post("/token", data={"token": live.admin, "next": "/p/secret"}).status_code == 200
         assert "/p/secret" in admin.get("/").text
     # a token in the URL would be written to access logs: pages take it only from a header or the cookie
-    assert live.http.get("/p/secret", params={"token": live.tokens["secret"]}).status_code == 404
+    assert live.http.get("/p/secret", params={"token": live.read_tokens["secret"]}).status_code == 404
     assert live.http.get("/p/secret", headers={"Authorization": f"Bearer {live.tokens['secret']}"}).status_code == 200
-    with httpx.Client(base_url=live.base, timeout=30) as other:
-        open_redirect = other.post("/token", data={"token": live.tokens["secret"], "next": "//evil.example"})
+    with httpx.Client(base_url=live.base, timeout=30, headers={"Origin": live.base}) as other:
+        open_redirect = other.post("/token", data={"token": live.read_tokens["secret"], "next": "//evil.example"})
         assert open_redirect.headers["location"] == "/"
 
 

@@ -1,7 +1,7 @@
 """runs: content_hash and reused_from, so that an identical bundle reuses a finished verdict
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-25
 """
 
@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from alembic import op
 
 
-revision = '0003'
-down_revision = '0002'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,242 @@
+"""Results stream per rule: a run stopped by a limit keeps every rule it finished, the rest are errors
+naming the reason; each rule has its own time limit, well below the run's; a limit met inside a rule
+is an error naming the limit, never a finding."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+import gradguard.service.sandbox as sandbox
+from gradguard.service.config import Settings
+from gradguard.service.sandbox import Limits, _judge, _run, _stream
+
+from service_support import ADMIN  # type: ignore[import-not-found]
+
+run_check = functools.partial(sandbox.run_check, select=["GG1"], max_examples=3)
+
+RULES = '''\
+import time
+import numpy as np
+from gradguard.checker import arrays, rrule
+
+
+def double(x):
+    return 2.0 * x
+
+
+@rrule(double, arrays(shape=(3,)))
+def a_double_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def b_stuck_rrule(x):
+    {stuck}
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def c_after_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+'''
+HANGS = "time.sleep(3600)"
+HOARDS = "hoard = np.ones(50 * 2**30 // 8)"
+
+
+def bundle(tmp_path: Path, stuck: str) -> Path:
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    (folder / "rules.py").write_text(RULES.format(stuck=stuck))
+    return folder
+
+
+def verdicts(report: dict) -> dict[str, tuple[str, str | None]]:
+    return {r["name"]: (r["verdict"], (r["error"] or {}).get("message")) for r in report["rules"]}
+
+
+@pytest.mark.slow
+def test_a_run_stopped_at_its_wall_limit_keeps_every_finished_rule_and_names_the_rest(tmp_path) -> None:
+    outcome = run_check(bundle(tmp_path, HANGS), limits=Limits(wall_s=10, cpu_s=30), rule_timeout_s=300)
+    assert not outcome.ok and outcome.reason == "exceeded 10 s wall time"
+    assert verdicts(outcome.report) == {
+        "a_double_rrule": ("pass", None),
+        "b_stuck_rrule": ("error", "not finished: the run exceeded 10 s wall time while this rule was being checked"),
+        "c_after_rrule": ("error", "not checked: the run exceeded 10 s wall time before this rule's turn"),
+    }
+    assert outcome.report["summary"]["passed"] == 1 and outcome.report["environment"]["sandbox"] == outcome.level
+
+
+@pytest.mark.slow
+def test_a_hanging_rule_ends_at_its_own_time_limit_and_the_others_get_verdicts(tmp_path) -> None:
+    outcome = run_check(bundle(tmp_path, HANGS), limits=Limits(wall_s=60, cpu_s=60), rule_timeout_s=2)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    found = verdicts(outcome.report)
+    assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
+    assert found["b_stuck_rrule"][0] == "error" and "2 s per-rule time limit" in found["b_stuck_rrule"][1]
+    assert outcome.duration_s < 30
+
+
+@pytest.mark.slow
+def test_memory_exhausted_inside_a_rule_is_a_limit_error_not_a_finding(tmp_path) -> None:
+    outcome = run_check(bundle(tmp_path, HOARDS), limits=Limits(wall_s=60, cpu_s=60, memory_mb=1024), rule_timeout_s=30)
+    assert not outcome.ok and outcome.reason == "exceeded 1024 MB memory"
+    stuck = next(r for r in outcome.report["rules"] if r["name"] == "b_stuck_rrule")
+    assert stuck["verdict"] == "error" and stuck["findings"] == []
+    assert stuck["error"]["type"] == "LimitExceeded" and stuck["error"]["message"].startswith("exceeded 1024 MB memory")
+    assert verdicts(outcome.report)["c_after_rrule"] == ("pass", None)
+
+
+def _raw(*records: object, tail: bytes = b"", returncode: int = 0, limit_hit: str | None = None) -> _run.Raw:
+    report = b"".join(json.dumps(r).encode() + b"\n" for r in records) + tail
+    return _run.Raw(limit_hit, returncode, None, 0.1, b"", report, 0.1)
+
+
+def _rule(name: str, **fields: object) -> dict:
+    return {"name": name, "verdict": "pass", "findings": [], **fields}
+
+
+def test_a_finding_made_of_a_limit_becomes_an_error_naming_the_limit() -> None:
+    """What a check made of a MemoryError (GG101 "forward raised MemoryError") is no finding."""
+    gg101 = {"check_id": "GG101", "rule": "hoard", "severity": "error", "title": "contract",
+             "message": "forward raised MemoryError: "}
+    other = {"check_id": "GG202", "rule": "linear", "severity": "error", "title": "linear",
+             "message": "not linear in the cotangent"}
+    rules = [_rule("hoard", verdict="fail", findings=[gg101]), _rule("linear", verdict="fail", findings=[other])]
+    report = {"schema": "gradguard.report/1"}
+    judged, reason = _judge.judge(_raw({"rules": ["hoard", "linear"]}, *[{"rule": r} for r in rules], {"report": report}),
+                                  Limits(memory_mb=512), "bubblewrap")
+    assert reason == "exceeded 512 MB memory"
+    hoard, linear = judged["rules"]
+    assert hoard["verdict"] == "error" and hoard["findings"] == [] and hoard["error"]["type"] == "LimitExceeded"
+    assert linear["verdict"] == "fail" and linear["findings"][0]["check_id"] == "GG202"  # a real finding stays
+    assert judged["summary"]["by_check"] == {"GG202": 1}
+
+
+def test_the_stream_is_untrusted_input() -> None:
+    limits = Limits()
+    assert _judge.judge(_raw(tail=b'{"rule": 5}\n'), limits, "bubblewrap") == (
+        None, "checker wrote an invalid report: line 1 of the report has a malformed 'rule' record")
+    assert _judge.judge(_raw({"rules": ["a"]}, {"x": 1, "y": 2}), limits, "bubblewrap")[1] == (
+        "checker wrote an invalid report: line 2 of the report is not one of the records 'rules', 'rule', 'report'")
+    garbage = _judge.judge(_raw(tail=b"not json\n{}\n"), limits, "bubblewrap")[1]
+    assert garbage.startswith("checker wrote an invalid report: line 1 of the report is not JSON")
+    # a run that stopped mid-line keeps what came before the cut
+    report, reason = _judge.judge(_raw({"rules": ["a", "b"]}, {"rule": _rule("a")}, tail=b'{"rule": {"na',
+                                       limit_hit="wall"), Limits(wall_s=7), "namespaces")
+    assert reason == "exceeded 7 s wall time" and verdicts(report)["a"] == ("pass", None)
+    assert verdicts(report)["b"][0] == "error"
+    # a finished rule with a bad shape: the partial report is refused, the reason stays
+    assert _judge.judge(_raw({"rules": ["a"]}, {"rule": {"name": 5}}, limit_hit="wall"), limits, "namespaces")[0] is None
+    # exited 0 without the final record
+    kept, why = _judge.judge(_raw({"rules": ["a"]}, {"rule": _rule("a")}), limits, "namespaces")
+    assert why == "checker ended without its final report" and verdicts(kept) == {"a": ("pass", None)}
+
+
+def test_the_per_rule_time_limit_is_well_below_the_wall_limit_and_bounded_by_it(make_settings) -> None:
+    settings = Settings(admin_token=ADMIN)
+    assert settings.default_rule_timeout_s <= settings.run_wall_s / 4
+    with pytest.raises(ValueError, match="GRADGUARD_RULE_TIMEOUT_S=120, but it must be below GRADGUARD_RUN_WALL_S=120"):
+        Settings(rule_timeout_s=120)
+    assert make_settings(run_wall_s=3).default_rule_timeout_s == 0.75
+
+
+def test_a_submission_sets_its_per_rule_time_limit_below_the_wall(client, project) -> None:
+    files = {"files": {"r.py": "x = 1\n"}}
+    run = client.post("/api/v1/projects/proj/runs", json={**files, "rule_timeout_s": 7.5}, headers=project["headers"])
+    assert run.status_code == 202, run.text
+    assert client.get(f"/api/v1/runs/{run.json()['id']}").json()["rule_timeout_s"] == 7.5
+    over = client.post("/api/v1/projects/proj/runs", json={**files, "rule_timeout_s": 120}, headers=project["headers"])
+    assert over.status_code == 422 and over.json()["detail"]["field"] == "rule_timeout_s"
+    assert "not below this server's run wall limit (120 s)" in over.json()["detail"]["message"]
+    for bad in (0, -1, "soon"):
+        answer = client.post("/api/v1/projects/proj/runs", json={**files, "rule_timeout_s": bad},
+                             headers=project["headers"])
+        assert answer.status_code == 422, bad
+    form = client.post("/api/v1/projects/proj/runs", data={"rule_timeout_s": "500"},
+                       files={"bundle": ("b.tar.gz", b"x", "application/gzip")}, headers=project["headers"])
+    assert form.status_code == 422 and form.json()["detail"]["field"] == "rule_timeout_s"
+
+
+def test_the_worker_uses_the_runs_limit_only_when_it_is_usable(make_settings) -> None:
+    from gradguard.service.models import Run
+    from gradguard.service.worker import rule_timeout_of
+
+    settings = make_settings(run_wall_s=100)
+    for asked, used in ((10.0, 10.0), (None, 25.0), (float("nan"), 25.0), (500.0, 25.0), (-1.0, 25.0)):
+        assert rule_timeout_of(Run(rule_timeout_s=asked), settings) == used, asked
+
+
+@pytest.mark.slow
+def test_by_default_one_hanging_rule_costs_the_service_no_other_verdict(make_settings, admin_headers) -> None:
+    from fastapi.testclient import TestClient
+
+    from gradguard.service.app import create_app
+    from service_support import wait_for  # type: ignore[import-not-found]
+
+    app = create_app(make_settings(local_workers=1, run_wall_s=40, default_max_examples=3))
+    with TestClient(app) as client:
+        token = client.post("/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
+        answer = client.post("/api/v1/projects/p/runs", json={"files": {"rules.py": RULES.format(stuck=HANGS)},
+                                                               "select": ["GG1"]},
+                             headers={"Authorization": f"Bearer {token}"})
+        run_id = answer.json()["id"]
+        run = wait_for(lambda: (r := client.get(f"/api/v1/runs/{run_id}").json())["status"] in ("passed", "failed",
+                                                                                                "error") and r, 120,
+                       "the run to end")
+        assert run["status"] == "error" and run["error"].startswith("the checker reported errors"), run
+        found = verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
+        assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
+        assert "10 s per-rule time limit" in found["b_stuck_rrule"][1]  # a quarter of the 40 s wall limit
+
+
+def test_a_stopped_runs_finished_rules_are_stored_and_served(client, project, migrated) -> None:
+    from gradguard.service import lifecycle
+    from gradguard.service.db import make_sessionmaker
+
+    run_id = client.post("/api/v1/projects/proj/runs", json={"files": {"r.py": "x = 1\n"}},
+                         headers=project["headers"]).json()["id"]
+    report, reason = _judge.judge(_raw({"rules": ["a", "b"]}, {"rule": _rule("a")}, limit_hit="wall"),
+                                  Limits(wall_s=9), "bubblewrap")
+    with make_sessionmaker(migrated)() as session:
+        assert lifecycle.claim_run(session, run_id=run_id, worker="w:1", max_retries=2, lease_s=60) is not None
+        status = lifecycle.finish_run(session, run_id=run_id, worker="w:1", ok=False, report=report,
+                                      level="bubblewrap", reason=reason, duration_s=9.0)
+    assert status == "error"
+    run = client.get(f"/api/v1/runs/{run_id}").json()
+    assert run["error"] == "exceeded 9 s wall time"
+    assert verdicts(client.get(f"/api/v1/runs/{run_id}/report").json()) == {
+        "a": ("pass", None), "b": ("error", "not finished: the run exceeded 9 s wall time while this rule was being checked")}
+
+
+def test_gradguard_submit_sets_the_per_rule_time_limit(make_settings, migrated, admin_headers, tmp_path,
+                                                       monkeypatch) -> None:
+    import httpx
+    from click.testing import CliRunner
+
+    from gradguard.service.app import create_app
+    from gradguard.service.client_cli import submit
+    from service_support import LiveServer  # type: ignore[import-not-found]
+
+    (tmp_path / "rules.py").write_text("x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    for name in ("GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    with LiveServer(create_app(make_settings(database_url=migrated))) as server:
+        token = httpx.post(f"{server.url}/api/v1/projects", json={"slug": "cli"}, headers=admin_headers).json()["token"]
+        args = ["rules.py", "--server", server.url, "--token", token, "--project", "cli", "--no-wait"]
+        done = CliRunner().invoke(submit, [*args, "--rule-timeout", "12.5"])
+        assert done.exit_code == 0, done.output
+        runs = httpx.get(f"{server.url}/api/v1/projects/cli/runs").json()["items"]
+        assert [r["rule_timeout_s"] for r in runs] == [12.5]
+        refused = CliRunner().invoke(submit, [*args, "--rule-timeout", "500"])
+        assert refused.exit_code == 2 and "rule_timeout_s" in refused.output, refused.output
+
+
+def test_the_stream_carries_each_rule_once_and_the_last_records_own_rules_are_not_read() -> None:
+    final = {"schema": "gradguard.report/1", "rules": [_rule("forged")]}
+    report, reason = _judge.judge(_raw({"rules": ["a"]}, {"rule": _rule("a")}, {"report": final}), Limits(), "namespaces")
+    assert reason is None and [r["name"] for r in report["rules"]] == ["a"]
