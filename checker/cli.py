@@ -75,6 +75,9 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
+@click.option("--unused-cotangent", type=click.Choice(["zeros", "none"]), default=None,
+              help="What an unused output's pullback receives, for rules that declare no unused_cotangent= "
+                   "(default zeros: JAX and PyTorch pass zeros; none: ChainRules-style engines pass None, GG302).")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True, help="Check rules on this many worker processes (0: one per CPU); same report.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write the JSON report here ('-' for stdout).")
 @click.option("--junit", "junit_path", type=click.Path(path_type=Path), help="Write a JUnit XML report here.")
@@ -90,6 +93,7 @@ def check_command(
     max_examples: int | None,
     rule_timeout: float,
     device: str | None,
+    unused_cotangent: str | None,
     jobs: int,
     json_path: Path | None,
     junit_path: Path | None,
@@ -123,6 +127,7 @@ def check_command(
             rule_timeout_s=rule_timeout or None,
             progress=on_rule,
             jobs=jobs,
+            unused_cotangent=unused_cotangent,
         )
     except UsageError as exc:
         _usage(str(exc))

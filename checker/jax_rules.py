@@ -95,6 +95,7 @@ def jax_rule(
     rtol: float | None = None,
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
+    unused_cotangent: str = "zeros",
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
@@ -104,7 +105,8 @@ def jax_rule(
     lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
     parameters with defaults may be left without a spec (``f(a, axis=None)`` with
     ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
-    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them.
+    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. ``unused_cotangent`` is
+    ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None.
     """
     from gradguard.engines.errors import AdapterError
     from gradguard.engines.jax_engine import custom_vjp_parts, rrule_from_custom_vjp
@@ -134,6 +136,7 @@ def jax_rule(
         kind="jax",
         jax_fn=with_kwargs(fn, kwargs or {}),
         kwargs=kwargs,
+        unused_cotangent=unused_cotangent,
     )
     spec.extra["jax_primal"] = with_kwargs(parts.fun, kwargs or {})
     spec.module = getattr(parts.fun, "__module__", None)

@@ -37,7 +37,7 @@ from gradguard.checker.errors import UsageError
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.loader import collect
 from gradguard.checker.report import Finding, Report, RuleResult
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, validate_unused_cotangent
 from gradguard.engines.errors import PlatformUnavailable
 
 __all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
@@ -60,6 +60,9 @@ class Options:
     max_examples: int = DEFAULT_MAX_EXAMPLES
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
     root: str | None = None  # paths in reports and reproducers are relative to this
+    # What an unused output's pullback receives, for rules that declare no convention (specs.UNUSED_COTANGENTS);
+    # None: specs.DEFAULT_UNUSED_COTANGENT.
+    unused_cotangent: str | None = None
 
 
 @dataclass
@@ -140,24 +143,32 @@ def check(
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
     progress: Callable[[RuleResult, int, int], None] | None = None,
     jobs: int = 1,
+    unused_cotangent: str | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
-    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report."""
+    ``jobs`` > 1 checks rules on that many worker processes (0: one per CPU), with the same report.
+    ``unused_cotangent`` ("zeros" or "none") is the project's convention for rules that declare none: what
+    the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0:
         raise UsageError(f"Got jobs={jobs!r}, but jobs must be an int >= 0 (0: one worker process per CPU).")
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
+    try:
+        validate_unused_cotangent(unused_cotangent)
+    except Exception as exc:  # noqa: BLE001 - SpecError: a usage error here, quoting the value
+        raise UsageError(str(exc)) from None
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
-    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd())
-    report = Report(
-        load_errors=failures,
-        settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
-    )
+    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
+                      root=os.getcwd(), unused_cotangent=unused_cotangent)
+    settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
+    if unused_cotangent is not None:
+        settings["unused_cotangent"] = unused_cotangent
+    report = Report(load_errors=failures, settings=settings)
     if jobs != 1 and len(rules) > 1:
         from gradguard.checker.parallel import check_in_processes
 
@@ -184,6 +195,8 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     )
     infos = [CHECKS[i] for i in ids]
     rule.run_state.clear()
+    if options.unused_cotangent is not None:
+        rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
     try:
         with time_limit(options.rule_timeout_s):
             _prepare_engine(rule, ids)
@@ -207,6 +220,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except _InternalError as exc:
         result.verdict = "error"
         result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
+    rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
     result.duration_s = round(time.perf_counter() - start, 4)
     if result.verdict != "error":
         result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"

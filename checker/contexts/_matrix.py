@@ -31,7 +31,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RuleSpec, unused_cotangent_of
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
@@ -99,7 +99,7 @@ def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | No
 def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
                engines: Sequence[str] | None = None) -> Outcome:
     chosen = CONTEXTS if contexts is None else by_name(contexts)
-    engines = ENGINES if engines is None else tuple(engines)
+    engines = engines_for(rule) if engines is None else tuple(engines)
     for e in engines:
         if e not in ENGINES:
             raise ValueError(f"Got engine {e!r}; engines are {', '.join(ENGINES)}.")
@@ -130,6 +130,14 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
             continue
         outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), runners, engines, outcome.tol))
     return outcome
+
+
+def engines_for(rule: RuleSpec) -> tuple[str, ...]:
+    """The engines a rule's matrix runs by default: the tape hands an unused output's pullback None
+    (``tape[none]``) only for rules whose declared convention says None can arrive (``unused_cotangent``)."""
+    if unused_cotangent_of(rule) == "none":
+        return ENGINES
+    return tuple(e for e in ENGINES if e != "tape[none]")
 
 
 def _lowest_dtype(values: Any) -> np.dtype:
