@@ -41,6 +41,7 @@ from gradguard.checker.checks._vjp import (
     owner,
     where_text,
 )
+from gradguard.checker.checks._kinks import coupled_kink, kink_problem
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, tree_map
@@ -73,7 +74,10 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     entry in the tolerance table plus the finite-difference error estimate. A failure is localised to the
     argument and, for arrays up to a few thousand elements, to the first wrong element. Where the primal is
     not differentiable (a kink, like relu at 0), each element's value must lie between its one-sided
-    derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements); where kinks sit closer to the input than any usable step (sorting
+    derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements), and where entries meet
+    at a kink (a max with ties) the tangent taken along a positive direction as a whole must lie between the
+    one-sided directional derivatives (every tied entry given the whole cotangent does not); where kinks sit
+    closer to the input than any usable step (sorting
     values 1e-34 apart), or finite differences cannot be taken (the edge of a restricted domain), the input
     is not judged."""
     if not case.diff_positions:
@@ -88,12 +92,18 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         raise Skip(NO_FD)
     whole = dot_test(lhs, tangents, v)
     tol = case.tol
+    if whole.agrees(tol):
+        return
     if (
-        whole.agrees(tol)
-        or at_kink(case, ybar, v, whole, tol)
+        at_kink(case, ybar, v, whole, tol)
         or not _fails_generically(case, ybar, tangents, tol)
         or near_kinks(case, ybar, v, whole, conv, tol)
     ):
+        # Excused element by element (or along the drawn direction) at a kink; a kink where entries meet
+        # is still judged along a direction as a whole.
+        coupled = coupled_kink(case, ybar, conv, tol)
+        if coupled is not None:
+            yield kink_problem(case, coupled)
         return
     hint = ""
     if has_complex(case, y):

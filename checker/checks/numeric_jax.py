@@ -31,6 +31,7 @@ from gradguard.checker.checks._jax import (
     spread,
     use_batched_fd,
 )
+from gradguard.checker.checks._kinks import coupled_kink, kink_problem
 from gradguard.checker.checks._vjp import (
     adjoint_tangents,
     as_rule_sees,
@@ -282,7 +283,13 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
                 sides = " Finite differences of the primal agree with JAX."
     bad = next((m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m)), None)
     if bad is None:
-        return  # every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is valid
+        # Every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is
+        # valid element by element; where entries meet at the kink (a max with ties) the tangent is also
+        # judged along a direction as a whole, as GG201 judges it.
+        coupled = coupled_kink(case, ybar, conv, case.tol)
+        if coupled is not None:
+            yield kink_problem(case, coupled)
+        return
     i, idx, got, want = bad
     where = where_text(i, idx)
     got, want = as_rule_sees(got, conv), as_rule_sees(want, conv)
