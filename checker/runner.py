@@ -278,7 +278,7 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         if info.per_rule:
             _run_per_rule(rule, info, options, result, shared)
             continue
-        first_failure = survey.failures.get(info.id)
+        first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
         if first_failure is None:
             if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
                 result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
@@ -289,7 +289,8 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
         # seed-filled large arrays whose evaluations are expensive.
         shrinkable = survey.cap >= options.max_examples
-        failure = (_search(rule, info, options).failure if shrinkable else None) or first_failure
+        errors_only = _severity(info, first_failure[1]) == "error"
+        failure = (_search(rule, info, options, errors_only).failure if shrinkable else None) or first_failure
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
@@ -312,6 +313,13 @@ class _Survey:
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
     failures: dict[str, _Failure] = field(default_factory=dict)
+    # Problems of warning severity only: kept, while the search goes on for an error from the same check.
+    warnings: dict[str, _Failure] = field(default_factory=dict)
+
+
+def _severity(info: CheckInfo, problems: list[Problem]) -> str:
+    """"error" when any problem has error severity (its own, or the check's), else "warning"."""
+    return "error" if any((p.severity or info.severity) == "error" for p in problems) else "warning"
 
 
 def _example_cap(args: Any, max_examples: int) -> int:
@@ -408,7 +416,9 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
                 continue
             survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
             problems, raised = outcome
-            if problems:
+            if problems and _severity(info, problems) == "warning":
+                survey.warnings.setdefault(info.id, (case, problems, raised))
+            elif problems:
                 survey.failures[info.id] = (case, problems, raised)
                 gate_failed = gate_failed or info.gates
 
@@ -423,8 +433,9 @@ class _Outcome:
     failure: _Failure | None = None
 
 
-def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
-    """A search for one failing check: Hypothesis finds the failure again and shrinks it."""
+def _search(rule: RuleSpec, info: CheckInfo, options: Options, errors_only: bool = False) -> _Outcome:
+    """A search for one failing check: Hypothesis finds the failure again and shrinks it (an error-severity
+    one when ``errors_only``, so that a warning the same check gives elsewhere does not replace it)."""
     outcome = _Outcome()
 
     def body(args: Any, data: Any) -> None:
@@ -434,7 +445,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options) -> _Outcome:
             outcome.skip_reason = found
             return
         problems, raised = found
-        if problems:
+        if problems and (not errors_only or _severity(info, problems) == "error"):
             outcome.failure = (case, problems, raised)
             raise _CheckFailed(info.id)
         outcome.ran += 1
@@ -475,7 +486,7 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
         script = reproducer.script(rule, info.id, case, problem, root=options.root)
     return Finding(
         check_id=info.id,
-        severity=info.severity,
+        severity=problem.severity or info.severity,
         title=info.title,
         rule=rule.name,
         message=problem.message,

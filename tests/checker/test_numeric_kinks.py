@@ -115,3 +115,72 @@ def sort_ties(x):
 @pytest.mark.parametrize("rule", [row_max_ties_share, clip_both_bounds, sort_ties], ids=["row-max", "clip", "sort"])
 def test_kinks_judged_as_a_whole_only_where_entries_meet(rule):
     assert_passes_every_isolation_check(rule)
+
+
+# -- NaN where the primal has no derivative (issue 12, class 3) ----------------------------------------
+def norm(x):
+    return np.sqrt(np.sum(x * x))
+
+
+ZEROS_FIRST = arrays(shape=(3,), elements=st.sampled_from([0.0, 1.0, -2.0]))
+
+
+@rrule(norm, ZEROS_FIRST)
+def norm_nan_at_zero(x):
+    n = norm(x)
+    return n, lambda g: (g * x / n,)  # 0/0 at x == 0, a cone point: no derivative there
+
+
+@rrule(norm, ZEROS_FIRST)
+def norm_subgradient_at_zero(x):
+    n = norm(x)
+    return n, lambda g: (g * np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)),)
+
+
+def row_std(x):
+    return np.std(x, axis=1)
+
+
+@rrule(row_std, arrays(shape=(2, 3), elements=st.sampled_from([0.0, 1.0])))
+def row_std_nan_on_constant_rows(x):
+    s = row_std(x)
+    return s, lambda g: ((g / s)[:, None] * (x - x.mean(axis=1, keepdims=True)) / x.shape[1],)
+
+
+NO_DERIVATIVE = (
+    r"the pullback of {name} returned nan in the tangent for argument 0 at \[[\d, ]+\], where the primal is finite "
+    r"but has no derivative along this element: the one-sided derivatives of (the output|the output at \[\d\]) are "
+    rf"{NUM} \(from below\) and {NUM} \(from above\) by finite differences; \d+ element\(s\) of this tangent are "
+    r"not finite\."
+)
+
+
+@pytest.mark.parametrize("rule", [norm_nan_at_zero, row_std_nan_on_constant_rows], ids=["norm", "std"])
+def test_nan_at_a_cone_point_is_a_warning_that_suggests_a_subgradient(rule):
+    result = check(rule, select=["GG206"]).rules[0]
+    (f,) = result.findings
+    match = re.fullmatch(NO_DERIVATIVE.format(name=rule.name), f.message)
+    assert match, f.message
+    left, right = (float(v) for v in match.groups()[1:])
+    assert left < right  # a cone: the slope jumps up across the point
+    assert f.severity == "warning" and result.verdict == "pass"
+    assert "return a subgradient there" in f.fix and f.expected.startswith("a finite subgradient between ")
+
+
+def test_a_subgradient_at_the_cone_point_passes():
+    assert_passes_every_isolation_check(norm_subgradient_at_zero)
+
+
+def xabs(x):
+    return x * np.abs(x)
+
+
+@rrule(xabs, arrays(shape=(2,), elements=st.sampled_from([0.0, 1.0])))
+def xabs_nan_but_norm_ok(x):
+    # Both a cone-free NaN (x * |x| is smooth at 0) and nothing else: the error must win over any warning.
+    return xabs(x), lambda g: (2 * x * x / np.abs(x) * g,)
+
+
+def test_nan_where_the_derivative_exists_stays_an_error():
+    (f,) = findings(xabs_nan_but_norm_ok, "GG206")
+    assert f.severity == "error" and "has a derivative along this element" in f.message
