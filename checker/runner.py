@@ -33,7 +33,7 @@ from gradguard.checker import reproducer
 from gradguard.checker._hypothesis import own_constants_only
 from gradguard.checker.case import Case, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
 from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
-from gradguard.checker.errors import UsageError
+from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.loader import collect
 from gradguard.checker.report import Finding, Report, RuleResult
@@ -158,7 +158,7 @@ def check(
         raise UsageError(f"Got max_examples={max_examples!r}, but max_examples must be an int >= 1.")
     try:
         validate_unused_cotangent(unused_cotangent)
-    except Exception as exc:  # noqa: BLE001 - SpecError: a usage error here, quoting the value
+    except SpecError as exc:  # a usage error here, quoting the value
         raise UsageError(str(exc)) from None
     ids = select_checks(select, ignore)
     started = time.perf_counter()
