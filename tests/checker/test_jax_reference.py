@@ -80,3 +80,26 @@ def square_sum_rrule(a):
 def test_a_faithful_reference_is_still_used():
     result = check(square_sum_rrule, select=["GG203"]).rules[0]
     assert result.checks_run == ["GG203"] and result.findings == []
+
+
+def stair(x):
+    return np.floor(x * 1e8) / 1e8  # x to 8 decimals: slope 1 at every scale above 1e-8, while JAX's is 0
+
+
+@rrule(stair, arrays(shape=(3,), min_value=1.0, max_value=2.0))
+def stair_half(x):
+    return stair(x), lambda g: (0.5 * g,)
+
+
+@rrule(stair, arrays(shape=(3,), min_value=1.0, max_value=2.0))
+def stair_one(x):
+    return stair(x), lambda g: (1.0 * g,)
+
+
+def test_the_reference_never_overrules_finite_differences_of_the_primal():
+    """JAX's derivative of the primal's code (0: floor) is contradicted by finite differences of the primal
+    (1): GG203 makes no claim from it; GG201 judges the rule against the primal."""
+    (f,) = check(stair_half, select=["GG201", "GG203"]).findings
+    assert f.check_id == "GG201" and f.expected == "1" and f.actual == "0.5"
+    result = check(stair_one, select=["GG201", "GG203"]).rules[0]
+    assert result.findings == [] and result.checks_run == ["GG201", "GG203"]
