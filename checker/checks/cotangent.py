@@ -143,8 +143,9 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
     a pullback that computes ``None * x`` raises in the middle of someone's backward pass. Under the default
     convention, ``"zeros"``, ``None`` never arrives and the check does not run (it is listed among the skipped
     checks with the reason): JAX and PyTorch materialise zero cotangents and HIPS/autograd never calls the
-    pullback of an unused output, so a NumPy rule written for them need not handle ``None``. JAX and torch
-    rules are always ``"zeros"`` here (their engines never pass ``None``). The safety matrix follows the
+    pullback of an unused output, so a NumPy rule written for them need not handle ``None``. The check applies
+    to NumPy rules (``jax_rule`` and ``torch_rule`` declare ``"zeros"`` by default: JAX and PyTorch never pass
+    ``None``). The safety matrix follows the
     same convention: its ``tape[none]`` column runs only for rules declared ``"none"``."""
     convention = unused_cotangent_of(case.rule)
     if convention != "none":

@@ -103,10 +103,17 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     """The pullback must agree with an independent reference: ``jax.vjp`` of the primal's own ``jax.numpy``
     code, for the same random cotangent, element by element (the dtype's tolerance). For a ``jax.custom_vjp``
     the reference is JAX's derivative of the function underneath the decorator, which is what the rule
-    replaces; for a NumPy rule it is used when JAX can trace the primal, and the check is skipped with the
-    reason otherwise. Unlike finite differences the reference has no truncation error, so it also judges rules
-    whose primal cannot be differenced well. Where the two disagree and finite differences side with the rule
-    (the custom rule exists because JAX's own derivative of the primal is unstable there), no finding is made."""
+    replaces; for a NumPy rule it is used when JAX can trace the primal (if need be with its NumPy calls run as
+    ``jax.numpy``) and only where that is shown to be the same function around the input: its values agree
+    with the primal's at the input and at nearby points along random directions and along the direction in
+    which the two gradients differ (``jnp.linalg.eigvalsh`` symmetrises its argument where
+    ``np.linalg.eigvalsh`` reads one triangle: equal at a symmetric input, different around it). Otherwise the
+    input is skipped with the reason. Unlike finite differences the reference has no truncation error, so it
+    also judges rules whose primal cannot be differenced well; but it never overrules them: where finite
+    differences of the primal contradict the reference (the custom rule exists because JAX's own derivative of
+    the primal is unstable there, or JAX differentiates the code to something else, like 0 through a floor),
+    no finding is made, and GG201 judges the rule against the primal. Where entries meet at a kink (a max with
+    ties), the tangent is also judged along a direction as a whole, as in GG201."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     conv = convention(case)
