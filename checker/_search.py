@@ -128,11 +128,17 @@ class _Outcome:
     stopped: bool = False  # a shrinking budget ran out
 
 
+def severity(info: CheckInfo, problems: list[Problem]) -> str:
+    """"error" when any problem has error severity (its own, or the check's), else "warning"."""
+    return "error" if any((p.severity or info.severity) == "error" for p in problems) else "warning"
+
+
 def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None,
-            at: tuple[Any, ...] | None = None) -> _Outcome:
+            at: tuple[Any, ...] | None = None, errors_only: bool = False) -> _Outcome:
     """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
     ``budget_s`` seconds and ``options.shrink_steps`` evaluations of the check. ``at``: the input is fixed
-    to these arguments (a copy each time) and only the check's own draws vary."""
+    to these arguments (a copy each time) and only the check's own draws vary. ``errors_only``: only an
+    error-severity failure counts, so that a warning the same check gives elsewhere does not replace it."""
     outcome = _Outcome()
     shrink_started: float | None = None
     steps = 0
@@ -150,7 +156,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
             outcome.skip_reason = found
             return
         problems, raised = found
-        if problems:
+        if problems and (not errors_only or severity(info, problems) == "error"):
             outcome.failure = (case, problems, raised)
             if shrink_started is None:
                 shrink_started = time.perf_counter()

@@ -71,6 +71,9 @@ def main() -> None:
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
+@click.option("--unused-cotangent", type=click.Choice(["zeros", "none"]), default=None,
+              help="What an unused output's pullback receives, for rules that declare no unused_cotangent= "
+                   "(default zeros: JAX and PyTorch pass zeros; none: ChainRules-style engines pass None, GG302).")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Check rules on this many worker processes (0: one per CPU; default: one per CPU for more than 4 rules, else 1); same report.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=".gradguard_cache", show_default=True, envvar="GRADGUARD_CACHE_DIR", help="Reuse the verdicts of rules unchanged since they were last checked, stored in this folder.")
 @click.option("--no-cache", is_flag=True, envvar="GRADGUARD_NO_CACHE", help="Check every rule, reusing and storing no verdict.")

@@ -8,7 +8,7 @@
     max-examples = 50
     timeout = 300                     # per rule, in seconds (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
-    unused-cotangent = "zero"         # the convention for an unused output's cotangent
+    unused-cotangent = "zeros"        # the convention for an unused output's cotangent
     cache-dir = ".gradguard-cache"
     reproducers = "repro"             # where --reproducers writes; never imported as rules
 

@@ -97,6 +97,7 @@ def jax_rule(
     rtol: float | None = None,
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
+    unused_cotangent: str = "zeros",
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` or `jax.custom_jvp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
@@ -110,7 +111,8 @@ def jax_rule(
     lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
     parameters with defaults may be left without a spec (``f(a, axis=None)`` with
     ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
-    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them.
+    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. ``unused_cotangent`` is
+    ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None.
     """
     from gradguard.engines.errors import AdapterError
     from gradguard.engines.jax_engine import custom_jvp_parts, custom_vjp_parts, is_custom_jvp
@@ -144,6 +146,7 @@ def jax_rule(
         kind="jax",
         jax_fn=with_kwargs(fn, kwargs or {}),
         kwargs=kwargs,
+        unused_cotangent=unused_cotangent,
     )
     spec.extra["jax_primal"] = with_kwargs(parts.fun, kwargs or {})
     if forward_mode:

@@ -28,14 +28,14 @@ import numpy as np
 
 from gradguard.checker import reproducer
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
-                                       _shrink_note, _SpecCannotGenerate)
+                                       _shrink_note, _SpecCannotGenerate, severity)
 from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
-from gradguard.checker.errors import UsageError
+from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.loader import collect
 from gradguard.checker.report import Finding, Report, RuleResult
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, validate_unused_cotangent
 from gradguard.engines.errors import PlatformUnavailable
 
 __all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
@@ -75,6 +75,9 @@ class Options:
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
     jax_cache_dir: str | None = None  # JAX's persistent compilation cache (None: compile in each process)
+    # What an unused output's pullback receives, for rules that declare no convention (specs.UNUSED_COTANGENTS);
+    # None: specs.DEFAULT_UNUSED_COTANGENT.
+    unused_cotangent: str | None = None
 
 
 @dataclass
@@ -148,6 +151,7 @@ def check(
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
     jax_cache_dir: str | os.PathLike[str] | None = None,
+    unused_cotangent: str | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
@@ -160,7 +164,9 @@ def check(
     check) bound shrinking; when one runs out the smallest failing input so far is reported, and the
     counterexample's ``shrinking`` says so (None: no bound). ``jax_cache_dir``: JAX's persistent
     compilation cache, so later processes load compiled programs instead of compiling them (default:
-    ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins)."""
+    ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins).
+    ``unused_cotangent`` ("zeros" or "none") is the project's convention for rules that declare none: what
+    the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
@@ -172,15 +178,19 @@ def check(
         raise UsageError(f"Got shrink_budget_s={shrink_budget_s!r}, but it must be a number of seconds >= 0, or None (no limit).")
     if shrink_steps is not None and (not isinstance(shrink_steps, int) or isinstance(shrink_steps, bool) or shrink_steps < 0):
         raise UsageError(f"Got shrink_steps={shrink_steps!r}, but it must be an int >= 0, or None (no limit).")
+    try:
+        validate_unused_cotangent(unused_cotangent)
+    except SpecError as exc:  # a usage error here, quoting the value
+        raise UsageError(str(exc)) from None
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
     options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd(),
-                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps)
-    report = Report(
-        load_errors=failures,
-        settings={"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore},
-    )
+                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent)
+    settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
+    if unused_cotangent is not None:
+        settings["unused_cotangent"] = unused_cotangent
+    report = Report(load_errors=failures, settings=settings)
     cache = _open_cache(cache_dir, use_cache, ids, options)
     if jax_cache_dir is not None:
         options.jax_cache_dir = os.fspath(jax_cache_dir)
@@ -227,6 +237,7 @@ def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options:
 
     settings = {"checks": ids, "seed": options.seed, "max_examples": options.max_examples,
                 "rule_timeout_s": options.rule_timeout_s, "root": options.root,
+                "unused_cotangent": options.unused_cotangent,
                 "shrink": [options.shrink_budget_s, options.shrink_steps],
                 "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
                 "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
@@ -244,6 +255,8 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     )
     infos = [CHECKS[i] for i in ids]
     rule.run_state.clear()
+    if options.unused_cotangent is not None:
+        rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
     try:
         with time_limit(options.rule_timeout_s):
             _prepare_engine(rule, ids, options.jax_cache_dir)
@@ -269,6 +282,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except _InternalError as exc:
         result.verdict = "error"
         result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
+    rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
     result.duration_s = round(time.perf_counter() - start, 4)
     if result.verdict != "error":
         result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
@@ -322,7 +336,7 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         if info.per_rule:
             _run_per_rule(rule, info, options, result, shared)
             continue
-        first_failure = survey.failures.get(info.id)
+        first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
         if first_failure is None:
             if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
                 result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
@@ -335,14 +349,16 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
         shrinkable = survey.cap >= options.max_examples
         note = None
         failure = None
+        errors_only = severity(info, first_failure[1]) == "error"
         if shrinkable and shrink_left is not None and shrink_left <= 0:
             note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
         elif shrinkable:
             # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
             # only this check's own draws (cotangents, directions) are shrunk.
-            searched = _search(rule, info, options, shrink_left, at=shrunk_args) if shrunk_args is not None else None
+            searched = (_search(rule, info, options, shrink_left, at=shrunk_args, errors_only=errors_only)
+                        if shrunk_args is not None else None)
             if searched is None or searched.failure is None:
-                searched = _search(rule, info, options, shrink_left)
+                searched = _search(rule, info, options, shrink_left, errors_only=errors_only)
             failure = searched.failure
             if shrink_left is not None:
                 shrink_left -= searched.shrink_s
@@ -372,6 +388,8 @@ class _Survey:
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
     failures: dict[str, _Failure] = field(default_factory=dict)
+    # Problems of warning severity only: kept, while the search goes on for an error from the same check.
+    warnings: dict[str, _Failure] = field(default_factory=dict)
 
 
 def _example_cap(args: Any, max_examples: int) -> int:
@@ -416,7 +434,9 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
                 continue
             survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
             problems, raised = outcome
-            if problems:
+            if problems and severity(info, problems) == "warning":
+                survey.warnings.setdefault(info.id, (case, problems, raised))
+            elif problems:
                 survey.failures[info.id] = (case, problems, raised)
                 gate_failed = gate_failed or info.gates
 
@@ -459,7 +479,7 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
         script = reproducer.script(rule, info.id, case, problem, root=options.root)
     return Finding(
         check_id=info.id,
-        severity=info.severity,
+        severity=problem.severity or info.severity,
         title=info.title,
         rule=rule.name,
         message=problem.message,

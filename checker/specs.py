@@ -27,13 +27,34 @@ from hypothesis.strategies import SearchStrategy
 from gradguard.checker.errors import SpecError
 from gradguard.checker.structure import STRUCTURES, make_structured, structured_primal, structured_rule
 
-__all__ = ["RuleSpec", "rrule", "arrays", "floats", "constant", "is_constant", "structure_of"]
+__all__ = [
+    "RuleSpec",
+    "rrule",
+    "arrays",
+    "floats",
+    "constant",
+    "is_constant",
+    "structure_of",
+    "UNUSED_COTANGENTS",
+    "DEFAULT_UNUSED_COTANGENT",
+    "unused_cotangent_of",
+    "validate_unused_cotangent",
+]
 
 # Arrays up to this many elements are drawn element by element through
 # Hypothesis (so failures shrink to readable values); larger ones are filled
 # from a seeded generator (Hypothesis draws only the seed), which keeps a
 # 10**6-element rule cheap to check.
 SHRINKABLE_SIZE = 64
+
+# What the pullback of an unused output receives in the engines a rule is written for: "zeros" (JAX and
+# PyTorch materialise zero cotangents; HIPS/autograd never calls it) or "none" (ChainRules' NoTangent,
+# Zygote's nothing, the tape's `none` policy). NumPy rules that declare nothing get the run's default,
+# "zeros" unless the project says otherwise: the Python engines a NumPy rule is plugged into pass zeros
+# or skip the pullback, and a None-passing engine is one its author opts into (and then declares).
+UNUSED_COTANGENTS = ("zeros", "none")
+DEFAULT_UNUSED_COTANGENT = "zeros"
+RUN_UNUSED_COTANGENT = "unused_cotangent"  # RuleSpec.run_state key: the run's default, set by the runner
 
 _CONSTANTS: "weakref.WeakSet[SearchStrategy]" = weakref.WeakSet()
 _STRUCTURED: "weakref.WeakKeyDictionary[SearchStrategy, str]" = weakref.WeakKeyDictionary()
@@ -172,7 +193,8 @@ class RuleSpec:
     nondiff: frozenset[int] = frozenset()
     rtol: float | None = None
     atol: float | None = None
-    kind: str = "numpy"  # "numpy" or "jax"
+    kind: str = "numpy"  # "numpy", "jax" or "torch"
+    unused_cotangent: str | None = None  # declared convention (UNUSED_COTANGENTS); None: the run's default
     jax_fn: Any = None  # the custom_vjp function, for jax rules
     source_file: str | None = None
     source_lines: tuple[int, int] | None = None
@@ -187,6 +209,23 @@ class RuleSpec:
 
     def __repr__(self) -> str:
         return f"<RuleSpec {self.name} for {getattr(self.primal, '__name__', self.primal)!r}>"
+
+
+def validate_unused_cotangent(value: Any, option: str = "unused_cotangent") -> str | None:
+    """``value`` if it names a convention in ``UNUSED_COTANGENTS`` (or is None), else a SpecError quoting it."""
+    if value is None or value in UNUSED_COTANGENTS:
+        return value
+    raise SpecError(
+        f"Got {option}={value!r}, but {option} must be 'zeros' (the engines the rule is written for pass zero "
+        "cotangents to an unused output's pullback, as JAX and PyTorch do) or 'none' (they may pass None, as "
+        "ChainRules-style engines do)."
+    )
+
+
+def unused_cotangent_of(rule: RuleSpec) -> str:
+    """The convention a rule is checked under: its own declaration, else the run's default, else
+    ``DEFAULT_UNUSED_COTANGENT``."""
+    return rule.unused_cotangent or rule.run_state.get(RUN_UNUSED_COTANGENT) or DEFAULT_UNUSED_COTANGENT
 
 
 def _positions(option: str, value: Any, nargs: int | None) -> frozenset[int]:
@@ -299,6 +338,7 @@ def build_spec(
     kind: str = "numpy",
     jax_fn: Any = None,
     kwargs: dict[str, Any] | None = None,
+    unused_cotangent: str | None = None,
 ) -> RuleSpec:
     """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
     if not callable(primal):
@@ -331,6 +371,7 @@ def build_spec(
     mutates_set = _positions("mutates", mutates, nargs)
     nondiff_set = _positions("nondiff", nondiff, nargs)
     nondiff_set |= {i for i, s in enumerate(arg_specs) if is_constant(s)}
+    unused_cotangent = validate_unused_cotangent(unused_cotangent)
 
     strategy = st.tuples(*arg_specs) if arg_specs else args
     path, lines = source_location(rule_fn)
@@ -349,6 +390,7 @@ def build_spec(
         rtol=_tolerance("rtol", rtol),
         atol=_tolerance("atol", atol),
         kind=kind,
+        unused_cotangent=unused_cotangent,
         jax_fn=jax_fn,
         source_file=path,
         source_lines=lines,
@@ -369,6 +411,7 @@ def rrule(
     rtol: float | None = None,
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
+    unused_cotangent: str | None = None,
 ) -> Callable[[Callable[..., Any]], RuleSpec]:
     """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
 
@@ -377,6 +420,9 @@ def rrule(
     argument (``None`` for non-differentiable ones). ``kwargs`` fixes keyword arguments (an ``axis=``, a
     keyword-only option): the rule and the primal are always called with them, and they get no tangent.
     Parameters with defaults may be left without a spec; they keep their defaults.
+    ``unused_cotangent`` says what the pullback of an unused output receives in the engines the rule is
+    written for: ``"zeros"`` or ``"none"`` (``None``: the run's default, ``"zeros"`` unless set; see
+    ``UNUSED_COTANGENTS``). Under ``"none"`` the pullback must accept ``None`` (GG302).
     """
     if not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
@@ -384,12 +430,12 @@ def rrule(
     def decorate(rule_fn: Callable[..., Any]) -> RuleSpec:
         return build_spec(
             rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol,
-            kwargs=kwargs,
+            kwargs=kwargs, unused_cotangent=unused_cotangent,
         )
 
     # Validate the options now, not at decoration, so the error points at the rrule(...) line.
     build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol,
-               atol=atol, kwargs=kwargs)
+               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent)
     return decorate
 
 

@@ -53,13 +53,15 @@ def torch_rule(
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
     primal: Callable[..., Any] | None = None,
+    unused_cotangent: str = "zeros",
 ) -> RuleSpec:
     """Declare a `torch.autograd.Function` subclass as a rule to check; returns a :class:`RuleSpec`.
 
     The options are those of `gradguard.checker.rrule` (one spec per argument of ``forward``, without
     ``ctx``). ``primal`` is the function the Function claims to compute (NumPy in, NumPy out), for GG102;
     by default it is ``function.apply`` under ``torch.no_grad()``. A forward that writes into an input
-    (``ctx.mark_dirty``) is declared with ``mutates=`` like any mutating rule.
+    (``ctx.mark_dirty``) is declared with ``mutates=`` like any mutating rule. ``unused_cotangent`` is
+    ``"zeros"`` by default: PyTorch materialises zero gradients for unused outputs.
     """
     from gradguard.engines import torch_engine
     from gradguard.engines.errors import AdapterError
@@ -122,7 +124,7 @@ def torch_rule(
             chosen.__signature__ = sig  # type: ignore[attr-defined]  # arity errors name forward's parameters
     spec = build_spec(
         rule, chosen, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name or fname, rtol=rtol,
-        atol=atol, kind="torch", kwargs=kwargs,
+        atol=atol, kind="torch", kwargs=kwargs, unused_cotangent=unused_cotangent,
     )
     positions["nondiff"] = spec.nondiff
     spec.extra[TORCH_FUNCTION] = function

@@ -1,13 +1,14 @@
 """The checks, one module per family; importing this package registers every check id.
 
 Find a check by its id in one hop: GG1xx contract.py, GG2xx numeric.py (GG203 and
-GG204, which need JAX: numeric_jax.py; GG204 for NumPy rules: second_order.py;
+GG204, which need JAX: numeric_jax.py; GG206: numeric_finite.py; GG204 for NumPy rules: second_order.py;
 GG207 and GG208, the jvp of a custom_jvp: forward.py), GG3xx cotangent.py, GG4xx state.py,
 GG5xx context.py, GG6xx compose.py, GG7xx (PyTorch) torch_checks.py and torch_inplace.py.
 """
 
 from gradguard.checker.checks import contract  # noqa: F401
 from gradguard.checker.checks import numeric  # noqa: F401
+from gradguard.checker.checks import numeric_finite  # noqa: F401
 from gradguard.checker.checks import cotangent  # noqa: F401
 from gradguard.checker.checks import state  # noqa: F401
 from gradguard.checker.checks import context  # noqa: F401

@@ -1,9 +1,10 @@
 """Cotangent checks (GG3xx): the cotangents engines really pass, not only random ones.
 
 An output that the program does not use still gets its pullback called in
-some engines: with a zero cotangent (JAX, the tape when zeros are
+some engines: with a zero cotangent (JAX, PyTorch, the tape when zeros are
 instantiated) or with ``None`` (Zygote's ``nothing``, ChainRules' ``NoTangent``,
-our tape for unused outputs). And a cotangent buffer may be shared by several
+the tape's ``none`` policy). Which of the two a rule must handle is its declared
+``unused_cotangent`` convention (:data:`gradguard.checker.specs.UNUSED_COTANGENTS`). And a cotangent buffer may be shared by several
 pullbacks (fan-out), so a pullback must treat it as read-only.
 """
 
@@ -17,6 +18,7 @@ from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
 from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
+from gradguard.checker.specs import unused_cotangent_of
 from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild
 
 __all__: list[str] = []
@@ -113,19 +115,18 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     "GG302",
     family="cotangent",
     title="absent (None) cotangent is not accepted",
-    severity="warning",
     kinds=("numpy",),
     given="""
         def square(x):
             return x * x
     """,
     broken="""
-        @rrule(square, arrays(shape=(3,)))
+        @rrule(square, arrays(shape=(3,)), unused_cotangent="none")   # for engines that pass None
         def square_rrule(x):
             return x * x, lambda ybar: (2 * x * ybar,)           # TypeError for ybar=None
     """,
     fixed="""
-        @rrule(square, arrays(shape=(3,)))
+        @rrule(square, arrays(shape=(3,)), unused_cotangent="none")
         def square_rrule(x):
             def pullback(ybar):
                 if ybar is None:                                 # the output was not used
@@ -135,13 +136,24 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     """,
 )
 def none_cotangent(case: Case) -> Iterable[Problem]:
-    """An engine may call the pullback of an unused output with ``None`` instead of a cotangent (for a tuple
-    output, ``None`` in the unused positions), as Zygote passes ``nothing`` to the pullback of
-    an unused output. The pullback must
-    accept it and return zero or ``None`` tangents, like ChainRules' ``NoTangent``; a pullback that computes
-    ``None * x`` raises in the middle of someone's backward pass. (JAX always passes zeros, so this check
-    applies to NumPy rrules only.) It is a warning, not an error: whether ``None`` ever arrives depends on the
-    engine, and the safety matrix's ``tape[none]`` column shows which programs it breaks."""
+    """A rule declared with ``unused_cotangent="none"`` (on the rule, or as the project's default: ``gradguard
+    check --unused-cotangent none``) is written for engines that call the pullback of an unused output with
+    ``None`` instead of a cotangent (for a tuple output, ``None`` in the unused positions), as Zygote passes
+    ``nothing`` and ChainRules ``NoTangent``. The pullback must accept it and return zero or ``None`` tangents;
+    a pullback that computes ``None * x`` raises in the middle of someone's backward pass. Under the default
+    convention, ``"zeros"``, ``None`` never arrives and the check does not run (it is listed among the skipped
+    checks with the reason): JAX and PyTorch materialise zero cotangents and HIPS/autograd never calls the
+    pullback of an unused output, so a NumPy rule written for them need not handle ``None``. The check applies
+    to NumPy rules (``jax_rule`` and ``torch_rule`` declare ``"zeros"`` by default: JAX and PyTorch never pass
+    ``None``). The safety matrix follows the
+    same convention: its ``tape[none]`` column runs only for rules declared ``"none"``."""
+    convention = unused_cotangent_of(case.rule)
+    if convention != "none":
+        raise Skip(
+            f"{case.rule.name} is checked under unused_cotangent={convention!r}: the engines it is written for pass "
+            "zeros to an unused output's pullback (GG301 checks those), never None. Declare "
+            "unused_cotangent=\"none\" on the rule (or --unused-cotangent none for the project) when it must accept None"
+        )
     y = case.first_call().output
     for what, ybar, zero in _none_variants(case, y):
         _, pb = case.pair()

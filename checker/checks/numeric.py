@@ -1,9 +1,10 @@
 """Numeric checks (GG2xx): are the pullback's numbers right?
 
 GG201 is the dot-product test against finite differences of the primal, GG202 linearity in the
-cotangent, GG205 the complex conjugation convention, GG206 non-finite tangents. The shared machinery
-(conventions, finite differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`;
-GG203/GG204 (JAX references) are in numeric_jax.py.
+cotangent, GG205 the complex conjugation convention. The shared machinery (conventions, finite
+differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`, kinks where
+entries meet in :mod:`gradguard.checker.checks._kinks`; GG203/GG204 (JAX references) are in
+numeric_jax.py, GG206 (non-finite tangents) in numeric_finite.py.
 """
 
 from __future__ import annotations
@@ -15,20 +16,17 @@ from hypothesis import strategies as st
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
+from gradguard.checker.checks._kinks import coupled_kink, kink_problem
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
     NO_FD,
-    NONFINITE_CANDIDATES,
     RULES_BY_CONVENTION,
     WrongTangent,
     adjoint_tangents,
-    as_rule_sees,
     at_kink,
     convention,
     dot_test,
-    element_derivative,
-    element_index,
     element_sides,
     finite_difference,
     first_adjoint,
@@ -73,7 +71,10 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     entry in the tolerance table plus the finite-difference error estimate. A failure is localised to the
     argument and, for arrays up to a few thousand elements, to the first wrong element. Where the primal is
     not differentiable (a kink, like relu at 0), each element's value must lie between its one-sided
-    derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements); where kinks sit closer to the input than any usable step (sorting
+    derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements), and where entries meet
+    at a kink (a max with ties) the tangent taken along a positive direction as a whole must lie between the
+    one-sided directional derivatives (every tied entry given the whole cotangent does not); where kinks sit
+    closer to the input than any usable step (sorting
     values 1e-34 apart), or finite differences cannot be taken (the edge of a restricted domain), the input
     is not judged."""
     if not case.diff_positions:
@@ -88,12 +89,18 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         raise Skip(NO_FD)
     whole = dot_test(lhs, tangents, v)
     tol = case.tol
+    if whole.agrees(tol):
+        return
     if (
-        whole.agrees(tol)
-        or at_kink(case, ybar, v, whole, tol)
+        at_kink(case, ybar, v, whole, tol)
         or not _fails_generically(case, ybar, tangents, tol)
         or near_kinks(case, ybar, v, whole, conv, tol)
     ):
+        # Excused element by element (or along the drawn direction) at a kink; a kink where entries meet
+        # is still judged along a direction as a whole.
+        coupled = coupled_kink(case, ybar, conv, tol)
+        if coupled is not None:
+            yield kink_problem(case, coupled)
         return
     hint = ""
     if has_complex(case, y):
@@ -360,70 +367,3 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
             else "Return dfdz * ybar for a holomorphic f, without conj (JAX transposes; it does not take adjoints)."
         ),
     )
-
-
-# -- GG206 ----------------------------------------------------------------------------------------
-@check(
-    "GG206",
-    family="numeric",
-    title="NaN/Inf tangent where the primal and the true derivative are finite",
-    given="""
-        def xabs(x):
-            return x * np.abs(x)
-    """,
-    broken="""
-        @rrule(xabs, arrays(shape=(3,)))                          # xabs(x) = x * abs(x)
-        def xabs_rrule(x):
-            return x * np.abs(x), lambda ybar: (2 * x * x / np.abs(x) * ybar,)   # 0/0 at x == 0
-    """,
-    fixed="""
-        @rrule(xabs, arrays(shape=(3,)))
-        def xabs_rrule(x):
-            return x * np.abs(x), lambda ybar: (2 * np.abs(x) * ybar,)
-    """,
-)
-def finite_tangents(case: Case) -> Iterable[Problem]:
-    """Where the primal output is finite and its derivative is finite (finite differences along the element
-    say so), every tangent must be finite. ``x / abs(x)``, ``1 / sqrt(x)`` factors or ``inf * 0`` in a pullback
-    give NaN or Inf at points such as 0 where the function itself is smooth; one NaN then poisons a whole
-    model's gradient. Hypothesis tries the simplest input (zeros) first, so such points are found reliably
-    whenever the argument specs allow them."""
-    if not case.diff_positions:
-        raise Skip("the rule has no differentiable argument")
-    if not is_finite_tree(case.first_call().output):
-        return
-    conv = convention(case)
-    _, ybar, tangents = first_adjoint(case, conv)
-    if not numeric_tangents(case, tangents):
-        return
-    tried = 0
-    for i in case.diff_positions:
-        if tangents[i] is None:
-            continue
-        t = np.asarray(tangents[i])
-        bad = np.flatnonzero(~np.isfinite(t))
-        for k in bad[:NONFINITE_CANDIDATES - tried]:
-            tried += 1
-            found = element_derivative(case, ybar, i, int(k))
-            if found is None:
-                continue
-            where = where_text(i, element_index(case.args[i], int(k)))
-            value = as_rule_sees(t.reshape(-1)[k].item(), conv)
-            yield Problem(
-                message=(
-                    f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the "
-                    f"primal is finite and so is its derivative (finite differences give "
-                    f"{show(as_rule_sees(found[0], conv))}); {bad.size} element(s) of this tangent are not finite."
-                ),
-                location=where,
-                expected=show(as_rule_sees(found[0], conv)),
-                actual=show(value),
-                fix=(
-                    "Guard the singular point instead of dividing by zero: compute the limit there, e.g. "
-                    "np.where(x == 0, 0.0, x / np.where(x == 0, 1.0, np.abs(x))) (the inner where keeps NaN out), "
-                    "or use a formula that is finite there."
-                ),
-            )
-            return
-        if tried >= NONFINITE_CANDIDATES:
-            return

@@ -3,7 +3,8 @@
 GG203 compares the pullback with an independent reference: `jax.vjp` of the
 primal's own code (the function underneath a ``custom_vjp``; for a NumPy
 rule, its primal when JAX traces it, if need be with its ``numpy`` calls
-run as ``jax.numpy``). GG204 checks second order for JAX-native rules: JAX
+run as ``jax.numpy``, and only where that is shown to be the primal's own
+function around the input: :mod:`gradguard.checker.checks._reference`). GG204 checks second order for JAX-native rules: JAX
 differentiates the user's ``fwd`` and ``bwd`` to get Hessian-vector
 products, so a ``bwd`` that is right to first order can still give wrong
 second derivatives (a ``stop_gradient`` on a residual, a residual from a
@@ -14,11 +15,9 @@ inputs, see :mod:`gradguard.checker.checks._jax`).
 
 from __future__ import annotations
 
-import functools
-
 import math
 import warnings
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -26,13 +25,13 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import (
     batched_directional,
-    bind_nondiff,
     first_line,
     jax_ready,
     second_order_compiled,
-    spread,
     use_batched_fd,
 )
+from gradguard.checker.checks._kinks import coupled_kink, kink_problem
+from gradguard.checker.checks._reference import REFERENCE, TRANSLATED, jax_tangents, same_around
 from gradguard.checker.checks._vjp import (
     adjoint_tangents,
     as_rule_sees,
@@ -47,168 +46,12 @@ from gradguard.checker.checks._vjp import (
 from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, leaves, rebuild, tree_map
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
-__all__ = ["jax_tangents"]
+__all__: list[str] = []  # GG203's reference (jax_tangents) lives in checker.checks._reference
 
-_UNTRACEABLE = "gg203_untraceable"  # RuleSpec.extra key: why JAX cannot trace this rule's primal (asked once)
-_REFERENCE = "gg203_reference"  # RuleSpec.extra key: the primal JAX traces for GG203 (chosen once)
-_TRANSLATED = "_gradguard_jax_numpy"  # marks a primal copy whose numpy names mean jax.numpy
-_SIGNATURES = "gg203_signatures"  # RuleSpec.extra key: input shapes GG203 compiled a reference for (NumPy rules)
-NUMPY_SIGNATURES = 2  # at most this many input shapes per NumPy rule get a (compiled) JAX reference
 _NO_SECOND_ORDER = "gg204_unavailable"  # RuleSpec.extra key: why JAX cannot differentiate the pullback (asked once)
-
-
-# -- GG203 ------------------------------------------------------------------------------------------
-def jax_tangents(case: Case, cotangent: Any) -> tuple[Any, ...]:
-    """JAX's reference ``J^T cotangent`` of the primal's own code (JAX's convention), None at nondiff positions.
-
-    The primal is traced as it is (the function underneath a custom_vjp, or a
-    NumPy primal that JAX happens to trace); a NumPy primal that JAX cannot
-    trace is traced once more with its module's ``numpy`` replaced by
-    ``jax.numpy`` (:func:`_as_jax_numpy`), and used only where that version
-    computes the same values. Skip with the reason when neither traces.
-    """
-    rule = case.rule
-    if _UNTRACEABLE in rule.extra:
-        raise Skip(rule.extra[_UNTRACEABLE])
-    if rule.kind != "jax":
-        signatures = rule.run_state.setdefault(_SIGNATURES, set())
-        signature = tuple((np.shape(case.args[i]), str(np.asarray(case.args[i]).dtype)) for i in case.diff_positions)
-        if signature not in signatures and (len(signatures) >= NUMPY_SIGNATURES or (signatures and not _telling(signature))):
-            raise Skip(
-                f"JAX compiles the reference once per input shape; for NumPy rules GG203 is checked on {NUMPY_SIGNATURES} "
-                "shapes only (the first drawn, then one whose dimensions all differ), so that compiling does not eat "
-                "the other checks' time"
-            )
-        signatures.add(signature)
-    jax_ready(case)
-    own = rule.extra.get("jax_primal", rule.primal)
-    chosen = rule.extra.get(_REFERENCE)
-    if chosen is not None:
-        return _vjp_of(case, chosen, cotangent)
-    try:
-        out = _vjp_of(case, own, cotangent)
-        rule.extra[_REFERENCE] = own
-        return out
-    except _Untraceable as exc:
-        reason = str(exc)
-    translated = _as_jax_numpy(own) if rule.kind != "jax" else None
-    if translated is not None:
-        try:
-            out = _vjp_of(case, translated, cotangent)
-            rule.extra[_REFERENCE] = translated
-            return out
-        except _Untraceable:
-            pass
-    rule.extra[_UNTRACEABLE] = reason
-    raise Skip(reason)
-
-
-def _telling(signature: tuple[tuple[tuple[int, ...], str], ...]) -> bool:
-    """Whether every argument's dimensions differ from each other: shape bugs (a missing transpose, a mean
-    over the wrong axis, a wrong count) hide in square shapes, so a second compiled shape should have none."""
-    return all(len(set(shape)) == len(shape) for shape, _ in signature)
-
-
-class _Untraceable(Exception):
-    pass
-
-
-def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any, ...]:
-    """``jax.vjp`` of ``primal`` at the case's input: jitted (cached) first, eagerly for primals jit refuses."""
-    from gradguard.engines import jax_engine
-    from gradguard.engines.errors import AdapterError
-
-    bound, diff = bind_nondiff(primal, case)
-    xs = [case.fresh()[i] for i in diff]
-    translated = getattr(primal, _TRANSLATED, False)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = jax_engine.run_under(bound, xs, transform="jit")
-            if translated:
-                _check_faithful(case, out)
-            ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, _tuple_like(out, cotangent))
-            return spread(jax_engine.run_under(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
-    except Skip:
-        raise
-    except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace tells traceable from not
-        pass
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if translated:
-                _check_faithful(case, primal(*case.fresh()))
-            return tuple(jax_engine.reference_vjp(primal, case.fresh(), cotangent, nondiff=_nondiff(case)))
-    except Skip:
-        raise
-    except AdapterError as exc:
-        raise _Untraceable(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - whatever JAX raised while tracing the primal
-        raise _Untraceable(f"primal is not traceable by JAX: {first_line(exc)}") from None
-
-
-def _nondiff(case: Case) -> tuple[int, ...]:
-    return tuple(i for i in range(case.nargs) if i not in case.diff_positions)
-
-
-def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A copy of ``fn`` whose global ``numpy`` names (``np``) mean ``jax.numpy``; None if it uses none.
-
-    The user's module is not touched: the copy gets its own globals. Helper
-    functions ``fn`` calls keep NumPy (JAX then cannot trace them, and GG203 is
-    skipped). The copy is trusted only where it computes the primal's values.
-    """
-    import types
-
-    from gradguard.engines.jax_engine._runtime import load
-
-    if isinstance(fn, np.ufunc) or (callable(fn) and getattr(fn, "__module__", None) in ("numpy", "numpy.linalg")):
-        # np.sin, np.exp, np.linalg.norm...: JAX has the same function under the same name
-        jnp = load().numpy
-        space = jnp.linalg if getattr(fn, "__module__", None) == "numpy.linalg" else jnp
-        twin = getattr(space, getattr(fn, "__name__", ""), None)
-        if twin is None:
-            return None
-        copy = functools.wraps(fn)(lambda *args, **kwargs: twin(*args, **kwargs))
-        setattr(copy, _TRANSLATED, True)
-        return copy
-    if not isinstance(fn, types.FunctionType):
-        return None
-    names = [k for k, v in fn.__globals__.items() if v is np]
-    if not names:
-        return None
-    jnp = load().numpy
-    scope = dict(fn.__globals__)
-    scope.update({k: jnp for k in names})
-    copy = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    copy.__kwdefaults__ = fn.__kwdefaults__
-    setattr(copy, _TRANSLATED, True)
-    return copy
-
-
-def _check_faithful(case: Case, jax_out: Any) -> None:
-    """Skip unless the jax.numpy copy of the primal computes the primal's values at this input."""
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        want = case.primal()
-    got, ref = leaves(_tuple_like(jax_out, want)), leaves(want)
-    tol = case.tol
-    ok = len(got) == len(ref) and all(
-        np.shape(a) == np.shape(b) and np.allclose(np.asarray(a), np.asarray(b), rtol=tol.rtol, atol=tol.atol, equal_nan=True)
-        for a, b in zip(got, ref)
-    )
-    if not ok:
-        raise Skip("the primal run with jax.numpy in place of numpy computes other values here, so JAX gives no reference")
-
-
-def _tuple_like(out: Any, cotangent: Any) -> Any:
-    """``out`` with the cotangent's container types (JAX returns lists where the primal built tuples)."""
-    if isinstance(cotangent, (tuple, list)) and isinstance(out, (tuple, list)):
-        return rebuild(cotangent, (_tuple_like(o, c) for o, c in zip(out, cotangent)))
-    return out
 
 
 def _conj(tree: Any) -> Any:
@@ -260,10 +103,17 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     """The pullback must agree with an independent reference: ``jax.vjp`` of the primal's own ``jax.numpy``
     code, for the same random cotangent, element by element (the dtype's tolerance). For a ``jax.custom_vjp``
     the reference is JAX's derivative of the function underneath the decorator, which is what the rule
-    replaces; for a NumPy rule it is used when JAX can trace the primal, and the check is skipped with the
-    reason otherwise. Unlike finite differences the reference has no truncation error, so it also judges rules
-    whose primal cannot be differenced well. Where the two disagree and finite differences side with the rule
-    (the custom rule exists because JAX's own derivative of the primal is unstable there), no finding is made."""
+    replaces; for a NumPy rule it is used when JAX can trace the primal (if need be with its NumPy calls run as
+    ``jax.numpy``) and only where that is shown to be the same function around the input: its values agree
+    with the primal's at the input and at nearby points along random directions and along the direction in
+    which the two gradients differ (``jnp.linalg.eigvalsh`` symmetrises its argument where
+    ``np.linalg.eigvalsh`` reads one triangle: equal at a symmetric input, different around it). Otherwise the
+    input is skipped with the reason. Unlike finite differences the reference has no truncation error, so it
+    also judges rules whose primal cannot be differenced well; but it never overrules them: where finite
+    differences of the primal contradict the reference (the custom rule exists because JAX's own derivative of
+    the primal is unstable there, or JAX differentiates the code to something else, like 0 through a floor),
+    no finding is made, and GG201 judges the rule against the primal. Where entries meet at a kink (a max with
+    ties), the tangent is also judged along a direction as a whole, as in GG201."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     conv = convention(case)
@@ -288,19 +138,30 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
             scale_ref = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(ref, v) if a is not None and b is not None)
             rule_ok = tolerances.close(float(lhs.value), inner(mine, v), tol, scale=scale_mine, fd_error=lhs.error)
             ref_ok = tolerances.close(float(lhs.value), inner(ref, v), tol, scale=scale_ref, fd_error=lhs.error)
-            if rule_ok and not ref_ok:
-                return  # JAX's own derivative of the primal is what is off here (why the custom rule exists)
-            if ref_ok and not rule_ok:
+            if not ref_ok:
+                # Finite differences of the user's own primal contradict the reference (JAX's derivative of the
+                # primal is unstable here, which is why custom rules exist): the secondary oracle never
+                # overrules them. GG201 judges the rule against them.
+                return
+            if not rule_ok:
                 sides = " Finite differences of the primal agree with JAX."
     bad = next((m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m)), None)
     if bad is None:
-        return  # every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is valid
+        # Every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is
+        # valid element by element; where entries meet at the kink (a max with ties) the tangent is also
+        # judged along a direction as a whole, as GG201 judges it.
+        coupled = coupled_kink(case, ybar, conv, case.tol)
+        if coupled is not None:
+            yield kink_problem(case, coupled)
+        return
+    if case.rule.kind != "jax" and any(d is not None and np.any(np.asarray(d) != 0) for d in v):
+        same_around(case, case.rule.extra[REFERENCE], mine, (v,))  # along the direction the two differ most
     i, idx, got, want = bad
     where = where_text(i, idx)
     got, want = as_rule_sees(got, conv), as_rule_sees(want, conv)
     if case.rule.kind == "jax":
         reference = "jax.vjp of the function underneath the custom_vjp"
-    elif getattr(case.rule.extra.get(_REFERENCE), _TRANSLATED, False):
+    elif getattr(case.rule.extra.get(REFERENCE), TRANSLATED, False):
         reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
     else:
         reference = "jax.vjp of the primal"

@@ -36,6 +36,9 @@ class Problem:
     actual: str | None = None
     fix: str | None = None
     reproducer: str | None = None  # per-rule checks write their own; per-input ones get one from the runner
+    # A milder severity than the check's own for this problem ("warning" where the check established less,
+    # e.g. GG206 at a point without a derivative); None: the check's severity.
+    severity: str | None = None
 
 
 class Skip(Exception):

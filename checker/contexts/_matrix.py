@@ -33,7 +33,7 @@ from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, sha
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RuleSpec, unused_cotangent_of
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
@@ -106,7 +106,7 @@ def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | No
 def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
                engines: Sequence[str] | None = None) -> Outcome:
     chosen = CONTEXTS if contexts is None else by_name(contexts)
-    engines = ENGINES if engines is None else tuple(engines)
+    engines = engines_for(rule) if engines is None else tuple(engines)
     for e in engines:
         if e not in ENGINES:
             raise ValueError(f"Got engine {e!r}; engines are {', '.join(ENGINES)}.")
@@ -171,6 +171,14 @@ def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dic
             f" (the first draws did not fit; inputs: the richest of {f.fitting} fitting draws among {f.tried} "
             "further draws from the argument specs)"
         )
+
+
+def engines_for(rule: RuleSpec) -> tuple[str, ...]:
+    """The engines a rule's matrix runs by default: the tape hands an unused output's pullback None
+    (``tape[none]``) only for rules whose declared convention says None can arrive (``unused_cotangent``)."""
+    if unused_cotangent_of(rule) == "none":
+        return ENGINES
+    return tuple(e for e in ENGINES if e != "tape[none]")
 
 
 def _lowest_dtype(values: Any) -> np.dtype:

@@ -82,12 +82,13 @@ def test_gg301_correct_twin_passes():
 
 
 # -- GG302 -----------------------------------------------------------------------------------------
-@rrule(square, arrays(shape=(3,)))
+# Rules written for engines that pass None to an unused output's pullback declare unused_cotangent="none".
+@rrule(square, arrays(shape=(3,)), unused_cotangent="none")
 def square_no_none(x):
     return x * x, lambda ybar: (2 * x * ybar,)
 
 
-@rrule(square, arrays(shape=(3,)))
+@rrule(square, arrays(shape=(3,)), unused_cotangent="none")
 def square_ok(x):
     def pullback(ybar):
         if ybar is None:
@@ -95,6 +96,12 @@ def square_ok(x):
         return (2 * x * ybar,)
 
     return x * x, pullback
+
+
+# The same pullback as square_no_none, written for engines that pass zeros (the default for NumPy rules).
+@rrule(square, arrays(shape=(3,)))
+def square_plain(x):
+    return x * x, lambda ybar: (2 * x * ybar,)
 
 
 def test_gg302_pullback_raises_on_none():
@@ -108,18 +115,103 @@ def test_gg302_pullback_raises_on_none():
         "Treat None as a zero cotangent (ChainRules' NoTangent, Zygote's nothing): start the pullback with "
         "`if ybar is None: return (None,)`."
     )
-    assert f.severity == "warning"
+    assert f.severity == "error"
+    assert not check(square_no_none, select=["GG302"]).passed
 
 
 def test_gg302_ones_for_none():
-    (f,) = findings(addone_ones, "GG302")
+    (f,) = findings(addone_ones, "GG302", unused_cotangent="none")
     assert f.message == (
         "the pullback of addone_ones must return zero or None tangents for None as the cotangent, "
         "but the tangent for argument 0 at [0] is 1.0."
     )
 
 
-@rrule(sincos, arrays(shape=(3,)))
+SKIPPED_UNDER_ZEROS = (
+    "{name} is checked under unused_cotangent='zeros': the engines it is written for pass zeros to an unused "
+    "output's pullback (GG301 checks those), never None. Declare unused_cotangent=\"none\" on the rule (or "
+    "--unused-cotangent none for the project) when it must accept None"
+)
+
+
+def test_gg302_does_not_run_where_none_cannot_arrive():
+    """A normally written NumPy rule is checked under the default convention, "zeros": GG302 is listed among
+    the skipped checks with the reason, and the rule passes."""
+    result = check(square_plain, ignore=["GG5", "GG6"]).rules[0]
+    assert result.findings == [] and result.verdict == "pass"
+    assert {"id": "GG302", "reason": SKIPPED_UNDER_ZEROS.format(name="square_plain")} in result.checks_skipped
+    assert "GG302" not in result.checks_run
+
+
+def test_gg302_project_default_none_applies_to_undeclared_rules_only():
+    (f,) = findings(square_plain, "GG302", unused_cotangent="none")
+    assert f.severity == "error" and f.message.startswith("the pullback of square_plain must accept None")
+    report = check(square_plain, select=["GG302"], unused_cotangent="none")
+    assert report.settings["unused_cotangent"] == "none"
+
+    @rrule(square, arrays(shape=(3,)), unused_cotangent="zeros")
+    def square_declared_zeros(x):
+        return x * x, lambda ybar: (2 * x * ybar,)
+
+    # The rule's own declaration wins over the project's default.
+    assert findings(square_declared_zeros, "GG302", unused_cotangent="none") == []
+
+
+def test_unused_cotangent_is_validated_eagerly():
+    from gradguard.checker.errors import SpecError, UsageError
+
+    with pytest.raises(SpecError, match=r"Got unused_cotangent='zero', but unused_cotangent must be 'zeros'"):
+        rrule(square, arrays(shape=(3,)), unused_cotangent="zero")
+    with pytest.raises(UsageError, match=r"Got unused_cotangent='nothing'"):
+        check(square_plain, unused_cotangent="nothing")
+
+
+def test_jax_rules_default_to_zeros():
+    import jax
+
+    from gradguard.checker import jax_rule
+    from gradguard.checker.contexts._matrix import engines_for
+
+    @jax.custom_vjp
+    def twice(x):
+        return 2.0 * x
+
+    twice.defvjp(lambda x: (2.0 * x, None), lambda _, g: (2.0 * g,))
+    rule = jax_rule(twice, arrays(shape=(3,)))
+    assert rule.unused_cotangent == "zeros" and "tape[none]" not in engines_for(rule)
+    assert jax_rule(twice, arrays(shape=(3,)), unused_cotangent="none").unused_cotangent == "none"
+
+
+def test_cli_unused_cotangent_option(tmp_path):
+    from click.testing import CliRunner
+
+    from gradguard.checker.cli import main
+
+    module = tmp_path / "plain.py"
+    module.write_text(
+        "from gradguard import arrays, rrule\n\n"
+        "def square(x):\n    return x * x\n\n"
+        "@rrule(square, arrays(shape=(3,)))\n"
+        "def square_rrule(x):\n    return x * x, lambda ybar: (2 * x * ybar,)\n"
+    )
+    run = CliRunner().invoke
+    assert run(main, ["check", str(module), "--select", "GG302"]).exit_code == 0
+    failed = run(main, ["check", str(module), "--select", "GG302", "--unused-cotangent", "none"])
+    assert failed.exit_code == 1 and "GG302" in failed.output
+    assert run(main, ["check", str(module), "--unused-cotangent", "nothing"]).exit_code == 2
+
+
+def test_the_safety_matrix_follows_the_convention():
+    from gradguard.checker.contexts import safety_matrix
+
+    assert safety_matrix(square_plain, contexts=["output-unused"])["engines"] == ["tape[zero]", "tape[skip]", "jax"]
+    m = safety_matrix(square_no_none, contexts=["output-unused"])
+    assert m["engines"] == ["tape[zero]", "tape[none]", "tape[skip]", "jax"]
+    cell = next(c for c in m["cells"] if c["engine"] == "tape[none]")
+    assert cell["status"] == "raised" and "NoneType" in cell["message"]
+
+
+@rrule(sincos, arrays(shape=(3,)), unused_cotangent="none")
 def sincos_no_none(x):
     def pullback(ybar):
         if ybar is None:
@@ -130,7 +222,7 @@ def sincos_no_none(x):
     return sincos(x), pullback
 
 
-@rrule(sincos, arrays(shape=(3,)))
+@rrule(sincos, arrays(shape=(3,)), unused_cotangent="none")
 def sincos_ok(x):
     def pullback(ybar):
         if ybar is None:

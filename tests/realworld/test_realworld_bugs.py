@@ -25,13 +25,7 @@ SEEDS = range(10)
 TARGET = 0.95  # the share of historical bugs that must be caught at every seed
 
 # Historical bugs gradguard misses today: name -> why (gradguard's gap, not the rule's).
-KNOWN_MISSES: dict[str, str] = {
-    "max_ties_buggy_rrule": (
-        "ties at a kink are judged entry by entry: each tied entry's full cotangent lies within its own one-sided "
-        "slopes, so the summed directional derivative (k * g along all-ones) is never compared with the one-sided "
-        "directional derivatives of the whole direction (issue 12, defect class 6)"
-    ),
-}
+KNOWN_MISSES: dict[str, str] = {}
 # Fixed twins gradguard reports an error on: name -> why that is gradguard's mistake.
 KNOWN_FALSE_ERRORS: dict[str, str] = {}
 

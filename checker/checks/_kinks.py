@@ -1,0 +1,182 @@
+"""Kinks where several entries meet (a max with ties, equal arguments of ``maximum``): the tangent judged
+along a direction as a whole, not only element by element.
+
+At a kink each element's tangent may lie anywhere between that element's one-sided derivatives; that is
+the whole truth where the kinks are separable (relu, abs and clip act on each element alone). Where they
+are coupled it is not: at a max with ties, moving any one tied entry up raises the max at the full rate,
+so a pullback that gives *every* tied entry the whole cotangent passes element by element, while along a
+direction that moves them together its tangent sums to ``k`` times the rate the max can have. The
+judgement here:
+
+* takes the cotangent ``|ybar|`` and a dense positive direction ``u`` (fixed by a seed), so that a max
+  (a min) of several entries is convex (concave) under the cotangent and every valid (sub)gradient ``g``
+  has ``<g, u>`` between the one-sided directional derivatives of ``<|ybar|, primal(x + t u)>``;
+* asks finite differences for the one-sided derivatives along ``u`` and along each element: where the
+  former are the elements' sums (a separable kink), the element-by-element judgement stands and nothing
+  more is said;
+* judges only kinks that look convex (or concave) from every probe: each element bends the same way as the
+  whole, the one-sided derivative along ``u`` is sublinear against the elements', and no random pair of
+  points around ``x`` contradicts the bend at its midpoint (a sort of tied entries under unsorted weights
+  bends up along each element, yet is neither); anything else gets no verdict from here.
+
+A pullback whose ``<pullback(|ybar|), u>`` lies outside the one-sided derivatives along ``u`` is then no
+derivative of the primal at this input: :class:`KinkViolation` carries the numbers for the message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gradguard.checker import tolerances
+from gradguard.checker.case import Case
+from gradguard.checker.checks._vjp import _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
+from gradguard.checker.kinks import shifted
+from gradguard.checker.checks.registry import Problem
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import inner, leaves, tree_map
+
+__all__ = ["KinkViolation", "COUPLED_UP_TO", "coupled_kink", "kink_problem"]
+
+COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
+PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
+
+
+@dataclass
+class KinkViolation:
+    """``<pullback(|ybar|), u>`` outside the one-sided derivatives ``left`` (t < 0) and ``right`` (t > 0)."""
+
+    left: float
+    right: float
+    got: float
+
+
+def _positive_cotangent(ybar: Any) -> Any:
+    return tree_map(lambda c: None if c is None else (np.abs(c) if isinstance(c, np.ndarray) else abs(c)), ybar)
+
+
+def _positive_direction(case: Case) -> tuple[Any, ...]:
+    rng = np.random.default_rng(1)
+    out: list[Any] = []
+    for i, a in enumerate(case.args):
+        if i not in case.diff_positions:
+            out.append(None)
+            continue
+        u = rng.uniform(0.5, 2.0, size=np.shape(a))
+        out.append(np.asarray(u, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else float(u))
+    return tuple(out)
+
+
+def coupled_kink(case: Case, ybar: Any, conv: str, tol: tolerances.Tolerance) -> KinkViolation | None:
+    """A :class:`KinkViolation` where the rule's tangent, taken along a positive direction as a whole, lies
+    outside the one-sided directional derivatives at a coupled kink of the primal; None otherwise (no kink,
+    a separable kink, a kink of mixed bend, complex values, too many elements, or finite differences that
+    fail)."""
+    positions = list(case.diff_positions)
+    y = case.first_call().output
+    if has_complex(case, y) or sum(int(np.size(case.args[i])) for i in positions) > COUPLED_UP_TO:
+        return None
+    cot = _positive_cotangent(ybar)
+    u = _positive_direction(case)
+    along = one_sided(case, cot, u)
+    if along is None:
+        return None
+    left, right = along
+    lefts, rights, weights = [], [], []
+    for i in positions:
+        for k in range(int(np.size(case.args[i]))):
+            sides = one_sided(case, cot, only_argument(case, i, unit_vector(case.args[i], k)))
+            if sides is None:
+                return None
+            lefts.append(sides[0])
+            rights.append(sides[1])
+            weights.append(float(np.asarray(u[i]).reshape(-1)[k]))
+    w = np.asarray(weights)
+    lo_k, hi_k = np.asarray(lefts), np.asarray(rights)
+    scale = float(np.sum(w * (np.abs(lo_k) + np.abs(hi_k))))
+    slack = tol.atol + tol.rtol * max(scale, abs(left), abs(right))
+    if abs(float(w @ hi_k) - right) <= slack and abs(float(w @ lo_k) - left) <= slack:
+        return None  # separable: each element's own one-sided derivatives are the whole story
+    # Convex near x (a max): every element bends up, and the one-sided derivative along u is sublinear
+    # (at most the elements' right-hand sum, at least their left-hand sum); concave (a min): the reverse.
+    # A sort of tied entries under unsorted weights bends up along each element but is neither.
+    sum_right, sum_left = float(w @ hi_k), float(w @ lo_k)
+    convex = bool(np.all(hi_k >= lo_k - slack)) and sum_left - slack <= left <= right + slack and right <= sum_right + slack
+    concave = bool(np.all(hi_k <= lo_k + slack)) and sum_left + slack >= left >= right - slack and right >= sum_right - slack
+    if not (convex or concave) or _bend(case, cot, scale) != ("convex" if convex else "concave"):
+        return None  # not a bend that bounds every (sub)gradient along u
+    tangents = adjoint_tangents(case, case.pair()[1], cot, conv)
+    if not all(tangents[i] is None or np.all(np.isfinite(tangents[i])) for i in positions):
+        return None
+    got = inner(tangents, u)
+    lo, hi = min(left, right), max(left, right)
+    scale = max(scale, abs(got))
+    if lo <= got <= hi or any(tolerances.close(got, s, tol, scale=scale) for s in (lo, hi)):
+        return None
+    return KinkViolation(left, right, got)
+
+
+def _bend(case: Case, cot: Any, slope_scale: float) -> str | None:
+    """"convex" or "concave" where no random pair of points around ``x`` (at the one-sided probes' distance)
+    contradicts it at its midpoint, else None. A max of tied entries passes as convex, a min as concave; a
+    sort of ties under unsorted weights fails both."""
+    rng = np.random.default_rng(2)
+    positions = list(case.diff_positions)
+    eps = max(float(np.finfo(np.asarray(case.args[i]).dtype).eps) for i in positions)
+    r = eps ** (1 / 3)
+    f = _primal(case)
+
+    def direction() -> tuple[Any, ...]:
+        out: list[Any] = [None] * case.nargs
+        for i in positions:
+            g = rng.standard_normal(np.shape(case.args[i]))
+            out[i] = np.asarray(g, dtype=np.asarray(case.args[i]).dtype) if isinstance(case.args[i], np.ndarray) else float(g)
+        return tuple(out)
+
+    def value(d: tuple[Any, ...]) -> float:
+        return inner(cot, f(*shifted(case.args, d, r)))
+
+    try:
+        with np.errstate(all="ignore"):
+            y0 = f(*shifted(case.args, tuple(None for _ in case.args), 0.0))
+            magnitude = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(cot), leaves(y0))
+                            if a is not None and b is not None)
+            gaps = []
+            for _ in range(PAIRS):
+                d1, d2 = direction(), direction()
+                mid = tuple(None if a is None else (a + b) / 2 for a, b in zip(d1, d2))
+                gaps.append(value(mid) - (value(d1) + value(d2)) / 2)
+    except Exception:  # noqa: BLE001 - the primal failed around x: no bend established
+        return None
+    if not all(np.isfinite(gaps)):
+        return None
+    slack = 64 * eps * (magnitude + r * slope_scale) + 1e-6 * r * slope_scale
+    if max(gaps) <= slack:
+        return "convex"
+    if min(gaps) >= -slack:
+        return "concave"
+    return None
+
+
+def kink_problem(case: Case, found: KinkViolation) -> Problem:
+    """The finding for a tangent outside the one-sided directional derivatives at a coupled kink."""
+    lo, hi = sorted((found.left, found.right))
+    return Problem(
+        message=(
+            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink where entries "
+            f"meet: with the cotangent |ybar| and a positive direction u, the one-sided derivatives of "
+            f"<|ybar|, primal(x + t u)> at t = 0 are "
+            f"{show(found.left)} (t < 0) and {show(found.right)} (t > 0) by finite differences, but "
+            f"<pullback(|ybar|), u> = {show(found.got)} lies outside them. Each tangent element alone lies within "
+            "its own one-sided derivatives; taken together along u they do not."
+        ),
+        expected=f"between {show(lo)} and {show(hi)}",
+        actual=show(found.got),
+        fix=(
+            "Where several entries meet at a kink (tied entries of a max or min, equal arguments of maximum), "
+            "share the cotangent among them (e.g. divide by the number of ties) or give it to one of them, "
+            "instead of giving each the whole cotangent."
+        ),
+    )

@@ -1,0 +1,171 @@
+"""Numeric check GG206: a NaN or Inf tangent where the primal has a finite derivative.
+
+The derivative is established, not assumed: finite differences along the element give its value, and its
+one-sided derivatives must agree. Where they differ (a cone point: a 2-norm at 0, the standard deviation
+of a constant row) the primal has no derivative, and a non-finite tangent there is a warning that suggests
+a subgradient, never an error.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Iterable
+
+import numpy as np
+
+from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks._vjp import (
+    NONFINITE_CANDIDATES,
+    _primal,
+    as_rule_sees,
+    convention,
+    element_derivative,
+    element_index,
+    first_adjoint,
+    numeric_tangents,
+    only_argument,
+    unit_vector,
+    where_text,
+)
+from gradguard.checker.kinks import shifted
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import leaves
+
+__all__: list[str] = []
+
+
+# -- GG206 ----------------------------------------------------------------------------------------
+@check(
+    "GG206",
+    family="numeric",
+    title="NaN/Inf tangent where the primal and the true derivative are finite",
+    given="""
+        def xabs(x):
+            return x * np.abs(x)
+    """,
+    broken="""
+        @rrule(xabs, arrays(shape=(3,)))                          # xabs(x) = x * abs(x)
+        def xabs_rrule(x):
+            return x * np.abs(x), lambda ybar: (2 * x * x / np.abs(x) * ybar,)   # 0/0 at x == 0
+    """,
+    fixed="""
+        @rrule(xabs, arrays(shape=(3,)))
+        def xabs_rrule(x):
+            return x * np.abs(x), lambda ybar: (2 * np.abs(x) * ybar,)
+    """,
+)
+def finite_tangents(case: Case) -> Iterable[Problem]:
+    """Where the primal output is finite and has a derivative with finite value, every tangent must be finite.
+    ``x / abs(x)``, ``1 / sqrt(x)`` factors or ``inf * 0`` in a pullback give NaN or Inf at points such as 0
+    where the function itself is smooth; one NaN then poisons a whole model's gradient. Hypothesis tries the
+    simplest input (zeros) first, so such points are found reliably whenever the argument specs allow them.
+    The derivative is established along the element, not assumed: the one-sided derivatives of every output
+    element must agree (a zero cotangent on an output does not make that output differentiable). At a
+    cone point (a 2-norm at 0, the standard deviation of a constant row) the symmetric difference is 0 but the
+    one-sided derivatives differ and the function has no derivative; a non-finite tangent there is reported
+    as a warning only, suggesting a subgradient (a value between the one-sided derivatives)."""
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    if not is_finite_tree(case.first_call().output):
+        return
+    conv = convention(case)
+    _, ybar, tangents = first_adjoint(case, conv)
+    if not numeric_tangents(case, tangents):
+        return
+    tried = 0
+    kink: Problem | None = None  # a non-finite element where the primal has no derivative (a warning at most)
+    for i in case.diff_positions:
+        if tangents[i] is None:
+            continue
+        t = np.asarray(tangents[i])
+        bad = np.flatnonzero(~np.isfinite(t))
+        for k in bad[:NONFINITE_CANDIDATES - tried]:
+            tried += 1
+            found = element_derivative(case, ybar, i, int(k))
+            if found is None:
+                continue
+            where = where_text(i, element_index(case.args[i], int(k)))
+            value = as_rule_sees(t.reshape(-1)[k].item(), conv)
+            sides = _sides_disagree(case, i, int(k))
+            if sides is not None:
+                if kink is None:
+                    kink = _no_derivative_problem(case, where, value, sides, bad.size)
+                continue
+            yield Problem(
+                message=(
+                    f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the "
+                    f"primal is finite and has a derivative along this element (its one-sided derivatives agree; "
+                    f"finite differences give {show(as_rule_sees(found[0], conv))}); {bad.size} element(s) of this "
+                    "tangent are not finite."
+                ),
+                location=where,
+                expected=show(as_rule_sees(found[0], conv)),
+                actual=show(value),
+                fix=(
+                    "Guard the singular point instead of dividing by zero: compute the limit there, e.g. "
+                    "np.where(x == 0, 0.0, x / np.where(x == 0, 1.0, np.abs(x))) (the inner where keeps NaN out), "
+                    "or use a formula that is finite there."
+                ),
+            )
+            return
+        if tried >= NONFINITE_CANDIDATES:
+            break
+    if kink is not None:
+        yield kink
+
+
+def _sides_disagree(case: Case, i: int, k: int) -> tuple[str, float, float] | None:
+    """``(output, left, right)``: an output element whose one-sided derivatives along element ``k`` of argument
+    ``i`` differ (the real direction, then the imaginary one for complex arguments), so the primal has no
+    derivative along that element; None where every output element's agree (or they cannot be taken: then
+    finite differences alone stand)."""
+    arg = case.args[i]
+    f = _primal(case)
+    eps = float(np.finfo(np.asarray(arg).dtype).eps)
+    h = eps ** (1 / 3)
+    tol = case.tol
+    for scale in ((1.0, 1j) if np.iscomplexobj(arg) else (1.0,)):
+        d = only_argument(case, i, unit_vector(arg, k, scale))
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                at = {j: [np.asarray(v) for v in leaves(f(*shifted(case.args, d, j * h)))] for j in (-2, -1, 0, 1, 2)}
+        except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
+            continue
+        several = len(at[0]) > 1
+        for n, y0 in enumerate(at[0]):
+            g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
+            right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
+            left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
+            for part in (np.real, np.imag):
+                lo, hi = part(left), part(right)
+                with np.errstate(all="ignore"):
+                    slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
+                    jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
+                if np.any(jump):
+                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
+                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
+                    return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
+    return None
+
+
+def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float, float], count: int) -> Problem:
+    output, left, right = sides
+    return Problem(
+        message=(
+            f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the primal is "
+            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
+            f"{show(left)} (from below) and {show(right)} (from above) by finite differences; {count} element(s) "
+            "of this tangent are not finite."
+        ),
+        location=where,
+        expected=f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}",
+        actual=show(value),
+        fix=(
+            "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "
+            "finite gradient: return a subgradient there, a value between the one-sided derivatives (0 for a norm "
+            "or standard deviation at its cone point), e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n))."
+        ),
+        severity="warning",
+    )
