@@ -584,6 +584,47 @@ def cumprod_zero_fixed_rrule(x):
     return out, _none_or(pullback)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# 17. tinygrad: prod's gradient was `ret / x` times the cotangent, NaN at a zero entry (where the derivative is
+#     the product of the other entries). tinygrad/tinygrad PR #17404 ("fix prod gradients at zero", merged):
+#     no zero keeps `ret / x` with a safe denominator; exactly one zero gives that entry the product of the
+#     non-zero entries and the others 0; two or more zeros give 0 everywhere. The fix keeps a flaw that
+#     PyTorch's prod_backward shares (`grad * (result / input)` when no entry is zero): where the product
+#     underflows to 0 (a subnormal entry), `ret / x` is 0 but the derivative is not (see INDEX.md).
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def prod(x):
+    return np.prod(x)
+
+
+@rrule(prod, arrays(shape=(4,), min_value=-2.0, max_value=2.0))
+def prod_zero_buggy_rrule(x):
+    ret = np.prod(x)
+
+    def pullback(g):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (g * ret / x,)
+
+    return ret, _none_or(pullback)
+
+
+@rrule(prod, arrays(shape=(4,), min_value=-2.0, max_value=2.0))
+def prod_zero_fixed_rrule(x):
+    ret = np.prod(x)
+
+    def pullback(g):
+        zero = x == 0
+        zeros = int(np.sum(zero))
+        if zeros == 0:
+            return (g * ret / np.where(zero, 1.0, x),)
+        if zeros == 1:
+            return (np.where(zero, g * np.prod(np.where(zero, 1.0, x)), 0.0),)
+        return (np.zeros_like(x) * g,)
+
+    return ret, _none_or(pullback)
+
+
 FIXED = {
     "max_ties_buggy_rrule": "max_ties_fixed_rrule",
     "maximum_ties_buggy_rrule": "maximum_ties_fixed_rrule",
@@ -601,6 +642,7 @@ FIXED = {
     "sinc_zero_buggy_rrule": "sinc_zero_fixed_rrule",
     "matmul_complex_buggy_rrule": "matmul_complex_fixed_rrule",
     "cumprod_zero_buggy_rrule": "cumprod_zero_fixed_rrule",
+    "prod_zero_buggy_rrule": "prod_zero_fixed_rrule",
 }
 BUGGY = tuple(FIXED)  # the historical bugs, for tools that classify rules by name (bench/detection.py)
 
@@ -657,7 +699,7 @@ LABELS = {
         "what": "d/dx xlogy(x, y) is 0 at x == 0 instead of log(y)",
     },
     "celu_overflow_buggy_rrule": {
-        "bug": "numeric", "expect": ["GG206"], "source": f"{_JAX}/commit/b0805a8a318696cc39eb53a05dc10f2e9cee6a29",
+        "bug": "numeric", "expect": ["GG206", "GG501"], "source": f"{_JAX}/commit/b0805a8a318696cc39eb53a05dc10f2e9cee6a29",
         "what": "celu's gradient is NaN for float32 x >= 88.72 (inf from the unselected branch times 0)",
     },
     "sinc_zero_buggy_rrule": {
@@ -672,6 +714,10 @@ LABELS = {
     "cumprod_zero_buggy_rrule": {
         "bug": "numeric", "expect": ["GG206"], "source": "https://github.com/tracel-ai/burn/issues/3864 (PR #5141)",
         "what": "cumprod's gradient divides by the input: NaN at a zero entry",
+    },
+    "prod_zero_buggy_rrule": {
+        "bug": "numeric", "expect": ["GG206"], "source": "https://github.com/tinygrad/tinygrad/pull/17404",
+        "what": "prod's gradient divides by the input: NaN at a zero entry",
     },
 }
 for _bug, _fixed in FIXED.items():

@@ -2,9 +2,10 @@
 passes the rules their fixes made.
 
 Each buggy rule must get an error-severity finding from one of the checks its label expects; each fixed
-twin must get no error finding and must not crash the checker. Seed 0 runs in the quick loop; the slow
-sweep repeats both at seeds 0..9. Known deviations are listed below with the reason; a listed case that
-starts to behave fails its test, so the lists only shrink (see the triage notes referenced there).
+twin must get no error finding and must not crash the checker, except a twin whose upstream fix still has a
+flaw that gradguard finds (UPSTREAM_FLAWS: only those ids, with the evidence). Seed 0 runs in the quick loop;
+the slow sweep repeats both at seeds 0..9. Known deviations of gradguard are listed below with the reason; a
+listed case that starts to behave fails its test, so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ KNOWN_FALSE_ERRORS: dict[str, str] = {
         "GG503 in `same-array-twice`: the context passes x as y, outside the declared domain y > 0, and the "
         "program is NaN under AD and when run alike; NaN against NaN is reported as a different value "
         "(issue 12, defect class 1)"
+    ),
+}
+# Fixed twins whose upstream fix still has a flaw that gradguard finds (not gradguard's mistake): name ->
+# (the ids it may report, the evidence). The twin must get no other error; INDEX.md shows the evidence.
+UPSTREAM_FLAWS: dict[str, tuple[set[str], str]] = {
+    "sinc_zero_fixed_rrule": (
+        {"GG201", "GG203"},
+        "sinc_backward's (pi x cos(pi x) - sin(pi x)) / (pi x^2) cancels for small x: at x = 5.960464e-08 it "
+        "gives -1.96842e-07 where the derivative is -1.96091e-07 (0.38% off; PyTorch 2.13 gives the same value)",
+    ),
+    "prod_zero_fixed_rrule": (
+        {"GG201", "GG203"},
+        "`ret / x` with no zero entry: where the product underflows (x = [4.9e-324, -1.80, 1.9, 0.04]) the "
+        "tangent of x[0] is 0, but the derivative is the product of the others, -0.137 (PyTorch 2.13 gives 0 too)",
     ),
 }
 
@@ -96,7 +111,8 @@ def test_labels_and_twins() -> None:
         assert set(fixed) == buggy, f"every historical bug has a fixed twin: {sorted(buggy ^ set(fixed))}"
         assert set(fixed.values()) == names - buggy, "every twin is the fix of one bug"
         assert tuple(getattr(module, "BUGGY", fixed)) == tuple(fixed), "BUGGY lists the historical bugs, as FIXED does"
-    stale = (set(KNOWN_MISSES) - {n for n, _, _ in BUGS}) | (set(KNOWN_FALSE_ERRORS) - {n for n, _, _ in TWINS})
+    twins = {n for n, _, _ in TWINS}
+    stale = (set(KNOWN_MISSES) - {n for n, _, _ in BUGS}) | (set(KNOWN_FALSE_ERRORS) - twins) | (set(UPSTREAM_FLAWS) - twins)
     assert not stale, f"known lists name rules that do not exist: {sorted(stale)}"
 
 
@@ -109,13 +125,21 @@ def test_historical_bug_is_caught(name: str, rule: object, label: dict) -> None:
     assert _caught(label, errors), f"{name} ({label['what']}): error findings {errors}, expected one of {label['expect']}"
 
 
+def _twin_clean(name: str, errors: list[str], seed: int) -> None:
+    """A fixed twin gets no error, or only the ids of an upstream flaw documented in UPSTREAM_FLAWS."""
+    allowed, evidence = UPSTREAM_FLAWS.get(name, (set(), ""))
+    unexpected = sorted(set(errors) - allowed)
+    assert not unexpected, f"{name} is the fixed rule, but seed {seed} reported errors {errors}" + (
+        f" (beyond its upstream flaw {sorted(allowed)}: {evidence})" if allowed else "")
+
+
 @pytest.mark.parametrize("name,rule,label", TWINS, ids=[n for n, _, _ in TWINS])
 def test_fixed_twin_passes(name: str, rule: object, label: dict) -> None:
     errors = _errors(rule, 0)
     if name in KNOWN_FALSE_ERRORS:
         assert errors, f"{name} now passes: remove it from KNOWN_FALSE_ERRORS"
         pytest.xfail(f"known false error: {KNOWN_FALSE_ERRORS[name]}")
-    assert errors == [], f"{name} is the fixed rule, but gradguard reported errors {errors}"
+    _twin_clean(name, errors, 0)
 
 
 def _rate_check(seed: int) -> None:
@@ -144,4 +168,4 @@ def test_fixed_twin_passes_ten_seeds(name: str, rule: object, label: dict) -> No
         errors = _errors(rule, seed)
         if errors and name in KNOWN_FALSE_ERRORS:
             pytest.xfail(f"known false error (seed {seed}): {KNOWN_FALSE_ERRORS[name]}")
-        assert errors == [], f"{name} is the fixed rule, but seed {seed} reported errors {errors}"
+        _twin_clean(name, errors, seed)
