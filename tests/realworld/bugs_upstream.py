@@ -2,17 +2,21 @@
 
 Every ``*_buggy_rrule`` is a rule as an upstream project shipped it before a fix, and its
 ``*_fixed_rrule`` twin is the rule as the fix made it; the math is kept exactly as the source had it
-(Julia, C++ and JAX sources are translated to NumPy rules). Each pair names its source: repository,
-commit or issue, and what went wrong. Specs are chosen as a careful user would: the function's real
-domain.
+(C++, Rust, TensorFlow and JAX sources are translated to NumPy rules; where the upstream rule was what
+JAX's AD made of a primal, the pullback is that derivative written out). Each pair names its source:
+repository, commit or issue, and what went wrong. Specs are chosen as a careful user would: the
+function's real domain. Projects: HIPS/autograd (1-10), JAX (11-13), PyTorch (14), TensorFlow (15),
+burn (16), tinygrad (17), and autograd again (18).
 
 Labels follow tests/corpus/: ``LABELS = {name: {"bug": class, "expect": [ids], "what": ...}}``, with
 ``"expect": []`` for a fixed twin; ``"source"`` names the upstream fix. ``FIXED`` maps each buggy rule
-to its twin. tests/realworld/test_realworld_bugs.py holds gradguard to these labels.
+to its twin and ``BUGGY`` lists the buggy rules (bench/detection.py tells buggy from correct rules by
+it). tests/realworld/test_realworld_bugs.py holds gradguard to these labels.
 """
 
 import numpy as np
 from hypothesis import strategies as st
+from scipy.stats import multivariate_normal as scipy_mvn
 from scipy.stats import norm as scipy_norm
 
 from gradguard import arrays, rrule
@@ -625,6 +629,42 @@ def prod_zero_fixed_rrule(x):
     return ret, _none_or(pullback)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# 18. autograd: the covariance gradient of scipy.stats.multivariate_normal.logpdf had the wrong sign.
+#     HIPS/autograd issue #401, fixed in commit fec14ad76ae5ed347c1de34eaca46a71097ff0d4 ("Fix vjp for
+#     multivariate normal covariance and unittest typo (issue #401)"), autograd/scipy/stats/multivariate_normal.py:
+#     `-np.reshape(g, np.shape(g) + (1, 1)) * covgrad(...)` became `np.reshape(g, ...) * covgrad(...)`, with
+#     covgrad = (J s s^T - J) / 2, J = inv(cov), s = J (x - mean). Only the covariance is differentiated here
+#     (x and mean are data); its domain is the positive-definite matrices, declared with structure="psd".
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def mvn_logpdf(x, mean, cov):
+    return scipy_mvn.logpdf(x, mean, cov)
+
+
+def _covgrad(x, mean, cov):
+    J = np.linalg.inv(cov)
+    solved = np.matmul(J, np.expand_dims(x - mean, -1))
+    return 1.0 / 2 * (np.matmul(solved, np.swapaxes(solved, -1, -2)) - J)
+
+
+_MVN_SPECS = (arrays(shape=(2,), min_value=-3.0, max_value=3.0), arrays(shape=(2,), min_value=-3.0, max_value=3.0),
+              arrays(shape=(2, 2), structure="psd"))
+
+
+@rrule(mvn_logpdf, *_MVN_SPECS, nondiff=(0, 1))
+def mvn_cov_sign_buggy_rrule(x, mean, cov):
+    return mvn_logpdf(x, mean, cov), _none_or(
+        lambda g: (None, None, -np.reshape(g, np.shape(g) + (1, 1)) * _covgrad(x, mean, cov)), 3)
+
+
+@rrule(mvn_logpdf, *_MVN_SPECS, nondiff=(0, 1))
+def mvn_cov_sign_fixed_rrule(x, mean, cov):
+    return mvn_logpdf(x, mean, cov), _none_or(
+        lambda g: (None, None, np.reshape(g, np.shape(g) + (1, 1)) * _covgrad(x, mean, cov)), 3)
+
+
 FIXED = {
     "max_ties_buggy_rrule": "max_ties_fixed_rrule",
     "maximum_ties_buggy_rrule": "maximum_ties_fixed_rrule",
@@ -643,6 +683,7 @@ FIXED = {
     "matmul_complex_buggy_rrule": "matmul_complex_fixed_rrule",
     "cumprod_zero_buggy_rrule": "cumprod_zero_fixed_rrule",
     "prod_zero_buggy_rrule": "prod_zero_fixed_rrule",
+    "mvn_cov_sign_buggy_rrule": "mvn_cov_sign_fixed_rrule",
 }
 BUGGY = tuple(FIXED)  # the historical bugs, for tools that classify rules by name (bench/detection.py)
 
@@ -718,6 +759,10 @@ LABELS = {
     "prod_zero_buggy_rrule": {
         "bug": "numeric", "expect": ["GG206"], "source": "https://github.com/tinygrad/tinygrad/pull/17404",
         "what": "prod's gradient divides by the input: NaN at a zero entry",
+    },
+    "mvn_cov_sign_buggy_rrule": {
+        "bug": "numeric", "expect": ["GG201"], "source": f"{_AUTOGRAD}/issues/401 (fix fec14ad)",
+        "what": "multivariate_normal.logpdf's covariance gradient has the wrong sign",
     },
 }
 for _bug, _fixed in FIXED.items():
