@@ -6,7 +6,7 @@ Every ``*_buggy_rrule`` is a rule as an upstream project shipped it before a fix
 JAX's AD made of a primal, the pullback is that derivative written out). Each pair names its source:
 repository, commit or issue, and what went wrong. Specs are chosen as a careful user would: the
 function's real domain. Projects: HIPS/autograd (1-10), JAX (11-13), PyTorch (14), TensorFlow (15),
-burn (16), tinygrad (17), and autograd again (18).
+burn (16), tinygrad (17), autograd again (18), KeOps (19).
 
 Labels follow tests/corpus/: ``LABELS = {name: {"bug": class, "expect": [ids], "what": ...}}``, with
 ``"expect": []`` for a fixed twin; ``"source"`` names the upstream fix. ``FIXED`` maps each buggy rule
@@ -665,6 +665,36 @@ def mvn_cov_sign_fixed_rrule(x, mean, cov):
         lambda g: (None, None, np.reshape(g, np.shape(g) + (1, 1)) * _covgrad(x, mean, cov)), 3)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# 19. KeOps: the derivative of Atan2(F, G) = atan2(F, G) subtracted its two terms in the wrong order, giving F
+#     the weight -F / (F^2 + G^2) and G the weight G / (F^2 + G^2) (the right ones are G / (F^2 + G^2) and
+#     -F / (F^2 + G^2)). getkeops/keops PR #155, commit dc7a67eb9d02b4af159e260c8ba794822c891b6f ("Fix
+#     derivative of atan2 which is now subtracting the components in the wrong order"),
+#     keops/core/formulas/maths/Atan2.h. G is drawn in the right half-plane, away from the branch cut along
+#     G < 0, F = 0 (where atan2 jumps) and from the origin (where it has no derivative).
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def atan2(f, g):
+    return np.arctan2(f, g)
+
+
+_ATAN2_F = arrays(shape=(3,), min_value=-5.0, max_value=5.0)
+_ATAN2_G = arrays(shape=(3,), min_value=0.1, max_value=5.0)
+
+
+@rrule(atan2, _ATAN2_F, _ATAN2_G)
+def atan2_order_buggy_rrule(f, g):
+    r2 = f * f + g * g
+    return np.arctan2(f, g), _none_or(lambda gradin: (-(f / r2) * gradin, (g / r2) * gradin), 2)
+
+
+@rrule(atan2, _ATAN2_F, _ATAN2_G)
+def atan2_order_fixed_rrule(f, g):
+    r2 = f * f + g * g
+    return np.arctan2(f, g), _none_or(lambda gradin: ((g / r2) * gradin, -(f / r2) * gradin), 2)
+
+
 FIXED = {
     "max_ties_buggy_rrule": "max_ties_fixed_rrule",
     "maximum_ties_buggy_rrule": "maximum_ties_fixed_rrule",
@@ -684,6 +714,7 @@ FIXED = {
     "cumprod_zero_buggy_rrule": "cumprod_zero_fixed_rrule",
     "prod_zero_buggy_rrule": "prod_zero_fixed_rrule",
     "mvn_cov_sign_buggy_rrule": "mvn_cov_sign_fixed_rrule",
+    "atan2_order_buggy_rrule": "atan2_order_fixed_rrule",
 }
 BUGGY = tuple(FIXED)  # the historical bugs, for tools that classify rules by name (bench/detection.py)
 
@@ -763,6 +794,11 @@ LABELS = {
     "mvn_cov_sign_buggy_rrule": {
         "bug": "numeric", "expect": ["GG201"], "source": f"{_AUTOGRAD}/issues/401 (fix fec14ad)",
         "what": "multivariate_normal.logpdf's covariance gradient has the wrong sign",
+    },
+    "atan2_order_buggy_rrule": {
+        "bug": "numeric", "expect": ["GG201"],
+        "source": "https://github.com/getkeops/keops/pull/155 (commit dc7a67eb9d02b4af159e260c8ba794822c891b6f)",
+        "what": "atan2's derivative subtracts its two terms in the wrong order",
     },
 }
 for _bug, _fixed in FIXED.items():
