@@ -116,6 +116,8 @@ class _ToolTimeout(BaseException):
 def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeout: float = 0.0) -> dict[str, Any]:
     """Every variant of every tool on one case; an anchor call running past ``timeout`` seconds is an error."""
     row: dict[str, Any] = {"case": case.key, "bug": case.bug, "expect": case.expect, "tools": {}}
+    if "upstream_flaw" in case.label:
+        row["upstream_flaw"] = case.label["upstream_flaw"]
     for group in tools:
         for variant in TOOLS[group]:
             limit = 0.0 if group == "gradguard" else timeout  # gradguard has its own per-rule time limit
@@ -192,11 +194,16 @@ def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
     columns = [v for g in tools for v in TOOLS[g]] + [GROUPS[g] for g in tools if g in GROUPS]
     table: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     false_pos: dict[str, list[str]] = defaultdict(list)
+    flaws: dict[str, list[str]] = defaultdict(list)
     seconds: dict[str, float] = defaultdict(float)
     for row in rows:
         for col in columns:
             outcome = _group_outcome(row, _group_of(col)) if _group_of(col) else row["tools"][col]["outcome"]
             if row["bug"] == "correct":
+                if outcome == "caught" and "upstream_flaw" in row:  # a real flaw of the upstream rule, found
+                    table["correct"][col]["flaw"] += 1
+                    flaws[col].append(f"{row['case']} ({_detail(row, col)})")
+                    continue
                 if outcome in ("caught", "errored"):
                     false_pos[col].append(f"{row['case']} ({outcome}: {_detail(row, col)})")
                 table["correct"][col]["flagged" if outcome in ("caught", "errored") else outcome] += 1
@@ -207,7 +214,7 @@ def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
     for g in tools:
         if g in GROUPS:
             seconds[GROUPS[g]] = sum(seconds[v] for v in TOOLS[g])
-    return {"columns": columns, "table": table, "false_positives": false_pos, "seconds": seconds}
+    return {"columns": columns, "table": table, "false_positives": false_pos, "flaws": flaws, "seconds": seconds}
 
 
 def _detail(row: dict[str, Any], col: str) -> str:
@@ -250,6 +257,10 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
     lines.append("| **detection rate** (caught, and caught or errored) | | " + " | ".join(rates) + " |")
     fp = [f"{table['correct'][c]['flagged']} / {len(correct)}" for c in cols]
     lines.append(f"| **false positives** on correct rules | {len(correct)} | " + " | ".join(fp) + " |")
+    flawed = [r for r in correct if "upstream_flaw" in r]
+    if flawed:
+        found = [f"{table['correct'][c]['flaw']} / {len(flawed)}" for c in cols]
+        lines.append(f"| **documented upstream flaws found** (correct rules with a known flaw) | {len(flawed)} | " + " | ".join(found) + " |")
     secs = summary["seconds"]
     lines.append("| **total wall time (s)** | | " + " | ".join(f"{secs.get(c, 0.0):.1f}" for c in cols) + " |")
     lines.append("")
@@ -270,11 +281,19 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
         judged = g["caught"] + g["missed"] + g["errored"]
         rate = g["caught"] / judged if judged else 0.0
         fps = table["correct"]["gradguard"]["flagged"]
-        met = rate >= 0.95 and fps == 0 and ratio <= 2.0
-        lines.append(
-            f"Target (>= 95% caught, 0 false positives, within 2x of the fastest anchor): "
-            f"{'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, {fps} false positive(s), {ratio:.1f}x)."
-        )
+        if ERRORS_ONLY:
+            met = rate >= 0.95 and fps == 0
+            lines.append(
+                f"Issue 12's target on this corpus (>= 95% of the historical bugs caught, no error on a correct rule "
+                f"beyond documented upstream flaws): {'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, "
+                f"{fps} false positive(s))."
+            )
+        else:
+            met = rate >= 0.95 and fps == 0 and ratio <= 2.0
+            lines.append(
+                f"Target (>= 95% caught, 0 false positives, within 2x of the fastest anchor): "
+                f"{'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, {fps} false positive(s), {ratio:.1f}x)."
+            )
         lines.append("")
     whole = summary.get("whole_corpus")
     if whole:
@@ -289,6 +308,12 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
         lines.append("False positives on correct rules:")
         for col in cols:
             for item in summary["false_positives"].get(col, []):
+                lines.append(f"- {col}: {item}")
+        lines.append("")
+    if any(summary.get("flaws", {}).values()):
+        lines.append("Documented upstream flaws found (not false positives; the evidence is in tests/realworld/INDEX.md):")
+        for col in cols:
+            for item in summary["flaws"].get(col, []):
                 lines.append(f"- {col}: {item}")
         lines.append("")
     missed = [r for r in buggy if "gradguard" in r["tools"] and r["tools"]["gradguard"]["outcome"] != "caught"]

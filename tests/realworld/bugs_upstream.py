@@ -11,7 +11,8 @@ burn (16), tinygrad (17), autograd again (18), KeOps (19).
 Labels follow tests/corpus/: ``LABELS = {name: {"bug": class, "expect": [ids], "what": ...}}``, with
 ``"expect": []`` for a fixed twin; ``"source"`` names the upstream fix. ``FIXED`` maps each buggy rule
 to its twin and ``BUGGY`` lists the buggy rules (bench/detection.py tells buggy from correct rules by
-it). tests/realworld/test_realworld_bugs.py holds gradguard to these labels.
+it); ``UPSTREAM_FLAWS`` names fixed twins whose fix still has a flaw that gradguard finds, with the
+evidence. tests/realworld/test_realworld_bugs.py holds gradguard to these labels.
 """
 
 import numpy as np
@@ -803,3 +804,18 @@ LABELS = {
 }
 for _bug, _fixed in FIXED.items():
     LABELS[_fixed] = {"bug": "correct", "expect": [], "source": LABELS[_bug]["source"]}
+
+# Fixed twins whose upstream fix still has a flaw that gradguard finds: name -> (ids it may report, evidence).
+# tests/realworld/test_realworld_bugs.py allows these ids (and no others) on the twin; INDEX.md has the evidence.
+UPSTREAM_FLAWS = {
+    "sinc_zero_fixed_rrule": (
+        ("GG201", "GG203"),
+        "sinc_backward's (pi x cos(pi x) - sin(pi x)) / (pi x^2) cancels for small x: at x = 5.960464e-08 it "
+        "gives -1.96842e-07 where the derivative is -1.96091e-07 (0.38% off; PyTorch 2.13 gives the same value)",
+    ),
+    "prod_zero_fixed_rrule": (
+        ("GG201", "GG203"),
+        "`ret / x` with no zero entry: where the product underflows (x = [4.9e-324, -1.80, 1.9, 0.04]) the "
+        "tangent of x[0] is 0, but the derivative is the product of the others, -0.137 (PyTorch 2.13 gives 0 too)",
+    ),
+}

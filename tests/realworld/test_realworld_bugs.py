@@ -46,20 +46,6 @@ KNOWN_FALSE_ERRORS: dict[str, str] = {
         "(issue 12, defect class 1)"
     ),
 }
-# Fixed twins whose upstream fix still has a flaw that gradguard finds (not gradguard's mistake): name ->
-# (the ids it may report, the evidence). The twin must get no other error; INDEX.md shows the evidence.
-UPSTREAM_FLAWS: dict[str, tuple[set[str], str]] = {
-    "sinc_zero_fixed_rrule": (
-        {"GG201", "GG203"},
-        "sinc_backward's (pi x cos(pi x) - sin(pi x)) / (pi x^2) cancels for small x: at x = 5.960464e-08 it "
-        "gives -1.96842e-07 where the derivative is -1.96091e-07 (0.38% off; PyTorch 2.13 gives the same value)",
-    ),
-    "prod_zero_fixed_rrule": (
-        {"GG201", "GG203"},
-        "`ret / x` with no zero entry: where the product underflows (x = [4.9e-324, -1.80, 1.9, 0.04]) the "
-        "tangent of x[0] is 0, but the derivative is the product of the others, -0.137 (PyTorch 2.13 gives 0 too)",
-    ),
-}
 
 
 @pytest.fixture(autouse=True)
@@ -83,6 +69,11 @@ def _cases() -> tuple[list[tuple[str, object, dict]], list[tuple[str, object, di
 
 
 BUGS, TWINS, MODULES = _cases()
+# Fixed twins whose upstream fix still has a flaw that gradguard finds (not gradguard's mistake), as the rule
+# modules document them: name -> (the ids it may report, the evidence).
+UPSTREAM_FLAWS: dict[str, tuple[set[str], str]] = {
+    name: (set(ids), evidence) for module in MODULES for name, (ids, evidence) in getattr(module, "UPSTREAM_FLAWS", {}).items()
+}
 
 
 def _errors(rule: object, seed: int) -> list[str]:
