@@ -764,7 +764,7 @@ LABELS = {
         "what": "tensordot with negative axes: the pullback raises",
     },
     "rem_divisor_buggy_rrule": {
-        "bug": "numeric", "expect": ["GG201"], "source": f"{_JAX}/issues/11466 (PR #11469, commit daf6e3b)",
+        "bug": "numeric", "expect": ["GG201", "GG203"], "source": f"{_JAX}/issues/11466 (PR #11469, commit daf6e3b)",
         "what": "d/dy rem(x, y) uses floor(x / y) for a truncated quotient: wrong where x / y < 0",
     },
     "xlogy_x0_buggy_rrule": {
