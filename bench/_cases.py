@@ -28,6 +28,7 @@ from gradguard.checker.loader import load_module, rules_in
 from gradguard.checker.specs import RuleSpec, differentiable
 
 CORPUS = ROOT / "tests" / "corpus"
+REALWORLD = ROOT / "tests" / "realworld"
 CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition")
 CONTEXT_CLASSES = ("context", "aliasing")
 
@@ -89,6 +90,51 @@ def load_cases(corpus: Path = CORPUS, *, names: list[str] | None = None) -> list
             if label is None:
                 continue
             case = BenchCase(path.stem, rule.name, rule, bug_class(label), sorted(label["expect"]), label)
+            if names is None or case.name in names or case.key in names:
+                cases.append(case)
+    return cases
+
+
+def load_realworld_cases(folder: Path = REALWORLD, *, names: list[str] | None = None) -> list[BenchCase]:
+    """Every rule of every rule module in the public real-world corpus (tests/realworld/), labelled buggy or
+    correct.
+
+    A rule is buggy when a module of the folder names it in ``BUGGY`` (or as a key of ``FIXED``: the historical
+    bugs beside their fixed twins); its bug class and expected ids come from that module's ``LABELS`` where it
+    has one. Every other rule is correct, whether or not its module has labels, so modules of correct rules
+    (``correct_*.py``) are picked up as they are added. A correct rule a module names in ``UPSTREAM_FLAWS``
+    (a flaw of the upstream rule that gradguard finds) carries it as ``label["upstream_flaw"]``. A module that
+    does not load is reported and skipped.
+    """
+    modules = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith(("_", "test_")):
+            continue
+        try:
+            modules.append((path, load_module(path)))
+        except Exception as exc:  # noqa: BLE001 - one broken module must not hide the others
+            print(f"skipping {path.name}: it does not load ({type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]})", file=sys.stderr)
+    buggy: set[str] = set()
+    labels: dict[str, dict[str, Any]] = {}
+    flaws: dict[str, Any] = {}
+    for _, module in modules:
+        buggy |= set(getattr(module, "BUGGY", ())) | set(getattr(module, "FIXED", {}))
+        labels.update(getattr(module, "LABELS", {}))
+        flaws.update(getattr(module, "UPSTREAM_FLAWS", {}))
+    cases = []
+    for path, module in modules:
+        for rule in rules_in(module):
+            label = dict(labels.get(rule.name, {}))
+            if rule.name in buggy:
+                bug = str(label.get("bug", "numeric"))
+                bug = bug if bug in CLASSES else "numeric"
+                expect = sorted(label.get("expect", []))
+            else:
+                bug, expect = "correct", []
+                if rule.name in flaws:
+                    ids, evidence = flaws[rule.name]
+                    label["upstream_flaw"] = {"ids": sorted(ids), "evidence": evidence}
+            case = BenchCase(path.stem, rule.name, rule, bug, expect, label)
             if names is None or case.name in names or case.key in names:
                 cases.append(case)
     return cases

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("detection", "detection_examples", "scaling", "checker_speed")
+ORDER = ("detection", "detection_examples", "realworld", "scaling", "checker_speed")
 TITLE = """# Benchmark results
 
 Each section below says the command that made it; run it again to regenerate that section:
@@ -22,6 +22,7 @@ Each section below says the command that made it; run it again to regenerate tha
     pip install torch==2.13.0            # benchmark-only extra (the `bench` extra); never a dependency
     python bench/detection.py            # corpus detection, gradguard vs gradcheck and check_grads
     python bench/detection.py --max-examples 1 --results bench/RESULTS.md   # the detection/time trade-off
+    python bench/detection.py --corpus realworld   # the public real-world corpus (tests/realworld/)
     python bench/scaling.py --results bench/RESULTS.md
     python bench/checker_speed.py --results bench/RESULTS.md
 

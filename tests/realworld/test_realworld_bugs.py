@@ -2,9 +2,10 @@
 passes the rules their fixes made.
 
 Each buggy rule must get an error-severity finding from one of the checks its label expects; each fixed
-twin must get no error finding and must not crash the checker. Seed 0 runs in the quick loop; the slow
-sweep repeats both at seeds 0..9. Known deviations are listed below with the reason; a listed case that
-starts to behave fails its test, so the lists only shrink (see the triage notes referenced there).
+twin must get no error finding and must not crash the checker, except a twin whose upstream fix still has a
+flaw that gradguard finds (UPSTREAM_FLAWS: only those ids, with the evidence). Seed 0 runs in the quick loop;
+the slow sweep repeats both at seeds 0..9. Known deviations of gradguard are listed below with the reason; a
+listed case that starts to behave fails its test, so the lists only shrink.
 """
 
 from __future__ import annotations
@@ -25,9 +26,21 @@ SEEDS = range(10)
 TARGET = 0.95  # the share of historical bugs that must be caught at every seed
 
 # Historical bugs gradguard misses today: name -> why (gradguard's gap, not the rule's).
-KNOWN_MISSES: dict[str, str] = {}
+KNOWN_MISSES: dict[str, str] = {
+    "xlogy_x0_buggy_rrule": (
+        "GG201's near_kinks guard excuses the input: the buggy pullback is wrong only at x == 0 exactly, so the "
+        "rule's own answers jump around x, and that jump is read as a kink of the primal, although the primal "
+        "(x * log(y)) is smooth there (at_kink finds none: its one-sided derivatives agree)"
+    ),
+}
 # Fixed twins gradguard reports an error on: name -> why that is gradguard's mistake.
-KNOWN_FALSE_ERRORS: dict[str, str] = {}
+KNOWN_FALSE_ERRORS: dict[str, str] = {
+    "xlogy_x0_fixed_rrule": (
+        "GG503 in `same-array-twice`: the context passes x as y, outside the declared domain y > 0, and the "
+        "program is NaN under AD and when run alike; NaN against NaN is reported as a different value "
+        "(issue 12, defect class 1)"
+    ),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +64,11 @@ def _cases() -> tuple[list[tuple[str, object, dict]], list[tuple[str, object, di
 
 
 BUGS, TWINS, MODULES = _cases()
+# Fixed twins whose upstream fix still has a flaw that gradguard finds (not gradguard's mistake), as the rule
+# modules document them: name -> (the ids it may report, the evidence).
+UPSTREAM_FLAWS: dict[str, tuple[set[str], str]] = {
+    name: (set(ids), evidence) for module in MODULES for name, (ids, evidence) in getattr(module, "UPSTREAM_FLAWS", {}).items()
+}
 
 
 def _errors(rule: object, seed: int) -> list[str]:
@@ -65,7 +83,7 @@ def _caught(label: dict, errors: list[str]) -> bool:
 
 def test_labels_and_twins() -> None:
     known = {c.id for c in catalogue()}
-    assert len(BUGS) >= 5, f"only {len(BUGS)} historical bugs"
+    assert len(BUGS) >= 15, f"only {len(BUGS)} historical bugs (issue 12 asks for at least 15)"
     for module in MODULES:
         names = {rule.name for rule in rules_in(module)}
         labels, fixed = module.LABELS, module.FIXED
@@ -78,7 +96,9 @@ def test_labels_and_twins() -> None:
         buggy = {n for n, label in labels.items() if label["bug"] != "correct"}
         assert set(fixed) == buggy, f"every historical bug has a fixed twin: {sorted(buggy ^ set(fixed))}"
         assert set(fixed.values()) == names - buggy, "every twin is the fix of one bug"
-    stale = (set(KNOWN_MISSES) - {n for n, _, _ in BUGS}) | (set(KNOWN_FALSE_ERRORS) - {n for n, _, _ in TWINS})
+        assert tuple(getattr(module, "BUGGY", fixed)) == tuple(fixed), "BUGGY lists the historical bugs, as FIXED does"
+    twins = {n for n, _, _ in TWINS}
+    stale = (set(KNOWN_MISSES) - {n for n, _, _ in BUGS}) | (set(KNOWN_FALSE_ERRORS) - twins) | (set(UPSTREAM_FLAWS) - twins)
     assert not stale, f"known lists name rules that do not exist: {sorted(stale)}"
 
 
@@ -91,13 +111,21 @@ def test_historical_bug_is_caught(name: str, rule: object, label: dict) -> None:
     assert _caught(label, errors), f"{name} ({label['what']}): error findings {errors}, expected one of {label['expect']}"
 
 
+def _twin_clean(name: str, errors: list[str], seed: int) -> None:
+    """A fixed twin gets no error, or only the ids of an upstream flaw documented in UPSTREAM_FLAWS."""
+    allowed, evidence = UPSTREAM_FLAWS.get(name, (set(), ""))
+    unexpected = sorted(set(errors) - allowed)
+    assert not unexpected, f"{name} is the fixed rule, but seed {seed} reported errors {errors}" + (
+        f" (beyond its upstream flaw {sorted(allowed)}: {evidence})" if allowed else "")
+
+
 @pytest.mark.parametrize("name,rule,label", TWINS, ids=[n for n, _, _ in TWINS])
 def test_fixed_twin_passes(name: str, rule: object, label: dict) -> None:
     errors = _errors(rule, 0)
     if name in KNOWN_FALSE_ERRORS:
         assert errors, f"{name} now passes: remove it from KNOWN_FALSE_ERRORS"
         pytest.xfail(f"known false error: {KNOWN_FALSE_ERRORS[name]}")
-    assert errors == [], f"{name} is the fixed rule, but gradguard reported errors {errors}"
+    _twin_clean(name, errors, 0)
 
 
 def _rate_check(seed: int) -> None:
@@ -126,4 +154,4 @@ def test_fixed_twin_passes_ten_seeds(name: str, rule: object, label: dict) -> No
         errors = _errors(rule, seed)
         if errors and name in KNOWN_FALSE_ERRORS:
             pytest.xfail(f"known false error (seed {seed}): {KNOWN_FALSE_ERRORS[name]}")
-        assert errors == [], f"{name} is the fixed rule, but seed {seed} reported errors {errors}"
+        _twin_clean(name, errors, seed)
