@@ -344,7 +344,7 @@ def take(self, index):
 @rrule(take, arrays(shape=(2, 3)), constant(np.array([5, 0, 5, 2])))
 def torch_take_rrule(self, index):
     def backward(grad):
-        out = np.zeros_like(self)
+        out = np.zeros(self.shape, dtype=grad.dtype)  # C order, so that reshape(-1) is a view of it
         np.add.at(out.reshape(-1), index, grad)  # put_ with accumulate=true, on the flattened tensor
         return out
 
