@@ -6,7 +6,8 @@ each documented with evidence in tests/realworld/INDEX.md. Those are held to exa
 listed rule must show each of them at some seed (so the list cannot go stale) and no other.
 
 The checker runs once per module and seed (a module-level cache), and each rule gets its own test case,
-so a failure names the rule and the seed. Findings that are gradguard's own mistakes are not listed
+so a failure names the rule and the seed. Run it with `-p no:xdist`, or with `--dist loadgroup` under
+pytest-xdist, so that a module and seed are not checked again on each worker. Findings that are gradguard's own mistakes are not listed
 anywhere here: their tests fail until the checker is fixed (INDEX.md lists them with a diagnosis and a
 minimal reproduction under tests/realworld/false_errors/).
 """
@@ -96,9 +97,19 @@ def test_corpus_size_sources_and_index() -> None:
         assert f"`{name}`" in index.split("## Historical bugs")[0], f"{name}'s flaw is not documented in INDEX.md"
 
 
+# One case per rule and seed, ordered module by module and seed by seed so that each module is checked once per
+# seed; under pytest-xdist, `--dist loadgroup` keeps a module's cases for one seed on one worker.
+CASES = [
+    pytest.param(name, path, seed, id=f"{name}-seed{seed}", marks=pytest.mark.xdist_group(f"{path.stem}-seed{seed}"))
+    for path in _module_paths()
+    for seed in SEEDS
+    for name, rule_path in RULES
+    if rule_path == path
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("name,path", RULES, ids=[name for name, _ in RULES])
+@pytest.mark.parametrize("name,path,seed", CASES)
 def test_correct_rule_has_no_false_error(name: str, path: Path, seed: int) -> None:
     errors = _errors(name, path, seed)
     allowed = UPSTREAM_FLAWS.get(name, (frozenset(), ""))[0]
