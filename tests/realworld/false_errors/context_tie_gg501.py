@@ -1,6 +1,8 @@
 """GG501 in the `output-used` context for a rule at a kink (issue 12, defect class 1, first case).
 
-Corpus rule: torch_max_binary_rrule (PyTorch's `max(Tensor self, Tensor other)` formula). At a tie
+Corpus rules: torch_max_binary_rrule and torch_clamp_min_rrule (`output-used`, `called-twice`, ...), and
+hypot_rrule in `same-array-twice` (hypot(x, x) = sqrt(2) |x| at tiny x). The minimal case is PyTorch's
+`max(Tensor self, Tensor other)` formula. At a tie
 self == other, PyTorch gives the whole cotangent to `other`: the tangent's inner product with any direction
 v is v_other * g, which lies between the one-sided directional derivatives min(v_self, v_other) * g and
 max(v_self, v_other) * g, so it is a valid one-sided derivative, and GG201 (which has a near-kink guard)
