@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t = time.perf_counter()
     from gradguard import checker  # noqa: F401
-    from gradguard.checker.checks.registry import catalogue
+    from gradguard.checker.checks import catalogue
 
     print(f"import checker: {time.perf_counter() - t:.2f} s (excluded below)")
 

@@ -53,9 +53,13 @@ def _rules() -> list[tuple[str, object]]:
 
 def measure(select: list[str] | None) -> list[dict]:
     """In this process (gradguard from PYTHONPATH): time each failing rule's check and its shrinking."""
-    from gradguard.checker import check, runner
+    from gradguard.checker import check
 
-    real = runner._search
+    try:  # the module whose global `_search` the per-rule checking calls (older commits: the runner)
+        from gradguard.checker import per_rule as owner
+    except ImportError:
+        from gradguard.checker import runner as owner
+    real = owner._search
     spent: list[float] = []
 
     def timed(*args, **kwargs):  # the searches that re-find and shrink a failing check
@@ -65,7 +69,7 @@ def measure(select: list[str] | None) -> list[dict]:
         finally:
             spent.append(time.perf_counter() - start)
 
-    runner._search = timed
+    owner._search = timed
     rows = []
     for label, rule in _rules():
         check(rule, select=select)  # warm-up: imports, JAX compilations for these shapes

@@ -10,6 +10,7 @@
     assert report.passed
 """
 
+from gradguard.checker._version import VERSION as __version__
 from gradguard.checker.checks import catalogue
 from gradguard.checker.jax_rules import jax_rule
 from gradguard.checker.errors import GradguardError, LoadError, SpecError, UsageError
@@ -37,4 +38,3 @@ __all__ = [
     "UsageError",
 ]
 
-__version__ = "0.1.0"

@@ -22,11 +22,12 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
 from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
-from gradguard.checker.checks.registry import CheckInfo, Problem, Skip
+from gradguard.checker.checks.registry import CheckInfo
+from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
 
 if TYPE_CHECKING:
-    from gradguard.checker.runner import Options
+    from gradguard.checker.options import Options
 
 __all__ = ["RuleTimeout"]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.machinery
+import importlib.util
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gradguard.checker._version import VERSION
 from gradguard.checker.report import RuleResult
 
 __all__ = ["DEFAULT_CACHE_DIR", "VerdictCache", "project_sources", "tool_fingerprint"]
@@ -135,20 +137,18 @@ def project_sources(path: str | os.PathLike[str]) -> dict[str, str]:
 @lru_cache(maxsize=1)
 def tool_fingerprint() -> str:
     """gradguard's own code and the versions of what it runs on: a change to either re-checks everything."""
-    from gradguard.checker import __version__
-    import gradguard.checker as checker_pkg
-    import gradguard.engines as engines_pkg
-
-    h = hashlib.sha256(f"{__version__}|{sys.version}".encode())
+    # The two packages' folders, found without importing them (a checkout maps them, a wheel nests them).
+    folders = [Path(importlib.util.find_spec(name).origin).parent  # type: ignore[union-attr]
+               for name in ("gradguard.checker", "gradguard.engines")]
+    h = hashlib.sha256(f"{VERSION}|{sys.version}".encode())
     for dist in ("numpy", "hypothesis", "jax", "jaxlib", "torch"):
         try:
             h.update(f"|{dist}={metadata.version(dist)}".encode())
         except metadata.PackageNotFoundError:
             h.update(f"|{dist}=-".encode())
-    for pkg in (checker_pkg, engines_pkg):
-        for folder in pkg.__path__:
-            for file in sorted(Path(folder).rglob("*.py")):
-                h.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes())
+    for folder in folders:
+        for file in sorted(folder.rglob("*.py")):
+            h.update(file.relative_to(folder).as_posix().encode() + b"\0" + file.read_bytes())
     return h.hexdigest()
 
 

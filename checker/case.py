@@ -20,7 +20,7 @@ from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker import tolerances
-from gradguard.checker.checks.registry import Problem, Skip
+from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec, differentiable
 from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 

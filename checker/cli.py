@@ -24,6 +24,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from gradguard.checker._version import VERSION
 from gradguard.checker.errors import GradguardError, UsageError
 
 __all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_NO_RULES"]
@@ -58,7 +59,7 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option("0.1.0", prog_name="gradguard")
+@click.version_option(VERSION, prog_name="gradguard")
 def main() -> None:
     """gradguard: verify custom differentiation rules, alone and inside adversarial programs."""
 

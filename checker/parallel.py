@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from gradguard.checker.report import RuleResult
 
 if TYPE_CHECKING:
-    from gradguard.checker.runner import Options
+    from gradguard.checker.options import Options
     from gradguard.checker.specs import RuleSpec
 
 __all__ = ["check_in_processes", "workers_for"]
@@ -53,7 +53,7 @@ def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleRe
     """In a worker: load the rule's module, find the rule, check it (None: not found there)."""
     from gradguard.checker.errors import LoadError
     from gradguard.checker.loader import load_module, rules_in
-    from gradguard.checker.runner import check_rule
+    from gradguard.checker.per_rule import check_rule
 
     path, name, lines = locator
     try:
@@ -91,7 +91,7 @@ def check_in_processes(
     progress: Callable[[RuleResult, int, int], None] | None = None,
 ) -> list[RuleResult]:
     """Check ``rules`` on up to ``jobs`` worker processes; results in the order of ``rules``."""
-    from gradguard.checker.runner import check_rule
+    from gradguard.checker.per_rule import check_rule
 
     results: list[RuleResult | None] = [None] * len(rules)
     done = 0

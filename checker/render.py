@@ -12,31 +12,10 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from gradguard.checker.report import Finding, Report, RuleResult
-from gradguard.checker.terminal import render_text, where as _where
+from gradguard.checker.terminal import matrix_table, render_text, where as _where
 
 __all__ = ["render_text", "render_junit", "render_markdown", "matrix_table"]
 
-_STATUS_MARK = {"right": "right", "wrong": "WRONG", "raised": "raised", "skipped": "-"}
-
-
-def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """The safety matrix as a header and rows of short cell texts (contexts down, engines across)."""
-    engines = list(matrix.get("engines", []))
-    cells = {(c["context"], c["engine"]): c for c in matrix.get("cells", [])}
-    rows = []
-    for context in matrix.get("contexts", []):
-        row = [context]
-        for engine in engines:
-            cell = cells.get((context, engine))
-            if cell is None:
-                row.append("-")
-                continue
-            text = _STATUS_MARK.get(cell["status"], cell["status"])
-            if cell["status"] == "wrong" and cell.get("rel_error") is not None:
-                text += f" ({cell['rel_error']:.1e})"
-            row.append(text)
-        rows.append(row)
-    return ["context", *engines], rows
 
 
 # -- JUnit XML ----------------------------------------------------------------------------------

@@ -1,13 +1,10 @@
-"""Running checks on rules: Hypothesis draws inputs, finds failures and shrinks them.
+"""Running checks on rules: which checks, which rules, on how many processes, with which cached verdicts.
 
-For each rule and each selected per-input check, one Hypothesis search runs
-the check on drawn inputs; the first failure is shrunk to the smallest input
-(and cotangent) that still fails, and that final example becomes the finding,
-with its reproducer (the searches themselves live in :mod:`gradguard.checker._search`).
-Structural contract checks (``gates=True``) run first;
-when one fails, the checks that depend on the structure are skipped with the
-reason, so the first message is the real cause. Per-rule checks (the
-contexts' safety matrix) run last. Verdicts are deterministic for a seed.
+:func:`check` collects the rules of a target (a rule, module, path, folder or list), selects the check
+ids, reuses the verdicts of unchanged rules (:mod:`gradguard.checker.cache`), and checks the others one
+by one (:func:`gradguard.checker.per_rule.check_rule`) or on worker processes
+(:mod:`gradguard.checker.parallel`), with the same report in the same order. Verdicts are deterministic
+for a seed.
 """
 
 from __future__ import annotations
@@ -15,79 +12,28 @@ from __future__ import annotations
 import difflib
 import os
 import platform
-import signal
 import sys
-import threading
 import time
-import traceback
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker import reproducer
-from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
-                                       _shrink_note, _SpecCannotGenerate, severity)
-from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
-from gradguard.checker.checks.registry import CHECKS, CheckInfo, Problem, Skip, catalogue
+from gradguard.checker._search import RuleTimeout
+from gradguard.checker._version import VERSION
+from gradguard.checker.checks import catalogue
 from gradguard.checker.errors import SpecError, UsageError
-from gradguard.checker.inputs import format_call, show
 from gradguard.checker.loader import collect
-from gradguard.checker.report import Finding, Report, RuleResult
-from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, validate_unused_cotangent
-from gradguard.engines.errors import PlatformUnavailable
+from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_RULE_TIMEOUT_S, DEFAULT_SHRINK_BUDGET_S,
+                                       DEFAULT_SHRINK_STEPS, Options, PerRule)
+from gradguard.checker.per_rule import check_rule, time_limit
+from gradguard.checker.report import Report, RuleResult
+from gradguard.checker.specs import validate_unused_cotangent
 
 __all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
 
-DEFAULT_MAX_EXAMPLES = 20
-DEFAULT_RULE_TIMEOUT_S = 120.0
-# Large inputs get fewer examples, decided by the size of the first (seeded) input so that verdicts stay
-# deterministic: up to this many array elements a rule gets every example; beyond it, proportionally
-# fewer (one at 10**6 elements, which keeps the isolation checks near 50 forward+pullback evaluations).
-FULL_EXAMPLES_UP_TO = 2**14
-# A safety net for rules that are slow for their size: no new input is drawn after this many seconds.
-# It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
-BUDGET_FLOOR_S = 30.0
-VERSION = "0.1.0"
 # ``jobs=None`` checks on one process per CPU above this many rules to check: below it, starting
 # worker processes (each imports NumPy, Hypothesis and maybe JAX) costs more than it saves.
 AUTO_JOBS_ABOVE = 4
-# Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays).
-# The arrays are shrunk once per rule: the later failing checks start from the first one's shrunk input
-# and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
-# shrinking (deterministic: the budget that keeps a failing rule's shrinking near a second), and each
-# rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its failing checks: a safety net, like
-# BUDGET_FLOOR_S, set far above what the step budget takes, because a cut by the clock makes
-# counterexamples depend on the machine's load, and they depend on the seed only (bench/RESULTS.md has
-# the measured trade-off). When either runs out, the smallest failing input found so far is reported
-# and its counterexample says so. None: no limit (Hypothesis' own five minutes).
-DEFAULT_SHRINK_BUDGET_S = 10.0
-DEFAULT_SHRINK_STEPS = 25
-
-
-@dataclass
-class Options:
-    seed: int = 0
-    max_examples: int = DEFAULT_MAX_EXAMPLES
-    rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
-    root: str | None = None  # paths in reports and reproducers are relative to this
-    shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
-    shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
-    jax_cache_dir: str | None = None  # JAX's persistent compilation cache (None: compile in each process)
-    # What an unused output's pullback receives, for rules that declare no convention (specs.UNUSED_COTANGENTS);
-    # None: specs.DEFAULT_UNUSED_COTANGENT.
-    unused_cotangent: str | None = None
-
-
-@dataclass
-class PerRule:
-    """What a per-rule check (e.g. the safety matrix) receives."""
-
-    rule: RuleSpec
-    options: Options
-    result: RuleResult
-    shared: dict[str, Any] = field(default_factory=dict)  # computed once, used by several checks (the matrix)
 
 
 def select_checks(select: Any = None, ignore: Any = None) -> list[str]:
@@ -229,7 +175,6 @@ def check(
     report.duration_s = time.perf_counter() - started
     return report
 
-
 def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options: Options) -> Any:
     if use_cache is False or (use_cache is None and cache_dir is None):
         return None
@@ -242,284 +187,3 @@ def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options:
                 "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
                 "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
     return VerdictCache(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR, settings)
-
-
-def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
-    start = time.perf_counter()
-    result = RuleResult(
-        name=rule.name,
-        module=rule.module,
-        source_file=_relative(rule.source_file, options.root),
-        source_lines=list(rule.source_lines) if rule.source_lines else None,
-        kind=rule.kind,
-    )
-    infos = [CHECKS[i] for i in ids]
-    rule.run_state.clear()
-    if options.unused_cotangent is not None:
-        rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
-    try:
-        with time_limit(options.rule_timeout_s):
-            _prepare_engine(rule, ids, options.jax_cache_dir)
-            _run_checks(rule, infos, options, result)
-    except RuleTimeout:
-        result.verdict = "error"
-        result.error = {
-            "type": "Timeout",
-            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run; "
-            "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
-            "--max-examples",
-            "traceback": "",
-        }
-    except _SpecCannotGenerate as exc:
-        result.verdict = "error"
-        result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
-    except UnsupportedOutput as exc:  # this rule gets an error naming the value; the other rules are checked
-        result.verdict = "error"
-        result.error = {"type": "UnsupportedOutput", "message": str(exc), "traceback": ""}
-    except PlatformUnavailable as exc:  # e.g. --device gpu where JAX sees none: this JAX rule errors, others run
-        result.verdict = "error"
-        result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
-    except _InternalError as exc:
-        result.verdict = "error"
-        result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
-    rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
-    result.duration_s = round(time.perf_counter() - start, 4)
-    if result.verdict != "error":
-        result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
-    return result
-
-
-def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = None) -> None:
-    """Load JAX on the requested device (GRADGUARD_DEVICE) before the survey's clock starts.
-
-    A JAX rule needs it (PlatformUnavailable: this rule errors, the others
-    run); a NumPy rule only for the JAX checks (GG203), which skip with the
-    reason when the device is missing.
-    """
-    if rule.kind != "jax" and not any(CHECKS[i].extra.get("needs_jax") for i in ids):
-        return
-    from gradguard.checker.jax_rules import ensure_device
-
-    if jax_cache_dir is not None:
-        from gradguard.engines.jax_engine import use_compilation_cache
-
-        use_compilation_cache(jax_cache_dir)
-    try:
-        ensure_device()
-    except PlatformUnavailable:
-        if rule.kind == "jax":
-            raise
-
-
-def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
-    applicable = []
-    for info in infos:
-        if rule.kind not in info.kinds:
-            result.checks_skipped.append({"id": info.id, "reason": f"does not apply to {rule.kind} rules"})
-        else:
-            applicable.append(info)
-    per_input = [i for i in applicable if not i.per_rule]
-    # One search runs every check on each drawn input (generation is the expensive part);
-    # only the checks that failed get a search of their own, which shrinks the failure.
-    survey = _survey(rule, per_input, options)
-    result.examples = survey.examples
-
-    gate_failed: str | None = None
-    raised_messages: set[str] = set()
-    shared: dict[str, Any] = {}
-    shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
-    shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
-    for info in applicable:
-        if gate_failed and not info.gates:
-            result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
-            continue
-        if info.per_rule:
-            _run_per_rule(rule, info, options, result, shared)
-            continue
-        first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
-        if first_failure is None:
-            if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
-                result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
-            else:
-                result.checks_run.append(info.id)
-            continue
-        result.checks_run.append(info.id)
-        # Shrinking re-runs the check many times: worth it for inputs people can read, not for
-        # seed-filled large arrays whose evaluations are expensive.
-        shrinkable = survey.cap >= options.max_examples
-        note = None
-        failure = None
-        errors_only = severity(info, first_failure[1]) == "error"
-        if shrinkable and shrink_left is not None and shrink_left <= 0:
-            note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
-        elif shrinkable:
-            # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
-            # only this check's own draws (cotangents, directions) are shrunk.
-            searched = (_search(rule, info, options, shrink_left, at=shrunk_args, errors_only=errors_only)
-                        if shrunk_args is not None else None)
-            if searched is None or searched.failure is None:
-                searched = _search(rule, info, options, shrink_left, errors_only=errors_only)
-            failure = searched.failure
-            if shrink_left is not None:
-                shrink_left -= searched.shrink_s
-            note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
-            if failure is not None and shrunk_args is None:
-                shrunk_args = failure[0].args
-        if failure is None:
-            failure = first_failure
-            if shrinkable and note == "complete":
-                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
-        case, problems, raised = failure
-        if raised is not None:
-            key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
-            if key in raised_messages:
-                continue  # the same crash, already reported by an earlier check
-            raised_messages.add(key)
-        for problem in problems:
-            result.findings.append(_finding(rule, info, case, problem, options, shrinking=note))
-        if info.gates:
-            gate_failed = info.id
-
-
-@dataclass
-class _Survey:
-    examples: int = 0
-    cap: int = 0  # examples this rule gets, from the size of its first input
-    ran: dict[str, int] = field(default_factory=dict)
-    skip_reasons: dict[str, str] = field(default_factory=dict)
-    failures: dict[str, _Failure] = field(default_factory=dict)
-    # Problems of warning severity only: kept, while the search goes on for an error from the same check.
-    warnings: dict[str, _Failure] = field(default_factory=dict)
-
-
-def _example_cap(args: Any, max_examples: int) -> int:
-    """Examples for a rule whose first input is ``args``: all of them for small inputs, fewer for large ones."""
-    from gradguard.checker.trees import leaves
-
-    size = sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray))
-    if size <= FULL_EXAMPLES_UP_TO:
-        return max_examples
-    return max(1, max_examples * FULL_EXAMPLES_UP_TO // size)
-
-
-def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey:
-    survey = _Survey()
-    if not infos:
-        return survey
-
-    started = time.perf_counter()
-
-    def body(args: Any, data: Any) -> None:
-        if survey.examples == 0:
-            survey.cap = _example_cap(args, options.max_examples)
-        elif survey.examples >= survey.cap or time.perf_counter() - started > BUDGET_FLOOR_S:
-            raise _BudgetSpent()
-        survey.examples += 1
-        gate_failed = False
-        draws = HypothesisDraws(data)
-        shared = Shared()  # this input's first forward call and first pullback, made once for all checks
-        for info in infos:
-            if info.id in survey.failures or (gate_failed and not info.gates):
-                continue
-            case = Case(rule, tuple(args), draws, shared)
-            try:
-                outcome = _run_one(info, case)
-            except (RuleTimeout, KeyboardInterrupt):
-                raise
-            except Exception as exc:
-                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
-            if isinstance(outcome, str):
-                survey.skip_reasons.setdefault(info.id, outcome)
-                continue
-            survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
-            problems, raised = outcome
-            if problems and severity(info, problems) == "warning":
-                survey.warnings.setdefault(info.id, (case, problems, raised))
-            elif problems:
-                survey.failures[info.id] = (case, problems, raised)
-                gate_failed = gate_failed or info.gates
-
-    _drive(rule, options, body, "the checks")
-    return survey
-
-
-def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: RuleResult, shared: dict[str, Any]) -> None:
-    ctx = PerRule(rule=rule, options=options, result=result, shared=shared)
-    try:
-        found = list(info.fn(ctx) or ())
-    except Skip as skip:
-        result.checks_skipped.append({"id": info.id, "reason": str(skip)})
-        return
-    except (RuleTimeout, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
-    result.checks_run.append(info.id)
-    for item in found:
-        if isinstance(item, Finding):
-            result.findings.append(item)
-        else:
-            result.findings.append(_finding(rule, info, None, item, options))
-
-
-def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options,
-             shrinking: str | None = None) -> Finding:
-    counterexample = None
-    script = problem.reproducer
-    if case is not None:
-        counterexample = {
-            "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
-            "args": [show(a) for a in case.args],
-            "draws": {label: show(value) for label, value in case.record},
-        }
-        if shrinking is not None:
-            counterexample["shrinking"] = shrinking
-        script = reproducer.script(rule, info.id, case, problem, root=options.root)
-    return Finding(
-        check_id=info.id,
-        severity=problem.severity or info.severity,
-        title=info.title,
-        rule=rule.name,
-        message=problem.message,
-        location=problem.location,
-        expected=problem.expected,
-        actual=problem.actual,
-        fix=problem.fix,
-        counterexample=counterexample,
-        reproducer=script,
-        source_file=_relative(rule.source_file, options.root),
-        source_lines=list(range(rule.source_lines[0], rule.source_lines[1] + 1)) if rule.source_lines else None,
-    )
-
-
-def _relative(path: str | None, root: str | None) -> str | None:
-    if path is None or root is None:
-        return path
-    try:
-        rel = os.path.relpath(path, root)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-@contextmanager
-def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout) -> Iterator[None]:
-    """Raise ``exception`` in the block after ``seconds`` of wall time (main thread only, where signals are
-    delivered; elsewhere the service's sandbox enforces limits). Make ``exception`` a BaseException so
-    that neither Hypothesis nor the user's code swallows it."""
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise exception()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)

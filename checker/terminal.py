@@ -15,7 +15,7 @@ from typing import Any, Callable, TextIO
 
 from gradguard.checker.report import Finding, Report, RuleResult
 
-__all__ = ["render_text", "use_color", "summary_line"]
+__all__ = ["render_text", "use_color", "summary_line", "matrix_table"]
 
 _COLORS = {"pass": "green", "fail": "red", "error": "magenta", "warning": "yellow"}
 
@@ -195,9 +195,30 @@ def _finding_lines(group: list[Finding], style: Callable[..., str]) -> list[str]
     return out
 
 
-def _matrix_lines(matrix: dict[str, Any], *, verbose: bool) -> list[str]:
-    from gradguard.checker.render import matrix_table
+_STATUS_MARK = {"right": "right", "wrong": "WRONG", "raised": "raised", "skipped": "-"}
 
+
+def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The safety matrix as a header and rows of short cell texts (contexts down, engines across)."""
+    engines = list(matrix.get("engines", []))
+    cells = {(c["context"], c["engine"]): c for c in matrix.get("cells", [])}
+    rows = []
+    for context in matrix.get("contexts", []):
+        row = [context]
+        for engine in engines:
+            cell = cells.get((context, engine))
+            if cell is None:
+                row.append("-")
+                continue
+            text = _STATUS_MARK.get(cell["status"], cell["status"])
+            if cell["status"] == "wrong" and cell.get("rel_error") is not None:
+                text += f" ({cell['rel_error']:.1e})"
+            row.append(text)
+        rows.append(row)
+    return ["context", *engines], rows
+
+
+def _matrix_lines(matrix: dict[str, Any], *, verbose: bool) -> list[str]:
     header, rows = matrix_table(matrix)
     out = ["", "  Safety matrix (contexts x engines):", *_table(header, rows, indent=4)]
     if verbose:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 from hypothesis.strategies import SearchStrategy
 
-from gradguard.checker.checks.registry import Skip
+from gradguard.checker.problems import Skip
 from gradguard.checker.errors import SpecError
 from gradguard.checker.specs import RuleSpec, build_spec, differentiable
 

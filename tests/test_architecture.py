@@ -33,6 +33,48 @@ def test_import_linter_contract_keeps_layers_pointing_down(tmp_path):
     assert "Contracts: 1 kept, 0 broken." in proc.stdout
 
 
+_CYCLES = """
+import sys, grimp
+graph = grimp.build_graph("gradguard", cache_dir=None)
+edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+# Tarjan's strongly connected components: any component of two or more modules is an import circle.
+index, low, stack, on, circles, counter = {}, {}, [], set(), [], [0]
+sys.setrecursionlimit(10000)
+def visit(v):
+    index[v] = low[v] = counter[0]; counter[0] += 1; stack.append(v); on.add(v)
+    for w in edges[v]:
+        if w not in index:
+            visit(w); low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        part = []
+        while True:
+            w = stack.pop(); on.discard(w); part.append(w)
+            if w == v:
+                break
+        if len(part) > 1:
+            circles.append(sorted(part))
+for m in sorted(edges):
+    if m not in index:
+        visit(m)
+print(len(edges))
+for c in circles:
+    print(" <-> ".join(c))
+"""
+
+
+def test_no_import_circles_anywhere(tmp_path):
+    """No module imports itself back through others, inside one package or across packages, including
+    imports inside functions and under TYPE_CHECKING (a circle works only through import order)."""
+    env = {**os.environ, "PYTHONPATH": str(namespaced_tree(tmp_path))}
+    proc = subprocess.run([sys.executable, "-c", _CYCLES], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    count, *circles = proc.stdout.splitlines()
+    assert int(count) > 100  # the whole tree was read, not an empty package
+    assert circles == [], "import circles:\n" + "\n".join(circles)
+
+
 def test_checker_public_api():
     from gradguard import checker
 

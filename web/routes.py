@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from gradguard.checker.checks.registry import FAMILIES, CheckInfo, catalogue
+from gradguard.checker.checks import FAMILIES, CheckInfo, catalogue
 from gradguard.service import access, crud
 from gradguard.service.api.deps import (ADMIN_COOKIE, CredentialsDep, ReadableProject, ReadableRun, SessionDep,
                                         SettingsDep, token_cookie)

@@ -17,6 +17,12 @@ from gradguard.checker.checks import compose  # noqa: F401
 from gradguard.checker.checks import forward  # noqa: F401
 from gradguard.checker.checks import torch_checks  # noqa: F401
 from gradguard.checker.checks import torch_inplace  # noqa: F401
-from gradguard.checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, catalogue, check
+from gradguard.checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, check
+
+
+def catalogue() -> list[CheckInfo]:
+    """All registered checks, in id order (importing this package registered every check module)."""
+    return [CHECKS[k] for k in sorted(CHECKS)]
+
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check"]

@@ -1,7 +1,8 @@
 """Context checks (GG5xx): the rule inside adversarial programs, under every engine (the safety matrix).
 
 The matrix (`gradguard.checker.contexts`) is computed once per rule, by whichever of
-these checks runs first, and stored in ``RuleResult.safety_matrix``. A wrong
+these checks runs first, and left in ``PerRule.shared`` (the runner stores it in
+``RuleResult.safety_matrix``; checks return problems and never write results). A wrong
 cell in an aliasing context (the same array twice, ``x`` and ``x.T``, tied
 weights) is GG502; a wrong cell elsewhere is GG501; GG503 is a program whose
 value under an engine differs from what users run, or engines that disagree
@@ -15,25 +16,21 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip, check
-from gradguard.checker.reproducer import context_script
+from gradguard.checker.options import SAFETY_MATRIX
+from gradguard.checker.problems import ContextReplay
 from gradguard.checker.contexts import Outcome, run_matrix
 
 if TYPE_CHECKING:
-    from gradguard.checker.runner import PerRule
+    from gradguard.checker.options import PerRule
     from gradguard.checker.contexts._matrix import Row
 
 __all__: list[str] = []
 
-_SHARED_KEY = "safety_matrix"
-
-
 def outcome_for(ctx: "PerRule") -> Outcome:
     """The rule's safety matrix, computed once and shared by GG501-GG503."""
-    if _SHARED_KEY not in ctx.shared:
-        outcome = run_matrix(ctx.rule, seed=ctx.options.seed)
-        ctx.shared[_SHARED_KEY] = outcome
-        ctx.result.safety_matrix = outcome.to_json()
-    outcome = ctx.shared[_SHARED_KEY]
+    if SAFETY_MATRIX not in ctx.shared:
+        ctx.shared[SAFETY_MATRIX] = run_matrix(ctx.rule, seed=ctx.options.seed)
+    outcome = ctx.shared[SAFETY_MATRIX]
     if not outcome.rows:
         reasons = "; ".join(f"{s['context']}: {s['reason']}" for s in outcome.skipped[:3])
         raise Skip(f"no context applies to this rule ({reasons})")
@@ -193,8 +190,7 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
 
 def _reproducible(ctx: "PerRule", check_id: str, outcome: Outcome, row: "Row", problem: Problem) -> Problem:
     engines = _wrong(row, _baseline(outcome))
-    problem.reproducer = context_script(ctx.rule, check_id, row.context.name, engines, seed=ctx.options.seed,
-                                        message=problem.message, root=ctx.options.root)
+    problem.replay = ContextReplay(row.context.name, tuple(engines))  # the runner writes the reproducer
     return problem
 
 

@@ -12,7 +12,10 @@ id order; those with ``gates=True`` (structural contract checks) stop the
 others for that input when they fail, so the first message is the real cause.
 
 Checks that run on the whole rule rather than one input (the contexts' safety
-matrix) register with ``per_rule=True`` and receive the rule and run options.
+matrix) register with ``per_rule=True`` and receive a :class:`gradguard.checker.options.PerRule`.
+
+This module only registers; importing :mod:`gradguard.checker.checks` imports every check module, and
+its ``catalogue()`` lists them (so no module here imports the package that imports it).
 """
 
 from __future__ import annotations
@@ -21,28 +24,11 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-__all__ = ["Problem", "CheckInfo", "Skip", "check", "CHECKS", "FAMILIES", "catalogue"]
+from gradguard.checker.problems import Problem, Skip
+
+__all__ = ["Problem", "CheckInfo", "Skip", "check", "CHECKS", "FAMILIES"]
 
 FAMILIES = ("contract", "numeric", "cotangent", "state", "context", "compose", "torch")
-
-
-@dataclass
-class Problem:
-    """What a check found wrong on one input; the runner turns it into a :class:`~checker.report.Finding`."""
-
-    message: str
-    location: str | None = None
-    expected: str | None = None
-    actual: str | None = None
-    fix: str | None = None
-    reproducer: str | None = None  # per-rule checks write their own; per-input ones get one from the runner
-    # A milder severity than the check's own for this problem ("warning" where the check established less,
-    # e.g. GG206 at a point without a derivative); None: the check's severity.
-    severity: str | None = None
-
-
-class Skip(Exception):
-    """Raised by a check that does not apply to this rule (the reason is reported)."""
 
 
 @dataclass
@@ -114,9 +100,3 @@ def check(
 
     return register
 
-
-def catalogue() -> list[CheckInfo]:
-    """All registered checks, in id order."""
-    from gradguard.checker import checks as _all  # noqa: F401  (importing registers every check module)
-
-    return [CHECKS[k] for k in sorted(CHECKS)]

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis.extra import numpy as hnp
 
-import gradguard.checker.runner
+import gradguard.checker.per_rule
 
 from gradguard import checker
 from gradguard.checker import SpecError, arrays, check, constant, jax_rule, rrule
@@ -534,7 +534,7 @@ def _corpus_rules():
 @pytest.mark.slow
 @pytest.mark.parametrize("rule, label", list(_corpus_rules()))
 def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label, monkeypatch):
-    monkeypatch.setattr(checker.runner, "BUDGET_FLOOR_S", float("inf"))  # verdicts independent of the machine's load
+    monkeypatch.setattr(checker.per_rule, "BUDGET_FLOOR_S", float("inf"))  # verdicts independent of the machine's load
     result = check(rule, ignore="GG5").rules[0]  # tests/checker/test_corpus.py compares every family
     assert result.error is None, result.error
     want = sorted(i for i in label["expect"] if not i.startswith("GG5"))

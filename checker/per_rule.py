@@ -1,0 +1,336 @@
+"""Checking one rule: the survey of drawn inputs, the per-rule checks, findings with their reproducers.
+
+:func:`check_rule` runs every selected check on one rule. One Hypothesis search (the survey) runs every
+per-input check on each drawn input; only the checks that failed get a search of their own, which shrinks
+the failure (:mod:`gradguard.checker._search` drives Hypothesis). Structural contract checks
+(``gates=True``) run first; when one fails, the checks that depend on the structure are skipped with the
+reason, so the first message is the real cause. Per-rule checks (the contexts' safety matrix) run last.
+Checks return problems; only this module turns them into findings, reproducer scripts and the stored
+safety matrix. Verdicts are deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from gradguard.checker import reproducer
+from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
+                                       _shrink_note, _SpecCannotGenerate, severity)
+from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
+from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip
+from gradguard.checker.inputs import format_call, show
+from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
+from gradguard.checker.report import Finding, RuleResult
+from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec
+from gradguard.engines.errors import PlatformUnavailable
+
+__all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO"]
+
+# Large inputs get fewer examples, decided by the size of the first (seeded) input so that verdicts stay
+# deterministic: up to this many array elements a rule gets every example; beyond it, proportionally
+# fewer (one at 10**6 elements, which keeps the isolation checks near 50 forward+pullback evaluations).
+FULL_EXAMPLES_UP_TO = 2**14
+# A safety net for rules that are slow for their size: no new input is drawn after this many seconds.
+# It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
+BUDGET_FLOOR_S = 30.0
+
+
+def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
+    start = time.perf_counter()
+    result = RuleResult(
+        name=rule.name,
+        module=rule.module,
+        source_file=_relative(rule.source_file, options.root),
+        source_lines=list(rule.source_lines) if rule.source_lines else None,
+        kind=rule.kind,
+    )
+    infos = [CHECKS[i] for i in ids]
+    rule.run_state.clear()
+    if options.unused_cotangent is not None:
+        rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
+    try:
+        with time_limit(options.rule_timeout_s):
+            _prepare_engine(rule, ids, options.jax_cache_dir)
+            _run_checks(rule, infos, options, result)
+    except RuleTimeout:
+        result.verdict = "error"
+        result.error = {
+            "type": "Timeout",
+            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run; "
+            "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
+            "--max-examples",
+            "traceback": "",
+        }
+    except _SpecCannotGenerate as exc:
+        result.verdict = "error"
+        result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
+    except UnsupportedOutput as exc:  # this rule gets an error naming the value; the other rules are checked
+        result.verdict = "error"
+        result.error = {"type": "UnsupportedOutput", "message": str(exc), "traceback": ""}
+    except PlatformUnavailable as exc:  # e.g. --device gpu where JAX sees none: this JAX rule errors, others run
+        result.verdict = "error"
+        result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
+    except _InternalError as exc:
+        result.verdict = "error"
+        result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
+    rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
+    result.duration_s = round(time.perf_counter() - start, 4)
+    if result.verdict != "error":
+        result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
+    return result
+
+
+def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = None) -> None:
+    """Load JAX on the requested device (GRADGUARD_DEVICE) before the survey's clock starts.
+
+    A JAX rule needs it (PlatformUnavailable: this rule errors, the others
+    run); a NumPy rule only for the JAX checks (GG203), which skip with the
+    reason when the device is missing.
+    """
+    if rule.kind != "jax" and not any(CHECKS[i].extra.get("needs_jax") for i in ids):
+        return
+    from gradguard.checker.jax_rules import ensure_device
+
+    if jax_cache_dir is not None:
+        from gradguard.engines.jax_engine import use_compilation_cache
+
+        use_compilation_cache(jax_cache_dir)
+    try:
+        ensure_device()
+    except PlatformUnavailable:
+        if rule.kind == "jax":
+            raise
+
+
+def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
+    applicable = []
+    for info in infos:
+        if rule.kind not in info.kinds:
+            result.checks_skipped.append({"id": info.id, "reason": f"does not apply to {rule.kind} rules"})
+        else:
+            applicable.append(info)
+    per_input = [i for i in applicable if not i.per_rule]
+    # One search runs every check on each drawn input (generation is the expensive part);
+    # only the checks that failed get a search of their own, which shrinks the failure.
+    survey = _survey(rule, per_input, options)
+    result.examples = survey.examples
+
+    gate_failed: str | None = None
+    raised_messages: set[str] = set()
+    shared: dict[str, Any] = {}
+    shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
+    shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
+    for info in applicable:
+        if gate_failed and not info.gates:
+            result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
+            continue
+        if info.per_rule:
+            _run_per_rule(rule, info, options, result, shared)
+            continue
+        first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
+        if first_failure is None:
+            if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
+                result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
+            else:
+                result.checks_run.append(info.id)
+            continue
+        result.checks_run.append(info.id)
+        # Shrinking re-runs the check many times: worth it for inputs people can read, not for
+        # seed-filled large arrays whose evaluations are expensive.
+        shrinkable = survey.cap >= options.max_examples
+        note = None
+        failure = None
+        errors_only = severity(info, first_failure[1]) == "error"
+        if shrinkable and shrink_left is not None and shrink_left <= 0:
+            note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
+        elif shrinkable:
+            # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
+            # only this check's own draws (cotangents, directions) are shrunk.
+            searched = (_search(rule, info, options, shrink_left, at=shrunk_args, errors_only=errors_only)
+                        if shrunk_args is not None else None)
+            if searched is None or searched.failure is None:
+                searched = _search(rule, info, options, shrink_left, errors_only=errors_only)
+            failure = searched.failure
+            if shrink_left is not None:
+                shrink_left -= searched.shrink_s
+            note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
+            if failure is not None and shrunk_args is None:
+                shrunk_args = failure[0].args
+        if failure is None:
+            failure = first_failure
+            if shrinkable and note == "complete":
+                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
+        case, problems, raised = failure
+        if raised is not None:
+            key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
+            if key in raised_messages:
+                continue  # the same crash, already reported by an earlier check
+            raised_messages.add(key)
+        for problem in problems:
+            result.findings.append(_finding(rule, info, case, problem, options, shrinking=note))
+        if info.gates:
+            gate_failed = info.id
+
+
+@dataclass
+class _Survey:
+    examples: int = 0
+    cap: int = 0  # examples this rule gets, from the size of its first input
+    ran: dict[str, int] = field(default_factory=dict)
+    skip_reasons: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, _Failure] = field(default_factory=dict)
+    # Problems of warning severity only: kept, while the search goes on for an error from the same check.
+    warnings: dict[str, _Failure] = field(default_factory=dict)
+
+
+def _example_cap(args: Any, max_examples: int) -> int:
+    """Examples for a rule whose first input is ``args``: all of them for small inputs, fewer for large ones."""
+    from gradguard.checker.trees import leaves
+
+    size = sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray))
+    if size <= FULL_EXAMPLES_UP_TO:
+        return max_examples
+    return max(1, max_examples * FULL_EXAMPLES_UP_TO // size)
+
+
+def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey:
+    survey = _Survey()
+    if not infos:
+        return survey
+
+    started = time.perf_counter()
+
+    def body(args: Any, data: Any) -> None:
+        if survey.examples == 0:
+            survey.cap = _example_cap(args, options.max_examples)
+        elif survey.examples >= survey.cap or time.perf_counter() - started > BUDGET_FLOOR_S:
+            raise _BudgetSpent()
+        survey.examples += 1
+        gate_failed = False
+        draws = HypothesisDraws(data)
+        shared = Shared()  # this input's first forward call and first pullback, made once for all checks
+        for info in infos:
+            if info.id in survey.failures or (gate_failed and not info.gates):
+                continue
+            case = Case(rule, tuple(args), draws, shared)
+            try:
+                outcome = _run_one(info, case)
+            except (RuleTimeout, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+            if isinstance(outcome, str):
+                survey.skip_reasons.setdefault(info.id, outcome)
+                continue
+            survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
+            problems, raised = outcome
+            if problems and severity(info, problems) == "warning":
+                survey.warnings.setdefault(info.id, (case, problems, raised))
+            elif problems:
+                survey.failures[info.id] = (case, problems, raised)
+                gate_failed = gate_failed or info.gates
+
+    _drive(rule, options, body, "the checks")
+    return survey
+
+
+def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: RuleResult, shared: dict[str, Any]) -> None:
+    ctx = PerRule(rule=rule, options=options, shared=shared)
+    try:
+        found = list(info.fn(ctx) or ())
+    except Skip as skip:
+        _keep_matrix(shared, result)
+        result.checks_skipped.append({"id": info.id, "reason": str(skip)})
+        return
+    except (RuleTimeout, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+    _keep_matrix(shared, result)
+    result.checks_run.append(info.id)
+    for item in found:
+        if isinstance(item, Finding):
+            result.findings.append(item)
+        else:
+            result.findings.append(_finding(rule, info, None, item, options))
+
+
+def _keep_matrix(shared: dict[str, Any], result: RuleResult) -> None:
+    """The safety matrix a per-rule check computed (once per rule) goes into the rule's result."""
+    if SAFETY_MATRIX in shared and result.safety_matrix is None:
+        result.safety_matrix = shared[SAFETY_MATRIX].to_json()
+
+
+def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options,
+             shrinking: str | None = None) -> Finding:
+    counterexample = None
+    script = None
+    if problem.replay is not None:
+        script = reproducer.context_script(rule, info.id, problem.replay.context, list(problem.replay.engines),
+                                           seed=options.seed, message=problem.message, root=options.root)
+    if case is not None:
+        counterexample = {
+            "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
+            "args": [show(a) for a in case.args],
+            "draws": {label: show(value) for label, value in case.record},
+        }
+        if shrinking is not None:
+            counterexample["shrinking"] = shrinking
+        script = reproducer.script(rule, info.id, case, problem, root=options.root)
+    return Finding(
+        check_id=info.id,
+        severity=problem.severity or info.severity,
+        title=info.title,
+        rule=rule.name,
+        message=problem.message,
+        location=problem.location,
+        expected=problem.expected,
+        actual=problem.actual,
+        fix=problem.fix,
+        counterexample=counterexample,
+        reproducer=script,
+        source_file=_relative(rule.source_file, options.root),
+        source_lines=list(range(rule.source_lines[0], rule.source_lines[1] + 1)) if rule.source_lines else None,
+    )
+
+
+def _relative(path: str | None, root: str | None) -> str | None:
+    if path is None or root is None:
+        return path
+    try:
+        rel = os.path.relpath(path, root)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+@contextmanager
+def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout) -> Iterator[None]:
+    """Raise ``exception`` in the block after ``seconds`` of wall time (main thread only, where signals are
+    delivered; elsewhere the service's sandbox enforces limits). Make ``exception`` a BaseException so
+    that neither Hypothesis nor the user's code swallows it."""
+    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise exception()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
