@@ -36,9 +36,9 @@ UPSTREAM_FLAWS: dict[str, tuple[frozenset[str], str]] = {
         "autograd's sinc vjp divides by pi * x**2: NaN at x == 0, where d/dx sinc = 0 (jax.grad(jnp.sinc)(0.) == 0)",
     ),
     "prod_rrule": (
-        frozenset({"GG206", "GG301", "GG501"}),
+        frozenset({"GG206", "GG301", "GG501", "GG202", "GG203"}),
         "autograd's prod vjp is g * ans / x: NaN at a zero entry, where d/dx_i prod = prod of the others "
-        "(jax.grad(jnp.prod) is finite there), and 0 where the product underflows",
+        "(jax.grad(jnp.prod) is finite there), and rounded or 0 where the product is subnormal or underflows",
     ),
     "abs_rrule": (
         frozenset({"GG202", "GG203"}),

@@ -1,6 +1,7 @@
 """GG501 where the whole-program finite difference is inaccurate (issue 12, defect class 1, second case).
 
-Corpus rules: torch_expm1_rrule (`called-twice`), gamma_rrule and norm_logpdf_rrule (`strided-view`).
+Corpus rules: torch_expm1_rrule (`called-twice`, `output-used`), exp_rrule (`output-used`, and GG502 in
+`tied-weights`), gamma_rrule and norm_logpdf_rrule (`strided-view`).
 PyTorch's expm1 formula, ``grad * (result + 1)``, is exact; GG201 passes it. In the contexts the program's
 values reach e**20 (5e8), the central difference of the whole program at the chosen step carries an error
 of the same order as the reported disagreement, and all four engines agree with each other (they run the

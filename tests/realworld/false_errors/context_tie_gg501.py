@@ -1,6 +1,7 @@
 """GG501 in the `output-used` context for a rule at a kink (issue 12, defect class 1, first case).
 
-Corpus rules: torch_max_binary_rrule and torch_clamp_min_rrule (`output-used`, `called-twice`, ...), and
+Corpus rules: torch_max_binary_rrule and torch_clamp_min_rrule (`output-used`, `called-twice`, ...),
+max_axis_ties_rrule (GG502 in `tied-weights`: autograd splits the cotangent evenly among tied maxima), and
 hypot_rrule in `same-array-twice` (hypot(x, x) = sqrt(2) |x| at tiny x). The minimal case is PyTorch's
 `max(Tensor self, Tensor other)` formula. At a tie
 self == other, PyTorch gives the whole cotangent to `other`: the tangent's inner product with any direction
