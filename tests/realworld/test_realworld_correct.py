@@ -1,6 +1,6 @@
 """Correct rules of public projects (tests/realworld/correct_*.py): gradguard reports no error on them.
 
-At seeds 0..9 every correct rule must get no error-severity finding and must not crash the checker, except
+At each seed (0..9 for the full pin, the first three by default: tests/realworld/_seeds.py) every correct rule must get no error-severity finding and must not crash the checker, except
 the findings listed in ``UPSTREAM_FLAWS``: real flaws of the upstream rule (NaN where the derivative exists),
 each documented with evidence in tests/realworld/INDEX.md. Those are held to exactly the listed checks: a
 listed rule must show each of them at some seed (so the list cannot go stale) and no other.
@@ -26,7 +26,7 @@ from gradguard.checker import catalogue, check
 from gradguard.checker.loader import load_module, rules_in
 
 HERE = Path(__file__).resolve().parent
-SEEDS = range(10)
+from _seeds import SEEDS  # noqa: E402  (0..2 by default; GRADGUARD_REALWORLD_SEEDS=0-9: the full pin)
 MIN_RULES = 60
 
 # Error findings that are real flaws of the upstream rule: rule -> (checks, evidence in one line).
@@ -128,4 +128,7 @@ def test_upstream_flaw_is_found_exactly(name: str) -> None:
     path = dict(RULES)[name]
     seen = set().union(*(_errors(name, path, seed) for seed in SEEDS))
     checks, evidence = UPSTREAM_FLAWS[name]
-    assert seen == checks, f"{name} ({evidence}): error findings over seeds 0..9 are {sorted(seen)}, documented {sorted(checks)}"
+    if set(SEEDS) >= set(range(10)):  # the full pin: the documented set is exactly what ten seeds find
+        assert seen == checks, f"{name} ({evidence}): error findings over seeds 0..9 are {sorted(seen)}, documented {sorted(checks)}"
+    else:  # fewer seeds may not reach every documented finding, but find the flaw and nothing else
+        assert seen and seen <= checks, f"{name} ({evidence}): error findings over seeds {SEEDS} are {sorted(seen)}, documented {sorted(checks)}"
