@@ -21,7 +21,8 @@ from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker import tolerances
 from gradguard.checker.problems import Problem, Skip
-from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.specs import RuleSpec
+from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 
 __all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]

@@ -443,10 +443,3 @@ def _validation_stub(*_args: Any) -> Any:  # pragma: no cover - never called
     raise AssertionError
 
 
-def differentiable(value: Any) -> bool:
-    """True for values that carry a tangent: float/complex arrays and Python floats/complex numbers."""
-    if isinstance(value, np.ndarray):
-        return value.dtype.kind in "fc"
-    if isinstance(value, (np.floating, np.complexfloating)):
-        return True
-    return isinstance(value, (float, complex)) and not isinstance(value, bool)

@@ -35,7 +35,8 @@ from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.problems import Skip
 from gradguard.checker.errors import SpecError
-from gradguard.checker.specs import RuleSpec, build_spec, differentiable
+from gradguard.checker.specs import RuleSpec, build_spec
+from gradguard.engines.values import differentiable
 
 __all__ = ["torch_rule", "TORCH_FUNCTION"]
 

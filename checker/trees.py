@@ -7,11 +7,12 @@ numeric check uses, so complex tangents follow a single convention.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
+__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
 
 
 def is_leaf(x: Any) -> bool:
@@ -58,6 +59,13 @@ def inner(a: Any, b: Any) -> float:
             continue
         total += float(np.sum(np.real(np.conj(np.asarray(x, dtype=np.complex128)) * np.asarray(y, dtype=np.complex128))))
     return total
+
+
+def abs_inner(a: Any, b: Any) -> float:
+    """``sum |a_i| |b_i|`` over matching trees (``None`` counts as zero): the size of the terms of
+    ``<a, b>``, which sets the rounding a comparison of inner products forgives."""
+    pairs = [(x, y) for x, y in zip(leaves(a), leaves(b)) if x is not None and y is not None]
+    return math.fsum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in pairs)
 
 
 def max_abs(tree: Any) -> float:

@@ -31,7 +31,7 @@ import numpy as np
 from gradguard.checker import kinks, tolerances
 from gradguard.checker.case import Case
 from gradguard.checker.kinks import unit_vector
-from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
 __all__ = [
@@ -182,7 +182,7 @@ def _contracted(case: Case, cotangent: Any) -> kinks.Scalar:
 
     def g(args: tuple[Any, ...]) -> tuple[float, float]:
         y = f(*args)
-        return inner(cotangent, y), _abs_inner(cotangent, y)
+        return inner(cotangent, y), abs_inner(cotangent, y)
 
     return g
 
@@ -193,11 +193,6 @@ def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> tuple[
 
 
 # -- the dot-product test -------------------------------------------------------------------------
-def _abs_inner(a: Any, b: Any) -> float:
-    pairs = [(x, y) for x, y in zip(leaves(a), leaves(b)) if x is not None and y is not None]
-    return math.fsum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in pairs)
-
-
 @dataclass
 class DotTest:
     lhs: fd.Derivative  # <ybar, J v> by finite differences
@@ -209,7 +204,7 @@ class DotTest:
 
 
 def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
-    return DotTest(lhs, inner(tangents, directions), _abs_inner(tangents, directions))
+    return DotTest(lhs, inner(tangents, directions), abs_inner(tangents, directions))
 
 
 def derivative_range(case: Case, cotangent: Any, directions: tuple[Any, ...], tol: tolerances.Tolerance, scale: float) -> tuple[float, float] | None:

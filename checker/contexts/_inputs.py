@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, find, given, seed as hyp_s
 from hypothesis.errors import NoSuchExample
 
 from gradguard.checker._hypothesis import own_constants_only
-from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.specs import RuleSpec
+from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, leaves
 
 __all__ = ["draw_inputs", "shapes_vary", "search", "Found", "NoInput", "SEARCH_DRAWS"]

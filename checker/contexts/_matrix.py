@@ -34,7 +34,7 @@ from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec, unused_cotangent_of
-from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix"]
@@ -210,7 +210,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: t
         if cell.status == "ran":
             cell.value, grads = cell.value
             cell.slope = inner(grads, v)
-            _judge(cell, row, runners, plan, v, program, _abs_inner(grads, v))
+            _judge(cell, row, runners, plan, v, program, abs_inner(grads, v))
             if cell.status == "wrong" and engine.startswith("tape"):
                 cell.diagnosis = runners.diagnose(engine, plan)
         row.cells[engine] = cell
@@ -252,12 +252,6 @@ def _kink_excuse(cell: Cell, row: Row, runners: "_Runners", plan: Plan, v: tuple
                              truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
         row.kink_evidence.append((a, excuse))
     return excuse
-
-
-def _abs_inner(grads: Any, v: Any) -> float:
-    """``sum |g_i v_i|``: the size of the terms of ``<g, v>``, which sets the rounding a comparison forgives."""
-    return float(sum(np.sum(np.abs(np.asarray(g) * np.asarray(d))) for g, d in zip(leaves(grads), leaves(v))
-                     if g is not None and d is not None))
 
 
 def _scalar(value: Any) -> float:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker.contexts._ops import Ops
-from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.specs import RuleSpec
+from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, is_leaf, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name"]

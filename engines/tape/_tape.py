@@ -29,21 +29,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from gradguard.engines.values import differentiable
+
 from gradguard.engines.errors import EngineError, TraceError
 from gradguard.engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
 
 __all__ = ["Tracked", "Tape", "Node", "Escape", "bind", "backward", "differentiable", "POLICIES"]
 
 POLICIES = ("zero", "none", "skip")
-
-
-def differentiable(value: Any) -> bool:
-    """Float or complex arrays and scalars are differentiable; ints, bools and the rest are not."""
-    if isinstance(value, (bool, np.bool_)):
-        return False
-    if isinstance(value, (float, complex, np.floating, np.complexfloating)):
-        return True
-    return isinstance(value, np.ndarray) and value.dtype.kind in "fc"
 
 
 class Tape:
