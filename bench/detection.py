@@ -354,6 +354,17 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
             for item in summary["flaws"].get(col, []):
                 lines.append(f"- {col}: {item}")
         lines.append("")
+    if CORPUS == "torch":  # a handful of rules: say what "errored" was, PyTorch refusing the Function at run time
+        raised: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for r in rows:
+            for v, i in r["tools"].items():
+                if i["outcome"] == "errored":
+                    raised[(r["case"], i["detail"][:160])].append(v)
+        if raised:
+            lines.append("What the anchors raised (counted as errored):")
+            for (case, detail), variants in raised.items():
+                lines.append(f"- {case} ({', '.join(variants)}): {detail}")
+            lines.append("")
     missed = [r for r in buggy if "gradguard" in r["tools"] and r["tools"]["gradguard"]["outcome"] != "caught"]
     if missed:
         lines.append("Buggy rules gradguard did not catch:")
