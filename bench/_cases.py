@@ -29,7 +29,7 @@ from gradguard.checker.specs import RuleSpec, differentiable
 
 CORPUS = ROOT / "tests" / "corpus"
 REALWORLD = ROOT / "tests" / "realworld"
-CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition")
+CLASSES = ("contract", "numeric", "cotangent", "state", "context", "aliasing", "jax-composition", "torch")
 CONTEXT_CLASSES = ("context", "aliasing")
 
 
@@ -77,11 +77,15 @@ class BenchCase:
             return 0.0
 
 
-def load_cases(corpus: Path = CORPUS, *, names: list[str] | None = None) -> list[BenchCase]:
-    """Every labelled rule of every corpus module (sorted by module, then definition order)."""
+def load_cases(corpus: Path = CORPUS, *, names: list[str] | None = None, torch: bool = False) -> list[BenchCase]:
+    """Every labelled rule of every corpus module (sorted by module, then definition order).
+
+    The PyTorch modules (``torch_*.py``, which import torch) are a corpus of their own: only they load with
+    ``torch=True``, and only the others without it.
+    """
     cases = []
     for path in sorted(corpus.glob("*.py")):
-        if path.name.startswith(("_", "test_")):
+        if path.name.startswith(("_", "test_")) or path.name.startswith("torch_") != torch:
             continue
         module = load_module(path)
         labels = getattr(module, "LABELS", {})

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("detection", "detection_examples", "realworld", "scaling", "checker_speed")
+ORDER = ("detection", "detection_examples", "realworld", "torch", "scaling", "checker_speed")
 TITLE = """# Benchmark results
 
 Each section below says the command that made it; run it again to regenerate that section:
@@ -23,6 +23,7 @@ Each section below says the command that made it; run it again to regenerate tha
     python bench/detection.py            # corpus detection, gradguard vs gradcheck and check_grads
     python bench/detection.py --max-examples 1 --results bench/RESULTS.md   # the detection/time trade-off
     python bench/detection.py --corpus realworld   # the public real-world corpus (tests/realworld/)
+    python bench/detection.py --corpus torch       # the PyTorch rules (tests/corpus/torch_*.py) vs gradcheck, gradgradcheck
     python bench/scaling.py --results bench/RESULTS.md
     python bench/checker_speed.py --results bench/RESULTS.md
 

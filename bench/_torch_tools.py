@@ -8,6 +8,11 @@ through their NumPy adapter; for them a second Function makes ``backward``
 itself differentiable (through ``jax.vjp`` of the rule's own ``bwd``), which
 is what ``gradgradcheck`` needs. PyTorch is imported on first use: it is a
 benchmark-only extra.
+
+Rules declared with ``torch_rule`` need no wrapping: :func:`run_native` hands
+the ``torch.autograd.Function`` itself to gradcheck and gradgradcheck (each
+also in ``fast_mode``), on the case's drawn input as double-precision tensors,
+the way a PyTorch user calls them on their own Function.
 """
 
 from __future__ import annotations
@@ -24,6 +29,13 @@ VARIANTS = {
     "gradcheck[undefined]": {"check_undefined_grad": True},
     "gradcheck[fast]": {"fast_mode": True, "check_undefined_grad": False},
     "gradgradcheck": None,  # jax-native rules only: a NumPy backward is not differentiable
+}
+NATIVE = {  # torch rules: each check as a user calls it on the Function (PyTorch's defaults unless named)
+    "gradcheck": {"check_undefined_grad": False},
+    "gradcheck[undefined]": {"check_undefined_grad": True},
+    "gradcheck[fast]": {"fast_mode": True, "check_undefined_grad": False},
+    "gradgradcheck": {},
+    "gradgradcheck[fast]": {"fast_mode": True},
 }
 
 
@@ -194,6 +206,36 @@ def run(case: BenchCase, variant: str, programs: list[str] | None) -> tuple[str,
         except Exception as exc:  # noqa: BLE001 - the wrapped rule or autograd raised
             outcomes.append(("errored", f"{name + ': ' if name else ''}{type(exc).__name__}: {str(exc)[:200]}"))
     return combine(outcomes)
+
+
+def native_inputs(case: BenchCase) -> list[Any]:
+    """The case's drawn input for a torch rule's ``apply``: differentiable arrays and floats as float64
+    (complex128) tensors that require grad, other arrays as tensors, anything else as drawn."""
+    torch = _torch()
+    diff = set(case.diff)
+    inputs = []
+    for i, a in enumerate(case.args):
+        if i in diff:
+            inputs.append(to_input(a))
+        elif isinstance(a, np.ndarray):
+            inputs.append(torch.as_tensor(a.astype(np.float64) if a.dtype.kind == "f" else a))
+        else:
+            inputs.append(a)
+    return inputs
+
+
+def run_native(case: BenchCase, variant: str) -> tuple[str, str]:
+    """``(outcome, detail)`` of gradcheck or gradgradcheck (``variant``) on a torch rule's own Function."""
+    from gradguard.checker.torch_rules import TORCH_FUNCTION
+
+    torch = _torch()
+    check = torch.autograd.gradgradcheck if variant.startswith("gradgradcheck") else torch.autograd.gradcheck
+    function = case.rule.extra[TORCH_FUNCTION]
+    try:
+        ok = check(function.apply, native_inputs(case), raise_exception=False, **NATIVE[variant])
+    except Exception as exc:  # noqa: BLE001 - the Function or autograd raised
+        return "errored", f"{type(exc).__name__}: {str(exc)[:200]}"
+    return ("passed", "") if ok else ("caught", f"{variant.split('[')[0]} returned False")
 
 
 def combine(outcomes: list[tuple[str, str]]) -> tuple[str, str]:

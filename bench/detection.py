@@ -5,13 +5,18 @@
     python bench/detection.py --tools gradguard,check_grads --cases sum_ones_rrule
     python bench/detection.py --tools gradguard --max-examples 1   # the time/detection trade-off
     python bench/detection.py --corpus realworld   # the public real-world corpus only; writes its own section
+    python bench/detection.py --corpus torch       # the PyTorch rules (tests/corpus/torch_*.py); their own section
 
 Every labelled rule of the corpus (tests/corpus/) runs through each tool. With ``--corpus realworld`` the
 rules are those of the public real-world corpus instead (tests/realworld/: correct rules copied from public
 projects, and historical bugs beside their fixed twins, told apart by the modules' ``BUGGY``/``FIXED`` lists);
 there gradguard flags a correct rule when it reports an error-severity finding (the verdict issue 12 holds it
 to), and catches a historical bug when one of the checks its label expects reports an error; the run rewrites
-only its own section of bench/RESULTS.md:
+only its own section of bench/RESULTS.md. With ``--corpus torch`` the rules are the labelled
+``torch.autograd.Function`` rules of tests/corpus/torch_*.py (declared with ``torch_rule``; the default corpus
+leaves them out), counted as the default corpus counts, in a section of their own: gradcheck and gradgradcheck
+then run on the Function itself (below), and check_grads does not apply (it takes JAX functions).
+
 
 * gradguard: ``gradguard.checker.check(rule)`` with every check (or ``--select``); and
   ``gradguard[isolation]``, the isolation families GG1-GG4 only (no contexts, no JAX transforms).
@@ -19,6 +24,9 @@ only its own section of bench/RESULTS.md:
   views, float64; variants: plain (``check_undefined_grad=False``), with
   ``check_undefined_grad=True`` (the default), ``fast_mode=True``, and
   ``gradgradcheck`` for JAX-native rules (a NumPy backward is not differentiable).
+  On torch rules: ``Function.apply`` itself with the drawn input as float64
+  tensors that require grad, by gradcheck (the three variants above),
+  ``gradgradcheck`` and ``gradgradcheck[fast]`` (``fast_mode=True``).
 * check_grads: the rule as a ``jax.custom_vjp`` over ``jax.pure_callback``
   (JAX-native rules: their own ``custom_vjp``), ``modes=["rev"]``, order 1, and
   order 2 for JAX-native rules.
@@ -41,6 +49,7 @@ whether the findings match the per-case runs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import sys
@@ -63,6 +72,7 @@ TOOLS = {
     "gradcheck": ["gradcheck", "gradcheck[undefined]", "gradcheck[fast]", "gradgradcheck"],
     "check_grads": ["check_grads", "check_grads[order=2]"],
 }
+TORCH_TOOLS = {**TOOLS, "gradcheck": [*TOOLS["gradcheck"], "gradgradcheck[fast]"]}  # --corpus torch
 GROUPS = {"gradcheck": "gradcheck (any)", "check_grads": "check_grads (any)"}  # a variant that caught it
 RESULTS = ROOT / "bench" / "RESULTS.md"
 ISOLATION = ("GG1", "GG2", "GG3", "GG4")
@@ -76,6 +86,13 @@ QUICK = [
     "correct:cmul_rrule",
     "correct:scaled_into_rrule",
 ]
+QUICK_TORCH = [
+    "torch_rules:exp_twice_torch",
+    "torch_rules:mul_wrong_flag_torch",
+    "torch_rules:sin_once_torch",
+    "torch_rules:exp_torch",
+    "torch_rules:mul_flags_torch",
+]
 QUICK_REALWORLD = [
     "bugs_upstream:sinc_zero_buggy_rrule",
     "bugs_upstream:sinc_zero_fixed_rrule",
@@ -85,11 +102,14 @@ QUICK_REALWORLD = [
 SECTIONS = {  # --corpus: (RESULTS.md section, its heading)
     "corpus": ("detection", "Detection: gradguard against gradcheck and check_grads"),
     "realworld": ("realworld", "Real-world corpus: gradguard against gradcheck and check_grads"),
+    "torch": ("torch", "PyTorch rules: gradguard against gradcheck and gradgradcheck"),
 }
+NOT_JAX = "check_grads takes JAX functions; a torch.autograd.Function is not one"
 
 
 MAX_EXAMPLES: int | None = None  # --max-examples: gradguard's examples per rule (None: its default)
 ERRORS_ONLY = False  # --corpus realworld: only error-severity findings count as catching (warnings are shown)
+CORPUS = "corpus"  # --corpus: which rules this run checks
 
 
 def run_gradguard(case: BenchCase, select: list[str] | None) -> tuple[str, str, list[str]]:
@@ -151,6 +171,8 @@ def _run_variant(case: BenchCase, group: str, variant: str, select: list[str] | 
     if variant == "gradguard[isolation]":
         outcome, detail, _ = run_gradguard(case, list(ISOLATION))
         return outcome, detail
+    if case.rule.kind == "torch":
+        return _torch_tools.run_native(case, variant) if group == "gradcheck" else ("n/a", NOT_JAX)
     if group == "gradcheck":
         return _torch_tools.run(case, variant, _programs(case, "gradcheck"))
     return _jax_tools.run(case, variant, _programs(case, "check_grads"))
@@ -203,7 +225,7 @@ def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
     seconds: dict[str, float] = defaultdict(float)
     for row in rows:
         for col in columns:
-            outcome = _group_outcome(row, _group_of(col)) if _group_of(col) else row["tools"][col]["outcome"]
+            outcome = _outcome(row, col)
             if row["bug"] == "correct":
                 if outcome == "caught" and "upstream_flaw" in row:  # a real flaw of the upstream rule, found
                     table["correct"][col]["flaw"] += 1
@@ -222,6 +244,10 @@ def summarise(rows: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
     return {"columns": columns, "table": table, "false_positives": false_pos, "flaws": flaws, "seconds": seconds}
 
 
+def _outcome(row: dict[str, Any], col: str) -> str:
+    return _group_outcome(row, _group_of(col)) if _group_of(col) else row["tools"][col]["outcome"]
+
+
 def _detail(row: dict[str, Any], col: str) -> str:
     variants = TOOLS[_group_of(col)] if _group_of(col) else [col]
     for v in variants:
@@ -234,6 +260,8 @@ def _detail(row: dict[str, Any], col: str) -> str:
 def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]) -> str:
     cols = summary["columns"]
     table = summary["table"]
+    # A tool that applies to none of the rules (check_grads on torch rules) is shown as such, never as misses.
+    na = {c for c in cols if rows and all(_outcome(r, c) == "n/a" for r in rows)}
     lines = []
     buggy = [r for r in rows if r["bug"] != "correct"]
     correct = [r for r in rows if r["bug"] == "correct"]
@@ -252,29 +280,34 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
             for k in ("caught", "missed", "errored", "n/a"):
                 totals[col][k] += c[k]
             cells.append(f"{c['caught']} / {c['missed']} / {c['errored']}" + (f" ({c['n/a']} n/a)" if c["n/a"] else ""))
-        lines.append(f"| {bug} | {n} | " + " | ".join(cells) + " |")
-    cells = [f"{totals[c]['caught']} / {totals[c]['missed']} / {totals[c]['errored']}" for c in cols]
+        lines.append(f"| {bug} | {n} | " + " | ".join("n/a" if col in na else cell for col, cell in zip(cols, cells)) + " |")
+    cells = ["n/a" if c in na else f"{totals[c]['caught']} / {totals[c]['missed']} / {totals[c]['errored']}" for c in cols]
     lines.append(f"| **all buggy** | {len(buggy)} | " + " | ".join(cells) + " |")
     rates = []
     for c in cols:
         judged = totals[c]["caught"] + totals[c]["missed"] + totals[c]["errored"]
         rates.append(f"{100 * totals[c]['caught'] / judged:.0f}% ({100 * (totals[c]['caught'] + totals[c]['errored']) / judged:.0f}%)" if judged else "n/a")
     lines.append("| **detection rate** (caught, and caught or errored) | | " + " | ".join(rates) + " |")
-    fp = [f"{table['correct'][c]['flagged']} / {len(correct)}" for c in cols]
+    fp = ["n/a" if c in na else f"{table['correct'][c]['flagged']} / {len(correct)}" for c in cols]
     lines.append(f"| **false positives** on correct rules | {len(correct)} | " + " | ".join(fp) + " |")
     flawed = [r for r in correct if "upstream_flaw" in r]
     if flawed:
         found = [f"{table['correct'][c]['flaw']} / {len(flawed)}" for c in cols]
         lines.append(f"| **documented upstream flaws found** (correct rules with a known flaw) | {len(flawed)} | " + " | ".join(found) + " |")
     secs = summary["seconds"]
-    lines.append("| **total wall time (s)** | | " + " | ".join(f"{secs.get(c, 0.0):.1f}" for c in cols) + " |")
+    lines.append("| **total wall time (s)** | | " + " | ".join("n/a" if c in na else f"{secs.get(c, 0.0):.1f}" for c in cols) + " |")
     lines.append("")
-    anchors = [g for g in tools if g != "gradguard"]
+    for group in tools:
+        if GROUPS.get(group) in na:
+            why = sorted({info["detail"] for r in rows for v, info in r["tools"].items() if v in TOOLS[group]})
+            lines.append(f"{', '.join(TOOLS[group])}: n/a on every rule ({'; '.join(why)}); not counted as misses.")
+            lines.append("")
+    anchors = [g for g in tools if g != "gradguard" and GROUPS[g] not in na]
     if "gradguard" in tools and anchors:
         fastest = min((GROUPS[g] for g in anchors), key=lambda g: secs[g])
         ratio = secs["gradguard"] / secs[fastest] if secs[fastest] > 0 else float("inf")
         lines.append(f"gradguard total time / fastest anchor ({fastest}, all its variants): {ratio:.1f}x")
-        plain = min(("gradcheck", "check_grads"), key=lambda v: secs.get(v, float("inf")))
+        plain = min((v for v in ("gradcheck", "check_grads") if v not in na), key=lambda v: secs.get(v, float("inf")))
         if plain in secs:
             lines.append(f"gradguard total time / fastest single anchor call ({plain}): {secs['gradguard'] / max(secs[plain], 1e-9):.1f}x")
             iso = secs.get("gradguard[isolation]", 0.0)
@@ -293,7 +326,7 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
                 f"beyond documented upstream flaws): {'MET' if met else 'NOT MET'} (caught {100 * rate:.0f}%, "
                 f"{fps} false positive(s))."
             )
-        else:
+        elif CORPUS == "corpus":  # the detection target is set on the labelled corpus
             met = rate >= 0.95 and fps == 0 and ratio <= 2.0
             lines.append(
                 f"Target (>= 95% caught, 0 false positives, within 2x of the fastest anchor): "
@@ -321,6 +354,17 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
             for item in summary["flaws"].get(col, []):
                 lines.append(f"- {col}: {item}")
         lines.append("")
+    if CORPUS == "torch":  # a handful of rules: say what "errored" was, PyTorch refusing the Function at run time
+        raised: dict[tuple[str, str], list[str]] = defaultdict(list)
+        for r in rows:
+            for v, i in r["tools"].items():
+                if i["outcome"] == "errored":
+                    raised[(r["case"], i["detail"][:160])].append(v)
+        if raised:
+            lines.append("What the anchors raised (counted as errored):")
+            for (case, detail), variants in raised.items():
+                lines.append(f"- {case} ({', '.join(variants)}): {detail}")
+            lines.append("")
     missed = [r for r in buggy if "gradguard" in r["tools"] and r["tools"]["gradguard"]["outcome"] != "caught"]
     if missed:
         lines.append("Buggy rules gradguard did not catch:")
@@ -361,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a handful of cases (prints only, unless --results)")
     parser.add_argument(
         "--corpus", choices=sorted(SECTIONS), default="corpus",
-        help="which rules: the labelled corpus (tests/corpus/) or the public real-world corpus (tests/realworld/)",
+        help="which rules: the labelled corpus (tests/corpus/), the public real-world corpus (tests/realworld/), "
+        "or the labelled PyTorch rules (tests/corpus/torch_*.py; needs torch)",
     )
     parser.add_argument("--tools", default="gradguard,gradcheck,check_grads", help="comma-separated: gradguard,gradcheck,check_grads")
     parser.add_argument("--cases", default=None, help="comma-separated rule names (or module:name)")
@@ -372,24 +417,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=None,
         help="also check the whole corpus in one gradguard call on this many worker processes "
-        "(0: one per CPU; 1: skip; default 0 for the corpus, 1 for the real-world corpus)",
+        "(0: one per CPU; 1: skip; default 0 for the corpus, 1 for the real-world and PyTorch corpora)",
     )
     parser.add_argument(
         "--max-examples", type=int, default=None,
         help="gradguard's drawn inputs per rule (default: its own, 20); fewer trade detection for time",
     )
     args = parser.parse_args(argv)
-    global MAX_EXAMPLES, ERRORS_ONLY
+    global MAX_EXAMPLES, ERRORS_ONLY, CORPUS, TOOLS
     MAX_EXAMPLES = args.max_examples
+    CORPUS = args.corpus
     realworld = args.corpus == "realworld"
     ERRORS_ONLY = realworld
-    jobs = args.jobs if args.jobs is not None else (1 if realworld else 0)
+    jobs = args.jobs if args.jobs is not None else (0 if args.corpus == "corpus" else 1)
+    if args.corpus == "torch":
+        if importlib.util.find_spec("torch") is None:  # not imported here: its import time is measured below
+            print("--corpus torch needs PyTorch, which is not installed (pip install torch==2.13.0)", file=sys.stderr)
+            return 2
+        TOOLS = TORCH_TOOLS
 
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     unknown = [t for t in tools if t not in TOOLS]
     if unknown:
         parser.error(f"unknown tool(s) {unknown}; choose from {', '.join(TOOLS)}")
-    names = args.cases.split(",") if args.cases else ((QUICK_REALWORLD if realworld else QUICK) if args.quick else None)
+    quick = {"corpus": QUICK, "realworld": QUICK_REALWORLD, "torch": QUICK_TORCH}[args.corpus]
+    names = args.cases.split(",") if args.cases else (quick if args.quick else None)
     select = args.select.split(",") if args.select else None
 
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)  # a failing rule in a callback is an outcome, not noise
@@ -409,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 ensure_device()  # JAX's import is part of gradguard's start-up too
             imports[group] = time.perf_counter() - t
-    cases = prepare(load_realworld_cases(names=names) if realworld else load_cases(names=names))
+    cases = prepare(load_realworld_cases(names=names) if realworld else load_cases(names=names, torch=args.corpus == "torch"))
     if not cases:
         print("no corpus case matches", file=sys.stderr)
         return 2

@@ -73,6 +73,28 @@ def test_detection_gradcheck() -> None:
     assert "numeric:sum_ones_rrule (numeric): gradcheck=caught" in out
 
 
+TORCH_CASES = "torch_rules:sin_once_torch,torch_rules:exp_torch"
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason=NO_TORCH)
+def test_detection_torch_corpus(tmp_path: Path) -> None:
+    """--corpus torch: the Function itself under gradcheck and gradgradcheck (fast too), check_grads shown as not
+    applying rather than missing, and its own section of the results file."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n<!-- begin detection -->\nkept\n<!-- end detection -->\n")
+    out = run("detection.py", "--corpus", "torch", "--cases", TORCH_CASES, "--tools", "gradguard,gradcheck,check_grads", "--results", str(results))
+    assert "torch_rules:sin_once_torch (torch): gradguard=caught" in out
+    assert "gradcheck=passed" in out and "gradgradcheck=caught" in out and "gradgradcheck[fast]=caught" in out  # once_differentiable
+    assert "check_grads=n/a" in out and "not counted as misses" in out
+    assert "| torch | 1 | 1 / 0 / 0 |" in out  # the bug class row: gradguard caught it
+    assert "| **false positives** on correct rules | 1 | 0 / 1 |" in out
+    assert "gradguard total time / fastest anchor (gradcheck (any)" in out
+    text = results.read_text()
+    assert "kept" in text  # the other sections are left alone
+    assert "<!-- begin torch -->" in text and "## PyTorch rules: gradguard against gradcheck and gradgradcheck" in text
+    assert "Made by `python bench/detection.py --corpus torch" in text
+
+
 def test_detection_without_torch_skips_gradcheck_cleanly() -> None:
     """Where PyTorch is missing the script says so and runs the other tools (simulated by hiding torch)."""
     code = (
@@ -84,6 +106,18 @@ def test_detection_without_torch_skips_gradcheck_cleanly() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "skipping gradcheck" in proc.stdout
     assert "check_grads (any)" in proc.stdout
+
+
+def test_detection_torch_corpus_without_torch_says_so() -> None:
+    """The PyTorch rules cannot even load without PyTorch: usage exit code 2 and the reason (torch hidden)."""
+    code = (
+        "import sys, runpy; sys.modules['torch'] = None; "
+        "sys.argv = ['detection.py', '--corpus', 'torch', '--quick']; "
+        f"runpy.run_path({str(BENCH / 'detection.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "--corpus torch needs PyTorch, which is not installed" in proc.stderr
 
 
 def test_scaling_tiny_sizes(tmp_path: Path) -> None:
