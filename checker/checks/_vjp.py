@@ -255,14 +255,15 @@ def element_sides(case: Case, cotangent: Any, i: int, k: int, value: float, scal
 def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, conv: str, tol: tolerances.Tolerance) -> bool:
     """True where kinks of the primal pass closer to ``x`` than any usable finite-difference step, and the
     rule's answer is one a (Clarke) subgradient could give there: the rule's answers around ``x`` jump
-    between pieces (:func:`kinks.jumps_around`)."""
+    between pieces, and the primal's own one-sided derivatives show a kink near ``x``
+    (:func:`kinks.jumps_around`)."""
 
     def answer(args: tuple[Any, ...] | None = None) -> float:
         """The rule's <pullback(cotangent), v> at ``args`` (fresh copies of x by default)."""
         _, pb = case.pair(args)
         return inner(adjoint_tangents(case, pb, cotangent, conv), directions)
 
-    return kinks.jumps_around(answer, case.args, directions, step=float(dot.lhs.step), value=dot.rhs,
+    return kinks.jumps_around(answer, case.args, directions, g=_contracted(case, cotangent), step=float(dot.lhs.step), value=dot.rhs,
                               fd_value=float(dot.lhs.value), fd_error=dot.lhs.error, scale=dot.scale, tol=tol)
 
 

@@ -221,8 +221,9 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
     """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
 
     ``None`` tangents count as zeros; the bound is ``atol + rtol * max|.|`` over the whole tangent, so
-    cancellation inside a pullback is not mistaken for a wrong value; equal infinities and NaN against NaN
-    agree (GG206 judges non-finite tangents)."""
+    cancellation inside a pullback is not mistaken for a wrong value; two non-finite values agree (inf
+    against inf, NaN against NaN, inf against NaN: neither is a number to compare, and GG206 judges non-finite
+    tangents, as an error where the primal has a derivative)."""
     tol = case.tol
     if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
         return None  # GG105 reports tangents that are not numbers
@@ -234,7 +235,7 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
         with np.errstate(all="ignore"):
             # The scale of the finite elements: one NaN elsewhere must not make every bound NaN.
             scale = max(_finite_max(a), _finite_max(b))
-            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b)))
+            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b)))
         if np.any(bad):
             idx = tuple(int(j) for j in np.argwhere(bad)[0])
             return i, idx, a[idx].item(), b[idx].item()

@@ -8,29 +8,24 @@ a subgradient, never an error.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Iterable
 
 import numpy as np
 
 from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks._kinks import no_derivative_along
 from gradguard.checker.checks._vjp import (
     NONFINITE_CANDIDATES,
-    _primal,
     as_rule_sees,
     convention,
     element_derivative,
     element_index,
     first_adjoint,
     numeric_tangents,
-    only_argument,
-    unit_vector,
     where_text,
 )
-from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import leaves
 
 __all__: list[str] = []
 
@@ -87,7 +82,7 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
                 continue
             where = where_text(i, element_index(case.args[i], int(k)))
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
-            sides = _sides_disagree(case, i, int(k))
+            sides = no_derivative_along(case, i, int(k))
             if sides is not None:
                 if kink is None:
                     kink = _no_derivative_problem(case, where, value, sides, bad.size)
@@ -113,41 +108,6 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             break
     if kink is not None:
         yield kink
-
-
-def _sides_disagree(case: Case, i: int, k: int) -> tuple[str, float, float] | None:
-    """``(output, left, right)``: an output element whose one-sided derivatives along element ``k`` of argument
-    ``i`` differ (the real direction, then the imaginary one for complex arguments), so the primal has no
-    derivative along that element; None where every output element's agree (or they cannot be taken: then
-    finite differences alone stand)."""
-    arg = case.args[i]
-    f = _primal(case)
-    eps = float(np.finfo(np.asarray(arg).dtype).eps)
-    h = eps ** (1 / 3)
-    tol = case.tol
-    for scale in ((1.0, 1j) if np.iscomplexobj(arg) else (1.0,)):
-        d = only_argument(case, i, unit_vector(arg, k, scale))
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                at = {j: [np.asarray(v) for v in leaves(f(*shifted(case.args, d, j * h)))] for j in (-2, -1, 0, 1, 2)}
-        except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
-            continue
-        several = len(at[0]) > 1
-        for n, y0 in enumerate(at[0]):
-            g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
-            right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
-            left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
-            for part in (np.real, np.imag):
-                lo, hi = part(left), part(right)
-                with np.errstate(all="ignore"):
-                    slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
-                    jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
-                if np.any(jump):
-                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
-                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
-                    return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
-    return None
 
 
 def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float, float], count: int) -> Problem:

@@ -8,7 +8,8 @@ the whole program, with the finite differences' own error bound, and no verdict 
 * A disagreeing cell near a kink is no verdict when the evidence GG201 accepts is there
   (:mod:`gradguard.checker.kinks`): the engine's value lies between the program's one-sided derivatives
   at finer steps, or the engine's answers jump between pieces around the input and both its value and
-  the finite difference are among them.
+  the finite difference are among them, where the program's own one-sided derivatives show a kink near
+  the input.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def kink_excuse(program: Callable[..., Any], answer: kinks.Answer, inputs: tuple
             f"no verdict: {where} one-sided derivatives along v from {lo:.6g} to {hi:.6g}, and <gradient, v> = "
             f"{slope:.6g} lies between them (at a kink, any value there is a valid subgradient)"
         )
-    if kinks.jumps_around(answer, inputs, v, step=step, value=slope, fd_value=truth, fd_error=fd_error, scale=scale, tol=tol):
+    if kinks.jumps_around(answer, inputs, v, g=g, step=step, value=slope, fd_value=truth, fd_error=fd_error, scale=scale, tol=tol):
         return (
             f"no verdict: <gradient, v> (asked of {engine}) jumps between values at points around the input and keeps "
             "jumping as they close in (kinks nearer than any usable finite-difference step), and both its value "
