@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker import kinks, tolerances
+from gradguard.checker.specs import complex_convention_of
 from gradguard.checker.case import Case
 from gradguard.checker.kinks import unit_vector
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
@@ -74,7 +75,7 @@ NO_FD = (
     "finite differences of the primal failed at every input drawn (it raised or was not finite near them): "
     "the specs may reach outside the function's domain, or its output differs from the rule's (see GG102)"
 )
-RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}
+RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}  # by default (complex_convention=)
 CONVENTION_TEXT = {
     CHAINRULES: "ChainRules' convention (the pullback is the adjoint for the real inner product: "
     "for a holomorphic f it returns conj(f'(z)) * ybar)",
@@ -84,8 +85,9 @@ CONVENTION_TEXT = {
 
 # -- conventions ----------------------------------------------------------------------------------
 def convention(case: Case) -> str:
-    """The convention a rule's pullback must follow: JAX's for custom_vjp rules, ChainRules' otherwise."""
-    return JAX if case.rule.kind == "jax" else CHAINRULES
+    """The convention a rule's pullback must follow: JAX's for custom_vjp rules; for the others the one the
+    rule declares (``complex_convention=``), ChainRules' by default."""
+    return JAX if complex_convention_of(case.rule) == "jax" else CHAINRULES
 
 
 def other_convention(name: str) -> str:

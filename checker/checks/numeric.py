@@ -355,7 +355,7 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
         return  # wrong in both conventions: GG201's finding
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} follows {owner(other)} conjugation convention, but {RULES_BY_CONVENTION[conv]} "
+            f"the pullback of {case.rule.name} follows {owner(other)} conjugation convention, but {_bound_by(case, conv)} "
             f"must follow {CONVENTION_TEXT[conv]}: <ybar, J v> = {show(float(lhs.value))} by finite differences, "
             f"the pullback gives {show(mine.rhs)}, and read in {owner(other)} convention it gives {show(theirs.rhs)}, "
             "which matches: a conjugate is missing or extra."
@@ -366,5 +366,16 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
             "Return np.conj(dfdz) * ybar for a holomorphic f (and 2 * z * ybar for |z|**2), i.e. the adjoint."
             if conv == CHAINRULES
             else "Return dfdz * ybar for a holomorphic f, without conj (JAX transposes; it does not take adjoints)."
+        ) + (
+            " If the rule is written for an engine that uses JAX's convention (JAX, HIPS/autograd), declare "
+            "rrule(..., complex_convention=\"jax\") instead."
+            if case.rule.kind == "numpy" and conv == CHAINRULES else ""
         ),
     )
+
+
+def _bound_by(case: Case, conv: str) -> str:
+    """Who must follow ``conv``: the rule kind's default, or this rule by its declaration."""
+    if case.rule.kind != "jax" and case.rule.complex_convention is not None:
+        return f"{case.rule.name} declares complex_convention={case.rule.complex_convention!r} and"
+    return RULES_BY_CONVENTION[conv]

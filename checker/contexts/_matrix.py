@@ -33,7 +33,7 @@ from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, sha
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
-from gradguard.checker.specs import RuleSpec, unused_cotangent_of
+from gradguard.checker.specs import RuleSpec, complex_convention_of, unused_cotangent_of
 from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
@@ -126,8 +126,8 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
     runners = _Runners(rule, name, args)
     if any(np.iscomplexobj(v) for v in leaves((args, output))):
         # The adapters do not convert between ChainRules' and JAX's conventions for complex tangents: the
-        # engine foreign to the rule would be wrong for a right rule.
-        runners.unsupported = "jax" if rule.kind != "jax" else "tape"
+        # engine foreign to the rule's convention (its kind's, or the one it declares) would be wrong for a right rule.
+        runners.unsupported = "jax" if complex_convention_of(rule) != "jax" else "tape"
     planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
     for ctx in chosen:
         rng = _generator(seed, ctx)
