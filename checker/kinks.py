@@ -175,14 +175,16 @@ def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, .
     return kinked_near(g, args, directions, tol)
 
 
-def kinked_near(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
+def kinked_near(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance, *,
+                undetermined: bool = True) -> bool:
     """Whether ``g`` is not differentiable near ``x`` by its own finite differences: along ``v`` or along one
     of the :func:`neighbours` directions its one-sided derivatives (at the scales :func:`derivative_range`
     probes) differ, or its directional derivative is not linear in the direction (``D(a + b) != D(a) +
     D(b)`` for pairs of the random directions: the middle of three tied entries of a sort is a straight
     line along every direction through ``x``, yet it is no linear function of the direction). Where ``g``
-    cannot be differenced along a direction (the edge of its domain) smoothness is not established either,
-    and the answer is True: no verdict rather than a false one."""
+    cannot be differenced along a direction (the edge of its domain) neither is established, and the answer
+    is ``undetermined``: True where a kink excuses a finding (no verdict rather than a false one), False where
+    only a kink shown by finite differences may soften one."""
     around = neighbours(directions)
     random = around[:NEIGHBOURS]
     pairs = [tuple(None if a is None else a + b for a, b in zip(d1, d2)) for d1, d2 in zip(random, random[1:])]
@@ -190,7 +192,7 @@ def kinked_near(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], t
     for d in [directions, *around, *pairs]:
         sides = derivative_range(g, args, d, tol, 0.0)
         if sides is None:
-            return True
+            return undetermined
         lo, hi = sides
         if not tolerances.close(lo, hi, tol, scale=max(abs(lo), abs(hi))):
             return True

@@ -3,7 +3,10 @@
 The derivative is established, not assumed: finite differences along the element give its value, and its
 one-sided derivatives must agree. Where they differ (a cone point: a 2-norm at 0, the standard deviation
 of a constant row) the primal has no derivative, and a non-finite tangent there is a warning that suggests
-a subgradient, never an error.
+a subgradient, never an error. So is a point where the primal is smooth along the element but has no
+derivative as a whole (the middle of three tied values; eigenvectors at a repeated eigenvalue): its
+directional derivatives through the point differ from side to side or are not linear in the direction
+(:func:`gradguard.checker.kinks.kinked_near`).
 """
 
 from __future__ import annotations
@@ -12,16 +15,20 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from gradguard.checker import kinks
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._kinks import no_derivative_along
 from gradguard.checker.checks._vjp import (
     NONFINITE_CANDIDATES,
+    _contracted,
     as_rule_sees,
     convention,
     element_derivative,
     element_index,
     first_adjoint,
     numeric_tangents,
+    only_argument,
+    unit_vector,
     where_text,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
@@ -83,6 +90,10 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             where = where_text(i, element_index(case.args[i], int(k)))
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
             sides = no_derivative_along(case, i, int(k))
+            if sides is None and kinks.kinked_near(_contracted(case, ybar), case.args,
+                                                   only_argument(case, i, unit_vector(case.args[i], int(k))), case.tol,
+                                                   undetermined=False):
+                sides = ("<ybar, primal(x)>", None, None)  # smooth along this element, but not differentiable at x
             if sides is not None:
                 if kink is None:
                     kink = _no_derivative_problem(case, where, value, sides, bad.size)
@@ -110,17 +121,28 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
         yield kink
 
 
-def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float, float], count: int) -> Problem:
+def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float | None, float | None],
+                           count: int) -> Problem:
     output, left, right = sides
+    if left is None or right is None:
+        established = (
+            f"finite but has no derivative at this input: along directions through it, the one-sided derivatives "
+            f"of {output} differ, or its directional derivative is not linear in the direction, by finite differences"
+        )
+        expected = "a finite subgradient"
+    else:
+        established = (
+            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
+            f"{show(left)} (from below) and {show(right)} (from above) by finite differences"
+        )
+        expected = f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}"
     return Problem(
         message=(
             f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the primal is "
-            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
-            f"{show(left)} (from below) and {show(right)} (from above) by finite differences; {count} element(s) "
-            "of this tangent are not finite."
+            f"{established}; {count} element(s) of this tangent are not finite."
         ),
         location=where,
-        expected=f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}",
+        expected=expected,
         actual=show(value),
         fix=(
             "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "

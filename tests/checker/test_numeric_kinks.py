@@ -258,3 +258,27 @@ def test_a_jump_of_the_rule_alone_is_no_kink(seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_smooth_twin_passes(seed):
     assert findings(mul_ok, "GG201", seed=seed) == []
+
+
+# -- smooth along each element, yet no derivative at the point (eigenvectors at a repeated eigenvalue) --------
+def middle(x):
+    return np.sort(x)[1]
+
+
+@rrule(middle, arrays(shape=(3,), elements=st.just(0.0)))
+def middle_nan_at_ties(x):
+    # Moving one of three tied zeros leaves the middle at 0 from both sides, but the middle of the three is no
+    # linear function of the direction: the primal has no derivative at x.
+    return middle(x), lambda g: (np.full(x.shape, np.nan) * g,)
+
+
+def test_nan_where_the_primal_is_smooth_along_the_element_but_not_differentiable_is_a_warning():
+    result = check(middle_nan_at_ties, select=["GG206"]).rules[0]
+    (f,) = result.findings
+    assert f.message == (
+        "the pullback of middle_nan_at_ties returned nan in the tangent for argument 0 at [0], where the primal is "
+        "finite but has no derivative at this input: along directions through it, the one-sided derivatives of "
+        "<ybar, primal(x)> differ, or its directional derivative is not linear in the direction, by finite "
+        "differences; 3 element(s) of this tangent are not finite."
+    )
+    assert f.severity == "warning" and result.verdict == "pass" and f.expected == "a finite subgradient"
