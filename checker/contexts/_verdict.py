@@ -1,6 +1,7 @@
 """How one cell of the safety matrix is judged: an engine's ``<gradient, v>`` against finite differences of
 the whole program, with the finite differences' own error bound, and no verdict where they cannot give one.
 
+* The finite differences' error is at least their rounding at the step they used (`rounding_bound`).
 * The comparison is the one every numeric check uses (`tolerances.close`): the dtype's tolerance plus
   SAFETY times the finite-difference error estimate. Where that bound is wider than the dtype's tolerance
   the cell says so; where it is too wide to tell a right gradient from a wrong one
@@ -17,9 +18,23 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from gradguard.checker import kinks, tolerances
+import numpy as np
 
-__all__ = ["compare", "kink_excuse"]
+from gradguard.checker import kinks, tolerances
+from gradguard.checker.trees import leaves
+
+__all__ = ["compare", "kink_excuse", "rounding_bound"]
+
+
+def rounding_bound(inputs: tuple[Any, ...], value: float, step: float) -> float:
+    """The smallest slope a finite difference at ``step`` can resolve on a program of size ``value`` computed
+    in the inputs' precision: ``eps * |value| / step``. A float32 program in the thousands is flat at steps
+    below its resolution, and a Richardson table of equal values claims a slope of 0 with no error at all."""
+    eps = [float(np.finfo(np.asarray(x).dtype).eps) for x in leaves(inputs)
+           if x is not None and np.asarray(x).dtype.kind in "fc"]
+    if not eps or not (step > 0 and math.isfinite(step) and math.isfinite(value)):
+        return 0.0
+    return max(eps) * abs(value) / step
 
 
 def compare(slope: float, truth: float, fd_error: float, tol: tolerances.Tolerance,
