@@ -11,7 +11,8 @@ rounding. ``answer(args)`` is what the rule (or an engine running a program with
   differ the function has a kink within the finite-difference step, and any value between them is a
   valid (sub)gradient (:func:`between_sides`).
 * :func:`jumps_around`: kinks closer to ``x`` than any usable step, recognised by the rule's own answers
-  around ``x`` jumping between pieces.
+  around ``x`` jumping between pieces, and confirmed by the function's own one-sided derivatives
+  (:func:`kinked_near`): a rule whose answers jump where the function is smooth is wrong, not excused.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "between_sides",
     "derivative_range",
     "jumps_around",
+    "kinked_near",
     "neighbours",
     "one_sided",
     "shifted",
@@ -124,8 +126,8 @@ def between_sides(sides: tuple[float, float] | None, value: float, tol: toleranc
     return lo <= value <= hi or any(tolerances.close(s, value, tol, scale=scale) for s in (lo, hi))
 
 
-def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, ...], *, step: float, value: float,
-                 fd_value: float, fd_error: float, scale: float, tol: tolerances.Tolerance) -> bool:
+def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, ...], *, g: Scalar, step: float,
+                 value: float, fd_value: float, fd_error: float, scale: float, tol: tolerances.Tolerance) -> bool:
     """True where kinks of ``g`` pass closer to ``x`` than any usable finite-difference step (``step``, the
     one finite differences used), and the rule's answer ``value`` is one a (Clarke) subgradient could give
     there.
@@ -139,7 +141,9 @@ def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, .
     proportion to the distance). The input is then not judged if both the rule's answer at ``x`` and the
     finite-difference value lie among the rule's answers around it. A wrong pullback of a smooth function
     changes smoothly around ``x``, and a wrong value at a kink (relu'(0) = 2) lies outside the answers
-    around it: both are still judged."""
+    around it: both are still judged. So is a rule whose answers jump where ``g`` itself is smooth (a
+    pullback wrong only at ``x == 0`` exactly, of a primal without a kink there): the jump is excused only
+    where ``g``'s own one-sided derivatives show a kink near ``x`` (:func:`kinked_near`)."""
     if not (step > 0 and math.isfinite(step)):
         return False
     around = neighbours(directions)
@@ -166,7 +170,39 @@ def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, .
     spread_near, spread_far = max(near) - min(near), max(far) - min(far)
     if not math.isfinite(spread_near) or tolerances.close(spread_near, 0.0, tol, scale=scale):
         return False  # the rule's derivative is continuous around x: finite differences can judge it
-    return spread_near >= spread_far / 2  # a jump, not a smooth change (which shrinks with the distance)
+    if spread_near < spread_far / 2:
+        return False  # a smooth change of the rule's answers (which shrinks with the distance), not a jump
+    return kinked_near(g, args, directions, tol)
+
+
+def kinked_near(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance, *,
+                undetermined: bool = True) -> bool:
+    """Whether ``g`` is not differentiable near ``x`` by its own finite differences: along ``v`` or along one
+    of the :func:`neighbours` directions its one-sided derivatives (at the scales :func:`derivative_range`
+    probes) differ, or its directional derivative is not linear in the direction (``D(a + b) != D(a) +
+    D(b)`` for pairs of the random directions: the middle of three tied entries of a sort is a straight
+    line along every direction through ``x``, yet it is no linear function of the direction). Where ``g``
+    cannot be differenced along a direction (the edge of its domain) neither is established, and the answer
+    is ``undetermined``: True where a kink excuses a finding (no verdict rather than a false one), False where
+    only a kink shown by finite differences may soften one."""
+    around = neighbours(directions)
+    random = around[:NEIGHBOURS]
+    pairs = [tuple(None if a is None else a + b for a, b in zip(d1, d2)) for d1, d2 in zip(random, random[1:])]
+    rates = []
+    for d in [directions, *around, *pairs]:
+        sides = derivative_range(g, args, d, tol, 0.0)
+        if sides is None:
+            return undetermined
+        lo, hi = sides
+        if not tolerances.close(lo, hi, tol, scale=max(abs(lo), abs(hi))):
+            return True
+        rates.append((lo + hi) / 2)
+    singles, summed = rates[1 : 1 + len(random)], rates[1 + len(around):]  # rates[0] is along v
+    for k, both in enumerate(summed):
+        a, b = singles[k], singles[k + 1]
+        if not tolerances.close(both, a + b, tol, scale=abs(a) + abs(b) + abs(both)):
+            return True
+    return False
 
 
 def neighbours(directions: tuple[Any, ...]) -> list[tuple[Any, ...]]:

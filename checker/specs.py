@@ -39,6 +39,8 @@ __all__ = [
     "DEFAULT_UNUSED_COTANGENT",
     "unused_cotangent_of",
     "validate_unused_cotangent",
+    "COMPLEX_CONVENTIONS",
+    "complex_convention_of",
 ]
 
 # Arrays up to this many elements are drawn element by element through
@@ -55,6 +57,11 @@ SHRINKABLE_SIZE = 64
 UNUSED_COTANGENTS = ("zeros", "none")
 DEFAULT_UNUSED_COTANGENT = "zeros"
 RUN_UNUSED_COTANGENT = "unused_cotangent"  # RuleSpec.run_state key: the run's default, set by the runner
+# How a pullback treats complex numbers, as the engine it is written for does: "chainrules" (the adjoint
+# for the real inner product, conj(f'(z)) * ybar for a holomorphic f: ChainRules, PyTorch, the tape, and
+# every NumPy rrule that declares nothing) or "jax" (f'(z) * ybar: JAX, and HIPS/autograd's documented
+# convention). jax.custom_vjp rules always follow JAX's.
+COMPLEX_CONVENTIONS = ("chainrules", "jax")
 
 _CONSTANTS: "weakref.WeakSet[SearchStrategy]" = weakref.WeakSet()
 _STRUCTURED: "weakref.WeakKeyDictionary[SearchStrategy, str]" = weakref.WeakKeyDictionary()
@@ -195,6 +202,7 @@ class RuleSpec:
     atol: float | None = None
     kind: str = "numpy"  # "numpy", "jax" or "torch"
     unused_cotangent: str | None = None  # declared convention (UNUSED_COTANGENTS); None: the run's default
+    complex_convention: str | None = None  # declared (COMPLEX_CONVENTIONS); None: the rule kind's own
     jax_fn: Any = None  # the custom_vjp function, for jax rules
     source_file: str | None = None
     source_lines: tuple[int, int] | None = None
@@ -220,6 +228,22 @@ def validate_unused_cotangent(value: Any, option: str = "unused_cotangent") -> s
         "cotangents to an unused output's pullback, as JAX and PyTorch do) or 'none' (they may pass None, as "
         "ChainRules-style engines do)."
     )
+
+
+def _complex_convention(value: Any) -> str | None:
+    if value is None or value in COMPLEX_CONVENTIONS:
+        return value
+    raise SpecError(
+        f"Got complex_convention={value!r}, but complex_convention must be 'chainrules' (the pullback is the "
+        "adjoint: conj(f'(z)) * ybar for a holomorphic f, as ChainRules and PyTorch) or 'jax' (f'(z) * ybar, as "
+        "JAX and HIPS/autograd)."
+    )
+
+
+def complex_convention_of(rule: RuleSpec) -> str:
+    """The complex convention a rule is judged by: "jax" for jax.custom_vjp rules, else its declaration, else
+    "chainrules"."""
+    return "jax" if rule.kind == "jax" else rule.complex_convention or "chainrules"
 
 
 def unused_cotangent_of(rule: RuleSpec) -> str:
@@ -339,6 +363,7 @@ def build_spec(
     jax_fn: Any = None,
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str | None = None,
+    complex_convention: str | None = None,
 ) -> RuleSpec:
     """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
     if not callable(primal):
@@ -372,6 +397,7 @@ def build_spec(
     nondiff_set = _positions("nondiff", nondiff, nargs)
     nondiff_set |= {i for i, s in enumerate(arg_specs) if is_constant(s)}
     unused_cotangent = validate_unused_cotangent(unused_cotangent)
+    complex_convention = _complex_convention(complex_convention)
 
     strategy = st.tuples(*arg_specs) if arg_specs else args
     path, lines = source_location(rule_fn)
@@ -391,6 +417,7 @@ def build_spec(
         atol=_tolerance("atol", atol),
         kind=kind,
         unused_cotangent=unused_cotangent,
+        complex_convention=complex_convention,
         jax_fn=jax_fn,
         source_file=path,
         source_lines=lines,
@@ -412,6 +439,7 @@ def rrule(
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str | None = None,
+    complex_convention: str | None = None,
 ) -> Callable[[Callable[..., Any]], RuleSpec]:
     """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
 
@@ -423,6 +451,9 @@ def rrule(
     ``unused_cotangent`` says what the pullback of an unused output receives in the engines the rule is
     written for: ``"zeros"`` or ``"none"`` (``None``: the run's default, ``"zeros"`` unless set; see
     ``UNUSED_COTANGENTS``). Under ``"none"`` the pullback must accept ``None`` (GG302).
+    ``complex_convention`` says how the pullback treats complex numbers in the engine it is written for:
+    ``"chainrules"`` (the default: the adjoint, ``conj(f'(z)) * ybar``) or ``"jax"`` (``f'(z) * ybar``, as
+    JAX and HIPS/autograd); GG201, GG205 and the safety matrix judge the rule by it.
     """
     if not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
@@ -430,12 +461,12 @@ def rrule(
     def decorate(rule_fn: Callable[..., Any]) -> RuleSpec:
         return build_spec(
             rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol,
-            kwargs=kwargs, unused_cotangent=unused_cotangent,
+            kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention,
         )
 
     # Validate the options now, not at decoration, so the error points at the rrule(...) line.
     build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol,
-               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent)
+               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention)
     return decorate
 
 

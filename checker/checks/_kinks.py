@@ -21,10 +21,15 @@ judgement here:
 
 A pullback whose ``<pullback(|ybar|), u>`` lies outside the one-sided derivatives along ``u`` is then no
 derivative of the primal at this input: :class:`KinkViolation` carries the numbers for the message.
+
+:func:`no_derivative_along` says where the primal has no derivative along one element (a cone point: a
+2-norm at 0, the standard deviation of a constant row), for the checks that hold a non-finite tangent
+there to a warning (GG206, GG301).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +43,7 @@ from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
 
-__all__ = ["KinkViolation", "COUPLED_UP_TO", "coupled_kink", "kink_problem"]
+__all__ = ["KinkViolation", "COUPLED_UP_TO", "coupled_kink", "kink_problem", "no_derivative_along"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -180,3 +185,38 @@ def kink_problem(case: Case, found: KinkViolation) -> Problem:
             "instead of giving each the whole cotangent."
         ),
     )
+
+
+def no_derivative_along(case: Case, i: int, k: int) -> tuple[str, float, float] | None:
+    """``(output, left, right)``: an output element whose one-sided derivatives along element ``k`` of argument
+    ``i`` differ (the real direction, then the imaginary one for complex arguments), so the primal has no
+    derivative along that element; None where every output element's agree (or they cannot be taken: then
+    finite differences alone stand)."""
+    arg = case.args[i]
+    f = _primal(case)
+    eps = float(np.finfo(np.asarray(arg).dtype).eps)
+    h = eps ** (1 / 3)
+    tol = case.tol
+    for scale in ((1.0, 1j) if np.iscomplexobj(arg) else (1.0,)):
+        d = only_argument(case, i, unit_vector(arg, k, scale))
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                at = {j: [np.asarray(v) for v in leaves(f(*shifted(case.args, d, j * h)))] for j in (-2, -1, 0, 1, 2)}
+        except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
+            continue
+        several = len(at[0]) > 1
+        for n, y0 in enumerate(at[0]):
+            g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
+            right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
+            left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
+            for part in (np.real, np.imag):
+                lo, hi = part(left), part(right)
+                with np.errstate(all="ignore"):
+                    slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
+                    jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
+                if np.any(jump):
+                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
+                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
+                    return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
+    return None

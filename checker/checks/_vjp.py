@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker import kinks, tolerances
+from gradguard.checker.specs import complex_convention_of
 from gradguard.checker.case import Case
 from gradguard.checker.kinks import unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
@@ -74,7 +75,7 @@ NO_FD = (
     "finite differences of the primal failed at every input drawn (it raised or was not finite near them): "
     "the specs may reach outside the function's domain, or its output differs from the rule's (see GG102)"
 )
-RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}
+RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}  # by default (complex_convention=)
 CONVENTION_TEXT = {
     CHAINRULES: "ChainRules' convention (the pullback is the adjoint for the real inner product: "
     "for a holomorphic f it returns conj(f'(z)) * ybar)",
@@ -84,8 +85,9 @@ CONVENTION_TEXT = {
 
 # -- conventions ----------------------------------------------------------------------------------
 def convention(case: Case) -> str:
-    """The convention a rule's pullback must follow: JAX's for custom_vjp rules, ChainRules' otherwise."""
-    return JAX if case.rule.kind == "jax" else CHAINRULES
+    """The convention a rule's pullback must follow: JAX's for custom_vjp rules; for the others the one the
+    rule declares (``complex_convention=``), ChainRules' by default."""
+    return JAX if complex_convention_of(case.rule) == "jax" else CHAINRULES
 
 
 def other_convention(name: str) -> str:
@@ -250,14 +252,15 @@ def element_sides(case: Case, cotangent: Any, i: int, k: int, value: float, scal
 def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: DotTest, conv: str, tol: tolerances.Tolerance) -> bool:
     """True where kinks of the primal pass closer to ``x`` than any usable finite-difference step, and the
     rule's answer is one a (Clarke) subgradient could give there: the rule's answers around ``x`` jump
-    between pieces (:func:`kinks.jumps_around`)."""
+    between pieces, and the primal's own one-sided derivatives show a kink near ``x``
+    (:func:`kinks.jumps_around`)."""
 
     def answer(args: tuple[Any, ...] | None = None) -> float:
         """The rule's <pullback(cotangent), v> at ``args`` (fresh copies of x by default)."""
         _, pb = case.pair(args)
         return inner(adjoint_tangents(case, pb, cotangent, conv), directions)
 
-    return kinks.jumps_around(answer, case.args, directions, step=float(dot.lhs.step), value=dot.rhs,
+    return kinks.jumps_around(answer, case.args, directions, g=_contracted(case, cotangent), step=float(dot.lhs.step), value=dot.rhs,
                               fd_value=float(dot.lhs.value), fd_error=dot.lhs.error, scale=dot.scale, tol=tol)
 
 

@@ -15,6 +15,8 @@ from typing import Any, Iterable
 import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
+from gradguard.checker.checks._kinks import no_derivative_along
+from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES
 from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -68,12 +70,36 @@ def _where(i: int, idx: tuple[int, ...]) -> str:
 def zero_cotangent(case: Case) -> Iterable[Problem]:
     """``pullback(zeros_like(y))`` must return zero (or ``None``) tangents. Engines call the pullback of an
     output the program never used with a zero cotangent; a rule that returns ``ones``, adds a constant, or
-    computes ``0 * inf = NaN`` there puts a gradient into the program that no use of the output justifies."""
+    computes ``0 * inf = NaN`` there puts a gradient into the program that no use of the output justifies.
+    Where every such tangent is NaN or Inf at a point where the primal has no derivative along its element
+    (a cone point: a 2-norm at 0, the standard deviation of a constant row; its one-sided derivatives differ),
+    the finding is a warning that suggests a subgradient, as GG206's is there; it stays an error wherever the
+    primal's one-sided derivatives agree or cannot be taken."""
     y, pb = case.pair()
     zero = zeros_like_tree(y)
     tangents = case.tangents(pb, zero)
     bad = _first_nonzero(case, tangents, range(case.nargs))
     if bad is None:
+        return
+    cone = _only_at_points_without_derivative(case, tangents)
+    if cone is not None:
+        i, idx, value, (output, left, right) = cone
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
+                f"{_where(i, idx)} is {show(value)}, at a point where the primal has no derivative along this element: "
+                f"the one-sided derivatives of {output} are {show(left)} (from below) and {show(right)} (from above) by "
+                "finite differences. A program that does not use the output still gets this value in its gradient."
+            ),
+            location=_where(i, idx),
+            expected="0 (or None)",
+            actual=show(value),
+            fix=(
+                "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
+                "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0."
+            ),
+            severity="warning",
+        )
         return
     i, idx, value = bad
     yield Problem(
@@ -89,6 +115,37 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "factors out of it so 0 * factor stays 0."
         ),
     )
+
+
+def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, tuple[str, float, float]] | None:
+    """``(argument, index, value, (output, left, right))`` for the first nonzero tangent element, where every
+    nonzero element is NaN or Inf in a differentiable argument and each one judged (up to
+    NONFINITE_CANDIDATES, as GG206) lies where the primal's one-sided derivatives along it differ; None
+    otherwise (a finite nonzero element, or one where the primal has a derivative or it cannot be told)."""
+    atol = case.tol.atol
+    first = None
+    tried = 0
+    for i in range(case.nargs):
+        if tangents[i] is None:
+            continue
+        arr = np.asarray(tangents[i])
+        if arr.dtype.kind not in "fc":
+            return None
+        with np.errstate(all="ignore"):
+            nonzero = ~(np.abs(arr) <= atol)
+        if not np.any(nonzero):
+            continue
+        if i not in case.diff_positions or np.any(nonzero & np.isfinite(arr)):
+            return None
+        for k in np.flatnonzero(nonzero)[:max(NONFINITE_CANDIDATES - tried, 0)]:
+            tried += 1
+            sides = no_derivative_along(case, i, int(k))
+            if sides is None:
+                return None
+            if first is None:
+                idx = tuple(int(j) for j in np.unravel_index(int(k), arr.shape)) if arr.ndim else ()
+                first = (i, idx, arr[idx].item(), sides)
+    return first
 
 
 def _fix_none(case: Case) -> str:

@@ -221,8 +221,9 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
     """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
 
     ``None`` tangents count as zeros; the bound is ``atol + rtol * max|.|`` over the whole tangent, so
-    cancellation inside a pullback is not mistaken for a wrong value; equal infinities and NaN against NaN
-    agree (GG206 judges non-finite tangents)."""
+    cancellation inside a pullback is not mistaken for a wrong value; two non-finite values agree (inf
+    against inf, NaN against NaN, inf against NaN: neither is a number to compare, and GG206 judges non-finite
+    tangents, as an error where the primal has a derivative)."""
     tol = case.tol
     if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
         return None  # GG105 reports tangents that are not numbers
@@ -234,7 +235,7 @@ def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> t
         with np.errstate(all="ignore"):
             # The scale of the finite elements: one NaN elsewhere must not make every bound NaN.
             scale = max(_finite_max(a), _finite_max(b))
-            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b)))
+            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b)))
         if np.any(bad):
             idx = tuple(int(j) for j in np.argwhere(bad)[0])
             return i, idx, a[idx].item(), b[idx].item()
@@ -354,7 +355,7 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
         return  # wrong in both conventions: GG201's finding
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} follows {owner(other)} conjugation convention, but {RULES_BY_CONVENTION[conv]} "
+            f"the pullback of {case.rule.name} follows {owner(other)} conjugation convention, but {_bound_by(case, conv)} "
             f"must follow {CONVENTION_TEXT[conv]}: <ybar, J v> = {show(float(lhs.value))} by finite differences, "
             f"the pullback gives {show(mine.rhs)}, and read in {owner(other)} convention it gives {show(theirs.rhs)}, "
             "which matches: a conjugate is missing or extra."
@@ -365,5 +366,16 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
             "Return np.conj(dfdz) * ybar for a holomorphic f (and 2 * z * ybar for |z|**2), i.e. the adjoint."
             if conv == CHAINRULES
             else "Return dfdz * ybar for a holomorphic f, without conj (JAX transposes; it does not take adjoints)."
+        ) + (
+            " If the rule is written for an engine that uses JAX's convention (JAX, HIPS/autograd), declare "
+            "rrule(..., complex_convention=\"jax\") instead."
+            if case.rule.kind == "numpy" and conv == CHAINRULES else ""
         ),
     )
+
+
+def _bound_by(case: Case, conv: str) -> str:
+    """Who must follow ``conv``: the rule kind's default, or this rule by its declaration."""
+    if case.rule.kind != "jax" and case.rule.complex_convention is not None:
+        return f"{case.rule.name} declares complex_convention={case.rule.complex_convention!r} and"
+    return RULES_BY_CONVENTION[conv]

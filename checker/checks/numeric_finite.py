@@ -3,20 +3,24 @@
 The derivative is established, not assumed: finite differences along the element give its value, and its
 one-sided derivatives must agree. Where they differ (a cone point: a 2-norm at 0, the standard deviation
 of a constant row) the primal has no derivative, and a non-finite tangent there is a warning that suggests
-a subgradient, never an error.
+a subgradient, never an error. So is a point where the primal is smooth along the element but has no
+derivative as a whole (the middle of three tied values; eigenvectors at a repeated eigenvalue): its
+directional derivatives through the point differ from side to side or are not linear in the direction
+(:func:`gradguard.checker.kinks.kinked_near`).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Iterable
 
 import numpy as np
 
+from gradguard.checker import kinks
 from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.checks._kinks import no_derivative_along
 from gradguard.checker.checks._vjp import (
     NONFINITE_CANDIDATES,
-    _primal,
+    _contracted,
     as_rule_sees,
     convention,
     element_derivative,
@@ -27,10 +31,8 @@ from gradguard.checker.checks._vjp import (
     unit_vector,
     where_text,
 )
-from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import leaves
 
 __all__: list[str] = []
 
@@ -87,7 +89,11 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
                 continue
             where = where_text(i, element_index(case.args[i], int(k)))
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
-            sides = _sides_disagree(case, i, int(k))
+            sides = no_derivative_along(case, i, int(k))
+            if sides is None and kinks.kinked_near(_contracted(case, ybar), case.args,
+                                                   only_argument(case, i, unit_vector(case.args[i], int(k))), case.tol,
+                                                   undetermined=False):
+                sides = ("<ybar, primal(x)>", None, None)  # smooth along this element, but not differentiable at x
             if sides is not None:
                 if kink is None:
                     kink = _no_derivative_problem(case, where, value, sides, bad.size)
@@ -115,52 +121,28 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
         yield kink
 
 
-def _sides_disagree(case: Case, i: int, k: int) -> tuple[str, float, float] | None:
-    """``(output, left, right)``: an output element whose one-sided derivatives along element ``k`` of argument
-    ``i`` differ (the real direction, then the imaginary one for complex arguments), so the primal has no
-    derivative along that element; None where every output element's agree (or they cannot be taken: then
-    finite differences alone stand)."""
-    arg = case.args[i]
-    f = _primal(case)
-    eps = float(np.finfo(np.asarray(arg).dtype).eps)
-    h = eps ** (1 / 3)
-    tol = case.tol
-    for scale in ((1.0, 1j) if np.iscomplexobj(arg) else (1.0,)):
-        d = only_argument(case, i, unit_vector(arg, k, scale))
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                at = {j: [np.asarray(v) for v in leaves(f(*shifted(case.args, d, j * h)))] for j in (-2, -1, 0, 1, 2)}
-        except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
-            continue
-        several = len(at[0]) > 1
-        for n, y0 in enumerate(at[0]):
-            g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
-            right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
-            left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
-            for part in (np.real, np.imag):
-                lo, hi = part(left), part(right)
-                with np.errstate(all="ignore"):
-                    slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
-                    jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
-                if np.any(jump):
-                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
-                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
-                    return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
-    return None
-
-
-def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float, float], count: int) -> Problem:
+def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float | None, float | None],
+                           count: int) -> Problem:
     output, left, right = sides
+    if left is None or right is None:
+        established = (
+            f"finite but has no derivative at this input: along directions through it, the one-sided derivatives "
+            f"of {output} differ, or its directional derivative is not linear in the direction, by finite differences"
+        )
+        expected = "a finite subgradient"
+    else:
+        established = (
+            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
+            f"{show(left)} (from below) and {show(right)} (from above) by finite differences"
+        )
+        expected = f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}"
     return Problem(
         message=(
             f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the primal is "
-            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
-            f"{show(left)} (from below) and {show(right)} (from above) by finite differences; {count} element(s) "
-            "of this tangent are not finite."
+            f"{established}; {count} element(s) of this tangent are not finite."
         ),
         location=where,
-        expected=f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}",
+        expected=expected,
         actual=show(value),
         fix=(
             "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "

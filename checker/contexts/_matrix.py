@@ -31,9 +31,9 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
-from gradguard.checker.contexts._verdict import compare, kink_excuse
+from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
-from gradguard.checker.specs import RuleSpec, unused_cotangent_of
+from gradguard.checker.specs import RuleSpec, complex_convention_of, unused_cotangent_of
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
@@ -126,8 +126,8 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
     runners = _Runners(rule, name, args)
     if any(np.iscomplexobj(v) for v in leaves((args, output))):
         # The adapters do not convert between ChainRules' and JAX's conventions for complex tangents: the
-        # engine foreign to the rule would be wrong for a right rule.
-        runners.unsupported = "jax" if rule.kind != "jax" else "tape"
+        # engine foreign to the rule's convention (its kind's, or the one it declares) would be wrong for a right rule.
+        runners.unsupported = "jax" if complex_convention_of(rule) != "jax" else "tape"
     planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
     for ctx in chosen:
         rng = _generator(seed, ctx)
@@ -202,7 +202,8 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, runners: "_Runners", engines: t
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)))
         fd = confirmed(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
-        row.slope, row.fd_error, row.fd_step = float(np.real(fd.value)), fd.error, fd.step
+        row.slope, row.fd_step = float(np.real(fd.value)), fd.step
+        row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step))
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         row.truth_error = _text(exc.__cause__ or exc)
     for engine in engines:

@@ -1,6 +1,7 @@
 """How one cell of the safety matrix is judged: an engine's ``<gradient, v>`` against finite differences of
 the whole program, with the finite differences' own error bound, and no verdict where they cannot give one.
 
+* The finite differences' error is at least their rounding at the step they used (`rounding_bound`).
 * The comparison is the one every numeric check uses (`tolerances.close`): the dtype's tolerance plus
   SAFETY times the finite-difference error estimate. Where that bound is wider than the dtype's tolerance
   the cell says so; where it is too wide to tell a right gradient from a wrong one
@@ -8,7 +9,8 @@ the whole program, with the finite differences' own error bound, and no verdict 
 * A disagreeing cell near a kink is no verdict when the evidence GG201 accepts is there
   (:mod:`gradguard.checker.kinks`): the engine's value lies between the program's one-sided derivatives
   at finer steps, or the engine's answers jump between pieces around the input and both its value and
-  the finite difference are among them.
+  the finite difference are among them, where the program's own one-sided derivatives show a kink near
+  the input.
 """
 
 from __future__ import annotations
@@ -16,9 +18,23 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from gradguard.checker import kinks, tolerances
+import numpy as np
 
-__all__ = ["compare", "kink_excuse"]
+from gradguard.checker import kinks, tolerances
+from gradguard.checker.trees import leaves
+
+__all__ = ["compare", "kink_excuse", "rounding_bound"]
+
+
+def rounding_bound(inputs: tuple[Any, ...], value: float, step: float) -> float:
+    """The smallest slope a finite difference at ``step`` can resolve on a program of size ``value`` computed
+    in the inputs' precision: ``eps * |value| / step``. A float32 program in the thousands is flat at steps
+    below its resolution, and a Richardson table of equal values claims a slope of 0 with no error at all."""
+    eps = [float(np.finfo(np.asarray(x).dtype).eps) for x in leaves(inputs)
+           if x is not None and np.asarray(x).dtype.kind in "fc"]
+    if not eps or not (step > 0 and math.isfinite(step) and math.isfinite(value)):
+        return 0.0
+    return max(eps) * abs(value) / step
 
 
 def compare(slope: float, truth: float, fd_error: float, tol: tolerances.Tolerance,
@@ -64,7 +80,7 @@ def kink_excuse(program: Callable[..., Any], answer: kinks.Answer, inputs: tuple
             f"no verdict: {where} one-sided derivatives along v from {lo:.6g} to {hi:.6g}, and <gradient, v> = "
             f"{slope:.6g} lies between them (at a kink, any value there is a valid subgradient)"
         )
-    if kinks.jumps_around(answer, inputs, v, step=step, value=slope, fd_value=truth, fd_error=fd_error, scale=scale, tol=tol):
+    if kinks.jumps_around(answer, inputs, v, g=g, step=step, value=slope, fd_value=truth, fd_error=fd_error, scale=scale, tol=tol):
         return (
             f"no verdict: <gradient, v> (asked of {engine}) jumps between values at points around the input and keeps "
             "jumping as they close in (kinks nearer than any usable finite-difference step), and both its value "

@@ -230,7 +230,6 @@ def test_nan_against_nan_is_not_a_different_value():
     assert [f.check_id for f in result.findings] == []
     used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
     assert len(used) == 3 and all(c["status"] == "skipped" for c in used)  # NaN under NumPy: no ground truth
-    # (tape[zero], tape[skip], jax: tape[none] runs only for rules whose declared convention lets None arrive)
     assert all(c["message"].startswith("no ground truth: the program raised under plain NumPy") for c in used)
 
 
@@ -303,3 +302,40 @@ def test_a_context_no_draw_can_fit_is_skipped_without_searching():
     assert reasons["transposed-alias"] == (
         "the rule has no two 2-D array arguments with transposed shapes (for x and x.T)"
     )
+
+
+# -- a float32 program flat at the finite differences' finer steps (jax-ml/jax b0805a8's fixed celu) ----------
+def neg_expm1(x):
+    return np.expm1(np.minimum(x, np.float32(0.0)))
+
+
+FAR_NEGATIVE_F32 = arrays(shape=(3,), dtype="float32", min_value=-1000.0, max_value=-300.0)
+
+
+@rrule(neg_expm1, FAR_NEGATIVE_F32)
+def neg_expm1_f32_rrule(x):
+    return neg_expm1(x), lambda g: (None,) if g is None else ((g * np.exp(np.minimum(x, 0.0))).astype(x.dtype),)
+
+
+@rrule(neg_expm1, FAR_NEGATIVE_F32)
+def neg_expm1_f32_unit_rrule(x):
+    return neg_expm1(x), lambda g: (None,) if g is None else (g.astype(x.dtype),)  # BUG: the derivative is exp(x) ~ 0
+
+
+def test_a_float32_program_below_its_resolution_is_no_ground_truth_of_zero():
+    """`captured-before` adds dot(x, x) ~ 1e6 in float32: at the finer Richardson steps the program does not change
+    at all, and a table of equal values claims a slope of 0 with no error. The rounding at the step bounds it."""
+    result = _context_findings(neg_expm1_f32_rrule)
+    assert result.findings == [] and result.verdict == "pass"
+    assert "wrong" not in {c["status"] for c in result.safety_matrix["cells"]}
+
+
+def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
+    result = _context_findings(neg_expm1_f32_unit_rrule)
+    output_used = [f for f in result.findings if f.location == "context output-used"]
+    (finding,) = output_used
+    assert re.fullmatch(
+        r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
+        r"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message

@@ -103,3 +103,42 @@ def test_the_reference_never_overrules_finite_differences_of_the_primal():
     assert f.check_id == "GG201" and f.expected == "1" and f.actual == "0.5"
     result = check(stair_one, select=["GG201", "GG203"]).rules[0]
     assert result.findings == [] and result.checks_run == ["GG201", "GG203"]
+
+
+# -- a small difference at a point where JAX's derivative of the primal is wrong (jax-ml/jax dd023e2) ----------
+def xlogy_where(x, y):
+    """xlogy as jax.scipy.special had it: JAX differentiates the where to 0 in x at x == 0, not log(y)."""
+    x_ok = x != 0.0
+    return np.where(x_ok, np.where(x_ok, x, 1.0) * np.log(np.where(x_ok, y, 1.0)), np.zeros_like(x))
+
+
+ZERO_X = arrays(shape=(2,), min_value=0.0, max_value=0.0)
+NEAR_ONE = arrays(shape=(2,), min_value=1.00001, max_value=1.0001)  # log(y) ~ 1e-5: a small true derivative
+
+
+@rrule(xlogy_where, ZERO_X, NEAR_ONE)
+def xlogy_right_at_zero(x, y):
+    return xlogy_where(x, y), lambda g: (None, None) if g is None else (g * np.log(y), g * x / y)
+
+
+@rrule(xlogy_where, arrays(shape=(2,), min_value=0.5, max_value=2.0), NEAR_ONE)
+def xlogy_off_by_1e4(x, y):
+    # BUG: 1e-4 too much in x, away from 0 (where JAX's reference is right)
+    return xlogy_where(x, y), lambda g: (None, None) if g is None else (g * (np.log(y) + 1e-4), g * x / y)
+
+
+def test_a_small_difference_where_finite_differences_side_with_the_rule_is_no_gg203_finding():
+    """Finite differences arbitrate along the direction in which rule and reference differ, scaled to a largest
+    element of 1: unscaled, a 1e-5 difference moves the primal too little for them to tell the two apart."""
+    result = check(xlogy_right_at_zero, select=["GG201", "GG203"]).rules[0]
+    assert result.findings == [] and "GG203" in result.checks_run
+
+
+def test_a_small_wrong_tangent_is_still_a_gg203_finding():
+    (f,) = [f for f in check(xlogy_off_by_1e4, select=["GG203"]).findings]
+    assert re.fullmatch(
+        r"the pullback of xlogy_off_by_1e4 disagrees with the JAX reference gradient \(jax.vjp of the primal, its "
+        r"NumPy calls run as jax.numpy\): cotangent for argument 0 at \[\d\]: expected \S+ \(JAX\), got \S+\. "
+        r"Finite differences of the primal agree with JAX\.",
+        f.message,
+    ), f.message

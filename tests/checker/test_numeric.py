@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gradguard.checker import arrays, check, constant, rrule
+from gradguard.checker.errors import SpecError
 
 NUM = r"(-?[0-9.e+-]+|nan|inf)"
 # Correct twins must pass every isolation check; the whole-program families (contexts, composition)
@@ -434,6 +435,50 @@ def test_gg205_wrong_in_both_conventions_is_left_to_gg201():
 
     report = check(scale_c_wrong, select=["GG201", "GG205"])
     assert [f.check_id for f in report.findings] == ["GG201"]
+
+
+# A NumPy rrule written for an engine with JAX's convention (HIPS/autograd's documented one) declares it.
+@rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C), complex_convention="jax")
+def scale_c_declared_jax(z, c):
+    return c * z, accepting_none(2)(lambda ybar: (c * ybar, None))
+
+
+@rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C), complex_convention="jax")
+def scale_c_adjoint_declared_jax(z, c):
+    return c * z, accepting_none(2)(lambda ybar: (np.conj(c) * ybar, None))  # ChainRules' answer, declared JAX's
+
+
+def test_a_declared_jax_convention_is_judged_by_it():
+    report = check(scale_c_declared_jax, ignore=["GG6"])
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
+    assert {"GG201", "GG205"} <= set(report.rules[0].checks_run)
+    cells = report.rules[0].safety_matrix["cells"]
+    assert any(c["engine"] == "jax" and c["status"] == "right" for c in cells)  # the engine of its convention
+
+
+def test_a_rule_against_its_declared_convention_fails_gg205():
+    report = check(scale_c_adjoint_declared_jax, select=["GG201", "GG205"])
+    (f,) = [f for f in report.findings if f.check_id == "GG205"]
+    m = re.fullmatch(
+        rf"the pullback of scale_c_adjoint_declared_jax follows ChainRules' conjugation convention, but "
+        rf"scale_c_adjoint_declared_jax declares complex_convention='jax' and must follow JAX's convention "
+        rf"\(pullback\(ybar\) = conj\(adjoint\(conj\(ybar\)\)\): for a holomorphic f it returns f'\(z\) \* ybar\): "
+        rf"<ybar, J v> = {NUM} by finite differences, the pullback gives {NUM}, and read in ChainRules' convention it "
+        rf"gives {NUM}, which matches: a conjugate is missing or extra\.",
+        f.message,
+    )
+    assert m, f.message
+    assert float(m[1]) == pytest.approx(float(m[3]), rel=1e-6, abs=1e-9)
+
+
+def test_undeclared_jax_convention_suggests_declaring_it():
+    (f,) = findings(scale_c_jax_style, "GG205")
+    assert f.fix.endswith('declare rrule(..., complex_convention="jax") instead.')
+
+
+def test_complex_convention_is_validated():
+    with pytest.raises(SpecError, match=r"Got complex_convention='autograd', but complex_convention must be"):
+        rrule(scale_c, arrays(shape=(3,), dtype="complex128"), constant(C), complex_convention="autograd")
 
 
 # -- GG206 -----------------------------------------------------------------------------------------

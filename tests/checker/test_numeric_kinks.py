@@ -184,3 +184,101 @@ def xabs_nan_but_norm_ok(x):
 def test_nan_where_the_derivative_exists_stays_an_error():
     (f,) = findings(xabs_nan_but_norm_ok, "GG206")
     assert f.severity == "error" and "has a derivative along this element" in f.message
+
+
+def test_nan_at_a_cone_point_for_a_zero_cotangent_is_a_warning():
+    """GG301 at a point without a derivative: the NaN reaches a program that ignores the output, so it is said,
+    but as a warning that suggests a subgradient, as GG206's finding there."""
+    result = check(norm_nan_at_zero, select=["GG301"]).rules[0]
+    (f,) = result.findings
+    match = re.fullmatch(
+        r"the pullback of norm_nan_at_zero must return zero tangents for a zero cotangent, but the tangent for "
+        rf"argument 0 at \[0\] is nan, at a point where the primal has no derivative along this element: the "
+        rf"one-sided derivatives of the output are {NUM} \(from below\) and {NUM} \(from above\) by finite "
+        r"differences\. A program that does not use the output still gets this value in its gradient\.",
+        f.message,
+    )
+    assert match, f.message
+    assert float(match[1]) < float(match[2])
+    assert f.severity == "warning" and result.verdict == "pass" and "subgradient" in f.fix
+
+
+def test_nan_for_a_zero_cotangent_where_the_derivative_exists_stays_an_error():
+    (f,) = findings(xabs_nan_but_norm_ok, "GG301")
+    assert f.severity == "error"
+    assert f.message == ("the pullback of xabs_nan_but_norm_ok must return zero tangents for a zero cotangent, but "
+                         "the tangent for argument 0 at [0] is nan.")
+
+
+@rrule(norm, arrays(shape=(3,), elements=st.just(0.0)))
+def norm_inf_at_zero(x):
+    n = norm(x)
+    return n, lambda g: (g / n * np.where(n == 0, 1.0, x),)  # +-inf at the cone point, with the sign of g
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_inf_against_nan_at_a_cone_point_is_not_called_nonlinear(seed):
+    """pullback(a ybar1 + ybar2) = inf, a pullback(ybar1) + pullback(ybar2) = inf - inf = nan: neither is a number
+    to compare (GG206 judges non-finite tangents), so GG202 says nothing."""
+    assert findings(norm_inf_at_zero, "GG202", seed=seed) == []
+
+
+# -- kinks the rule's answers show but the primal has not (the where-based xlogy of jax-ml/jax dd023e2) -------
+def mul(x, y):
+    return x * y
+
+
+POSITIVE = arrays(shape=(3,), min_value=0.1, max_value=5.0)
+
+
+@rrule(mul, arrays(shape=(3,)), POSITIVE)
+def mul_zero_at_origin(x, y):
+    return x * y, lambda g: (np.where(x == 0, 0.0, g * y), g * x)  # BUG: x * y is smooth at x == 0
+
+
+@rrule(mul, arrays(shape=(3,)), POSITIVE)
+def mul_ok(x, y):
+    return x * y, lambda g: (g * y, g * x)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_jump_of_the_rule_alone_is_no_kink(seed):
+    """The buggy pullback jumps around x == 0, so its answers around x look like pieces of a kink; the primal's own
+    one-sided derivatives agree there, and the input is judged."""
+    (f,) = findings(mul_zero_at_origin, "GG201", seed=seed)
+    assert re.fullmatch(
+        rf"the pullback of mul_zero_at_origin disagrees with finite differences of the primal: cotangent for "
+        rf"argument 0 at \[\d\]: expected {NUM} \(finite differences\), got 0\.0 \(dot-product test: <ybar, J v> = "
+        rf"{NUM} by finite differences, <pullback\(ybar\), v> = {NUM}\)\.",
+        f.message,
+    ), f.message
+    assert float(f.actual) == 0 and float(f.expected) != 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_smooth_twin_passes(seed):
+    assert findings(mul_ok, "GG201", seed=seed) == []
+
+
+# -- smooth along each element, yet no derivative at the point (eigenvectors at a repeated eigenvalue) --------
+def middle(x):
+    return np.sort(x)[1]
+
+
+@rrule(middle, arrays(shape=(3,), elements=st.just(0.0)))
+def middle_nan_at_ties(x):
+    # Moving one of three tied zeros leaves the middle at 0 from both sides, but the middle of the three is no
+    # linear function of the direction: the primal has no derivative at x.
+    return middle(x), lambda g: (np.full(x.shape, np.nan) * g,)
+
+
+def test_nan_where_the_primal_is_smooth_along_the_element_but_not_differentiable_is_a_warning():
+    result = check(middle_nan_at_ties, select=["GG206"]).rules[0]
+    (f,) = result.findings
+    assert f.message == (
+        "the pullback of middle_nan_at_ties returned nan in the tangent for argument 0 at [0], where the primal is "
+        "finite but has no derivative at this input: along directions through it, the one-sided derivatives of "
+        "<ybar, primal(x)> differ, or its directional derivative is not linear in the direction, by finite "
+        "differences; 3 element(s) of this tangent are not finite."
+    )
+    assert f.severity == "warning" and result.verdict == "pass" and f.expected == "a finite subgradient"

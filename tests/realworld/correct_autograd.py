@@ -202,8 +202,9 @@ def abs_rrule(x):
     return _defvjp(np.abs, (x,), lambda ans, x: lambda g: g * replace_zero(np.conj(x), 0.0) / replace_zero(ans, 1.0))
 
 
-# the same np_abs_vjp on complex input (|z| is real)
-@rrule(absolute, arrays(shape=(3,), dtype="complex128", min_value=0.1, max_value=4.0))
+# the same np_abs_vjp on complex input (|z| is real); autograd's complex convention is JAX's (f'(z) * g,
+# docs/tutorial.md "Complex numbers"), declared as such
+@rrule(absolute, arrays(shape=(3,), dtype="complex128", min_value=0.1, max_value=4.0), complex_convention="jax")
 def abs_complex_rrule(x):
     return _defvjp(np.abs, (x,), lambda ans, x: lambda g: g * replace_zero(np.conj(x), 0.0) / replace_zero(ans, 1.0))
 
@@ -213,7 +214,7 @@ def angle(x):
 
 
 # defvjp(anp.angle, lambda ans, x: lambda g: match_complex(x, g * anp.conj(x * 1j) / anp.abs(x) ** 2))
-@rrule(angle, arrays(shape=(3,), dtype="complex128", min_value=0.5, max_value=4.0))
+@rrule(angle, arrays(shape=(3,), dtype="complex128", min_value=0.5, max_value=4.0), complex_convention="jax")
 def angle_complex_rrule(x):
     return _defvjp(np.angle, (x,), lambda ans, x: lambda g: match_complex(x, g * np.conj(x * 1j) / np.abs(x) ** 2))
 

@@ -26,21 +26,9 @@ from _seeds import SEEDS  # noqa: E402  (0..2 by default; GRADGUARD_REALWORLD_SE
 TARGET = 0.95  # the share of historical bugs that must be caught at every seed
 
 # Historical bugs gradguard misses today: name -> why (gradguard's gap, not the rule's).
-KNOWN_MISSES: dict[str, str] = {
-    "xlogy_x0_buggy_rrule": (
-        "GG201's near_kinks guard excuses the input: the buggy pullback is wrong only at x == 0 exactly, so the "
-        "rule's own answers jump around x, and that jump is read as a kink of the primal, although the primal "
-        "(x * log(y)) is smooth there (at_kink finds none: its one-sided derivatives agree)"
-    ),
-}
+KNOWN_MISSES: dict[str, str] = {}
 # Fixed twins gradguard reports an error on: name -> why that is gradguard's mistake.
-KNOWN_FALSE_ERRORS: dict[str, str] = {
-    "xlogy_x0_fixed_rrule": (
-        "GG503 in `same-array-twice`: the context passes x as y, outside the declared domain y > 0, and the "
-        "program is NaN under AD and when run alike; NaN against NaN is reported as a different value "
-        "(issue 12, defect class 1)"
-    ),
-}
+KNOWN_FALSE_ERRORS: dict[str, str] = {}
 
 
 @pytest.fixture(autouse=True)
