@@ -25,7 +25,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gradguard.checker.loader import load_module, rules_in
-from gradguard.checker.specs import RuleSpec, differentiable
+from gradguard.checker.specs import RuleSpec
+from gradguard.engines.values import differentiable
 
 CORPUS = ROOT / "tests" / "corpus"
 REALWORLD = ROOT / "tests" / "realworld"

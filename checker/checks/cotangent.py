@@ -193,17 +193,17 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     """,
 )
 def none_cotangent(case: Case) -> Iterable[Problem]:
-    """A rule declared with ``unused_cotangent="none"`` (on the rule, or as the project's default: ``gradguard
-    check --unused-cotangent none``) is written for engines that call the pullback of an unused output with
-    ``None`` instead of a cotangent (for a tuple output, ``None`` in the unused positions), as Zygote passes
-    ``nothing`` and ChainRules ``NoTangent``. The pullback must accept it and return zero or ``None`` tangents;
-    a pullback that computes ``None * x`` raises in the middle of someone's backward pass. Under the default
-    convention, ``"zeros"``, ``None`` never arrives and the check does not run (it is listed among the skipped
+    """A rule declared with `unused_cotangent="none"` (on the rule, or as the project's default: `gradguard
+    check --unused-cotangent none`) is written for engines that call the pullback of an unused output with
+    `None` instead of a cotangent (for a tuple output, `None` in the unused positions), as Zygote passes
+    `nothing` and ChainRules `NoTangent`. The pullback must accept it and return zero or `None` tangents;
+    a pullback that computes `None * x` raises in the middle of someone's backward pass. Under the default
+    convention, `"zeros"`, `None` never arrives and the check does not run (it is listed among the skipped
     checks with the reason): JAX and PyTorch materialise zero cotangents and HIPS/autograd never calls the
-    pullback of an unused output, so a NumPy rule written for them need not handle ``None``. The check applies
-    to NumPy rules (``jax_rule`` and ``torch_rule`` declare ``"zeros"`` by default: JAX and PyTorch never pass
-    ``None``). The safety matrix follows the
-    same convention: its ``tape[none]`` column runs only for rules declared ``"none"``."""
+    pullback of an unused output, so a NumPy rule written for them need not handle `None`. The check applies
+    to NumPy rules (`jax_rule` and `torch_rule` declare `"zeros"` by default: JAX and PyTorch never pass
+    `None`). The safety matrix follows the
+    same convention: its `tape[none]` column runs only for rules declared `"none"`."""
     convention = unused_cotangent_of(case.rule)
     if convention != "none":
         raise Skip(
