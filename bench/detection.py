@@ -150,7 +150,7 @@ def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeou
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    with time_limit(limit, _ToolTimeout):
+                    with time_limit(limit, _ToolTimeout, grace_s=0):  # other tools have no safe points
                         outcome, detail = _run_variant(case, group, variant, select, row)
                 except _ToolTimeout:
                     outcome, detail = "errored", f"timed out after {limit:g} s"

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, s
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
+from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
 from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
 from gradguard.checker.checks.registry import CheckInfo
@@ -59,6 +60,7 @@ _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 
 def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
     """Problems found by one check on one case, or the reason it did not apply."""
+    at_safe_point()  # an expired time limit stops here, between two checks, not inside a library call
     try:
         return list(info.fn(case) or ()), None
     except Skip as skip:

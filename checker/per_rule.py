@@ -12,17 +12,16 @@ safety matrix. Verdicts are deterministic for a seed.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
 import traceback
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
 import numpy as np
 
 from gradguard.checker import reproducer
+from gradguard.checker._deadline import at_safe_point
+from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
                                        _shrink_note, _SpecCannotGenerate, severity)
 from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
@@ -245,6 +244,7 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
 
 
 def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: RuleResult, shared: dict[str, Any]) -> None:
+    at_safe_point()
     ctx = PerRule(rule=rule, options=options, shared=shared)
     try:
         found = list(info.fn(ctx) or ())
@@ -315,22 +315,8 @@ def _relative(path: str | None, root: str | None) -> str | None:
     return path if rel.startswith("..") else rel
 
 
-@contextmanager
-def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout) -> Iterator[None]:
-    """Raise ``exception`` in the block after ``seconds`` of wall time (main thread only, where signals are
-    delivered; elsewhere the service's sandbox enforces limits). Make ``exception`` a BaseException so
-    that neither Hypothesis nor the user's code swallows it."""
-    if not seconds or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
-        yield
-        return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise exception()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout,
+               grace_s: float | None = None) -> ContextManager[None]:
+    """Raise ``exception`` in the block after ``seconds`` of wall time: at the checker's next safe point,
+    or by a signal after ``grace_s`` more inside one call (:mod:`gradguard.checker._deadline`)."""
+    return _time_limit(seconds, exception, grace_s)

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.checker import tolerances
+from gradguard.checker._deadline import at_safe_point
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
@@ -141,6 +142,7 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
             outcome.skipped.append({"context": ctx.name, "reason": planned[ctx.name]})
             continue
         plan, rng = planned[ctx.name]
+        at_safe_point()  # an expired time limit stops between two contexts
         outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), runners, engines, outcome.tol))
     return outcome
 

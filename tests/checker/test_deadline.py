@@ -1,0 +1,113 @@
+"""The per-rule time limit: stops at safe points, interrupts only after its grace, and nests with an outer
+alarm (pytest-timeout's signal method, an enclosing limit) instead of disarming it."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker._deadline import at_safe_point, time_limit
+
+
+class Inner(BaseException):
+    pass
+
+
+class Outer(BaseException):
+    pass
+
+
+@pytest.fixture
+def outer_alarm():
+    """An alarm armed outside the block, as pytest-timeout's signal method arms one."""
+    fired: list[float] = []
+
+    def handler(signum, frame):
+        fired.append(time.monotonic())
+        raise Outer()
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    yield fired
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_an_expired_limit_stops_at_the_next_safe_point_not_before():
+    with pytest.raises(Inner):
+        with time_limit(0.05, Inner, grace_s=30):
+            at_safe_point()  # time left: nothing happens
+            _spin(0.1)  # past the deadline, but inside "one call": not interrupted during the grace
+            reached = True
+            at_safe_point()
+    assert reached
+
+
+def test_a_call_that_outlasts_the_grace_is_interrupted_by_the_signal():
+    start = time.monotonic()
+    with pytest.raises(Inner):
+        with time_limit(0.05, Inner, grace_s=0.1):
+            _spin(5)
+    assert time.monotonic() - start < 2
+
+
+def test_the_outer_alarm_keeps_its_deadline_after_the_block(outer_alarm):
+    signal.setitimer(signal.ITIMER_REAL, 0.4)
+    armed = time.monotonic()
+    with time_limit(30, Inner):
+        _spin(0.05)
+    left, _ = signal.getitimer(signal.ITIMER_REAL)
+    assert 0.2 < left <= 0.36, "the block must hand back the outer timer with the time it had left"
+    with pytest.raises(Outer):
+        _spin(5)
+    assert outer_alarm and 0.3 < outer_alarm[0] - armed < 1.5
+
+
+def test_an_outer_alarm_that_comes_first_fires_inside_the_block(outer_alarm):
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    with pytest.raises(Outer):
+        with time_limit(30, Inner):
+            _spin(5)
+    assert len(outer_alarm) == 1
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0, "a fired outer alarm is not re-armed"
+
+
+def test_an_inner_limit_that_comes_first_leaves_the_outer_alarm_armed(outer_alarm):
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    with pytest.raises(Inner):
+        with time_limit(0.05, Inner, grace_s=0):
+            _spin(5)
+    assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    assert not outer_alarm
+    with pytest.raises(Outer):
+        _spin(5)
+
+
+def test_nested_limits_stop_at_the_safe_point_with_the_expired_ones_exception():
+    with pytest.raises(Inner):
+        with time_limit(30, Outer):
+            with time_limit(0.01, Inner, grace_s=30):
+                _spin(0.05)
+                at_safe_point()
+    at_safe_point()  # nothing left over once the blocks are gone
+
+
+def test_a_hanging_rule_under_check_leaves_the_callers_alarm_armed(outer_alarm):
+    """The runner's limit inside pytest-timeout's: the test's own timeout must survive a check() call."""
+    @rrule(lambda x: 2.0 * x, arrays(shape=(3,)))
+    def double_rrule(x):
+        return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+    signal.setitimer(signal.ITIMER_REAL, 600)
+    report = check([double_rrule], select=["GG101"], rule_timeout_s=60)
+    assert report.rules[0].verdict == "pass"
+    left, _ = signal.getitimer(signal.ITIMER_REAL)
+    assert 0 < left < 600
