@@ -134,3 +134,59 @@ def test_a_starting_worker_requeues_runs_left_running_by_a_dead_worker(stack, tm
     with celery_worker(tmp_path, env, "cpu"):
         run = wait_for(lambda: status(client, run_id, *FINAL), 120, "the starting worker to requeue and run it")
         assert run["attempts"] == 2
+
+
+STREAMED_RULES = '''\
+import time
+from gradguard.checker import arrays, rrule
+
+
+def double(x):
+    return 2.0 * x
+
+
+@rrule(double, arrays(shape=(3,)))
+def a_double_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def b_stuck_rrule(x):
+    time.sleep(3600)
+
+
+@rrule(double, arrays(shape=(3,)))
+def c_after_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+'''
+
+
+def _verdicts(client, run_id: int) -> dict[str, tuple[str, str | None]]:  # type: ignore[no-untyped-def]
+    report = client.get(f"/api/v1/runs/{run_id}/report").json()
+    return {r["name"]: (r["verdict"], (r["error"] or {}).get("message")) for r in report["rules"]}
+
+
+def test_through_a_worker_a_hanging_rule_ends_at_its_own_limit_and_the_others_keep_their_verdicts(stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    client, env, app = stack
+    with celery_worker(tmp_path, env, "cpu"):
+        run_id = submit(client, STREAMED_RULES, select=["GG1"], max_examples=3, rule_timeout_s=3)
+        run = wait_for(lambda: status(client, run_id, *FINAL), 120, "the run to finish")
+    assert run["status"] == "error", run  # a rule that errors makes the run an error, not a pass
+    found = _verdicts(client, run_id)
+    assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
+    assert found["b_stuck_rrule"][0] == "error" and "3 s per-rule time limit" in found["b_stuck_rrule"][1]
+
+
+def test_through_a_worker_a_run_stopped_at_its_wall_limit_keeps_the_rules_it_finished(stack, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Each finished rule's result reaches the service as it finishes, through the Celery worker as through
+    the local executor: the wall limit cuts the hanging rule (its own limit plus grace comes later) and the
+    rule before it keeps its verdict."""
+    client, env, app = stack
+    with celery_worker(tmp_path, {**env, "GRADGUARD_RUN_WALL_S": "20"}, "cpu"):
+        run_id = submit(client, STREAMED_RULES, select=["GG1"], max_examples=3, rule_timeout_s=19)
+        run = wait_for(lambda: status(client, run_id, *FINAL), 120, "the run to end")
+    assert run["status"] == "error" and run["error"] == "exceeded 20 s wall time", run
+    found = _verdicts(client, run_id)
+    assert found["a_double_rrule"] == ("pass", None)
+    assert found["b_stuck_rrule"] == ("error", "not finished: the run exceeded 20 s wall time while this rule was being checked")
+    assert found["c_after_rrule"][0] == "error" and "20 s wall time" in found["c_after_rrule"][1]
