@@ -37,6 +37,7 @@ import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case
+from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Problem
@@ -215,8 +216,8 @@ def no_derivative_along(case: Case, i: int, k: int) -> tuple[str, float, float] 
                 with np.errstate(all="ignore"):
                     slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
                     jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
-                if np.any(jump):
-                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
-                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
+                idx = first_index(jump)
+                if idx is not None:
+                    name = where("output " + str(n) if several else "the output", idx)
                     return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
     return None

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
+from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
 from gradguard.checker.checks._kinks import coupled_kink, kink_problem
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
@@ -37,7 +38,7 @@ from gradguard.checker.checks._vjp import (
     one_sided,
     other_convention,
     owner,
-    where_text,
+    tangent_pairs,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -115,20 +116,20 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             message = f"the pullback of {name} disagrees with finite differences of the primal: {test}."
             location, expected, actual = None, show(float(lhs.value)), show(whole.rhs)
         elif w.idx is not None:
-            where = where_text(w.arg, w.idx)
+            place = where(w.arg, w.idx)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {where}: "
+                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {place}: "
                 f"expected {show(w.expected)} (finite differences), got {show(w.got)} (dot-product test: {test})."
             )
-            location, expected, actual = where, show(w.expected), show(w.got)
+            location, expected, actual = place, show(w.expected), show(w.got)
         else:
-            where = where_text(w.arg, None)
+            place = where(w.arg)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for {where} "
+                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for {place} "
                 f"is wrong: along the drawn direction, <ybar, J v> = {show(float(w.dot.lhs.value))} by finite "
                 f"differences, but the pullback gives {show(w.dot.rhs)}."
             )
-            location, expected, actual = where, show(float(w.dot.lhs.value)), show(w.dot.rhs)
+            location, expected, actual = place, show(float(w.dot.lhs.value)), show(w.dot.rhs)
         yield Problem(
             message=message,
             location=location,
@@ -212,36 +213,6 @@ def _add(a: Any, b: Any) -> Any:
     return tree_map(lambda x, y: None if x is None and y is None else (0 if x is None else x) + (0 if y is None else y), a, b)
 
 
-def _finite_max(x: np.ndarray) -> float:
-    finite = np.abs(x[np.isfinite(x)])
-    return float(np.max(finite, initial=0.0))
-
-
-def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[int, tuple[int, ...], Any, Any] | None:
-    """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
-
-    ``None`` tangents count as zeros; the bound is ``atol + rtol * max|.|`` over the whole tangent, so
-    cancellation inside a pullback is not mistaken for a wrong value; two non-finite values agree (inf
-    against inf, NaN against NaN, inf against NaN: neither is a number to compare, and GG206 judges non-finite
-    tangents, as an error where the primal has a derivative)."""
-    tol = case.tol
-    if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
-        return None  # GG105 reports tangents that are not numbers
-    for i in case.diff_positions:
-        shape = np.shape(case.args[i])
-        a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
-        b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
-        a, b = np.broadcast_arrays(a, b)
-        with np.errstate(all="ignore"):
-            # The scale of the finite elements: one NaN elsewhere must not make every bound NaN.
-            scale = max(_finite_max(a), _finite_max(b))
-            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b)))
-        if np.any(bad):
-            idx = tuple(int(j) for j in np.argwhere(bad)[0])
-            return i, idx, a[idx].item(), b[idx].item()
-    return None
-
-
 @check(
     "GG202",
     family="numeric",
@@ -276,13 +247,14 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     # One combined test on the passing path (three pullbacks); the failing path says which law broke.
     other = _tangents_for(case, ybar2)
     combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
-    bad = first_mismatch(case, combined, _add(scale_tree(base, alpha), other))
+    agree = close_at_leaf_scale(case.tol)
+    bad = first_mismatch(tangent_pairs(case, combined, _add(scale_tree(base, alpha), other)), agree)
     if bad is None:
         return
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
     fix = "Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, sign)."
-    scaled = first_mismatch(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha))
+    scaled = first_mismatch(tangent_pairs(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha)), agree)
     if scaled is not None:
         bad = scaled
         law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
@@ -291,18 +263,18 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
             "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
         )
     else:
-        summed = first_mismatch(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other))
+        summed = first_mismatch(tangent_pairs(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other)), agree)
         if summed is not None:
             bad = summed
             law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"
     i, idx, got, want = bad
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} is not linear in the cotangent: for {where_text(i, idx)}, "
+            f"the pullback of {case.rule.name} is not linear in the cotangent: for {where(i, idx)}, "
             + law.format(got=show(got), want=show(want))
             + "."
         ),
-        location=where_text(i, idx),
+        location=where(i, idx),
         expected=show(want),
         actual=show(got),
         fix=fix,
