@@ -1,6 +1,6 @@
 """The one comparison module: where two values first differ (first_mismatch), and how a place is named in
-a message (where / at); and the helpers built on it that walk trees (GG6xx's first_difference, the numeric
-checks' tangent_pairs)."""
+a message (where / at); and the helpers built on it that walk trees (state's first_change, GG6xx's
+first_difference, the numeric checks' tangent_pairs)."""
 
 from types import SimpleNamespace
 
@@ -176,6 +176,23 @@ def test_close_at_leaf_scale_rejects_an_unknown_reading():
 
 
 # -- the tree walkers built on it ------------------------------------------------------------------
+def test_state_first_change_names_the_leaf_and_element_of_nested_tuples():
+    from gradguard.checker.checks._state import first_change
+
+    before = (np.zeros(2), (np.zeros((2, 2)), 1.0))
+    after = (np.zeros(2), (np.array([[0.0, 0.0], [3.0, 0.0]]), 1.0))
+    change = first_change(before, after)
+    assert (change.where, change.before, change.after) == (" (leaf 1) at [1, 0]", "0", "3")
+    # NumPy scalars are shown as the state checks always have: to 6 significant digits (a Python float's
+    # short repr would be shown in full).
+    assert first_change(np.array([1.2345678]), np.array([2.0])).before == "1.23457"
+    assert first_change(np.array([NAN, 1.0]), np.array([NAN, 1.0])) is None  # exact: NaN is unchanged
+    assert first_change(np.array([1.0]), np.array([1.0 + 1e-12]), TOL) is None  # within the tolerance
+    assert first_change(np.array([1.0]), np.array([1.0 + 1e-12])).where == " at [0]"
+    assert first_change(np.array(1.0), np.array(2.0)).where == ""  # 0-d: no index
+    assert first_change((1.0,), (1.0, 2.0)).where == ""  # a different structure
+
+
 def test_gg6xx_first_difference_walks_nested_tuples_by_path():
     from gradguard.checker.checks.compose import first_difference
 
