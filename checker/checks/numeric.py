@@ -2,8 +2,8 @@
 
 GG201 is the dot-product test against finite differences of the primal, GG202 linearity in the
 cotangent, GG205 the complex conjugation convention. The shared machinery (conventions, finite
-differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`, kinks where
-entries meet in :mod:`gradguard.checker.checks._kinks`; GG203/GG204 (JAX references) are in
+differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`, GG201's kink
+exemptions behind :func:`gradguard.checker.checks._kinks.kink_excuse`; GG203/GG204 (JAX references) are in
 numeric_jax.py, GG206 (non-finite tangents) in numeric_finite.py.
 """
 
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import numpy as np
 from hypothesis import strategies as st
 
-from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
-from gradguard.checker.checks._kinks import coupled_kink, kink_problem
+from gradguard.checker.checks._kinks import kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
@@ -25,17 +23,13 @@ from gradguard.checker.checks._vjp import (
     RULES_BY_CONVENTION,
     WrongTangent,
     adjoint_tangents,
-    at_kink,
     convention,
     dot_test,
-    element_sides,
     finite_difference,
     first_adjoint,
     has_complex,
     localise,
-    near_kinks,
     numeric_tangents,
-    one_sided,
     other_convention,
     owner,
     tangent_pairs,
@@ -85,23 +79,19 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     v = case.direction()
     if not numeric_tangents(case, tangents) or not is_finite_tree([tangents[i] for i in case.diff_positions]):
         return  # GG105 judges non-numeric tangents, GG206 non-finite ones
-    lhs = finite_difference(case, ybar, v)
+    # The dot-product test: <ybar, J v> by finite differences of the primal against <pullback(ybar), v>.
+    lhs = finite_difference(case, ybar, v)  # d/dt <ybar, primal(x + t v)> at t = 0
     if lhs is None:
         raise Skip(NO_FD)
-    whole = dot_test(lhs, tangents, v)
+    whole = dot_test(lhs, tangents, v)  # whole.rhs = <pullback(ybar), v>
     tol = case.tol
     if whole.agrees(tol):
         return
-    if (
-        at_kink(case, ybar, v, whole, tol)
-        or not _fails_generically(case, ybar, tangents, tol)
-        or near_kinks(case, ybar, v, whole, conv, tol)
-    ):
-        # Excused element by element (or along the drawn direction) at a kink; a kink where entries meet
-        # is still judged along a direction as a whole.
-        coupled = coupled_kink(case, ybar, conv, tol)
-        if coupled is not None:
-            yield kink_problem(case, coupled)
+    # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.
+    excused = kink_excuse(case, ybar, v, tangents, whole, conv, tol)
+    if excused is not None:
+        if excused.problem is not None:
+            yield excused.problem
         return
     hint = ""
     if has_complex(case, y):
@@ -141,58 +131,6 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 "over broadcast axes are the usual causes." + hint
             ),
         )
-
-
-def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: Any) -> bool:
-    """Does the dot-product test also fail along a generic (dense, seeded) direction, at a point where the
-    primal is differentiable?
-
-    Shrinking favours simple directions and inputs at kinks. With several kinks at once (relu at x = 0)
-    each element's subgradient is a free choice, and along a simple direction the kinks can even cancel
-    (<ybar, relu(t v)> = t for ybar = v = [1, -1]). Along a generic direction the one-sided derivatives
-    then differ: the primal is not differentiable there and no finite difference can judge the rule. A
-    wrong pullback of a differentiable primal still fails along a generic direction."""
-    rng = np.random.default_rng(0)
-    u = []
-    for i, a in enumerate(case.args):
-        if i not in case.diff_positions:
-            u.append(None)
-            continue
-        g = rng.standard_normal(np.shape(a))
-        if np.iscomplexobj(a):
-            g = g + 1j * rng.standard_normal(np.shape(a))
-        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
-    u = tuple(u)
-    lhs = finite_difference(case, ybar, u)
-    if lhs is None:
-        return True  # no second opinion: keep the first
-    dot = dot_test(lhs, tangents, u)
-    sides = one_sided(case, ybar, u)
-    if sides is not None and not tolerances.close(sides[0], sides[1], tol, scale=dot.scale):
-        # Not differentiable here: each element's subgradient is a free choice between its own one-sided
-        # derivatives, which the one-sided derivatives along u cannot bound. Judge element by element where
-        # that is affordable (relu'(0) = 2 is outside [0, 1]); beyond that, no verdict.
-        return _outside_elementwise_subgradients(case, ybar, tangents, tol)
-    return not dot.agrees(tol)
-
-
-ELEMENTWISE_UP_TO = 16  # differentiable elements up to which a kink is judged element by element
-
-
-def _outside_elementwise_subgradients(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: Any) -> bool:
-    """Whether some element's tangent lies outside the one-sided derivatives of ``<ybar, primal>`` along that
-    element (or differs from the derivative where the primal is smooth along it)."""
-    positions = [i for i in case.diff_positions if tangents[i] is not None]
-    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
-        return False
-    for i in positions:
-        got = np.asarray(tangents[i], dtype=float).reshape(-1)
-        for k in range(got.size):
-            value = float(got[k])
-            sides = element_sides(case, ybar, i, k, value, abs(value), tol)
-            if sides is not None and not sides.admits(value):
-                return True
-    return False
 
 
 # -- GG202 ----------------------------------------------------------------------------------------
