@@ -54,7 +54,8 @@ def first_change(before: Any, after: Any, tol: tolerances.Tolerance | None = Non
             if not same:
                 return Change(leaf, show(b), show(a))
             continue
-        # NumPy scalars, as the messages have always shown them (show(np.float64(1.0)) == "np.float64(1.0)").
+        # NumPy scalars, as the messages have always shown them: show() gives them 6 significant digits (a float:
+        # its repr if short).
         found = first_mismatch([(k, a_arr, b_arr)], agree, as_python=False)
         if found is not None:
             return Change(f"{leaf}{at(found.index)}", show(found.want), show(found.got))

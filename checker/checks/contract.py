@@ -111,7 +111,7 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
                 fix="The forward pass must compute the primal itself; call the primal inside the rrule.",
             )
             continue
-        # NumPy scalars in the message, as it has always shown them (show(np.float64(1.0)) == "np.float64(1.0)").
+        # NumPy scalars in the message, as before: show() gives them 6 significant digits (a float: its repr if short).
         bad = first_mismatch([(k, a_arr, b_arr)], close_to_reference(tol), as_python=False)
         if bad is not None:
             yield Problem(
