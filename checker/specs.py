@@ -8,6 +8,12 @@
 `rrule(...)` returns a :class:`RuleSpec`, which stays callable like the rule
 itself. Argument specs are Hypothesis strategies; `arrays`, `floats` and
 `constant` are convenience factories that compose like any other strategy.
+
+Why this module is over 400 lines: it is the whole declaration surface a rule author meets (the argument
+strategies, :class:`RuleSpec` and the validation of every `rrule` option), and the two halves are read
+together: `build_spec` reads what the strategies mark (a `constant` argument is nondifferentiable, a
+structured one is checked in its structure) and `jax_rules.py` and `torch_rules.py` call it for their own
+declarations. Much of it is the validation's error messages, each of which names the option and the fix.
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ derivative of the primal at this input: :class:`KinkViolation` carries the numbe
 :func:`no_derivative_along` says where the primal has no derivative along one element (a cone point: a
 2-norm at 0, the standard deviation of a constant row), for the checks that hold a non-finite tangent
 there to a warning (GG206, GG301).
+
+:func:`kink_excuse` is every exemption GG201 makes, behind one call: where its dot-product test fails at a
+point where the primal is not differentiable, it says why the input is not judged (and returns the finding
+of a coupled kink, which still stands).
 """
 
 from __future__ import annotations
@@ -37,13 +41,16 @@ import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case
+from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
+from gradguard.checker.checks._vjp import DotTest, at_kink, dot_test, element_sides, finite_difference, near_kinks
 from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
 
-__all__ = ["KinkViolation", "COUPLED_UP_TO", "coupled_kink", "kink_problem", "no_derivative_along"]
+__all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
+           "no_derivative_along"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -215,8 +222,98 @@ def no_derivative_along(case: Case, i: int, k: int) -> tuple[str, float, float] 
                 with np.errstate(all="ignore"):
                     slack = tol.atol + tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 16 * eps * np.abs(g[0]) / h
                     jump = np.isfinite(lo) & np.isfinite(hi) & (np.abs(lo - hi) > slack)
-                if np.any(jump):
-                    idx = tuple(int(j) for j in np.argwhere(jump)[0]) if np.ndim(jump) else ()
-                    name = ("output " + str(n) if several else "the output") + (f" at {list(idx)}" if idx else "")
+                idx = first_index(jump)
+                if idx is not None:
+                    name = where("output " + str(n) if several else "the output", idx)
                     return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
     return None
+
+
+# -- GG201's exemptions, behind one call ----------------------------------------------------------
+@dataclass
+class KinkExcuse:
+    """Why a failed dot-product test is not a finding: ``reason`` is one of :data:`EXCUSES`; ``problem`` is
+    the finding that still stands where entries meet at the kink (:func:`coupled_kink`), else None."""
+
+    reason: str
+    problem: Problem | None = None
+
+
+EXCUSES = {
+    "between sides": "the rule's value lies between the one-sided derivatives along v (a kink within the step)",
+    "not generic": "the test passes along a generic direction, or the primal is not differentiable there and "
+    "every element lies between its own one-sided derivatives",
+    "near kinks": "kinks pass closer to x than any usable step, and the rule's answers jump between pieces",
+}
+
+
+def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], whole: DotTest, conv: str,
+                tol: tolerances.Tolerance) -> KinkExcuse | None:
+    """Where the dot-product test ``whole`` failed along ``v``: a :class:`KinkExcuse` when the primal is not
+    differentiable there and the rule's answer is one a (sub)gradient could give, None when the failure is
+    a finding. Tried in order, cheapest first: the one-sided derivatives along ``v`` (:func:`_vjp.at_kink`),
+    a second, generic direction (:func:`_fails_generically`), kinks nearer than any step
+    (:func:`_vjp.near_kinks`). An excused input is still judged along a positive direction as a whole where
+    entries meet at the kink (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
+    if at_kink(case, ybar, v, whole, tol):
+        reason = "between sides"
+    elif not _fails_generically(case, ybar, tangents, tol):
+        reason = "not generic"
+    elif near_kinks(case, ybar, v, whole, conv, tol):
+        reason = "near kinks"
+    else:
+        return None
+    coupled = coupled_kink(case, ybar, conv, tol)
+    return KinkExcuse(reason, None if coupled is None else kink_problem(case, coupled))
+
+
+def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
+    """Does the dot-product test also fail along a generic (dense, seeded) direction, at a point where the
+    primal is differentiable?
+
+    Shrinking favours simple directions and inputs at kinks. With several kinks at once (relu at x = 0)
+    each element's subgradient is a free choice, and along a simple direction the kinks can even cancel
+    (<ybar, relu(t v)> = t for ybar = v = [1, -1]). Along a generic direction the one-sided derivatives
+    then differ: the primal is not differentiable there and no finite difference can judge the rule. A
+    wrong pullback of a differentiable primal still fails along a generic direction."""
+    rng = np.random.default_rng(0)
+    u = []
+    for i, a in enumerate(case.args):
+        if i not in case.diff_positions:
+            u.append(None)
+            continue
+        g = rng.standard_normal(np.shape(a))
+        if np.iscomplexobj(a):
+            g = g + 1j * rng.standard_normal(np.shape(a))
+        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
+    u = tuple(u)
+    lhs = finite_difference(case, ybar, u)
+    if lhs is None:
+        return True  # no second opinion: keep the first
+    dot = dot_test(lhs, tangents, u)
+    sides = one_sided(case, ybar, u)
+    if sides is not None and not tolerances.close(sides[0], sides[1], tol, scale=dot.scale):
+        # Not differentiable here: each element's subgradient is a free choice between its own one-sided
+        # derivatives, which the one-sided derivatives along u cannot bound. Judge element by element where
+        # that is affordable (relu'(0) = 2 is outside [0, 1]); beyond that, no verdict.
+        return _outside_elementwise_subgradients(case, ybar, tangents, tol)
+    return not dot.agrees(tol)
+
+
+ELEMENTWISE_UP_TO = 16  # differentiable elements up to which a kink is judged element by element
+
+
+def _outside_elementwise_subgradients(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
+    """Whether some element's tangent lies outside the one-sided derivatives of ``<ybar, primal>`` along that
+    element (or differs from the derivative where the primal is smooth along it)."""
+    positions = [i for i in case.diff_positions if tangents[i] is not None]
+    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
+        return False
+    for i in positions:
+        got = np.asarray(tangents[i], dtype=float).reshape(-1)
+        for k in range(got.size):
+            value = float(got[k])
+            sides = element_sides(case, ybar, i, k, value, abs(value), tol)
+            if sides is not None and not sides.admits(value):
+                return True
+    return False

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -63,8 +63,8 @@ __all__ = [
     "only_argument",
     "other_convention",
     "owner",
+    "tangent_pairs",
     "unit_vector",
-    "where_text",
 ]
 
 CHAINRULES, JAX = "ChainRules", "JAX"
@@ -146,6 +146,20 @@ def numeric_tangents(case: Case, tangents: tuple[Any, ...]) -> bool:
         except (TypeError, ValueError):
             return False
     return True
+
+
+def tangent_pairs(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(argument, got, want)`` for each differentiable argument, for :func:`gradguard.checker.compare.first_mismatch`:
+    ``None`` tangents count as zeros of the argument's shape, and the two are broadcast to one shape. Nothing
+    where either side holds a tangent that is not a number (GG105 reports those)."""
+    if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
+        return
+    for i in case.diff_positions:
+        shape = np.shape(case.args[i])
+        a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
+        b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
+        a, b = np.broadcast_arrays(a, b)
+        yield i, a, b
 
 
 def has_complex(case: Case, y: Any) -> bool:
@@ -300,10 +314,6 @@ def _element(tangent: Any, arg: Any, k: int) -> Any:
 def element_index(arg: Any, k: int) -> tuple[int, ...]:
     shape = np.shape(arg)
     return tuple(int(j) for j in np.unravel_index(k, shape)) if shape else ()
-
-
-def where_text(i: int, idx: tuple[int, ...] | None) -> str:
-    return f"argument {i}" + (f" at {list(idx)}" if idx else "")
 
 
 @dataclass

@@ -19,7 +19,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from gradguard.checker import compare
 from gradguard.checker.case import Case
+from gradguard.checker.compare import close_at_leaf_scale, first_mismatch
 from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -57,9 +59,10 @@ def _leaf_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, ...], Any, Any] | None:
     """``(leaf path, index, got, want)`` of the first element outside the dtype's tolerance, or None.
 
-    None counts as zero; the bound is ``atol + rtol * max|.|`` over the leaf (as GG202's).
+    None counts as zero; the bound is ``atol + rtol * max|.|`` over the leaf (as GG202's), two NaNs agree
+    (:func:`gradguard.checker.compare.close_at_leaf_scale` with ``nonfinite="nan"``).
     """
-    tol = case.tol
+    agree = close_at_leaf_scale(case.tol, nonfinite="nan")
     for (path, a), (_, b) in zip(_leaf_paths(got), _leaf_paths(want)):
         if a is None and b is None:
             continue
@@ -68,17 +71,10 @@ def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, .
         b = np.zeros(np.shape(ref)) if b is None else np.asarray(b)
         if a.shape != b.shape:
             return path, (), f"shape {a.shape}", f"shape {b.shape}"
-        with np.errstate(all="ignore"):
-            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
-            bad = ~(np.abs(a - b) <= tol.atol + tol.rtol * scale) & ~(np.isnan(a) & np.isnan(b))
-        if np.any(bad):
-            idx = tuple(int(j) for j in np.argwhere(bad)[0]) if a.ndim else ()
-            return path, idx, a[idx].item(), b[idx].item()
+        found = first_mismatch([(path, a, b)], agree)
+        if found is not None:
+            return found
     return None
-
-
-def _at(what: str, path: str, idx: tuple[int, ...]) -> str:
-    return f"{what}{path}" + (f" at {list(idx)}" if idx else "")
 
 
 def _tangent_label(path: str) -> str:
@@ -147,7 +143,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     bad = first_difference(y_jit, y_eager, case)
     if bad is not None:
         path, idx, got, want = bad
-        where = _at("output", path, idx)
+        where = compare.where(f"output{path}", idx)
         yield Problem(
             message=f"the value of {name} differs under jax.jit: {where} is {show(got)} under jit, {show(want)} without it.",
             location=where,
@@ -171,7 +167,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     bad = first_difference(t_jit, t_eager, case)
     if bad is not None:
         path, idx, got, want = bad
-        where = _at(_tangent_label(path), "", idx)
+        where = compare.where(_tangent_label(path), idx)
         yield Problem(
             message=(
                 f"the pullback of {name} differs under jax.jit: the {where} is {show(got)} under jit, "
@@ -333,7 +329,7 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
         bad = first_difference(_unstack(out, k), per_value[k], case)
         if bad is not None:
             path, idx, got, want_value = bad
-            where = _at("output", path, idx)
+            where = compare.where(f"output{path}", idx)
             yield Problem(
                 message=(
                     f"the value of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "
@@ -350,7 +346,7 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
         if bad is not None:
             path, idx, got, want_value = bad
             head, _, rest = path[1:].partition("]")
-            where = f"tangent for argument {diff[int(head)]}" + (f" leaf {rest}" if rest else "") + (f" at {list(idx)}" if idx else "")
+            where = compare.where(f"tangent for argument {diff[int(head)]}" + (f" leaf {rest}" if rest else ""), idx)
             yield Problem(
                 message=(
                     f"the pullback of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "

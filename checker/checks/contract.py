@@ -11,6 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from gradguard.checker.case import Case
+from gradguard.checker.compare import at, close_to_reference, first_mismatch, where
 from gradguard.checker.checks.registry import Problem, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import describe, leaves, same_structure, with_article
@@ -110,19 +111,16 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
                 fix="The forward pass must compute the primal itself; call the primal inside the rrule.",
             )
             continue
-        with np.errstate(all="ignore"):  # inf - inf: equal infinities agree, as NaN against NaN does
-            diff = np.abs(a_arr.astype(np.complex128) - b_arr.astype(np.complex128))
-            bound = tol.atol + tol.rtol * np.abs(b_arr)
-            bad = ~((diff <= bound) | (a_arr == b_arr) | (np.isnan(a_arr) & np.isnan(b_arr)))
-        if np.any(bad):
-            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if a_arr.ndim else ()
+        # NumPy scalars in the message, as before: show() gives them 6 significant digits (a float: its repr if short).
+        bad = first_mismatch([(k, a_arr, b_arr)], close_to_reference(tol), as_python=False)
+        if bad is not None:
             yield Problem(
                 message=(
                     f"the rrule's forward output differs from primal(*args)"
-                    f"{f' at {list(idx)}' if idx else ''}: {show(a_arr[idx])} vs {show(b_arr[idx])}. "
+                    f"{at(bad.index)}: {show(bad.got)} vs {show(bad.want)}. "
                     "The rule computes a different function from the one it claims to differentiate."
                 ),
-                location=f"output at {list(idx)}" if idx else "output",
+                location=where("output", bad.index),
                 expected=show(b_arr),
                 actual=show(a_arr),
                 fix="Make the forward pass compute the primal (no branch on training flags or within_gradient).",

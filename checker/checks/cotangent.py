@@ -15,9 +15,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
+from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
 from gradguard.checker.checks._kinks import no_derivative_along
-from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES
-from gradguard.checker.checks.numeric import first_mismatch
+from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
@@ -37,15 +37,10 @@ def _first_nonzero(case: Case, tangents: Any, positions: Iterable[int]) -> tuple
         if arr.dtype.kind not in "biufc":
             return i, (), t
         with np.errstate(all="ignore"):
-            bad = ~(np.abs(arr) <= atol)
-        if np.any(bad):
-            idx = tuple(int(j) for j in np.argwhere(bad)[0]) if arr.ndim else ()
+            idx = first_index(~(np.abs(arr) <= atol))
+        if idx is not None:
             return i, idx, arr[idx].item()
     return None
-
-
-def _where(i: int, idx: tuple[int, ...]) -> str:
-    return f"argument {i}" + (f" at {list(idx)}" if idx else "")
 
 
 @check(
@@ -87,11 +82,11 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
         yield Problem(
             message=(
                 f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-                f"{_where(i, idx)} is {show(value)}, at a point where the primal has no derivative along this element: "
+                f"{where(i, idx)} is {show(value)}, at a point where the primal has no derivative along this element: "
                 f"the one-sided derivatives of {output} are {show(left)} (from below) and {show(right)} (from above) by "
                 "finite differences. A program that does not use the output still gets this value in its gradient."
             ),
-            location=_where(i, idx),
+            location=where(i, idx),
             expected="0 (or None)",
             actual=show(value),
             fix=(
@@ -105,9 +100,9 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-            f"{_where(i, idx)} is {show(value)}."
+            f"{where(i, idx)} is {show(value)}."
         ),
-        location=_where(i, idx),
+        location=where(i, idx),
         expected="0 (or None)",
         actual=show(value),
         fix=(
@@ -143,7 +138,7 @@ def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, 
             if sides is None:
                 return None
             if first is None:
-                idx = tuple(int(j) for j in np.unravel_index(int(k), arr.shape)) if arr.ndim else ()
+                idx = element_index(arr, int(k))
                 first = (i, idx, arr[idx].item(), sides)
     return first
 
@@ -246,9 +241,9 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                 yield Problem(
                     message=(
                         f"the pullback of {case.rule.name} must return zero or None tangents for {what}, but the "
-                        f"tangent for {_where(i, idx)} is {show(value)}."
+                        f"tangent for {where(i, idx)} is {show(value)}."
                     ),
-                    location=_where(i, idx),
+                    location=where(i, idx),
                     expected="0 (or None)",
                     actual=show(value),
                     fix=_fix_none(case),
@@ -256,15 +251,15 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                 return
         else:
             want = case.tangents(case.pair()[1], zero)
-            bad = first_mismatch(case, tuple(got), want)
+            bad = first_mismatch(tangent_pairs(case, tuple(got), want), close_at_leaf_scale(case.tol))
             if bad is not None:
                 i, idx, value, expected = bad
                 yield Problem(
                     message=(
                         f"the pullback of {case.rule.name} must treat {what} as a zero cotangent for that output, "
-                        f"but the tangent for {_where(i, idx)} is {show(value)}, not {show(expected)} as with zeros."
+                        f"but the tangent for {where(i, idx)} is {show(value)}, not {show(expected)} as with zeros."
                     ),
-                    location=_where(i, idx),
+                    location=where(i, idx),
                     expected=show(expected),
                     actual=show(value),
                     fix="Treat a None entry of the cotangent tuple as zeros for that output.",
@@ -308,19 +303,18 @@ def cotangent_read_only(case: Case) -> Iterable[Problem]:
     for k, (before, after) in enumerate(zip(leaves(ybar), leaves(given))):
         if not isinstance(before, np.ndarray):
             continue
-        changed = ~((before == after) | (np.isnan(before) & np.isnan(after)))
-        if not np.any(changed):
+        changed = first_mismatch([(k, after, before)], exact)
+        if changed is None:
             continue
-        idx = tuple(int(j) for j in np.argwhere(changed)[0]) if before.ndim else ()
-        where = (f"output {k}" if not is_leaf(y) else "the cotangent") + (f" at {list(idx)}" if idx else "")
+        place = where(f"output {k}" if not is_leaf(y) else "the cotangent", changed.index)
         yield Problem(
             message=(
-                f"the pullback of {case.rule.name} modified the cotangent it was given: {where} was "
-                f"{show(before[idx].item())} before the call and {show(after[idx].item())} after."
+                f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
+                f"{show(changed.want)} before the call and {show(changed.got)} after."
             ),
-            location=where,
-            expected=show(before[idx].item()),
-            actual=show(after[idx].item()),
+            location=place,
+            expected=show(changed.want),
+            actual=show(changed.got),
             fix="Treat ybar as read-only: write ybar = ybar * 2 instead of ybar *= 2, or work on ybar.copy().",
         )
         return

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker import tolerances
+from gradguard.checker import compare, tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
@@ -153,9 +153,8 @@ def jvp_linear(case: Case) -> Iterable[Problem]:
         bound = case.tol.atol + case.tol.rtol * (np.abs(a * np.asarray(g1)) + np.abs(b * np.asarray(g2)) + np.abs(gm))
         if np.all(err <= bound):
             continue
-        idx = np.unravel_index(int(np.argmax(err - bound)), np.shape(err)) if np.ndim(err) else ()
-        where = f"output {k}" + (f" at {list(int(i) for i in idx)}" if idx else "") if len(leaves(t1)) > 1 else \
-            ("the output tangent" + (f" at {list(int(i) for i in idx)}" if idx else ""))
+        idx = compare.worst_index(err - bound)  # the element furthest outside its bound
+        where = compare.where(f"output {k}" if len(leaves(t1)) > 1 else "the output tangent", idx)
         got, exp = np.asarray(gm)[idx], want[idx]
         yield Problem(
             message=(

@@ -2,8 +2,8 @@
 
 GG201 is the dot-product test against finite differences of the primal, GG202 linearity in the
 cotangent, GG205 the complex conjugation convention. The shared machinery (conventions, finite
-differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`, kinks where
-entries meet in :mod:`gradguard.checker.checks._kinks`; GG203/GG204 (JAX references) are in
+differences, the dot-product test, localisation) is in :mod:`gradguard.checker.checks._vjp`, GG201's kink
+exemptions behind :func:`gradguard.checker.checks._kinks.kink_excuse`; GG203/GG204 (JAX references) are in
 numeric_jax.py, GG206 (non-finite tangents) in numeric_finite.py.
 """
 
@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-import numpy as np
 from hypothesis import strategies as st
 
-from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
-from gradguard.checker.checks._kinks import coupled_kink, kink_problem
+from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
+from gradguard.checker.checks._kinks import kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
@@ -24,20 +23,16 @@ from gradguard.checker.checks._vjp import (
     RULES_BY_CONVENTION,
     WrongTangent,
     adjoint_tangents,
-    at_kink,
     convention,
     dot_test,
-    element_sides,
     finite_difference,
     first_adjoint,
     has_complex,
     localise,
-    near_kinks,
     numeric_tangents,
-    one_sided,
     other_convention,
     owner,
-    where_text,
+    tangent_pairs,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -84,23 +79,19 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     v = case.direction()
     if not numeric_tangents(case, tangents) or not is_finite_tree([tangents[i] for i in case.diff_positions]):
         return  # GG105 judges non-numeric tangents, GG206 non-finite ones
-    lhs = finite_difference(case, ybar, v)
+    # The dot-product test: <ybar, J v> by finite differences of the primal against <pullback(ybar), v>.
+    lhs = finite_difference(case, ybar, v)  # d/dt <ybar, primal(x + t v)> at t = 0
     if lhs is None:
         raise Skip(NO_FD)
-    whole = dot_test(lhs, tangents, v)
+    whole = dot_test(lhs, tangents, v)  # whole.rhs = <pullback(ybar), v>
     tol = case.tol
     if whole.agrees(tol):
         return
-    if (
-        at_kink(case, ybar, v, whole, tol)
-        or not _fails_generically(case, ybar, tangents, tol)
-        or near_kinks(case, ybar, v, whole, conv, tol)
-    ):
-        # Excused element by element (or along the drawn direction) at a kink; a kink where entries meet
-        # is still judged along a direction as a whole.
-        coupled = coupled_kink(case, ybar, conv, tol)
-        if coupled is not None:
-            yield kink_problem(case, coupled)
+    # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.
+    excused = kink_excuse(case, ybar, v, tangents, whole, conv, tol)
+    if excused is not None:
+        if excused.problem is not None:
+            yield excused.problem
         return
     hint = ""
     if has_complex(case, y):
@@ -115,20 +106,20 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             message = f"the pullback of {name} disagrees with finite differences of the primal: {test}."
             location, expected, actual = None, show(float(lhs.value)), show(whole.rhs)
         elif w.idx is not None:
-            where = where_text(w.arg, w.idx)
+            place = where(w.arg, w.idx)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {where}: "
+                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {place}: "
                 f"expected {show(w.expected)} (finite differences), got {show(w.got)} (dot-product test: {test})."
             )
-            location, expected, actual = where, show(w.expected), show(w.got)
+            location, expected, actual = place, show(w.expected), show(w.got)
         else:
-            where = where_text(w.arg, None)
+            place = where(w.arg)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for {where} "
+                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for {place} "
                 f"is wrong: along the drawn direction, <ybar, J v> = {show(float(w.dot.lhs.value))} by finite "
                 f"differences, but the pullback gives {show(w.dot.rhs)}."
             )
-            location, expected, actual = where, show(float(w.dot.lhs.value)), show(w.dot.rhs)
+            location, expected, actual = place, show(float(w.dot.lhs.value)), show(w.dot.rhs)
         yield Problem(
             message=message,
             location=location,
@@ -140,58 +131,6 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 "over broadcast axes are the usual causes." + hint
             ),
         )
-
-
-def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: Any) -> bool:
-    """Does the dot-product test also fail along a generic (dense, seeded) direction, at a point where the
-    primal is differentiable?
-
-    Shrinking favours simple directions and inputs at kinks. With several kinks at once (relu at x = 0)
-    each element's subgradient is a free choice, and along a simple direction the kinks can even cancel
-    (<ybar, relu(t v)> = t for ybar = v = [1, -1]). Along a generic direction the one-sided derivatives
-    then differ: the primal is not differentiable there and no finite difference can judge the rule. A
-    wrong pullback of a differentiable primal still fails along a generic direction."""
-    rng = np.random.default_rng(0)
-    u = []
-    for i, a in enumerate(case.args):
-        if i not in case.diff_positions:
-            u.append(None)
-            continue
-        g = rng.standard_normal(np.shape(a))
-        if np.iscomplexobj(a):
-            g = g + 1j * rng.standard_normal(np.shape(a))
-        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
-    u = tuple(u)
-    lhs = finite_difference(case, ybar, u)
-    if lhs is None:
-        return True  # no second opinion: keep the first
-    dot = dot_test(lhs, tangents, u)
-    sides = one_sided(case, ybar, u)
-    if sides is not None and not tolerances.close(sides[0], sides[1], tol, scale=dot.scale):
-        # Not differentiable here: each element's subgradient is a free choice between its own one-sided
-        # derivatives, which the one-sided derivatives along u cannot bound. Judge element by element where
-        # that is affordable (relu'(0) = 2 is outside [0, 1]); beyond that, no verdict.
-        return _outside_elementwise_subgradients(case, ybar, tangents, tol)
-    return not dot.agrees(tol)
-
-
-ELEMENTWISE_UP_TO = 16  # differentiable elements up to which a kink is judged element by element
-
-
-def _outside_elementwise_subgradients(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: Any) -> bool:
-    """Whether some element's tangent lies outside the one-sided derivatives of ``<ybar, primal>`` along that
-    element (or differs from the derivative where the primal is smooth along it)."""
-    positions = [i for i in case.diff_positions if tangents[i] is not None]
-    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
-        return False
-    for i in positions:
-        got = np.asarray(tangents[i], dtype=float).reshape(-1)
-        for k in range(got.size):
-            value = float(got[k])
-            sides = element_sides(case, ybar, i, k, value, abs(value), tol)
-            if sides is not None and not sides.admits(value):
-                return True
-    return False
 
 
 # -- GG202 ----------------------------------------------------------------------------------------
@@ -210,36 +149,6 @@ def _tangents_for(case: Case, ybar: Any) -> tuple[Any, ...]:
 
 def _add(a: Any, b: Any) -> Any:
     return tree_map(lambda x, y: None if x is None and y is None else (0 if x is None else x) + (0 if y is None else y), a, b)
-
-
-def _finite_max(x: np.ndarray) -> float:
-    finite = np.abs(x[np.isfinite(x)])
-    return float(np.max(finite, initial=0.0))
-
-
-def first_mismatch(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[int, tuple[int, ...], Any, Any] | None:
-    """``(argument, index, got, want)`` of the first tangent element outside the tolerance, or None.
-
-    ``None`` tangents count as zeros; the bound is ``atol + rtol * max|.|`` over the whole tangent, so
-    cancellation inside a pullback is not mistaken for a wrong value; two non-finite values agree (inf
-    against inf, NaN against NaN, inf against NaN: neither is a number to compare, and GG206 judges non-finite
-    tangents, as an error where the primal has a derivative)."""
-    tol = case.tol
-    if not (numeric_tangents(case, got) and numeric_tangents(case, want)):
-        return None  # GG105 reports tangents that are not numbers
-    for i in case.diff_positions:
-        shape = np.shape(case.args[i])
-        a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
-        b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
-        a, b = np.broadcast_arrays(a, b)
-        with np.errstate(all="ignore"):
-            # The scale of the finite elements: one NaN elsewhere must not make every bound NaN.
-            scale = max(_finite_max(a), _finite_max(b))
-            bad = ~((a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b)))
-        if np.any(bad):
-            idx = tuple(int(j) for j in np.argwhere(bad)[0])
-            return i, idx, a[idx].item(), b[idx].item()
-    return None
 
 
 @check(
@@ -276,13 +185,14 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     # One combined test on the passing path (three pullbacks); the failing path says which law broke.
     other = _tangents_for(case, ybar2)
     combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
-    bad = first_mismatch(case, combined, _add(scale_tree(base, alpha), other))
+    agree = close_at_leaf_scale(case.tol)
+    bad = first_mismatch(tangent_pairs(case, combined, _add(scale_tree(base, alpha), other)), agree)
     if bad is None:
         return
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
     fix = "Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, sign)."
-    scaled = first_mismatch(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha))
+    scaled = first_mismatch(tangent_pairs(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha)), agree)
     if scaled is not None:
         bad = scaled
         law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
@@ -291,18 +201,18 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
             "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
         )
     else:
-        summed = first_mismatch(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other))
+        summed = first_mismatch(tangent_pairs(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other)), agree)
         if summed is not None:
             bad = summed
             law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"
     i, idx, got, want = bad
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} is not linear in the cotangent: for {where_text(i, idx)}, "
+            f"the pullback of {case.rule.name} is not linear in the cotangent: for {where(i, idx)}, "
             + law.format(got=show(got), want=show(want))
             + "."
         ),
-        location=where_text(i, idx),
+        location=where(i, idx),
         expected=show(want),
         actual=show(got),
         fix=fix,

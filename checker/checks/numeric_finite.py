@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker import kinks
+from gradguard.checker import compare, kinks
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._kinks import no_derivative_along
 from gradguard.checker.checks._vjp import (
@@ -29,7 +29,6 @@ from gradguard.checker.checks._vjp import (
     numeric_tangents,
     only_argument,
     unit_vector,
-    where_text,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -87,7 +86,7 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             found = element_derivative(case, ybar, i, int(k))
             if found is None:
                 continue
-            where = where_text(i, element_index(case.args[i], int(k)))
+            where = compare.where(i, element_index(case.args[i], int(k)))
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
             sides = no_derivative_along(case, i, int(k))
             if sides is None and kinks.kinked_near(_contracted(case, ybar), case.args,

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import math
 import warnings
+from itertools import islice
 from typing import Any, Iterable
 
 import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, mismatches, where
 from gradguard.checker.checks._jax import (
     batched_directional,
     first_line,
@@ -41,9 +43,8 @@ from gradguard.checker.checks._vjp import (
     finite_difference,
     has_complex,
     other_convention,
-    where_text,
+    tangent_pairs,
 )
-from gradguard.checker.checks.numeric import first_mismatch
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
@@ -128,10 +129,11 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     ref = _reference_adjoint(case, ybar)
     if not is_finite_tree([ref[i] for i in case.diff_positions]):
         return  # JAX's derivative of the primal is not finite here: no reference to judge by
-    bad = first_mismatch(case, mine, ref)
+    bad = first_mismatch(tangent_pairs(case, mine, ref), close_at_leaf_scale(case.tol))
     if bad is None:
         return
-    if has_complex(case, y) and first_mismatch(case, adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv)), ref) is None:
+    if has_complex(case, y) and first_mismatch(tangent_pairs(case, adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv)), ref),
+                                               close_at_leaf_scale(case.tol)) is None:
         return  # right in the other conjugation convention: GG205's finding
     v = _difference_direction(case, mine, ref)
     sides = ""
@@ -162,7 +164,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     if case.rule.kind != "jax" and any(d is not None and np.any(np.asarray(d) != 0) for d in v):
         same_around(case, case.rule.extra[REFERENCE], mine, (v,))  # along the direction the two differ most
     i, idx, got, want = bad
-    where = where_text(i, idx)
+    place = where(i, idx)
     got, want = as_rule_sees(got, conv), as_rule_sees(want, conv)
     if case.rule.kind == "jax":
         reference = "jax.vjp of the function underneath the custom_vjp"
@@ -173,9 +175,9 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} disagrees with the JAX reference gradient ({reference}): "
-            f"cotangent for {where}: expected {show(want)} (JAX), got {show(got)}.{sides}"
+            f"cotangent for {place}: expected {show(want)} (JAX), got {show(got)}.{sides}"
         ),
-        location=where,
+        location=place,
         expected=show(want),
         actual=show(got),
         fix=(
@@ -190,22 +192,10 @@ KINK_CANDIDATES = 16  # GG203 tries this many differing elements for kinks befor
 
 
 def _mismatches(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> Iterable[tuple[int, tuple[int, ...], Any, Any]]:
-    """Every element outside the tolerance (as `first_mismatch` judges it), up to ``KINK_CANDIDATES``."""
-    tol, seen = case.tol, 0
-    for i in case.diff_positions:
-        shape = np.shape(case.args[i])
-        a = np.zeros(shape) if got[i] is None else np.asarray(got[i])
-        b = np.zeros(shape) if want[i] is None else np.asarray(want[i])
-        a, b = np.broadcast_arrays(a, b)
-        with np.errstate(all="ignore"):
-            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
-            bad = ~(np.abs(a - b) <= tol.atol + tol.rtol * scale) & ~(np.isnan(a) & np.isnan(b))
-        for idx in np.argwhere(bad):
-            idx = tuple(int(j) for j in idx)
-            yield i, idx, a[idx].item(), b[idx].item()
-            seen += 1
-            if seen >= KINK_CANDIDATES:
-                return
+    """Every element outside the tolerance, up to ``KINK_CANDIDATES``: at the scale of every element of the
+    argument's tangent, where two NaNs agree and equal infinities do not (``nonfinite="nan"``; the first test
+    above reads non-finite pairs as agreeing)."""
+    return islice(mismatches(tangent_pairs(case, got, want), close_at_leaf_scale(case.tol, nonfinite="nan")), KINK_CANDIDATES)
 
 
 def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: Any, want: Any) -> bool:

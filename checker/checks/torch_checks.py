@@ -15,11 +15,12 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, RuleRaised, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, describe, inner
 
-__all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference", "at"]
+__all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
 
 TORCH_GIVEN = """
     import torch
@@ -73,12 +74,8 @@ def first_difference(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[tup
     bound = case.tol.atol + case.tol.rtol * (np.abs(got) + np.abs(want))
     if np.all(err <= bound) or not (np.all(np.isfinite(got)) and np.all(np.isfinite(want))):
         return None
-    idx = np.unravel_index(int(np.argmax(err - bound)), np.shape(err)) if np.ndim(err) else ()
-    return tuple(int(i) for i in idx), float(np.asarray(got)[idx]), float(np.asarray(want)[idx])
-
-
-def at(idx: tuple[int, ...]) -> str:
-    return f" at {list(idx)}" if idx else ""
+    idx = worst_index(err - bound)  # the element furthest outside its bound
+    return idx, float(np.asarray(got)[idx]), float(np.asarray(want)[idx])
 
 
 # -- GG701 ------------------------------------------------------------------------------------------
@@ -237,7 +234,7 @@ def needs_input_grad(case: Case) -> Iterable[Problem]:
                 message=(f"with only input {i} requiring grad (ctx.needs_input_grad = {flags}), the backward of "
                          f"{name} gives input {i} the gradient {show(got)}{at(idx)}, but {show(want)} when every "
                          "input requires grad."),
-                location=f"argument {i}{at(idx)}",
+                location=where(i, idx),
                 expected=show(want),
                 actual=show(got),
                 fix=_NEEDS_FIX,

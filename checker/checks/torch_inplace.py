@@ -8,7 +8,8 @@ from typing import Any, Iterable
 
 from gradguard.checker.case import Case, RuleRaised
 from gradguard.checker.checks.registry import Problem, Skip, check
-from gradguard.checker.checks.torch_checks import TORCH_GIVEN, at, first_difference, grads_of, numpy_grads, run_call
+from gradguard.checker.checks.torch_checks import TORCH_GIVEN, first_difference, grads_of, numpy_grads, run_call
+from gradguard.checker.compare import at, where
 from gradguard.checker.inputs import show
 
 __all__ = ["saved_tensor_version", "mark_dirty"]
@@ -92,7 +93,7 @@ def saved_tensor_version(case: Case) -> Iterable[Problem]:
                 message=(f"the backward of {name} reads {label} as changed in place after forward: changing it "
                          f"between forward and backward (x.mul_(1.5).add_(0.25)) changed the gradient of input {j}"
                          f"{at(idx)} from {show(w)} to {show(g)}, and PyTorch raised nothing."),
-                location=f"argument {j}{at(idx)}",
+                location=where(j, idx),
                 expected=show(w),
                 actual=show(g),
                 fix=("Save the tensors backward reads with ctx.save_for_backward (not as ctx attributes or in "

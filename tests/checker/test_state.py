@@ -486,7 +486,7 @@ def test_state_catalogue_entries():
     assert sorted(entries) == ["GG401", "GG402", "GG403", "GG404", "GG405", "GG406"]
     assert entries["GG405"].severity == "warning"
     for entry in entries.values():
-        assert entry.module == "gradguard.checker.checks.state"
+        assert entry.module == "gradguard.checker.checks." + ("state_repeat" if entry.id in ("GG403", "GG404", "GG406") else "state")
         assert entry.explanation and entry.broken_example and entry.fixed_example
 
 

@@ -1,0 +1,269 @@
+"""State checks that call a rule again (GG403, GG404, GG406): a pullback called twice, a second forward
+call before the first pullback, two calls on identical copies of one input must agree.
+
+They compare with the per-dtype tolerance table, so floating-point noise from a parallel reduction is
+not a finding, but accumulation, stale buffers and random numbers are. What a rule writes and shares
+(GG401, GG402, GG405) is in state.py; what both compare with in _state.py.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from gradguard.checker.case import Case, RuleRaised
+from gradguard.checker.checks._state import argument_labels, first_change, fresh_tangents, tangent_change, tangent_tuple
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.trees import copy_tree, tree_map
+
+__all__: list[str] = []
+
+
+@check(
+    "GG403",
+    family="state",
+    title="pullback not reentrant: calling it twice gives different results",
+    given="""
+        def square(x):
+            return x * x
+    """,
+    broken="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            grad = np.zeros_like(x)
+            def pullback(ybar):
+                grad[...] += 2 * x * ybar          # accumulates across calls
+                return (grad,)
+            return x * x, pullback
+    """,
+    fixed="""
+        @rrule(square, arrays(shape=(3,)))
+        def square_rrule(x):
+            return x * x, lambda ybar: (2 * x * ybar,)
+    """,
+)
+def pullback_reentrant(case: Case) -> Iterable[Problem]:
+    """Calling the same pullback twice with the same cotangent must give the same tangents. Engines call a
+    pullback more than once (higher-order AD, checkpointing, a rule whose output is used twice by some
+    engines, retrying after an error). A pullback that accumulates into a captured buffer, pops its residuals
+    from a list or consumes an iterator gives a different (or no) answer on the second call. The check also
+    calls it a third time with another cotangent: a pullback that returns the same buffer every call
+    silently overwrites the tangent an engine is still holding from the first call."""
+    pulled = case.first_pullback()
+    pb, ybar = pulled.call.pb, pulled.ybar
+    raw = tangent_tuple(case, pulled.returned)  # live: a later call may write into it
+    first = tangent_tuple(case, pulled.tangents)
+    names = argument_labels(case)
+    try:
+        second = fresh_tangents(case, pb, ybar)
+    except RuleRaised as exc:
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} raised {type(exc.exc).__name__}: {exc.exc} on its second call "
+                "with the same cotangent, after the first call succeeded. It consumes its residuals "
+                "(list.pop, next() on an iterator, a generator) instead of reading them."
+            ),
+            expected="the same tangents as the first call",
+            actual=exc.user_traceback.strip().splitlines()[-1],
+            fix="Keep residuals in plain variables or arrays that the pullback reads without consuming.",
+        )
+        return
+    found = tangent_change(case, first, second)
+    if found is not None:
+        j, change = found
+        yield Problem(
+            message=(
+                f"calling the pullback of {case.rule.name} twice with the same cotangent gave different tangents "
+                f"for {names[j]}{change.where}: {change.before} on the first call, {change.after} on the second. "
+                "The pullback changes state it reads (it accumulates into a captured buffer, consumes its "
+                "residuals or draws random numbers)."
+            ),
+            location=f"tangent for {names[j]}{change.where}",
+            expected=change.before,
+            actual=change.after,
+            fix="Allocate the tangent in every call (no += into captured arrays) and read residuals without consuming them.",
+        )
+        return
+    try:
+        case.pullback(pb, tree_map(lambda v: None if v is None else v + 1, ybar))
+    except RuleRaised:
+        return  # another cotangent outside what the pullback handles: not this check's finding
+    found = tangent_change(case, first, raw, exact=True)
+    if found is not None:
+        j, change = found
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} returns a buffer it reuses: calling it again with another "
+                f"cotangent overwrote the tangent for {names[j]} returned by the first call{change.where} "
+                f"({change.before} became {change.after}). Engines hold on to earlier tangents and add to them."
+            ),
+            location=f"tangent for {names[j]}{change.where}",
+            expected=change.before,
+            actual=change.after,
+            fix="Return a new array from every call (allocate it inside the pullback, not once in the forward).",
+        )
+
+
+_STALE_FIX = "Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure."
+
+
+@check(
+    "GG404",
+    family="state",
+    title="stale residuals: a second forward call changes the first pullback's result",
+    broken="""
+        _COS = np.empty(3)                       # preallocated once, shared by every call
+
+        @rrule(np.sin, arrays(shape=(3,)))
+        def sin_rrule(x):
+            np.cos(x, out=_COS)
+            return np.sin(x), lambda ybar: (ybar * _COS,)
+    """,
+    fixed="""
+        @rrule(np.sin, arrays(shape=(3,)))
+        def sin_rrule(x):
+            c = np.cos(x)                        # allocated per call, owned by this pullback
+            return np.sin(x), lambda ybar: (ybar * c,)
+    """,
+)
+def stale_residuals(case: Case) -> Iterable[Problem]:
+    """A pullback must depend only on its own forward call. A rule that stores residuals in a buffer or cache
+    shared across calls (a module-level preallocated array, a cache keyed on shape) gives correct gradients
+    when each forward is followed by its own pullback, and wrong ones in every real program, where all
+    forwards run before all pullbacks: the second call overwrites what the first pullback reads. The check
+    calls the rule on the input and its pullback twice (a pullback that differs between those two calls is
+    GG403's finding), calls the rule on a second, different input, and calls the first pullback again with
+    the same cotangent; it also checks that the second call did not overwrite the first output."""
+    pulled = case.first_pullback()
+    y1, pb1, ybar = pulled.call.y, pulled.call.pb, pulled.ybar
+    first = tangent_tuple(case, pulled.tangents)
+    # A pullback that changes from one call to the next anyway is GG403's finding: make sure this one
+    # repeats itself before blaming a second forward call for a difference.
+    try:
+        before = fresh_tangents(case, pb1, ybar)
+    except RuleRaised:
+        raise Skip("the pullback cannot be called twice (see GG403)") from None
+    if tangent_change(case, first, before) is not None:
+        raise Skip("the pullback gives different results when called twice (see GG403)")
+    # Snapshot the output only now: a pullback that writes into its own output is GG402's finding, not a
+    # second forward call's.
+    y1_before = copy_tree(y1)
+    second = tuple(case.draw(case.rule.args_strategy, "second input"))
+    case.forward(copy_tree(second))
+    problems = []
+    change = first_change(y1_before, y1)
+    if change is not None:
+        problems.append(
+            Problem(
+                message=(
+                    f"calling {case.rule.name} on a second input overwrote the output of the first call: "
+                    f"output{change.where} changed from {change.before} to {change.after}. The rule returns a "
+                    "preallocated buffer that every call reuses."
+                ),
+                location=f"output{change.where}",
+                expected=change.before,
+                actual=change.after,
+                fix="Return a new array from every forward call (copy out of the buffer, or allocate per call).",
+            )
+        )
+    try:
+        after = fresh_tangents(case, pb1, ybar)
+    except RuleRaised as exc:
+        problems.append(
+            Problem(
+                message=(
+                    f"the pullback of the first call of {case.rule.name} raised {type(exc.exc).__name__}: {exc.exc} "
+                    "after a second forward call on another input, though it answered the same twice before that "
+                    "call. The rule keeps residuals in state shared across calls (a preallocated buffer or a "
+                    "cache keyed on shape) that the second call replaced."
+                ),
+                expected="the same tangents as before the second call",
+                actual=exc.user_traceback.strip().splitlines()[-1],
+                fix=_STALE_FIX,
+            )
+        )
+        yield from problems
+        return
+    found = tangent_change(case, before, after)
+    if found is not None:
+        j, change = found
+        problems.append(
+            Problem(
+                message=(
+                    f"the pullback of the first call of {case.rule.name} changed after a second forward call on "
+                    f"another input: the tangent for {argument_labels(case)[j]}{change.where} was {change.before}, then "
+                    f"{change.after}, for the same cotangent. The rule keeps residuals in state shared across "
+                    "calls (a preallocated buffer or cache) that the second call overwrote."
+                ),
+                location=f"tangent for {argument_labels(case)[j]}{change.where}",
+                expected=change.before,
+                actual=change.after,
+                fix=_STALE_FIX,
+            )
+        )
+    yield from problems
+
+
+@check(
+    "GG406",
+    family="state",
+    title="forward or pullback is nondeterministic",
+    given="""
+        def noisy_relu(x):
+            return x * (np.random.default_rng().random(x.shape) < 0.5)
+
+        def masked(x, seed):
+            return x * (np.random.default_rng(seed).random(x.shape) < 0.5)
+    """,
+    broken="""
+        @rrule(noisy_relu, arrays(shape=(4,)))
+        def noisy_relu_rrule(x):
+            mask = np.random.default_rng().random(x.shape) < 0.5   # unseeded: differs every call
+            return x * mask, lambda ybar: (ybar * mask,)
+    """,
+    fixed="""
+        @rrule(masked, arrays(shape=(4,)), constant(0))             # the seed is an explicit argument
+        def masked_rrule(x, seed):
+            mask = np.random.default_rng(seed).random(x.shape) < 0.5
+            return x * mask, lambda ybar: (ybar * mask, None)
+    """,
+)
+def deterministic(case: Case) -> Iterable[Problem]:
+    """Two forward calls on identical copies of the same input must give the same output, and their two
+    pullbacks the same tangents for the same cotangent (up to the per-dtype tolerance, so reduction-order
+    noise passes). Hidden randomness (a global or unseeded generator, the clock, a hash order) makes the
+    rule's gradient irreproducible, breaks every check that compares two calls (finite differences above
+    all), and makes AD differentiate a different sample from the one the program used."""
+    y1 = case.first_call().output
+    y2, pb2 = case.pair()
+    change = first_change(y1, y2, case.tol)
+    if change is not None:
+        yield Problem(
+            message=(
+                f"two forward calls of {case.rule.name} on identical copies of the same input gave different "
+                f"outputs: output{change.where} was {change.before}, then {change.after}. The rule depends on "
+                "hidden state (an unseeded or global random generator, the clock)."
+            ),
+            location=f"output{change.where}",
+            expected=change.before,
+            actual=change.after,
+            fix="Make randomness an explicit argument (a seed or key, declared nondiff) instead of global state.",
+        )
+        return
+    pulled = case.first_pullback()
+    ybar = pulled.ybar
+    first, second = tangent_tuple(case, pulled.tangents), fresh_tangents(case, pb2, ybar)
+    found = tangent_change(case, first, second)
+    if found is not None:
+        j, change = found
+        yield Problem(
+            message=(
+                f"the pullbacks of two forward calls of {case.rule.name} on identical copies of the same input "
+                f"gave different tangents for the same cotangent: the tangent for {argument_labels(case)[j]}"
+                f"{change.where} was {change.before}, then {change.after}. The forward or the pullback depends "
+                "on hidden state (an unseeded or global random generator, the clock)."
+            ),
+            location=f"tangent for {argument_labels(case)[j]}{change.where}",
+            expected=change.before,
+            actual=change.after,
+            fix="Make randomness an explicit argument (a seed or key, declared nondiff) instead of global state.",
+        )
