@@ -7,7 +7,7 @@ is a short example) and one entry in `REGISTRY` below. The matrix (`_matrix`), t
 
 from __future__ import annotations
 
-from gradguard.checker.contexts import _jax_engine, _tape_engine
+from gradguard.checker.contexts import _jax_engine, _tape_engine, _torch_engine
 from gradguard.checker.contexts._engine import Engine
 from gradguard.checker.specs import RuleSpec
 
@@ -16,6 +16,7 @@ __all__ = ["REGISTRY", "ENGINES", "engine", "engines_for"]
 REGISTRY: tuple[Engine, ...] = (
     *_tape_engine.ENGINES,
     _jax_engine.ENGINE,
+    _torch_engine.ENGINE,  # a column only where PyTorch is installed
 )
 
 ENGINES: tuple[str, ...] = tuple(e.name for e in REGISTRY)  # the column names, in order

@@ -1,0 +1,86 @@
+"""A NumPy rrule as a `torch.autograd.Function`, so PyTorch's autograd differentiates programs that call it.
+
+    Fn = to_function(addone_rrule, name="addone_")
+    y = Fn.apply(x)              # forward: the rrule on x's NumPy view (shared memory)
+    y.sum().backward()           # backward: the rrule's pullback on the cotangent's NumPy view
+
+The forward hands the rrule NumPy views of the tensors it receives (``tensor.detach().numpy()``), so what
+the rrule writes into an argument lands in the tensor, as it would for a NumPy routine called on
+``tensor.numpy()`` in a PyTorch program; PyTorch's version counter does not see such writes. The pullback
+is kept on ``ctx`` and receives the cotangents as PyTorch gives them (materialised zeros for unused outputs
+of a call whose other outputs are used; backward is not called at all when none is used). Positions listed
+in ``scalars`` receive Python floats (0-d tensors become ``float``), as the rule was declared with; outputs
+and tangents are copied across the boundary. Non-tensor arguments pass through and get no gradient.
+
+PyTorch is imported on first use (``pip install gradguard[torch]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from gradguard.engines.errors import AdapterError
+from gradguard.engines.torch_engine import load
+
+__all__ = ["to_function"]
+
+
+def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iterable[int] = ()) -> Any:
+    """A `torch.autograd.Function` subclass whose ``apply`` runs ``rrule`` forward and its pullback backward."""
+    torch = load()
+    floats = frozenset(scalars)
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        views = tuple(_view(a, i in floats, torch) for i, a in enumerate(args))
+        result = rrule(*views)
+        if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
+            raise AdapterError(f"the rrule of {name} must return (output, pullback), got {type(result).__name__}")
+        out, pullback = result
+        ctx.pullback = pullback
+        ctx.inputs = [(isinstance(a, torch.Tensor), getattr(a, "dtype", None)) for a in args]
+        ctx.several = isinstance(out, (tuple, list))
+        outs = list(out) if ctx.several else [out]
+        ctx.plain = [not isinstance(o, np.ndarray) for o in outs]  # scalars: the pullback gets a NumPy scalar
+        tensors = tuple(_tensor(o, torch, name) for o in outs)
+        return tensors if ctx.several else tensors[0]
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        cts = [None if g is None else (g.detach().numpy()[()] if plain else g.detach().numpy())
+               for g, plain in zip(grads, ctx.plain)]
+        tangents = ctx.pullback(tuple(cts) if ctx.several else cts[0])
+        if not isinstance(tangents, (tuple, list)) or len(tangents) != len(ctx.inputs):
+            raise AdapterError(
+                f"the pullback of {name} must return one tangent per argument ({len(ctx.inputs)}), "
+                f"got {tangents!r:.200}"
+            )
+        out = []
+        for t, (is_tensor, dtype) in zip(tangents, ctx.inputs):
+            if t is None or not is_tensor or not (dtype.is_floating_point or dtype.is_complex):
+                out.append(None)
+            else:
+                out.append(torch.from_numpy(np.array(t, copy=True)).to(dtype))
+        return tuple(out)
+
+    return type(f"{name}_Function", (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+
+def _view(value: Any, scalar: bool, torch: Any) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    arr = value.detach().numpy()  # shares the tensor's memory (views keep their strides)
+    return float(arr) if scalar and arr.ndim == 0 else arr
+
+
+def _tensor(value: Any, torch: Any, name: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    try:
+        arr = np.array(value, copy=True)
+    except Exception as exc:  # noqa: BLE001 - a structure the adapter cannot carry
+        raise AdapterError(f"the output of {name} is not an array or a tuple of arrays: {exc}") from None
+    if arr.dtype == object:
+        raise AdapterError(f"the output of {name} is not an array or a tuple of arrays ({type(value).__name__})")
+    return torch.from_numpy(arr)
