@@ -10,7 +10,8 @@ the rrule writes into an argument lands in the tensor, as it would for a NumPy r
 is kept on ``ctx`` and receives the cotangents as PyTorch gives them (materialised zeros for unused outputs
 of a call whose other outputs are used; backward is not called at all when none is used). Positions listed
 in ``scalars`` receive Python floats (0-d tensors become ``float``), as the rule was declared with; outputs
-and tangents are copied across the boundary. Non-tensor arguments pass through and get no gradient.
+and tangents are copied across the boundary. The same tensor in two argument slots reaches the rrule as
+the very same array in both (``rule(x, x)``). Non-tensor arguments pass through and get no gradient.
 
 PyTorch is imported on first use (``pip install gradguard[torch]``).
 """
@@ -33,7 +34,9 @@ def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iter
     floats = frozenset(scalars)
 
     def forward(ctx: Any, *args: Any) -> Any:
-        views = tuple(_view(a, i in floats, torch) for i, a in enumerate(args))
+        seen: dict[int, Any] = {}  # the same tensor in two slots is the same array in both
+        views = tuple(seen.setdefault(id(a), _view(a, i in floats, torch)) if isinstance(a, torch.Tensor) else a
+                      for i, a in enumerate(args))
         result = rrule(*views)
         if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
             raise AdapterError(f"the rrule of {name} must return (output, pullback), got {type(result).__name__}")

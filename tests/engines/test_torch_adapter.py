@@ -65,3 +65,18 @@ def test_a_pullback_with_the_wrong_number_of_tangents_is_an_adapter_error():
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     with pytest.raises(AdapterError, match=r"one tangent per argument \(2\)"):
         torch.autograd.grad(fn.apply(x, x).sum(), x)
+
+
+def test_the_same_tensor_twice_is_the_same_array_twice():
+    seen = []
+
+    def rrule(a, b):
+        seen.append(a is b)
+        return a * b, lambda g: (g * b, g * a)
+
+    fn = to_function(rrule, name="mul")
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(fn.apply(x, x).sum(), x)
+    assert seen == [True] and g.numpy().tolist() == [2.0, 4.0]
+    fn.apply(x, x.clone())
+    assert seen == [True, False]
