@@ -9,8 +9,10 @@ the rrule writes into an argument lands in the tensor, as it would for a NumPy r
 ``tensor.numpy()`` in a PyTorch program; PyTorch's version counter does not see such writes. The pullback
 is kept on ``ctx`` and receives the cotangents as PyTorch gives them (materialised zeros for unused outputs
 of a call whose other outputs are used; backward is not called at all when none is used). Positions listed
-in ``scalars`` receive Python floats (0-d tensors become ``float``), as the rule was declared with; outputs
-and tangents are copied across the boundary. The same tensor in two argument slots reaches the rrule as
+in ``scalars`` receive Python floats (0-d tensors become ``float``), as the rule was declared with. Outputs and
+tangents share the rrule's memory where PyTorch can, as a hand-written Function calling
+``torch.from_numpy`` would: a buffer the rule returns and a later call overwrites changes under
+PyTorch too. The same tensor in two argument slots reaches the rrule as
 the very same array in both (``rule(x, x)``). Non-tensor arguments pass through and get no gradient.
 
 PyTorch is imported on first use (``pip install gradguard[torch]``).
@@ -19,6 +21,8 @@ PyTorch is imported on first use (``pip install gradguard[torch]``).
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
+
+import warnings
 
 import numpy as np
 
@@ -63,7 +67,7 @@ def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iter
             if t is None or not is_tensor or not (dtype.is_floating_point or dtype.is_complex):
                 out.append(None)
             else:
-                out.append(torch.from_numpy(np.array(t, copy=True)).to(dtype))
+                out.append(_tensor(t, torch, name).to(dtype))
         return tuple(out)
 
     return type(f"{name}_Function", (torch.autograd.Function,),
@@ -78,12 +82,19 @@ def _view(value: Any, scalar: bool, torch: Any) -> Any:
 
 
 def _tensor(value: Any, torch: Any, name: str) -> Any:
+    """An output or tangent as a tensor over the same memory where PyTorch can share it (a later write into a
+    buffer the rule returned shows, as in NumPy), else a copy."""
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     try:
-        arr = np.array(value, copy=True)
+        arr = np.asarray(value)
     except Exception as exc:  # noqa: BLE001 - a structure the adapter cannot carry
-        raise AdapterError(f"the output of {name} is not an array or a tuple of arrays: {exc}") from None
+        raise AdapterError(f"{name} returned a value that is not an array or a tuple of arrays: {exc}") from None
     if arr.dtype == object:
-        raise AdapterError(f"the output of {name} is not an array or a tuple of arrays ({type(value).__name__})")
-    return torch.from_numpy(arr)
+        raise AdapterError(f"{name} returned a value that is not an array ({type(value).__name__})")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # from_numpy warns about read-only arrays
+        try:
+            return torch.from_numpy(arr)
+        except (ValueError, TypeError, RuntimeError):  # negative strides
+            return torch.from_numpy(np.ascontiguousarray(arr).copy())
