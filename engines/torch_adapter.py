@@ -3,6 +3,7 @@
     Fn = to_function(addone_rrule, name="addone_")
     y = Fn.apply(x)              # forward: the rrule on x's NumPy view (shared memory)
     y.sum().backward()           # backward: the rrule's pullback on the cotangent's NumPy view
+    y = call(Fn, x)              # the same, with a nested output rebuilt: (a, (b, c)) as the rrule returned it
 
 The forward hands the rrule NumPy views of the tensors it receives (``tensor.detach().numpy()``), so what
 the rrule writes into an argument lands in the tensor, as it would for a NumPy routine called on
@@ -15,12 +16,16 @@ tangents share the rrule's memory where PyTorch can, as a hand-written Function 
 PyTorch too. The same tensor in two argument slots reaches the rrule as
 the very same array in both (``rule(x, x)``). Non-tensor arguments pass through and get no gradient.
 
+An output nested in tuples and lists (``(a, (b, c))``, a NamedTuple) crosses the boundary as its leaves, one
+tensor each, since PyTorch's Functions return flat tuples: ``call`` rebuilds the structure for the caller, and
+the pullback receives its cotangent in the structure the rrule returned.
+
 PyTorch is imported on first use (``pip install gradguard[torch]``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import warnings
 
@@ -29,7 +34,7 @@ import numpy as np
 from gradguard.engines.errors import AdapterError
 from gradguard.engines.torch_engine import load
 
-__all__ = ["to_function"]
+__all__ = ["to_function", "call"]
 
 
 def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iterable[int] = ()) -> Any:
@@ -47,16 +52,16 @@ def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iter
         out, pullback = result
         ctx.pullback = pullback
         ctx.inputs = [(isinstance(a, torch.Tensor), getattr(a, "dtype", None)) for a in args]
-        ctx.several = isinstance(out, (tuple, list))
-        outs = list(out) if ctx.several else [out]
+        outs, ctx.structure = _flatten(out)
+        function.structure = ctx.structure  # for `call`, which rebuilds the output apply returns flat
         ctx.plain = [not isinstance(o, np.ndarray) for o in outs]  # scalars: the pullback gets a NumPy scalar
         tensors = tuple(_tensor(o, torch, name) for o in outs)
-        return tensors if ctx.several else tensors[0]
+        return tensors if ctx.structure is not None else tensors[0]
 
     def backward(ctx: Any, *grads: Any) -> Any:
         cts = [None if g is None else (g.detach().numpy()[()] if plain else g.detach().numpy())
                for g, plain in zip(grads, ctx.plain)]
-        tangents = ctx.pullback(tuple(cts) if ctx.several else cts[0])
+        tangents = ctx.pullback(_unflatten(ctx.structure, iter(cts)))
         if not isinstance(tangents, (tuple, list)) or len(tangents) != len(ctx.inputs):
             raise AdapterError(
                 f"the pullback of {name} must return one tangent per argument ({len(ctx.inputs)}), "
@@ -70,8 +75,42 @@ def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iter
                 out.append(_tensor(t, torch, name).to(dtype))
         return tuple(out)
 
-    return type(f"{name}_Function", (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+    function = type(f"{name}_Function", (torch.autograd.Function,),
+                    {"forward": staticmethod(forward), "backward": staticmethod(backward), "structure": None})
+    return function
+
+
+def call(function: Any, *args: Any) -> Any:
+    """``function.apply(*args)`` for a Function made by `to_function`, its output in the structure the rrule
+    returned (PyTorch hands back a flat tuple of tensors for a nested output)."""
+    flat = function.apply(*args)
+    structure = function.structure
+    return flat if structure is None else _unflatten(structure, iter(flat))
+
+
+# A nested output's structure: None for a leaf, else (the tuple or list itself, its children's structures).
+Structure = Any
+
+
+def _flatten(tree: Any) -> tuple[list[Any], Structure]:
+    if not isinstance(tree, (tuple, list)):
+        return [tree], None
+    flat, children = [], []
+    for child in tree:
+        sub, structure = _flatten(child)
+        flat.extend(sub)
+        children.append(structure)
+    return flat, (tree, children)
+
+
+def _unflatten(structure: Structure, flat: Iterator[Any]) -> Any:
+    if structure is None:
+        return next(flat)
+    node, children = structure
+    values = [_unflatten(child, flat) for child in children]
+    if isinstance(node, tuple) and hasattr(type(node), "_fields"):  # a NamedTuple takes its fields one by one
+        return type(node)(*values)
+    return type(node)(values)
 
 
 def _view(value: Any, scalar: bool, torch: Any) -> Any:

@@ -88,7 +88,10 @@ def _ops(view: RuleView) -> Ops:
     def call(*args: Any) -> Any:
         if native:  # a torch Function takes tensors where the rule was declared with arrays
             args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
-        return function.apply(*args, **kwargs)
+            return function.apply(*args, **kwargs)
+        from gradguard.engines.torch_adapter import call as adapted_call
+
+        return adapted_call(function, *args)  # a nested output in the structure the rrule returned
 
     return Ops("torch", _Namespace(torch), call, ndim=lambda x: x.dim() if isinstance(x, torch.Tensor) else np.ndim(x))
 

@@ -1,6 +1,7 @@
 """The torch column of the safety matrix: every context program under PyTorch's autograd, NumPy rules
 through the adapter Function, torch rules natively; absent (not an error) where PyTorch is not installed."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradguard.checker import arrays, rrule, torch_rule
+from gradguard.checker import arrays, check, rrule, torch_rule
 from gradguard.checker.contexts import safety_matrix
 from gradguard.checker.loader import load_module, rules_in
 
@@ -114,3 +115,45 @@ def test_torch_hands_materialised_zeros_or_skips_the_pullback():
     cells = _cells(m)
     assert cells[("output-used", "torch")]["status"] == "right"  # both outputs used
     assert cells[("output-unused", "torch")]["status"] == "right"  # backward never called
+
+
+def nested(x):
+    return x * 2.0, (x**2, np.sum(x))
+
+
+@rrule(nested, arrays(shape=(3,)))
+def nested_ok(x):
+    def pullback(ybar):
+        a, (b, c) = ybar
+        return (2.0 * a + 2.0 * x * b + c,)
+
+    return nested(x), pullback
+
+
+@rrule(nested, arrays(shape=(3,)))
+def nested_unscaled(x):
+    def pullback(ybar):
+        a, (b, c) = ybar
+        return (2.0 * a + 2.0 * x * b + 1.0,)  # the scalar output's cotangent is dropped
+
+    return nested(x), pullback
+
+
+def test_a_nested_output_reaches_the_program_and_the_pullback_in_its_structure():
+    """PyTorch's Functions return flat tuples: the adapter carries (a, (b, c)) as three tensors and rebuilds
+    it on both sides, so a correct rule with a nested output is right in every torch cell, not 'raised'."""
+    m = safety_matrix(nested_ok, seed=0)
+    torch_cells = [c for c in m["cells"] if c["engine"] == "torch"]
+    assert torch_cells and {c["status"] for c in torch_cells} == {"right"}, torch_cells
+
+
+def test_a_nested_output_whose_cotangent_is_dropped_is_wrong_under_torch():
+    (finding,) = check(nested_unscaled, select="GG5", seed=0).rules[0].findings
+    assert finding.check_id == "GG501" and finding.location == "context output-used"
+    assert re.fullmatch(
+        r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
+        r"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax, torch \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+    cells = _cells(safety_matrix(nested_unscaled, seed=0))
+    assert cells[("output-used", "torch")]["rel_error"] == pytest.approx(cells[("output-used", "tape[zero]")]["rel_error"])

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
 
 from gradguard.engines.errors import AdapterError  # noqa: E402
-from gradguard.engines.torch_adapter import to_function  # noqa: E402
+from gradguard.engines.torch_adapter import call, to_function  # noqa: E402
 
 
 def _recording_sincos(seen):
@@ -80,3 +80,27 @@ def test_the_same_tensor_twice_is_the_same_array_twice():
     assert seen == [True] and g.numpy().tolist() == [2.0, 4.0]
     fn.apply(x, x.clone())
     assert seen == [True, False]
+
+
+def test_a_nested_output_is_rebuilt_for_the_caller_and_its_cotangent_for_the_pullback():
+    seen = []
+
+    def rrule(x):
+        def pullback(g):
+            seen.append(g)
+            a, (b, c) = g
+            return (2.0 * a + 2.0 * x * b + c,)
+
+        return (x * 2.0, (x**2, np.sum(x))), pullback
+
+    fn = to_function(rrule, name="nested")
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    y = call(fn, x)
+    a, (b, c) = y
+    assert isinstance(y, tuple) and isinstance(y[1], tuple) and c.dim() == 0
+    (g,) = torch.autograd.grad(a.sum() + 3.0 * b.sum() + 5.0 * c, x)
+    ((ga, (gb, gc)),) = seen
+    assert np.array_equal(ga, np.ones(3)) and np.array_equal(gb, np.full(3, 3.0)) and gc == 5.0
+    xn = x.detach().numpy()
+    np.testing.assert_allclose(g.numpy(), 2.0 + 6.0 * xn + 5.0)
+    assert call(to_function(lambda x: (x * 2.0, lambda g: (2.0 * g,)), name="double"), x).dim() == 1  # a leaf stays one
