@@ -4,8 +4,9 @@
 
 For a few small rules (n <= 100 elements) it prints the median wall time of
 ``check(rule, select=GG1-GG4)`` (the isolation checks) and of
-``safety_matrix(rule)`` (every applicable context under tape[zero],
-tape[none], tape[skip] and JAX, against finite differences of each program),
+``safety_matrix(rule)`` (every applicable context under every engine that
+applies: tape[zero], tape[none], tape[skip], JAX, and PyTorch where it is
+installed, against finite differences of each program),
 both after a warm-up call, and the matrix's first (cold) call, which includes
 JAX's first compilations. Target: the warm matrix under 1 s.
 """

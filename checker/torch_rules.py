@@ -38,9 +38,10 @@ from gradguard.checker.errors import SpecError
 from gradguard.checker.specs import RuleSpec, build_spec
 from gradguard.engines.values import differentiable
 
-__all__ = ["torch_rule", "TORCH_FUNCTION"]
+__all__ = ["torch_rule", "TORCH_FUNCTION", "TORCH_KWARGS"]
 
 TORCH_FUNCTION = "torch_function"  # RuleSpec.extra key: the autograd.Function under test
+TORCH_KWARGS = "torch_kwargs"  # RuleSpec.extra key: the keyword arguments its apply is called with
 
 
 def torch_rule(
@@ -129,6 +130,7 @@ def torch_rule(
     )
     positions["nondiff"] = spec.nondiff
     spec.extra[TORCH_FUNCTION] = function
+    spec.extra[TORCH_KWARGS] = dict(kwargs or {})
     spec.module = getattr(function, "__module__", None)
     spec.source_file, spec.source_lines = _source_span(function)
     return spec

@@ -18,7 +18,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.options import SAFETY_MATRIX
 from gradguard.checker.problems import ContextReplay
-from gradguard.checker.contexts import Outcome, run_matrix
+from gradguard.checker.contexts import Outcome, engine, run_matrix
 
 if TYPE_CHECKING:
     from gradguard.checker.options import PerRule
@@ -62,10 +62,11 @@ def _context_rows(outcome: Outcome, aliasing: bool) -> list["Row"]:
     return [row for row in outcome.rows if row.context.aliasing == aliasing and _wrong(row, base)]
 
 
-def _value_differs(row: "Row", engine: str) -> bool:
-    # JAX cannot mutate: a declared mutation it drops (an unused output's callback) changes its value by design.
-    cell = row.cells[engine]
-    if row.value is None or cell.value is None or (engine == "jax" and row.mutates):
+def _value_differs(row: "Row", name: str) -> bool:
+    # An engine that cannot mutate (JAX) drops a declared mutation (an unused output's callback), which changes
+    # its value by design.
+    cell = row.cells[name]
+    if row.value is None or cell.value is None or (row.mutates and not engine(name).runs_mutation):
         return False
     return not _close(cell.value, row.value, row.tol)
 

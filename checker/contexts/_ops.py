@@ -1,4 +1,5 @@
-"""The namespaces a context program is written against: plain NumPy, the tape, JAX.
+"""The namespaces a context program is written against: plain NumPy, the tape, JAX (PyTorch's is in
+`_torch_engine`).
 
 A context is written once, as ``program(ops, consts, *inputs)``, using only
 ``ops.xp`` (a NumPy-like module: ``numpy``, the tape's ``tnp`` or
@@ -27,6 +28,7 @@ class Ops:
     name: str
     xp: Any
     call: Callable[..., Any]
+    ndim: Callable[[Any], int] = np.ndim  # the number of axes of one of its arrays
 
     def loss(self, y: Any, c: Any) -> Any:
         """``sum(c * (y + sin(y) / 2))`` over the leaves of ``y`` that have a weight in ``c``: a nonlinearity
@@ -54,9 +56,9 @@ class Ops:
     def square(self, x: Any) -> Any:
         """``<x, x>`` through an operation whose pullback captures ``x`` by reference: `dot` on the flattened
         array (a view, so a later in-place change of ``x`` is what the pullback reads), ``x * x`` for a scalar."""
-        if np.ndim(x) == 0:
+        if self.ndim(x) == 0:
             return self._real_sum(self.xp.multiply(x, x), x)
-        flat = x if np.ndim(x) == 1 else self.xp.reshape(x, (-1,))
+        flat = x if self.ndim(x) == 1 else self.xp.reshape(x, (-1,))
         y = self.xp.dot(flat, flat)
         return self.xp.real(y) if _is_complex(x) else y
 
@@ -67,7 +69,11 @@ class Ops:
 
 def _is_complex(x: Any) -> bool:
     dt = getattr(x, "dtype", None)
-    return np.dtype(dt).kind == "c" if dt is not None else isinstance(x, complex)
+    if dt is None:
+        return isinstance(x, complex)
+    if getattr(dt, "is_complex", None) is not None and not isinstance(dt, np.dtype):
+        return bool(dt.is_complex)  # a PyTorch dtype
+    return np.dtype(dt).kind == "c"
 
 
 def _leaves(tree: Any) -> list[Any]:

@@ -8,6 +8,7 @@ report wrong, beside a broken twin that must still fail with its exact message.
 * contexts that need special shapes draw them from the user's strategy before skipping.
 """
 
+import importlib.util
 import re
 
 import numpy as np
@@ -17,6 +18,10 @@ from hypothesis import strategies as st
 from gradguard.checker import arrays, check, rrule
 from gradguard.checker.contexts import safety_matrix
 from gradguard.engines import fd
+
+# The torch column is in every NumPy rule's matrix where PyTorch is installed, and absent where not.
+TORCH = ["torch"] if importlib.util.find_spec("torch") else []
+TORCH_RE = "".join(f", {e}" for e in TORCH)  # what the engine lists below end with
 
 
 def _context_findings(rule, seed=0):
@@ -75,7 +80,7 @@ def test_a_kink_near_the_input_does_not_hide_an_aliasing_bug():
     assert finding.check_id == "GG502" and finding.location == "context same-array-twice"
     assert re.fullmatch(
         r"in context `same-array-twice` \(the same array in two argument slots: rule\(x, x\)\) the gradient of the "
-        r"program is wrong under tape\[zero\], tape\[skip\], jax \(relative error \S+\)\.",
+        rf"program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
         finding.message,
     ), finding.message
 
@@ -131,7 +136,7 @@ def test_large_program_values_do_not_hide_stale_state():
     assert finding.check_id == "GG501" and finding.location == "context called-twice"
     assert re.fullmatch(
         r"in context `called-twice` \(the rule is called twice on two inputs; both outputs are used\) the gradient "
-        r"of the program is wrong under tape\[zero\], tape\[skip\] \(relative error \S+\)\.",
+        rf"of the program is wrong under tape\[zero\], tape\[skip\]{TORCH_RE} \(relative error \S+\)\.",
         finding.message,
     ), finding.message
     assert "keep each call's residuals in the pullback's own closure" in finding.fix
@@ -229,7 +234,7 @@ def test_nan_against_nan_is_not_a_different_value():
     result = _context_findings(log_rrule)
     assert [f.check_id for f in result.findings] == []
     used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
-    assert len(used) == 3 and all(c["status"] == "skipped" for c in used)  # NaN under NumPy: no ground truth
+    assert len(used) == 3 + len(TORCH) and all(c["status"] == "skipped" for c in used)  # NaN under NumPy: no ground truth
     assert all(c["message"].startswith("no ground truth: the program raised under plain NumPy") for c in used)
 
 
@@ -239,7 +244,8 @@ def test_a_finite_value_against_nan_is_a_different_value():
     assert finding.check_id == "GG503"
     assert re.fullmatch(
         r"the program computes a different value under AD than when run, so AD differentiates a different function "
-        r"from the one users run: `output-used`: tape\[zero\] \S+, tape\[skip\] \S+, jax \S+ vs nan "
+        r"from the one users run: `output-used`: tape\[zero\] \S+, tape\[skip\] \S+, jax \S+"
+        + "".join(rf", {e} \S+" for e in TORCH) + r" vs nan "
         r"when run; .*\.",
         finding.message,
     ), finding.message
@@ -283,7 +289,7 @@ def test_an_aliasing_bug_is_found_on_drawn_shapes():
     finding = next(f for f in result.findings if f.location == "context transposed-alias")
     assert finding.message.startswith(
         "in context `transposed-alias` (an array and its transpose in two slots: rule(x, x.T)) the gradient of the "
-        "program is wrong under tape[zero], tape[skip] (relative error "
+        f"program is wrong under {', '.join(['tape[zero]', 'tape[skip]', *TORCH])} (relative error "
     )
 
 
@@ -336,6 +342,6 @@ def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
     (finding,) = output_used
     assert re.fullmatch(
         r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
-        r"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax \(relative error \S+\)\.",
+        rf"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
         finding.message,
     ), finding.message

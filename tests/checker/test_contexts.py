@@ -1,6 +1,7 @@
 """Contexts and the safety matrix: the seed programs, aliasing, within_gradient, GG501-GG503, the labelled
 corpus, and what happens when a rule or a context program fails."""
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from gradguard.engines.errors import TraceError
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 CORPUS = sorted((ROOT / "tests" / "corpus").glob("context_*.py"))
+# The torch column is in every NumPy rule's matrix where PyTorch is installed, and absent (not an error) where not.
+TORCH = ["torch"] if importlib.util.find_spec("torch") else []
 
 
 def _rule(path: Path, name: str):
@@ -44,7 +47,8 @@ def test_matrix_json_has_the_documented_format(seed_matrix):
     m = seed_matrix
     assert set(m) == {"contexts", "engines", "cells", "skipped", "descriptions"}
     # a NumPy rule declaring no unused_cotangent is checked under "zeros": the tape never hands it None
-    assert m["engines"] == ["tape[zero]", "tape[skip]", "jax"] == [e for e in ENGINES if e != "tape[none]"]
+    assert m["engines"] == ["tape[zero]", "tape[skip]", "jax", *TORCH]
+    assert [e for e in ENGINES if e != "tape[none]"] == ["tape[zero]", "tape[skip]", "jax", "torch"]
     assert m["contexts"] == ["output-used", "output-unused", "captured-before", "read-after", "called-twice",
                              "fan-out", "strided-view"]
     assert len(m["cells"]) == len(m["contexts"]) * len(m["engines"])
@@ -102,7 +106,7 @@ def test_gg501_names_the_context_engines_error_diagnosis_and_the_fix():
     assert first.location == "context captured-before"
     assert first.message.startswith(
         "in context `captured-before` (dot(x, x) captures the input before the call; the output is used) the "
-        "gradient of the program is wrong under tape[zero], tape[skip] (relative error "
+        f"gradient of the program is wrong under {', '.join(['tape[zero]', 'tape[skip]', *TORCH])} (relative error "
     )
     assert "Watch mode: `dot` (step 0) captured argument 0 by reference; `addone_` (step 2) mutated it" in first.message
     assert "(captured-before, read-after)" in first.fix and "copy before mutating (a = a.copy())" in first.fix
@@ -122,7 +126,7 @@ def test_aliasing_examples_from_the_seed():
     (finding,) = report.rules[0].findings
     assert finding.check_id == "GG502" and finding.location == "context same-array-twice"
     assert "the same array in two argument slots: rule(x, x)" in finding.message
-    assert _statuses(report.rules[0].safety_matrix, "transposed-alias") == ["right"] * 3
+    assert _statuses(report.rules[0].safety_matrix, "transposed-alias") == ["right"] * (3 + len(TORCH))
 
     report = check(_rule(path, "matvec_buffer_rrule"), select="GG502")
     assert [(f.check_id, f.location) for f in report.rules[0].findings] == [("GG502", "context tied-weights")]
@@ -154,7 +158,7 @@ def test_a_rule_wrong_alone_gets_one_finding_for_the_baseline_not_one_per_contex
     result = check(total_ones_rrule, select="GG5").rules[0]
     assert [(f.check_id, f.location) for f in result.findings] == [("GG501", "context output-used")]
     assert "wrong even in the simplest program" in result.findings[0].fix
-    assert _statuses(result.safety_matrix, "fan-out") == ["wrong"] * 3  # the matrix still shows every cell
+    assert _statuses(result.safety_matrix, "fan-out") == ["wrong"] * (3 + len(TORCH))  # the matrix shows every cell
 
 
 def cmul(a, b):
@@ -169,9 +173,11 @@ def cmul_rrule(a, b):
 def test_complex_rules_skip_the_engine_whose_adapter_has_the_other_convention():
     m = safety_matrix(cmul_rrule)
     cells = _cells(m)
-    assert _statuses(m, "output-used") == ["right", "right", "skipped"]
+    assert _statuses(m, "output-used") == ["right", "right", "skipped"] + ["skipped"] * len(TORCH)
     assert "ChainRules and JAX conventions" in cells[("output-used", "jax")]["message"]
-    assert {c["status"] for c in m["cells"] if c["engine"] != "jax"} == {"right"}
+    assert {c["status"] for c in m["cells"] if c["engine"].startswith("tape")} == {"right"}
+    if TORCH:
+        assert "PyTorch's convention for complex gradients" in cells[("output-used", "torch")]["message"]
 
 
 # ---- within_gradient ------------------------------------------------------------------------------
@@ -229,7 +235,7 @@ def test_a_rule_that_raises_in_a_context_marks_the_cell_raised_and_the_run_goes_
     assert raised["message"] == "ValueError: contiguous_only needs a C-contiguous array"
     jax = cells[("strided-view", "jax")]  # JAX hands the rule a contiguous copy, but users' program raised
     assert jax["status"] == "skipped" and jax["message"].startswith("no ground truth: the program raised under plain")
-    assert _statuses(m, "output-used") == ["right"] * 3 and _statuses(m, "fan-out") == ["right"] * 3
+    assert _statuses(m, "output-used") == ["right"] * (3 + len(TORCH)) == _statuses(m, "fan-out")
 
 
 def test_an_unsupported_numpy_call_in_a_context_is_a_trace_error_naming_it():
@@ -248,7 +254,7 @@ def test_unknown_context_and_engine_names_are_refused():
     with pytest.raises(ValueError, match="known contexts are output-used"):
         safety_matrix(contiguous_only_rrule, contexts=["nope"])
     with pytest.raises(ValueError, match=r"engines are tape\[zero\]"):
-        safety_matrix(contiguous_only_rrule, engines=["torch"])
+        safety_matrix(contiguous_only_rrule, engines=["pytorch"])
 
 
 # ---- the labelled corpus --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Test the tester: each cotangent check (GG301, GG302, GG303) fails a broken rule with its exact message and
 passes the correct twin."""
 
+import importlib.util
 import re
 
 import numpy as np
@@ -204,9 +205,11 @@ def test_cli_unused_cotangent_option(tmp_path):
 def test_the_safety_matrix_follows_the_convention():
     from gradguard.checker.contexts import safety_matrix
 
-    assert safety_matrix(square_plain, contexts=["output-unused"])["engines"] == ["tape[zero]", "tape[skip]", "jax"]
+    torch = ["torch"] if importlib.util.find_spec("torch") else []  # a column where PyTorch is installed
+    engines = safety_matrix(square_plain, contexts=["output-unused"])["engines"]
+    assert engines == ["tape[zero]", "tape[skip]", "jax", *torch]
     m = safety_matrix(square_no_none, contexts=["output-unused"])
-    assert m["engines"] == ["tape[zero]", "tape[none]", "tape[skip]", "jax"]
+    assert m["engines"] == ["tape[zero]", "tape[none]", "tape[skip]", "jax", *torch]
     cell = next(c for c in m["cells"] if c["engine"] == "tape[none]")
     assert cell["status"] == "raised" and "NoneType" in cell["message"]
 

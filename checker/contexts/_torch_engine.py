@@ -1,0 +1,129 @@
+"""PyTorch as a safety-matrix column (when PyTorch is installed): every context program under autograd.
+
+NumPy rules run through `gradguard.engines.torch_adapter.to_function`: an `autograd.Function` whose
+forward calls the rrule on the tensors' NumPy views (shared memory: a mutation is real, and PyTorch's
+version counter does not see it) and whose backward calls the pullback. Torch rules run natively, their
+own ``Function.apply``. The program's inputs are leaf tensors cloned once (so an in-place forward with
+``ctx.mark_dirty`` is legal, as on any intermediate value); the gradient is ``torch.autograd.grad``
+with respect to the leaves. PyTorch's convention for an unused output: the pullback gets materialised
+zeros when another output of the call is used, and is not called when none is (``materialize_grads``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from gradguard.checker.contexts._engine import Engine, RuleView, scalar
+from gradguard.checker.contexts._ops import Ops
+from gradguard.checker.contexts._programs import Plan
+from gradguard.checker.torch_rules import TORCH_FUNCTION, TORCH_KWARGS
+
+__all__ = ["ENGINE"]
+
+
+class _Namespace:
+    """The NumPy functions context programs use, on tensors (NumPy operands become tensors)."""
+
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+
+    def _t(self, x: Any) -> Any:
+        return x if isinstance(x, self.torch.Tensor) else self.torch.as_tensor(np.asarray(x))
+
+    def add(self, a: Any, b: Any) -> Any:
+        return self.torch.add(self._t(a), self._t(b))
+
+    def multiply(self, a: Any, b: Any) -> Any:
+        return self.torch.mul(self._t(a), self._t(b))
+
+    def sin(self, a: Any) -> Any:
+        return self.torch.sin(self._t(a))
+
+    def sum(self, a: Any) -> Any:
+        return self.torch.sum(self._t(a))
+
+    def real(self, a: Any) -> Any:
+        a = self._t(a)
+        return self.torch.real(a) if a.is_complex() else a
+
+    def reshape(self, a: Any, shape: Any) -> Any:
+        return self.torch.reshape(self._t(a), shape)
+
+    def dot(self, a: Any, b: Any) -> Any:
+        a, b = self._t(a), self._t(b)
+        dtype = self.torch.promote_types(a.dtype, b.dtype)
+        return self.torch.dot(a.to(dtype), b.to(dtype))
+
+
+def _available() -> str | None:
+    from gradguard.engines.torch_engine import available
+
+    return available()
+
+
+def _scalars(view: RuleView) -> tuple[int, ...]:
+    """Positions the rule was declared with Python floats in: they get floats back from 0-d tensors."""
+    return tuple(i for i, a in enumerate(view.example_args) if isinstance(a, (float, complex)))
+
+
+def _adapt(view: RuleView) -> Any:
+    rule = view.rule
+    if rule.kind == "torch":
+        return rule.extra[TORCH_FUNCTION]
+    from gradguard.engines.torch_adapter import to_function
+
+    return to_function(rule.rrule, name=view.name, scalars=_scalars(view))
+
+
+def _ops(view: RuleView) -> Ops:
+    import torch
+
+    function = view.adapted("torch", _adapt)
+    kwargs = view.rule.extra.get(TORCH_KWARGS) or {}  # a torch rule's fixed keyword arguments
+    native = view.rule.kind == "torch"
+
+    def call(*args: Any) -> Any:
+        if native:  # a torch Function takes tensors where the rule was declared with arrays
+            args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
+            return function.apply(*args, **kwargs)
+        from gradguard.engines.torch_adapter import call as adapted_call
+
+        return adapted_call(function, *args)  # a nested output in the structure the rrule returned
+
+    return Ops("torch", _Namespace(torch), call, ndim=lambda x: x.dim() if isinstance(x, torch.Tensor) else np.ndim(x))
+
+
+def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
+    import torch
+
+    leaves = [torch.tensor(np.array(x), requires_grad=True) for x in plan.inputs]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # x.T on arrays of other than two axes
+        value = plan.program(ops, plan.consts, *(leaf.clone() for leaf in leaves))
+        if not isinstance(value, torch.Tensor) or not value.requires_grad:
+            return scalar(value.detach() if isinstance(value, torch.Tensor) else value), tuple(
+                np.zeros_like(np.asarray(x)) for x in plan.inputs)
+        grads = torch.autograd.grad(value, leaves, allow_unused=True)
+    out = []
+    for x, leaf, g in zip(plan.inputs, leaves, grads):
+        arr = np.zeros_like(np.asarray(x)) if g is None else g.detach().numpy()
+        out.append(arr if isinstance(x, np.ndarray) else arr[()])
+    return scalar(value.detach()), tuple(out)
+
+
+ENGINE = Engine(
+    name="torch",
+    family="torch",
+    label="PyTorch",
+    ops=_ops,
+    differentiate=_differentiate,
+    runs_mutation=True,
+    unused="zero",  # materialised zeros; backward not called when no output of the call is used
+    kinds=frozenset({"numpy", "torch"}),
+    complex_conventions=frozenset(),
+    complex_note="does not convert to PyTorch's convention for complex gradients",
+    available=_available,
+)

@@ -1,0 +1,159 @@
+"""The torch column of the safety matrix: every context program under PyTorch's autograd, NumPy rules
+through the adapter Function, torch rules natively; absent (not an error) where PyTorch is not installed."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradguard.checker import arrays, check, rrule, torch_rule
+from gradguard.checker.contexts import safety_matrix
+from gradguard.checker.loader import load_module, rules_in
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cells(matrix):
+    return {(c["context"], c["engine"]): c for c in matrix["cells"]}
+
+
+def test_the_torch_column_is_absent_without_torch():
+    """With PyTorch unimportable, the matrix has no torch column and every other column is there."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from pathlib import Path\n"
+        "from gradguard.checker.loader import load_module, rules_in\n"
+        "from gradguard.checker.contexts import safety_matrix, engines_for\n"
+        "rule = next(r for r in rules_in(load_module(Path('examples/addone.py'))) if r.name == 'addone_rrule')\n"
+        "m = safety_matrix(rule, contexts=['output-used', 'read-after'])\n"
+        "print(m['engines'], sorted({c['status'] for c in m['cells']}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['tape[zero]', 'tape[skip]', 'jax'] ['raised', 'right', 'wrong']"
+
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+
+
+def sinsum(x, w):
+    return np.sin(x) @ w
+
+
+@rrule(sinsum, arrays(shape=(3,)), arrays(shape=(3, 2)))
+def sinsum_rrule(x, w):
+    s = np.sin(x)
+    return s @ w, lambda g: (None, None) if g is None else (np.cos(x) * (w @ g), np.outer(s, g))
+
+
+def test_a_correct_numpy_rule_is_right_in_the_torch_column():
+    m = safety_matrix(sinsum_rrule)
+    assert "torch" in m["engines"]
+    torch_cells = [c for c in m["cells"] if c["engine"] == "torch"]
+    assert len(torch_cells) == len(m["contexts"]) >= 6
+    assert {c["status"] for c in torch_cells} == {"right"}, [c for c in torch_cells if c["status"] != "right"]
+
+
+@pytest.mark.parametrize("path", ["addone.py", "mutation_in_context.py"])
+def test_a_rule_mutating_a_captured_input_is_wrong_under_torch_as_under_the_tape(path):
+    """The adapter's forward writes through the tensor's NumPy view: PyTorch's version counter does not see
+    the write, so dot's saved input is silently stale, exactly as on the tape (same <gradient, v>)."""
+    rule = next(r for r in rules_in(load_module(ROOT / "examples" / path)) if r.name == "addone_rrule")
+    m = safety_matrix(rule)
+    cells = _cells(m)
+    for context in ("captured-before", "read-after"):
+        assert cells[(context, "torch")]["status"] == "wrong"
+        assert cells[(context, "torch")]["message"] == cells[(context, "tape[zero]")]["message"]
+    for context in ("output-used", "output-unused", "fan-out"):
+        assert cells[(context, "torch")]["status"] == "right"
+
+
+class Double_(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 2 * grad
+
+
+double_rule = torch_rule(Double_, arrays(shape=(3,)), mutates=0)
+
+
+def test_a_torch_rule_runs_natively_and_the_version_counter_catches_a_captured_input():
+    """A native in-place Function bumps the version of the tensor dot saved: PyTorch raises at backward
+    where the tape (which runs the rule through NumPy) silently reads the mutated value."""
+    cells = _cells(safety_matrix(double_rule, contexts=["output-used", "captured-before"]))
+    assert cells[("output-used", "torch")]["status"] == "right"
+    caught = cells[("captured-before", "torch")]
+    assert caught["status"] == "raised" and "modified by an inplace operation" in caught["message"]
+    assert cells[("captured-before", "tape[zero]")]["status"] == "wrong"
+
+
+def sincos(x):
+    return np.sin(x), np.cos(x)
+
+
+@rrule(sincos, arrays(shape=(3,)))
+def sincos_strict_rrule(x):
+    """Right for the cotangents PyTorch hands over; refuses a None cotangent (fine: PyTorch never sends one)."""
+    def pullback(g):
+        gs, gc = g
+        return (gs * np.cos(x) - gc * np.sin(x),)
+
+    return sincos(x), pullback
+
+
+def test_torch_hands_materialised_zeros_or_skips_the_pullback():
+    m = safety_matrix(sincos_strict_rrule, contexts=["output-used", "output-unused"])
+    cells = _cells(m)
+    assert cells[("output-used", "torch")]["status"] == "right"  # both outputs used
+    assert cells[("output-unused", "torch")]["status"] == "right"  # backward never called
+
+
+def nested(x):
+    return x * 2.0, (x**2, np.sum(x))
+
+
+@rrule(nested, arrays(shape=(3,)))
+def nested_ok(x):
+    def pullback(ybar):
+        a, (b, c) = ybar
+        return (2.0 * a + 2.0 * x * b + c,)
+
+    return nested(x), pullback
+
+
+@rrule(nested, arrays(shape=(3,)))
+def nested_unscaled(x):
+    def pullback(ybar):
+        a, (b, c) = ybar
+        return (2.0 * a + 2.0 * x * b + 1.0,)  # the scalar output's cotangent is dropped
+
+    return nested(x), pullback
+
+
+def test_a_nested_output_reaches_the_program_and_the_pullback_in_its_structure():
+    """PyTorch's Functions return flat tuples: the adapter carries (a, (b, c)) as three tensors and rebuilds
+    it on both sides, so a correct rule with a nested output is right in every torch cell, not 'raised'."""
+    m = safety_matrix(nested_ok, seed=0)
+    torch_cells = [c for c in m["cells"] if c["engine"] == "torch"]
+    assert torch_cells and {c["status"] for c in torch_cells} == {"right"}, torch_cells
+
+
+def test_a_nested_output_whose_cotangent_is_dropped_is_wrong_under_torch():
+    (finding,) = check(nested_unscaled, select="GG5", seed=0).rules[0].findings
+    assert finding.check_id == "GG501" and finding.location == "context output-used"
+    assert re.fullmatch(
+        r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
+        r"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax, torch \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+    cells = _cells(safety_matrix(nested_unscaled, seed=0))
+    assert cells[("output-used", "torch")]["rel_error"] == pytest.approx(cells[("output-used", "tape[zero]")]["rel_error"])
