@@ -22,8 +22,8 @@ here, not a flag inside the search:
   cancellation inside a pullback is not mistaken for a wrong value (GG202, GG203, GG302, GG6xx). Two
   readings of non-finite elements exist today and both are kept: ``nonfinite="agree"`` (GG202, GG203's
   first test, GG302: the scale of the finite elements; equal values, or two non-finite ones, agree) and
-  ``nonfinite="nan"`` (GG203's kink candidates, GG601/GG602: the scale of every element; two NaNs agree,
-  equal infinities do not).
+  ``nonfinite="nan"`` (GG203's kink candidates, GG601/GG602: the same scale; equal values and two NaNs
+  agree, no other pair with a non-finite value does).
 """
 
 from __future__ import annotations
@@ -145,8 +145,8 @@ def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree") -> Agree:
 
     ``nonfinite="agree"``: the scale of the finite elements (one NaN elsewhere must not make every bound
     NaN); equal values agree, and two non-finite values agree (inf against inf, NaN against NaN, inf
-    against NaN: neither is a number to compare). ``nonfinite="nan"``: the scale of every element; two NaNs
-    agree, nothing else non-finite does."""
+    against NaN: neither is a number to compare). ``nonfinite="nan"``: the same scale; equal values agree
+    (an infinity and the same infinity), two NaNs agree, and no other pair with a non-finite value does."""
     if nonfinite not in ("agree", "nan"):
         raise ValueError(f"nonfinite must be 'agree' or 'nan', not {nonfinite!r}")
 
@@ -155,8 +155,8 @@ def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree") -> Agree:
             if nonfinite == "agree":
                 scale = max(_finite_max(a), _finite_max(b))
                 return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b))
-            scale = max(float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0)))
-            return (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b))
+            scale = max(_finite_max(a), _finite_max(b))
+            return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b))
 
     return agree
 

@@ -193,8 +193,8 @@ KINK_CANDIDATES = 16  # GG203 tries this many differing elements for kinks befor
 
 def _mismatches(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> Iterable[tuple[int, tuple[int, ...], Any, Any]]:
     """Every element outside the tolerance, up to ``KINK_CANDIDATES``: at the scale of every element of the
-    argument's tangent, where two NaNs agree and equal infinities do not (``nonfinite="nan"``; the first test
-    above reads non-finite pairs as agreeing)."""
+    argument's finite elements, where equal values and two NaNs agree and no other non-finite pair does
+    (``nonfinite="nan"``; the first test above reads every non-finite pair as agreeing)."""
     return islice(mismatches(tangent_pairs(case, got, want), close_at_leaf_scale(case.tol, nonfinite="nan")), KINK_CANDIDATES)
 
 

@@ -386,6 +386,52 @@ def test_gg601_gg602_do_not_apply_to_numpy_rules():
     assert skipped(square_wrong_np, "GG602") == "does not apply to numpy rules"
 
 
+_MASK = np.array([0.0, 1.0, 1.0])
+
+
+@jax.custom_vjp
+def log_masked(x):
+    """log(0) = -inf at [0], sqrt(-1) = NaN at [1] of the second output: non-finite where the primal is."""
+    return jnp.log(_MASK * (x**2 + 1.0)), jnp.sqrt(_MASK * x**2 - (1.0 - _MASK))
+
+
+def _log_masked_bwd(x, gs):
+    g, h = gs
+    return (g * _MASK * 2 * x / (x**2 + 1.0) + h * _MASK * jnp.sign(x),)
+
+
+def _log_masked_traced_bwd(x, gs):
+    g, h = gs
+    if isinstance(x, jax.core.Tracer):  # the path jit takes drops the second output's cotangent
+        return (g * _MASK * 2 * x / (x**2 + 1.0),)
+    return _log_masked_bwd(x, gs)
+
+
+log_masked.defvjp(lambda x: (log_masked(x), x), _log_masked_bwd)
+non_finite_ok = jax_rule(log_masked, arrays(shape=(3,), min_value=0.5, max_value=2.0), name="non_finite_ok")
+
+
+@jax.custom_vjp
+def log_masked_traced(x):
+    return jnp.log(_MASK * (x**2 + 1.0)), jnp.sqrt(_MASK * x**2 - (1.0 - _MASK))
+
+
+log_masked_traced.defvjp(lambda x: (log_masked_traced(x), x), _log_masked_traced_bwd)
+non_finite_traced = jax_rule(log_masked_traced, arrays(shape=(3,), min_value=0.5, max_value=2.0),
+                             name="non_finite_traced")
+
+
+def test_gg601_gg602_equal_non_finite_values_agree_and_do_not_hide_a_difference_beside_them():
+    """-inf against -inf and NaN against NaN are the same value under jit and vmap as without them; they must
+    neither be reported (they were: "output at [0] is -inf under jit, -inf without it") nor make a real
+    difference beside them pass."""
+    assert findings(non_finite_ok, "GG601", "GG602") == []
+    (jit,) = findings(non_finite_traced, "GG601")
+    assert re.fullmatch(
+        rf"the pullback of non_finite_traced differs under jax\.jit: the tangent for argument 0 at \[[12]\] is {NUM} "
+        rf"under jit, {NUM} without it \(same input and cotangent\)\.", jit.message), jit.message
+
+
 # -- GG602 -------------------------------------------------------------------------------------------
 def test_gg602_host_callback_declared_batch_aware():
     (f,) = findings(host_norm_batched, "GG602")
