@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
 
@@ -57,7 +58,10 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     if options.unused_cotangent is not None:
         rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
     try:
-        with time_limit(options.rule_timeout_s):
+        # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
+        # own programs on its values: none is a finding, and they would bury the report.
+        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             _prepare_engine(rule, ids, options.jax_cache_dir)
             _run_checks(rule, infos, options, result)
     except RuleTimeout:

@@ -212,3 +212,28 @@ def test_searches_ignore_constants_harvested_from_other_loaded_modules():
     check(probe, select=["GG101"])
     assert seen and set(seen) == {0}
     assert providers._get_local_constants is original
+
+
+def test_floating_point_warnings_of_the_rule_and_the_checker_do_not_bury_the_report(tmp_path):
+    """A correct rule with a constant -inf output (a log-mask): the checker's programs compute sin(-inf) and
+    the rule log(0) on every drawn input; none of that is a finding, and none of it reaches the terminal."""
+    (tmp_path / "mask_rules.py").write_text(textwrap.dedent('''
+        import numpy as np
+        from gradguard.checker import rrule, arrays
+
+        def masked_softplus(x):
+            return np.logaddexp(0.0, x), np.log(np.array([0.0, 1.0, 1.0]))
+
+        @rrule(masked_softplus, arrays(shape=(3,)))
+        def masked_softplus_rrule(x):
+            sig = 1.0 / (1.0 + np.exp(-x))
+            def pullback(ybar):
+                g, _ = ybar
+                return (None,) if g is None else (g * sig,)
+            return masked_softplus(x), pullback
+    '''))
+    proc = subprocess.run([sys.executable, "-c", "from gradguard.checker.cli import main; main()", "check",
+                           "mask_rules.py", "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS  masked_softplus_rrule" in proc.stdout
+    assert "Warning" not in proc.stderr, proc.stderr
