@@ -82,6 +82,10 @@ def env(device: str, *, pythonpath: str, tmp: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "GRADGUARD_DEVICE": device,
         "JAX_PLATFORMS": "cpu" if device == "cpu" else "cuda",
+        # glibc gives each thread that allocates its own 64 MB heap arena, reserved address space that
+        # RLIMIT_AS counts although it is never touched: JAX's and PyTorch's thread pools reserve about
+        # 1.9 GB of it that way (0.5 GB with two arenas), which left a 2 GB run no room to work in.
+        "MALLOC_ARENA_MAX": "2",
     }
     if os.environ.get("XLA_FLAGS"):
         out["XLA_FLAGS"] = os.environ["XLA_FLAGS"]

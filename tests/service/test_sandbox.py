@@ -131,7 +131,7 @@ def test_environment_is_built_from_nothing():
     env = _run.env("gpu", pythonpath="/opt/gradguard/lib", tmp="/tmp")
     assert env["GRADGUARD_DEVICE"] == "gpu" and env["JAX_PLATFORMS"] == "cuda"
     assert env["HOME"] == env["TMPDIR"] == "/tmp"
-    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS"}
+    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS", "MALLOC_ARENA_MAX"}
     assert {k for k in env if not k.startswith("PYTHON")} <= allowed
 
 

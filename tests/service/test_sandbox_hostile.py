@@ -36,7 +36,7 @@ SECRETS = {
     "GRADGUARD_ADMIN_TOKEN": "gga_hunter2_admin",
     "AWS_SECRET_ACCESS_KEY": "hunter2-aws",
 }
-ALLOWED_ENV = {"PATH", "PWD", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS"}
+ALLOWED_ENV = {"PATH", "PWD", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS", "MALLOC_ARENA_MAX"}
 
 
 def bundle_of(tmp_path: Path, name: str, **params) -> Path:
