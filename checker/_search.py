@@ -14,7 +14,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings as hyp_settings
 from hypothesis import strategies as st
@@ -50,9 +50,36 @@ class _SpecCannotGenerate(Exception):
 
 
 class _InternalError(Exception):
-    def __init__(self, message: str, tb: str) -> None:
+    """A check could not finish: ``kind`` "InternalError" (a bug in gradguard's check, not in the rule) or
+    "MemoryError" (memory ran out, the process's limit or the machine's: not a bug, not a finding)."""
+
+    def __init__(self, message: str, tb: str, kind: str = "InternalError") -> None:
         super().__init__(message)
         self.tb = tb
+        self.kind = kind
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, the members of exception groups (Hypothesis wraps what it meets twice in one) and their causes."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        stack.extend(getattr(e, "exceptions", ()) or ())
+        stack.extend((e.__cause__, e.__context__))
+
+
+def internal_error(where: str, rule_name: str, exc: BaseException) -> _InternalError:
+    """The error for a check that raised ``exc`` in ``where`` ("check GG201", "the checks")."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if any(isinstance(e, MemoryError) for e in _chain(exc)):
+        return _InternalError(f"MemoryError: memory ran out in {where} on rule {rule_name}; check it with smaller "
+                              "inputs or give it more memory", tb, kind="MemoryError")
+    return _InternalError(f"internal error in {where} on rule {rule_name}: {type(exc).__name__}: {exc}", tb)
 
 
 _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
@@ -105,12 +132,13 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     except (RuleTimeout, KeyboardInterrupt):
         raise
     except HypothesisException as exc:
+        if any(isinstance(e, MemoryError) for e in _chain(exc)):
+            raise internal_error(label, rule.name, exc) from None
         raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
     except _InternalError:
         raise
     except Exception as exc:  # a bug in gradguard's check, not in the rule
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise _InternalError(f"internal error in {label} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+        raise internal_error(label, rule.name, exc) from None
 
 
 def _shrink_note(options: Options, spent_earlier: bool) -> str:

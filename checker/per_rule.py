@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ContextManager
@@ -24,7 +23,7 @@ from gradguard.checker import reproducer
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
-                                       _shrink_note, _SpecCannotGenerate, severity)
+                                       _shrink_note, _SpecCannotGenerate, internal_error, severity)
 from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip
 from gradguard.checker.inputs import format_call, show
@@ -84,7 +83,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
     except _InternalError as exc:
         result.verdict = "error"
-        result.error = {"type": "InternalError", "message": str(exc), "traceback": exc.tb}
+        result.error = {"type": exc.kind, "message": str(exc), "traceback": exc.tb}
     rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
     result.duration_s = round(time.perf_counter() - start, 4)
     if result.verdict != "error":
@@ -230,8 +229,7 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             except (RuleTimeout, KeyboardInterrupt):
                 raise
             except Exception as exc:
-                tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+                raise internal_error(f"check {info.id}", rule.name, exc) from None
             if isinstance(outcome, str):
                 survey.skip_reasons.setdefault(info.id, outcome)
                 continue
@@ -259,8 +257,7 @@ def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: Rul
     except (RuleTimeout, KeyboardInterrupt):
         raise
     except Exception as exc:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise _InternalError(f"internal error in check {info.id} on rule {rule.name}: {type(exc).__name__}: {exc}", tb) from None
+        raise internal_error(f"check {info.id}", rule.name, exc) from None
     _keep_matrix(shared, result)
     result.checks_run.append(info.id)
     for item in found:

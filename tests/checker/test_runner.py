@@ -135,3 +135,29 @@ def test_the_same_seed_gives_the_same_report_in_a_fresh_process():
     assert any(r["findings"] for r in _without_times(here.to_json()))
     assert _without_times(again.to_json()) == _without_times(here.to_json())
     assert _without_times(fresh.stdout) == _without_times(here.to_json())
+
+
+def test_memory_running_out_inside_hypothesis_is_a_memory_error_not_a_spec_or_internal_error():
+    """Hypothesis wraps an exception it meets once but not on replay in a FlakyFailure group; a MemoryError
+    there (a memory limit biting while inputs are drawn) must say memory ran out, so the service's judge
+    names the limit, instead of blaming the argument specs or gradguard."""
+    from hypothesis import strategies as st
+
+    calls = {"n": 0}
+
+    def tight(x):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise MemoryError()
+        return x
+
+    @rrule(softplus, st.builds(tight, arrays(shape=(3,))))
+    def squeezed_rrule(x):
+        sig = 1.0 / (1.0 + np.exp(-x))
+        return softplus(x), lambda ybar: (None,) if ybar is None else (ybar * sig,)
+
+    result = check(squeezed_rrule, select=["GG501"], use_cache=False).rules[0]  # the contexts draw first
+    assert result.verdict == "error"
+    assert result.error["type"] == "MemoryError", result.error
+    assert result.error["message"] == ("MemoryError: memory ran out in check GG501 on rule squeezed_rrule; check it "
+                                       "with smaller inputs or give it more memory")

@@ -116,6 +116,19 @@ def test_a_finding_made_of_a_limit_becomes_an_error_naming_the_limit() -> None:
     assert judged["summary"]["by_check"] == {"GG202": 1}
 
 
+def test_memory_running_out_inside_a_check_is_the_memory_limit() -> None:
+    """The checker's own word for memory running out in a check (in Hypothesis' input drawing, say)."""
+    err = {"type": "MemoryError", "traceback": "  + Exception Group Traceback (most recent call last):\n  | MemoryError\n",
+           "message": "MemoryError: memory ran out in check GG501 on rule matmul_rrule; check it with smaller inputs "
+                      "or give it more memory"}
+    rules = [_rule("matmul_rrule", verdict="error", error=err), _rule("other")]
+    judged, reason = _judge.judge(_raw({"rules": ["matmul_rrule", "other"]}, *[{"rule": r} for r in rules],
+                                       {"report": {"schema": "gradguard.report/1"}}), Limits(memory_mb=2048), "bubblewrap")
+    assert reason == "exceeded 2048 MB memory"
+    assert judged["rules"][0]["error"]["type"] == "LimitExceeded"
+    assert judged["rules"][1]["verdict"] == "pass"
+
+
 def test_the_stream_is_untrusted_input() -> None:
     limits = Limits()
     assert _judge.judge(_raw(tail=b'{"rule": 5}\n'), limits, "bubblewrap") == (
