@@ -123,8 +123,10 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
             search()
     except (_CheckFailed, _BudgetSpent):
         pass
-    except Flaky:
-        pass  # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
+    except Flaky as exc:
+        if any(isinstance(e, MemoryError) for e in _chain(exc)):  # memory ran out once: no verdict to keep
+            raise internal_error(label, rule.name, exc) from None
+        # the failure did not replay (a nondeterministic rule): the last failing example seen is kept
     except Unsatisfiable as exc:
         raise _SpecCannotGenerate(
             f"the argument specs of {rule.name} could not generate an input ({exc}). Loosen the specs' filters or bounds."

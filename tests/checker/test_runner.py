@@ -158,6 +158,9 @@ def test_memory_running_out_inside_hypothesis_is_a_memory_error_not_a_spec_or_in
 
     result = check(squeezed_rrule, select=["GG501"], use_cache=False).rules[0]  # the contexts draw first
     assert result.verdict == "error"
+    calls["n"] = 0
+    survey = check(squeezed_rrule, select=["GG1"], use_cache=False).rules[0]  # the survey draws first
+    assert survey.verdict == "error" and survey.error["message"].startswith("MemoryError: memory ran out in the checks")
     assert result.error["type"] == "MemoryError", result.error
     assert result.error["message"] == ("MemoryError: memory ran out in check GG501 on rule squeezed_rrule; check it "
                                        "with smaller inputs or give it more memory")
