@@ -137,6 +137,60 @@ def test_large_program_values_do_not_hide_stale_state():
     assert "keep each call's residuals in the pullback's own closure" in finding.fix
 
 
+def exp_(x):
+    return np.exp(x)
+
+
+HUGE_EXP = arrays(shape=(2, 3), min_value=-20.0, max_value=20.0)  # HIPS/autograd's exp in the corpus: y up to 5e8
+
+
+@rrule(exp_, HUGE_EXP)
+def exp_rrule(x):
+    ans = np.exp(x)
+    return ans, lambda g: (None,) if g is None else (ans * g,)
+
+
+@rrule(exp_, HUGE_EXP)
+def exp_cached_rrule(x):
+    _LAST["exp"] = np.exp(x)  # the pullback reads whatever the latest call left here
+    return _LAST["exp"].copy(), lambda g: (None,) if g is None else (_LAST["exp"] * g,)
+
+
+def test_finer_tables_that_contradict_a_confirmed_value_widen_its_error():
+    """y + sin(y) / 2 with y = exp(x) ~ 1e8 turns every 6e-8 in x: the first two tables (steps from 1.8e-2)
+    agree on the slope without its cos(y) / 2 term, and only the finest table sees the term."""
+    x = np.array([-17.561, -12.278, -7.28, 18.384, -1.041, 0.5])
+    v = np.array([0.483, -0.279, 0.558, -0.488, 0.145, -0.084])
+    c = np.array([0.3, -0.6, 0.9, 0.7, -0.2, 0.4])
+
+    def program(x):
+        y = np.exp(x)
+        return np.sum(c * (y + np.sin(y) / 2))
+
+    exact = float(np.dot(c * np.exp(x) * (1 + np.cos(np.exp(x)) / 2), v))
+    one = fd.directional(program, (x,), (v,), complex_step=False)
+    assert abs(one.value - exact) > 1e4 * one.error  # the coarse table is sure of the averaged slope
+    sure = fd.confirmed(program, (x,), (v,), complex_step=False)
+    assert abs(sure.value - exact) <= sure.error, (sure, exact)
+
+
+def test_program_values_finite_differences_cannot_resolve_do_not_make_exp_wrong():
+    result = _context_findings(exp_rrule)
+    assert result.findings == [] and result.verdict == "pass", [f.message for f in result.findings]
+    assert "wrong" not in {c["status"] for c in result.safety_matrix["cells"]}
+
+
+def test_program_values_finite_differences_cannot_resolve_do_not_hide_stale_state_of_exp():
+    result = _context_findings(exp_cached_rrule)
+    (finding,) = result.findings
+    assert finding.check_id == "GG501" and finding.location == "context called-twice"
+    assert re.fullmatch(
+        r"in context `called-twice` \(the rule is called twice on two inputs; both outputs are used\) the gradient "
+        r"of the program is wrong under tape\[zero\], tape\[skip\] \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+
+
 def test_a_finite_difference_too_coarse_to_judge_is_no_verdict():
     from gradguard.checker import tolerances
     from gradguard.checker.contexts._verdict import compare

@@ -69,8 +69,6 @@ def _module_paths() -> list[Path]:
 KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
     "pytree_point_rule": (frozenset(range(10)), "crash: a dict output and a NamedTuple input, which jax.custom_vjp "
                           "accepts, are not checkable yet (defect class 4)"),
-    "exp_rrule": (frozenset({0}), "GG501 in called-twice: sin of values up to e**20 fools both finite-difference "
-                  "tables alike (defect class 1)"),
 }
 
 
