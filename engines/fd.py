@@ -21,7 +21,7 @@ Three entry points, all returning a `Derivative` (value, error estimate, cost):
 
 `inner(a, b)` is the real inner product the checker must use on the other side
 of the dot-product test: sum(Re(conj(a) * b)) over the leaves of two matching
-pytrees of tuples/lists, with None counting as zero.
+pytrees of tuples/lists/dicts, with None counting as zero.
 """
 
 from __future__ import annotations
@@ -65,16 +65,28 @@ class Derivative:
 
 
 def _is_node(x: Any) -> bool:
-    return isinstance(x, (tuple, list))
+    return isinstance(x, (tuple, list, dict))
+
+
+def _children(x: Any) -> list:
+    """A node's children: a dict's values by sorted key (JAX's order), a sequence's items."""
+    if isinstance(x, dict):
+        try:
+            return [x[k] for k in sorted(x)]
+        except TypeError:
+            return list(x.values())
+    return list(x)
 
 
 def _leaves(x: Any) -> list:
-    return [leaf for item in x for leaf in _leaves(item)] if _is_node(x) else [x]
+    return [leaf for item in _children(x) for leaf in _leaves(item)] if _is_node(x) else [x]
 
 
 def _tree_map(fn: Callable, x: Any) -> Any:
     if not _is_node(x):
         return fn(x)
+    if isinstance(x, dict):
+        return {k: _tree_map(fn, item) for k, item in x.items()}
     items = [_tree_map(fn, item) for item in x]
     return type(x)(*items) if hasattr(type(x), "_fields") else type(x)(items)  # NamedTuples take fields
 
@@ -84,9 +96,9 @@ def _pairs(a: Any, b: Any, path: str = ""):
     if a is None or b is None:
         return
     if _is_node(a) or _is_node(b):
-        if not (_is_node(a) and _is_node(b)) or len(a) != len(b):
+        if not (_is_node(a) and _is_node(b)) or len(a) != len(b) or isinstance(a, dict) != isinstance(b, dict):
             raise ValueError(f"pytrees differ at {path or 'the root'}: {_describe(a)} vs {_describe(b)}")
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(_children(a), _children(b))):
             yield from _pairs(x, y, f"{path}[{i}]")
         return
     x, y = np.asarray(a), np.asarray(b)

@@ -28,7 +28,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, leaves, rebuild
+from gradguard.checker.trees import children, copy_tree, inner, is_leaf, leaves, rebuild
 from gradguard.engines import fd
 
 __all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked"]
@@ -101,8 +101,8 @@ def _rebuild(tree: Any, flat: list[Any]) -> Any:
     it = iter(flat)
 
     def go(node: Any) -> Any:
-        if isinstance(node, (tuple, list)):
-            return rebuild(node, [go(n) for n in node])
+        if not is_leaf(node):
+            return rebuild(node, [go(n) for n in children(node)])
         return next(it)
 
     return go(tree)

@@ -34,7 +34,7 @@ from gradguard.checker.contexts._ops import jax_ops, numpy_ops, tape_ops
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec, complex_convention_of, unused_cotangent_of
-from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, rebuild
+from gradguard.checker.trees import abs_inner, children, copy_tree, inner, is_leaf, leaves, rebuild
 from gradguard.engines.errors import TraceError
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix"]
@@ -344,8 +344,8 @@ def _numpy_rrule(rule: RuleSpec) -> Callable[..., Any]:
 
 
 def _to_numpy(tree: Any) -> Any:
-    if isinstance(tree, (tuple, list)):
-        return rebuild(tree, (_to_numpy(t) for t in tree))
+    if not is_leaf(tree):
+        return rebuild(tree, (_to_numpy(t) for t in children(tree)))
     return np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
 
 

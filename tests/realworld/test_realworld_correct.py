@@ -67,8 +67,6 @@ def _module_paths() -> list[Path]:
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
 KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
-    "pytree_point_rule": (frozenset(range(10)), "crash: a dict output and a NamedTuple input, which jax.custom_vjp "
-                          "accepts, are not checkable yet (defect class 4)"),
 }
 
 
