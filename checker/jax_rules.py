@@ -114,7 +114,10 @@ def jax_rule(
     lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
     parameters with defaults may be left without a spec (``f(a, axis=None)`` with
     ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
-    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. ``unused_cotangent`` is
+    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. A pytree argument (a NamedTuple,
+    dict, tuple or list of arrays, drawn e.g. by ``st.builds(Point, arrays(...), arrays(...))``) is checked
+    leaf by leaf, each leaf an argument named by its path (`gradguard.checker.pytree_args`); pytree outputs
+    need nothing. ``unused_cotangent`` is
     ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None.
     """
     from gradguard.engines.errors import AdapterError
