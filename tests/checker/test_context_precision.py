@@ -174,10 +174,30 @@ def test_finer_tables_that_contradict_a_confirmed_value_widen_its_error():
     assert abs(sure.value - exact) <= sure.error, (sure, exact)
 
 
-def test_program_values_finite_differences_cannot_resolve_do_not_make_exp_wrong():
-    result = _context_findings(exp_rrule)
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_large_outputs_keep_the_context_programs_resolvable_and_exp_right(seed):
+    """exp of up to 20 gives outputs up to 5e8: the loss's sin turns over the output's range, not every 1e-8,
+    so the finite differences of every program resolve its slope and every engine is judged right."""
+    result = _context_findings(exp_rrule, seed)
     assert result.findings == [] and result.verdict == "pass", [f.message for f in result.findings]
-    assert "wrong" not in {c["status"] for c in result.safety_matrix["cells"]}
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
+
+
+def test_the_loss_is_y_plus_sin_y_over_2_for_moderate_outputs_and_widens_for_large_ones():
+    from gradguard.checker.contexts._ops import LossWeights, numpy_ops
+    from gradguard.checker.contexts._programs import loss_scale, loss_weights
+
+    assert loss_scale(np.array([0.5, -3.0, np.nan])) == 1.0
+    assert loss_scale(np.array([[1e8, -2.0]])) == pytest.approx(1e8 / np.pi)
+    rng = np.random.default_rng(0)
+    y = (np.array([0.3, -2.5]), np.array([4e8, -1.0]))
+    w = loss_weights(y, rng)
+    assert isinstance(w, LossWeights) and w.scales[0] == 1.0 and w.scales[1] == pytest.approx(4e8 / np.pi)
+    ops = numpy_ops(lambda x: x)
+    moderate = np.sum(w.weights[0] * (y[0] + np.sin(y[0]) / 2))
+    large = np.sum(w.weights[1] * (y[1] + w.scales[1] * np.sin(y[1] / w.scales[1]) / 2))
+    assert ops.loss(y, w) == moderate + large
+    assert ops.loss(y[0], w.weights[0]) == moderate  # plain weights: s = 1, bit for bit the loss it always was
 
 
 def test_program_values_finite_differences_cannot_resolve_do_not_hide_stale_state_of_exp():
@@ -389,7 +409,8 @@ def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
     output_used = [f for f in result.findings if f.location == "context output-used"]
     (finding,) = output_used
     assert re.fullmatch(
-        r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
+        r"in context `output-used` \(the output goes through y \+ s sin\(y/s\)/2 \(s = 1 unless the output exceeds "
+        r"pi\) into a random linear functional\) the "
         r"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax \(relative error \S+\)\.",
         finding.message,
     ), finding.message
