@@ -106,7 +106,7 @@ def loss_scale(leaf: Any) -> float:
     values = np.abs(np.asarray(leaf))
     finite = values[np.isfinite(values)] if values.size else values
     top = float(np.max(finite)) if finite.size else 0.0
-    return max(1.0, top / np.pi)
+    return max(1.0, float(top / np.pi))  # a Python float: float32 outputs stay float32
 
 
 def loss_weights(value: Any, rng: np.random.Generator) -> LossWeights:
