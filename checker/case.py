@@ -23,7 +23,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild, tree_map
+from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 
 __all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
@@ -58,11 +58,11 @@ class UnsupportedOutput(BaseException):
     """
 
 
-SUPPORTED_OUTPUT = "arrays, Python or NumPy numbers, None, and tuples, lists or NamedTuples of them (nested)"
+SUPPORTED_OUTPUT = "arrays, Python or NumPy numbers, None, and tuples, lists, NamedTuples or dicts of them (nested)"
 
 
 def _unsupported_leaf(tree: Any) -> Any:
-    """The first leaf of ``tree`` that is not an array, a number or None (dicts count as leaves here)."""
+    """The first leaf of ``tree`` that is not an array, a number or None."""
     for leaf in leaves(tree):
         if leaf is None or isinstance(leaf, (np.ndarray, np.generic, bool, int, float, complex)):
             continue
@@ -255,8 +255,8 @@ class Case:
             if call.is_pair and (odd := _unsupported_leaf(result[0])) is not None:
                 raise UnsupportedOutput(
                     f"the output of {self.rule.name} holds {describe(odd)} {odd!r:.60}; gradguard checks outputs that "
-                    f"are {SUPPORTED_OUTPUT}. Declare a primal that returns a tuple of the arrays (e.g. "
-                    "tuple(d[k] for k in sorted(d)) for a dict) and adapt the rule to it."
+                    f"are {SUPPORTED_OUTPUT}. Declare a primal that returns the arrays in one of those "
+                    "containers and adapt the rule to it."
                 )
             if call.is_pair:
                 call.snapshot = copy_tree(result[0])
@@ -336,7 +336,7 @@ class Case:
 
 def _like_strategy(value: Any, bound: float) -> SearchStrategy:
     if not is_leaf(value):
-        return st.tuples(*(_like_strategy(v, bound) for v in value)).map(lambda items: rebuild(value, items))
+        return st.tuples(*(_like_strategy(v, bound) for v in children(value))).map(lambda items: rebuild(value, items))
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         arr = np.asarray(value)
         dt = arr.dtype if arr.dtype.kind in "fc" else np.dtype("float64")

@@ -25,6 +25,8 @@ def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     if isinstance(value, list):
         return "[" + ", ".join(show(v, precision=precision, threshold=threshold) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {show(v, precision=precision, threshold=threshold)}" for k, v in value.items()) + "}"
     if isinstance(value, float):
         text = repr(value)
         return text if len(text) <= precision + 6 else f"{value:.{precision}g}"
@@ -32,7 +34,7 @@ def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
 
 
 def literal(value: Any) -> str:
-    """Exact source for ``value`` (arrays, scalars, None, tuples/lists of them)."""
+    """Exact source for ``value`` (arrays, scalars, None, tuples/lists/dicts of them)."""
     if isinstance(value, np.ndarray):
         if value.size > 10_000:
             # Too large to inline: rebuild from the bytes, still exact.
@@ -45,6 +47,8 @@ def literal(value: Any) -> str:
         return f"({items},)" if len(value) == 1 else f"({items})"
     if isinstance(value, list):
         return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float) and not np.isfinite(value):
         return f"float({str(value)!r})"
     return repr(value)

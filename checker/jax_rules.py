@@ -32,7 +32,10 @@ from typing import Any, Callable, Iterable
 
 from hypothesis.strategies import SearchStrategy
 
+from hypothesis import strategies as st
+
 from gradguard.checker.errors import SpecError
+from gradguard.checker.pytree_args import flattening
 from gradguard.checker.specs import RuleSpec, build_spec, with_kwargs
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
@@ -111,7 +114,10 @@ def jax_rule(
     lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
     parameters with defaults may be left without a spec (``f(a, axis=None)`` with
     ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
-    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. ``unused_cotangent`` is
+    ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. A pytree argument (a NamedTuple,
+    dict, tuple or list of arrays, drawn e.g. by ``st.builds(Point, arrays(...), arrays(...))``) is checked
+    leaf by leaf, each leaf an argument named by its path (`gradguard.checker.pytree_args`); pytree outputs
+    need nothing. ``unused_cotangent`` is
     ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None.
     """
     from gradguard.engines.errors import AdapterError
@@ -133,9 +139,20 @@ def jax_rule(
     declared = len(arg_specs) if arg_specs else None
     merged = (*nondiff, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = _adapted(fn, forward_mode, merged)
+    primal, jax_fn, jax_primal = _numpy_primal(parts.fun), with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})
+    flat = flattening(parts.fun, arg_specs, args, merged)
+    if flat is not None:  # pytree arguments: checked leaf by leaf (see checker.pytree_args)
+        if isinstance(mutates, int) and not isinstance(mutates, bool):
+            mutates = (mutates,)
+        strategy = st.tuples(*arg_specs) if arg_specs else args
+        assert strategy is not None
+        rule, primal = flat.rule(rule), flat.function(primal)
+        jax_fn, jax_primal = flat.function(jax_fn), flat.function(jax_primal)
+        arg_specs, args = (), strategy.map(flat.flatten)
+        merged, mutates = tuple(flat.flat_positions(merged)), tuple(flat.flat_positions(mutates))
     spec = build_spec(
         rule,
-        _numpy_primal(parts.fun),
+        primal,
         arg_specs,
         args=args,
         mutates=mutates,
@@ -144,11 +161,11 @@ def jax_rule(
         rtol=rtol,
         atol=atol,
         kind="jax",
-        jax_fn=with_kwargs(fn, kwargs or {}),
+        jax_fn=jax_fn,
         kwargs=kwargs,
         unused_cotangent=unused_cotangent,
     )
-    spec.extra["jax_primal"] = with_kwargs(parts.fun, kwargs or {})
+    spec.extra["jax_primal"] = jax_primal
     if forward_mode:
         spec.extra[CUSTOM_JVP] = True
     spec.module = getattr(parts.fun, "__module__", None)

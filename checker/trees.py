@@ -1,6 +1,9 @@
-"""Small helpers over the values rules exchange: arrays, Python scalars, and tuples/lists of them.
+"""Small helpers over the values rules exchange: arrays, Python scalars, and tuples/lists/dicts of them.
 
-A *tree* here is a leaf (ndarray, float, complex, None) or a tuple/list of trees.
+A *tree* here is a leaf (ndarray, float, complex, None) or a tuple, list, NamedTuple or dict of trees: the
+pytrees `jax.custom_vjp` accepts. A dict's children are its values in the order of its sorted keys, as JAX
+flattens them, so a cotangent built for a dict lines up with the dict whatever order its keys were
+inserted in; `rebuild` keeps the node's own key order.
 The real inner product ``<a, b> = sum(Re(conj(a) * b))`` is the one every
 numeric check uses, so complex tangents follow a single convention.
 """
@@ -12,38 +15,68 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "is_leaf", "same_structure", "describe", "max_abs"]
+__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "is_leaf", "children", "keys_of",
+           "same_structure", "describe", "max_abs"]
 
 
 def is_leaf(x: Any) -> bool:
-    return not isinstance(x, (tuple, list))
+    return not isinstance(x, (tuple, list, dict))
+
+
+def children(node: Any) -> list[Any]:
+    """A node's children in order: a dict's values by sorted key (JAX's order), a sequence's items."""
+    if isinstance(node, dict):
+        return [node[k] for k in keys_of(node)]
+    return list(node)
+
+
+def keys_of(node: dict) -> list[Any]:
+    """A dict's keys in :func:`children`'s order."""
+    try:
+        return sorted(node)
+    except TypeError:  # keys of mixed types: JAX refuses those too; keep the insertion order
+        return list(node)
 
 
 def leaves(tree: Any) -> list[Any]:
     if is_leaf(tree):
         return [tree]
-    return [leaf for sub in tree for leaf in leaves(sub)]
+    return [leaf for sub in children(tree) for leaf in leaves(sub)]
 
 
-def rebuild(node: Any, children: Any) -> Any:
-    """A tuple or list of ``node``'s type holding ``children``: NamedTuples (``np.linalg.slogdet``'s
-    ``SlogdetResult``) take their fields as separate arguments, plain tuples and lists one iterable."""
-    children = list(children)
+def rebuild(node: Any, items: Any) -> Any:
+    """A node of ``node``'s type holding ``items`` (in :func:`children`'s order): NamedTuples (``np.linalg.slogdet``'s
+    ``SlogdetResult``) take their fields as separate arguments, plain tuples and lists one iterable, and a
+    dict gets its keys back in its own order."""
+    items = list(items)
+    if isinstance(node, dict):
+        by_key = dict(zip(keys_of(node), items))
+        out = {k: by_key[k] for k in node}
+        if type(node) is dict:
+            return out
+        try:
+            return type(node)(out)  # OrderedDict and other mappings built from a dict
+        except TypeError:
+            return out
     if isinstance(node, tuple) and hasattr(type(node), "_fields"):
-        return type(node)(*children)
-    return type(node)(children)
+        return type(node)(*items)
+    return type(node)(items)
 
 
 def tree_map(fn: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     if is_leaf(tree):
         return fn(tree, *rest)
-    return rebuild(tree, (tree_map(fn, t, *(r[i] for r in rest)) for i, t in enumerate(tree)))
+    others = [children(r) for r in rest]
+    return rebuild(tree, (tree_map(fn, t, *(o[i] for o in others)) for i, t in enumerate(children(tree))))
 
 
 def same_structure(a: Any, b: Any) -> bool:
     if is_leaf(a) or is_leaf(b):
         return is_leaf(a) and is_leaf(b)
-    return len(a) == len(b) and all(same_structure(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) or isinstance(b, dict):
+        if not (isinstance(a, dict) and isinstance(b, dict) and set(a) == set(b)):
+            return False
+    return len(a) == len(b) and all(same_structure(x, y) for x, y in zip(children(a), children(b)))
 
 
 def copy_tree(tree: Any) -> Any:
@@ -79,7 +112,7 @@ def describe(x: Any) -> str:
         return "None"
     if isinstance(x, np.ndarray):
         return f"{x.dtype} array of shape {x.shape}"
-    if isinstance(x, (tuple, list)):
+    if isinstance(x, (tuple, list, dict)):
         return f"{type(x).__name__} of {len(x)}"
     if isinstance(x, np.generic):
         return f"NumPy {x.dtype} scalar"

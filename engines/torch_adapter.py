@@ -88,15 +88,22 @@ def call(function: Any, *args: Any) -> Any:
     return flat if structure is None else _unflatten(structure, iter(flat))
 
 
-# A nested output's structure: None for a leaf, else (the tuple or list itself, its children's structures).
+# A nested output's structure: None for a leaf, else (the tuple, list or dict itself, its children's structures).
 Structure = Any
 
 
+def _keys(node: dict) -> list[Any]:
+    try:
+        return sorted(node)  # JAX's order, as the checker's trees take a dict's values
+    except TypeError:
+        return list(node)
+
+
 def _flatten(tree: Any) -> tuple[list[Any], Structure]:
-    if not isinstance(tree, (tuple, list)):
+    if not isinstance(tree, (tuple, list, dict)):
         return [tree], None
     flat, children = [], []
-    for child in tree:
+    for child in ([tree[k] for k in _keys(tree)] if isinstance(tree, dict) else tree):
         sub, structure = _flatten(child)
         flat.extend(sub)
         children.append(structure)
@@ -108,6 +115,9 @@ def _unflatten(structure: Structure, flat: Iterator[Any]) -> Any:
         return next(flat)
     node, children = structure
     values = [_unflatten(child, flat) for child in children]
+    if isinstance(node, dict):
+        by_key = dict(zip(_keys(node), values))
+        return {k: by_key[k] for k in node}
     if isinstance(node, tuple) and hasattr(type(node), "_fields"):  # a NamedTuple takes its fields one by one
         return type(node)(*values)
     return type(node)(values)

@@ -24,7 +24,7 @@ from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, s
 from gradguard.checker.checks._vjp import _primal
 from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Skip
-from gradguard.checker.trees import leaves, rebuild, tree_map
+from gradguard.checker.trees import children, is_leaf, leaves, rebuild, tree_map
 
 __all__ = [
     "jax_tangents",
@@ -47,8 +47,8 @@ NOT_FAITHFUL = "the primal run with jax.numpy in place of numpy computes other v
 
 def tuple_like(out: Any, cotangent: Any) -> Any:
     """``out`` with the cotangent's container types (JAX returns lists where the primal built tuples)."""
-    if isinstance(cotangent, (tuple, list)) and isinstance(out, (tuple, list)):
-        return rebuild(cotangent, (tuple_like(o, c) for o, c in zip(out, cotangent)))
+    if not is_leaf(cotangent) and not is_leaf(out):
+        return rebuild(cotangent, (tuple_like(o, c) for o, c in zip(children(out), children(cotangent))))
     return out
 
 

@@ -25,7 +25,7 @@ from gradguard.checker.compare import close_at_leaf_scale, first_mismatch
 from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, is_leaf, rebuild
+from gradguard.checker.trees import children, copy_tree, is_leaf, keys_of, rebuild
 
 __all__: list[str] = []
 
@@ -51,8 +51,9 @@ def _leaf_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if is_leaf(tree):
         return [(prefix, tree)]
     out = []
-    for k, sub in enumerate(tree):
-        out.extend(_leaf_paths(sub, f"{prefix}[{k}]"))
+    keys = keys_of(tree) if isinstance(tree, dict) else range(len(tree))
+    for k, sub in zip(keys, children(tree)):
+        out.extend(_leaf_paths(sub, f"{prefix}[{k!r}]" if isinstance(tree, dict) else f"{prefix}[{k}]"))
     return out
 
 
@@ -228,13 +229,14 @@ def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
 def _stack(trees: list[Any]) -> Any:
     if is_leaf(trees[0]):
         return np.stack([np.asarray(t) for t in trees])
-    return rebuild(trees[0], (_stack([t[k] for t in trees]) for k in range(len(trees[0]))))
+    subs = [children(t) for t in trees]
+    return rebuild(trees[0], (_stack([s[k] for s in subs]) for k in range(len(subs[0]))))
 
 
 def _unstack(tree: Any, k: int) -> Any:
     if is_leaf(tree):
         return None if tree is None else np.asarray(tree)[k]
-    return rebuild(tree, (_unstack(t, k) for t in tree))
+    return rebuild(tree, (_unstack(t, k) for t in children(tree)))
 
 
 @check(

@@ -21,7 +21,7 @@ from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, t
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
-from gradguard.checker.trees import copy_tree, describe, is_leaf, leaves, rebuild
+from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild
 
 __all__: list[str] = []
 
@@ -155,10 +155,11 @@ def _none_variants(case: Case, y: Any) -> list[tuple[str, Any, Any]]:
     """(what, cotangent with None, the same with zeros): the whole output, then each output of a tuple."""
     out: list[tuple[str, Any, Any]] = [("None as the cotangent", None, None)]
     if not is_leaf(y):
-        for j in range(len(y)):
-            filled = case.cotangent_like(y, f"cotangent with output {j} absent")
-            absent = rebuild(y, (None if k == j else filled[k] for k in range(len(y))))
-            zero = rebuild(y, (zeros_like_tree(y[k]) if k == j else filled[k] for k in range(len(y))))
+        outputs = children(y)
+        for j in range(len(outputs)):
+            filled = children(case.cotangent_like(y, f"cotangent with output {j} absent"))
+            absent = rebuild(y, (None if k == j else filled[k] for k in range(len(outputs))))
+            zero = rebuild(y, (zeros_like_tree(outputs[k]) if k == j else filled[k] for k in range(len(outputs))))
             out.append((f"None as the cotangent of output {j}", absent, zero))
     return out
 

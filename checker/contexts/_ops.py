@@ -12,13 +12,21 @@ functionals the contexts contract outputs and inputs with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from gradguard.checker.trees import is_leaf, leaves
 
-__all__ = ["Ops", "numpy_ops", "tape_ops", "jax_ops"]
+__all__ = ["Ops", "LossWeights", "numpy_ops", "tape_ops", "jax_ops"]
+
+
+class LossWeights(NamedTuple):
+    """What `Ops.loss` contracts an output with: random weights, and the scale ``s`` of each leaf's
+    nonlinearity ``y + s sin(y / s) / 2`` (None where the weight is None)."""
+
+    weights: Any
+    scales: Any
 
 
 @dataclass(frozen=True)
@@ -31,13 +39,17 @@ class Ops:
     ndim: Callable[[Any], int] = np.ndim  # the number of axes of one of its arrays
 
     def loss(self, y: Any, c: Any) -> Any:
-        """``sum(c * (y + sin(y) / 2))`` over the leaves of ``y`` that have a weight in ``c``: a nonlinearity
-        whose slope stays in [1/2, 3/2] (tanh would saturate on large outputs, and every cotangent would
-        vanish), then a random linear functional; real part for complex outputs."""
+        """``sum(c * (y + s sin(y / s) / 2))`` over the leaves of ``y`` that have a weight in ``c``: a
+        nonlinearity whose slope stays in [1/2, 3/2] (tanh would saturate on large outputs, and every
+        cotangent would vanish), then a random linear functional; real part for complex outputs. ``c`` is a
+        `LossWeights` (weights and each leaf's scale ``s``: 1 for moderate outputs, so that the loss is
+        ``y + sin(y) / 2`` exactly, wider for large ones) or plain weights (``s = 1``)."""
+        weights, scales = (c.weights, c.scales) if isinstance(c, LossWeights) else (c, None)
         total: Any = 0.0
-        for yk, ck in zip(_leaves(y), _leaves(c)):
+        for k, (yk, ck) in enumerate(zip(_leaves(y), _leaves(weights))):
             if ck is not None:
-                bent = self.xp.add(yk, self.xp.multiply(self.xp.sin(yk), 0.5))
+                sk = 1.0 if scales is None else _leaves(scales)[k]
+                bent = self.xp.add(yk, self.xp.multiply(self.xp.sin(self.xp.divide(yk, sk)), self.xp.multiply(sk, 0.5)))
                 total = total + self._real_sum(self.xp.multiply(ck, bent), ck)
         return total
 

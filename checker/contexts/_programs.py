@@ -15,12 +15,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker.contexts._ops import Ops
+from gradguard.checker.contexts._ops import LossWeights, Ops
 from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, is_leaf, tree_map
 
-__all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name"]
+__all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
 
 class NotApplicable(Exception):
@@ -99,11 +99,29 @@ def weights_like(value: Any, rng: np.random.Generator) -> Any:
     return one(value) if is_leaf(value) else tree_map(one, value)
 
 
+def loss_scale(leaf: Any) -> float:
+    """1 for outputs within pi of 0 (the loss is then y + sin(y)/2 exactly), else max|y| / pi: sin then turns
+    at most once over the output's range, however large its values. With sin(y) itself an output of 1e8
+    turns every 1e-8 of its own scale, and no finite difference of the program resolves it."""
+    values = np.abs(np.asarray(leaf))
+    finite = values[np.isfinite(values)] if values.size else values
+    top = float(np.max(finite)) if finite.size else 0.0
+    return max(1.0, float(top / np.pi))  # a Python float: float32 outputs stay float32
+
+
+def loss_weights(value: Any, rng: np.random.Generator) -> LossWeights:
+    """`weights_like` for a loss (the same random draws), with the scale of each leaf's nonlinearity."""
+    weights = weights_like(value, rng)
+    scales = tree_map(lambda leaf, w: None if w is None else loss_scale(leaf), value, weights) if not is_leaf(value) \
+        else (None if weights is None else loss_scale(value))
+    return LossWeights(weights, scales)
+
+
 # -- the templates ----------------------------------------------------------------------------------
 
 
 def _output_used(sig: Signature, rng: np.random.Generator) -> Plan:
-    c = weights_like(sig.output, rng)
+    c = loss_weights(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         return ops.loss(ops.call(*sig.assemble(sig.by_position(xs))), consts[0])
@@ -130,7 +148,7 @@ def _need_array(sig: Signature, what: str) -> list[int]:
 
 def _captured_before(sig: Signature, rng: np.random.Generator) -> Plan:
     held = _need_array(sig, "an earlier operation to capture")
-    c = weights_like(sig.output, rng)
+    c = loss_weights(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = sig.by_position(xs)
@@ -160,7 +178,7 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
         raise NotApplicable("the argument specs produced only one distinct input")
     n = len(sig.diff)
     second = sig.rule.primal(*copy_tree(sig.args2))  # the second draw may have other shapes than the first
-    c1, c2 = weights_like(sig.output, rng), weights_like(second, rng)
+    c1, c2 = loss_weights(sig.output, rng), loss_weights(second, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z1 = ops.call(*sig.assemble(sig.by_position(xs[:n])))
@@ -171,7 +189,7 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
 
 
 def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
-    c1, c2, c3 = (weights_like(sig.output, rng) for _ in range(3))
+    c1, c2, c3 = loss_weights(sig.output, rng), loss_weights(sig.output, rng), weights_like(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z = ops.call(*sig.assemble(sig.by_position(xs)))
@@ -193,7 +211,7 @@ def _same_pair(sig: Signature) -> tuple[int, int]:
 def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: Any) -> Plan:
     """A plan where argument ``j`` is ``alias(argument i)`` and does not move on its own."""
     moving = [p for p in sig.diff if p != j]
-    c = weights_like(sig.output, rng)
+    c = loss_weights(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = dict(zip(moving, xs))
@@ -233,7 +251,7 @@ def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
             inputs.append(base)
         else:
             inputs.append(copy_tree(sig.args[p]))
-    c = weights_like(sig.output, rng)
+    c = loss_weights(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = {p: (x[::2] if p in views else x) for p, x in zip(sig.diff, xs)}
@@ -247,7 +265,7 @@ def _transposed_view(sig: Signature, rng: np.random.Generator) -> Plan:
     if not views:
         raise NotApplicable("the rule has no differentiable array argument with 2 or more axes")
     inputs = tuple(np.ascontiguousarray(sig.args[p].T) if p in views else copy_tree(sig.args[p]) for p in sig.diff)
-    c = weights_like(sig.output, rng)
+    c = loss_weights(sig.output, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = {p: (x.T if p in views else x) for p, x in zip(sig.diff, xs)}  # Fortran-ordered views
@@ -273,8 +291,8 @@ def _tied_slot(sig: Signature) -> int:
 
 def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:
     k = _tied_slot(sig)
-    c1 = weights_like(sig.output, rng)
-    c2 = weights_like(_output_on_transpose(sig, k), rng)
+    c1 = loss_weights(sig.output, rng)
+    c2 = loss_weights(_output_on_transpose(sig, k), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = sig.by_position(xs)
@@ -294,7 +312,8 @@ def _output_on_transpose(sig: Signature, k: int) -> Any:
 
 
 CONTEXTS: tuple[Context, ...] = (
-    Context("output-used", "the output goes through y + sin(y)/2 into a random linear functional", _output_used),
+    Context("output-used", "the output goes through y + s sin(y/s)/2 (s = 1 unless the output exceeds pi) into a "
+            "random linear functional", _output_used),
     Context("output-unused", "the inputs are read before the call; the rule's output is never used", _output_unused),
     Context("captured-before", "dot(x, x) captures the input before the call; the output is used", _captured_before),
     Context(

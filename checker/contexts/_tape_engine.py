@@ -12,7 +12,7 @@ from gradguard.checker.contexts._engine import Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops, tape_ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec, unused_cotangent_of
-from gradguard.checker.trees import copy_tree, rebuild
+from gradguard.checker.trees import children, copy_tree, is_leaf, rebuild
 
 __all__ = ["POLICIES", "ENGINES"]
 
@@ -79,8 +79,8 @@ def _numpy_rrule(rule: RuleSpec) -> Callable[..., Any]:
 
 
 def _to_numpy(tree: Any) -> Any:
-    if isinstance(tree, (tuple, list)):
-        return rebuild(tree, (_to_numpy(t) for t in tree))
+    if not is_leaf(tree):
+        return rebuild(tree, (_to_numpy(t) for t in children(tree)))
     return np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
 
 

@@ -185,10 +185,10 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
         raise EngineError(f"the rrule of `{name}` must return a pair (output, pullback), but returned "
                           f"{type(result).__name__} {result!r:.80}. Return `y, pullback`.")
     out, pullback = result
-    outs = _flat(out)  # nested tuples and NamedTuples (slogdet, eigh, svd) are flattened to their leaves
+    outs = _flat(out)  # nested tuples, NamedTuples (slogdet, eigh, svd) and dicts are flattened to their leaves
     wrapped = tuple(tape.track(o) if differentiable(o) else o for o in outs)
     inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
-    structure = out if isinstance(out, (tuple, list)) else None
+    structure = out if isinstance(out, (tuple, list, dict)) else None
     tape.nodes.append(Node(name, step, pullback, inputs, wrapped, structure is not None, builtin, structure))
     if tape.watcher:
         tape.watcher.after_step(name, step, raw)
@@ -197,14 +197,27 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
     return _unflat(structure, list(wrapped)) if structure is not None else wrapped[0]
 
 
+def _keys(tree: dict) -> list[Any]:
+    """A dict's keys in the order its leaves are flattened: sorted, as JAX does."""
+    try:
+        return sorted(tree)
+    except TypeError:
+        return list(tree)
+
+
 def _flat(tree: Any) -> list[Any]:
+    if isinstance(tree, dict):
+        return [leaf for key in _keys(tree) for leaf in _flat(tree[key])]
     if isinstance(tree, (tuple, list)):
         return [leaf for item in tree for leaf in _flat(item)]
     return [tree]
 
 
 def _unflat(structure: Any, flat: list[Any]) -> Any:
-    """``structure``'s tuples, lists and NamedTuples holding the leaves ``flat`` (consumed in order)."""
+    """``structure``'s tuples, lists, NamedTuples and dicts holding the leaves ``flat`` (consumed in order)."""
+    if isinstance(structure, dict):
+        by_key = {key: _unflat(structure[key], flat) for key in _keys(structure)}
+        return {key: by_key[key] for key in structure}
     if not isinstance(structure, (tuple, list)):
         return flat.pop(0)
     items = [_unflat(s, flat) for s in structure]

@@ -142,6 +142,80 @@ def test_large_program_values_do_not_hide_stale_state():
     assert "keep each call's residuals in the pullback's own closure" in finding.fix
 
 
+def exp_(x):
+    return np.exp(x)
+
+
+HUGE_EXP = arrays(shape=(2, 3), min_value=-20.0, max_value=20.0)  # HIPS/autograd's exp in the corpus: y up to 5e8
+
+
+@rrule(exp_, HUGE_EXP)
+def exp_rrule(x):
+    ans = np.exp(x)
+    return ans, lambda g: (None,) if g is None else (ans * g,)
+
+
+@rrule(exp_, HUGE_EXP)
+def exp_cached_rrule(x):
+    _LAST["exp"] = np.exp(x)  # the pullback reads whatever the latest call left here
+    return _LAST["exp"].copy(), lambda g: (None,) if g is None else (_LAST["exp"] * g,)
+
+
+def test_finer_tables_that_contradict_a_confirmed_value_widen_its_error():
+    """y + sin(y) / 2 with y = exp(x) ~ 1e8 turns every 6e-8 in x: the first two tables (steps from 1.8e-2)
+    agree on the slope without its cos(y) / 2 term, and only the finest table sees the term."""
+    x = np.array([-17.561, -12.278, -7.28, 18.384, -1.041, 0.5])
+    v = np.array([0.483, -0.279, 0.558, -0.488, 0.145, -0.084])
+    c = np.array([0.3, -0.6, 0.9, 0.7, -0.2, 0.4])
+
+    def program(x):
+        y = np.exp(x)
+        return np.sum(c * (y + np.sin(y) / 2))
+
+    exact = float(np.dot(c * np.exp(x) * (1 + np.cos(np.exp(x)) / 2), v))
+    one = fd.directional(program, (x,), (v,), complex_step=False)
+    assert abs(one.value - exact) > 1e4 * one.error  # the coarse table is sure of the averaged slope
+    sure = fd.confirmed(program, (x,), (v,), complex_step=False)
+    assert abs(sure.value - exact) <= sure.error, (sure, exact)
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3])
+def test_large_outputs_keep_the_context_programs_resolvable_and_exp_right(seed):
+    """exp of up to 20 gives outputs up to 5e8: the loss's sin turns over the output's range, not every 1e-8,
+    so the finite differences of every program resolve its slope and every engine is judged right."""
+    result = _context_findings(exp_rrule, seed)
+    assert result.findings == [] and result.verdict == "pass", [f.message for f in result.findings]
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
+
+
+def test_the_loss_is_y_plus_sin_y_over_2_for_moderate_outputs_and_widens_for_large_ones():
+    from gradguard.checker.contexts._ops import LossWeights, numpy_ops
+    from gradguard.checker.contexts._programs import loss_scale, loss_weights
+
+    assert loss_scale(np.array([0.5, -3.0, np.nan])) == 1.0
+    assert loss_scale(np.array([[1e8, -2.0]])) == pytest.approx(1e8 / np.pi)
+    rng = np.random.default_rng(0)
+    y = (np.array([0.3, -2.5]), np.array([4e8, -1.0]))
+    w = loss_weights(y, rng)
+    assert isinstance(w, LossWeights) and w.scales[0] == 1.0 and w.scales[1] == pytest.approx(4e8 / np.pi)
+    ops = numpy_ops(lambda x: x)
+    moderate = np.sum(w.weights[0] * (y[0] + np.sin(y[0]) / 2))
+    large = np.sum(w.weights[1] * (y[1] + w.scales[1] * np.sin(y[1] / w.scales[1]) / 2))
+    assert ops.loss(y, w) == moderate + large
+    assert ops.loss(y[0], w.weights[0]) == moderate  # plain weights: s = 1, bit for bit the loss it always was
+
+
+def test_program_values_finite_differences_cannot_resolve_do_not_hide_stale_state_of_exp():
+    result = _context_findings(exp_cached_rrule)
+    (finding,) = result.findings
+    assert finding.check_id == "GG501" and finding.location == "context called-twice"
+    assert re.fullmatch(
+        r"in context `called-twice` \(the rule is called twice on two inputs; both outputs are used\) the gradient "
+        r"of the program is wrong under tape\[zero\], tape\[skip\] \(relative error \S+\)\.",
+        finding.message,
+    ), finding.message
+
+
 def test_a_finite_difference_too_coarse_to_judge_is_no_verdict():
     from gradguard.checker import tolerances
     from gradguard.checker.contexts._verdict import compare
@@ -341,7 +415,8 @@ def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
     output_used = [f for f in result.findings if f.location == "context output-used"]
     (finding,) = output_used
     assert re.fullmatch(
-        r"in context `output-used` \(the output goes through y \+ sin\(y\)/2 into a random linear functional\) the "
+        r"in context `output-used` \(the output goes through y \+ s sin\(y/s\)/2 \(s = 1 unless the output exceeds "
+        r"pi\) into a random linear functional\) the "
         rf"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
         finding.message,
     ), finding.message

@@ -238,16 +238,33 @@ def test_specs_that_cannot_call_the_primal_are_refused_with_the_reason():
 
 def test_an_output_gradguard_cannot_read_is_an_error_for_that_rule_only():
     def stats(x):
-        return {"mean": np.mean(x), "sum": np.sum(x)}
+        return np.mean(x), "mean"  # a label among the outputs: nothing to differentiate through
 
     @rrule(stats, arrays(shape=(3,)))
     def stats_rule(x):
-        return stats(x), lambda ybar: (np.full(x.shape, ybar["mean"] / 3 + ybar["sum"]),)
+        return stats(x), lambda ybar: (np.full(x.shape, ybar[0] / 3),)
 
     report = check([stats_rule, zero_d_ok], seed=0, select=["GG1", "GG2"])
     assert [r.verdict for r in report.rules] == ["error", "pass"]
     assert report.rules[0].error["type"] == "UnsupportedOutput"
     assert report.rules[0].error["message"].startswith(
-        "the output of stats_rule holds dict {'mean': np.float64(0.0), 'sum': np.float64(0.0)}; gradguard checks "
-        "outputs that are arrays, Python or NumPy numbers, None, and tuples, lists or NamedTuples of them (nested)."
+        "the output of stats_rule holds str 'mean'; gradguard checks outputs that are arrays, Python or NumPy "
+        "numbers, None, and tuples, lists, NamedTuples or dicts of them (nested)."
     )
+
+
+def test_a_dict_output_is_checked_like_a_tuple_of_its_values():
+    def stats(x):
+        return {"sum": np.sum(x), "mean": np.mean(x)}
+
+    @rrule(stats, arrays(shape=(3,)))
+    def stats_rule(x):
+        return stats(x), lambda ybar: (np.full(x.shape, ybar["mean"] / 3 + ybar["sum"]),)
+
+    @rrule(stats, arrays(shape=(3,)))
+    def stats_swapped(x):  # the two cotangents read from each other's keys
+        return stats(x), lambda ybar: (np.full(x.shape, ybar["sum"] / 3 + ybar["mean"]),)
+
+    report = check([stats_rule, stats_swapped], seed=0, select=["GG1", "GG2"])
+    assert [r.verdict for r in report.rules] == ["pass", "fail"], [r.error for r in report.rules]
+    assert {f.check_id for f in report.rules[1].findings} >= {"GG201"}

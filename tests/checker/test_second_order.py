@@ -111,6 +111,53 @@ def test_linear_pullback_passes() -> None:
     assert found == [] and skipped(report) == []
 
 
+# -- near a pole: the finite differences must not reach across it -------------------------------------
+def log(x):
+    return np.log(x)
+
+
+@rrule(log, arrays(shape=(3,), min_value=1e-3, max_value=100.0))
+def log_detached(x):
+    inverse = np.array(1 / x)  # the stored derivative, copied out of the trace
+    return np.log(x), lambda g: (g * inverse,)
+
+
+@rrule(log, arrays(shape=(3,), min_value=1e-3, max_value=100.0))
+def log_near_pole(x):  # HIPS/autograd's log vjp, g / x: its pullback has a pole at 0, 1e-3 away
+    return np.log(x), lambda g: (g / x,)
+
+
+def test_log_pullback_near_its_pole_passes() -> None:
+    report, found = findings(log_near_pole, seed=0)
+    assert [f.message for f in found] == [] and skipped(report) == []
+
+
+def test_detached_residual_near_a_pole_still_fails_second_order() -> None:
+    _, found = findings(log_detached, seed=0)
+    assert found, "GG204 missed a residual copied out of the trace near the pole"
+    assert re.fullmatch(DETACHED.replace("sin_detached", "log_detached"), found[0].message), found[0].message
+    assert float(found[0].actual) == 0.0
+
+
+def test_finite_differences_across_a_pole_are_not_taken_as_the_derivative() -> None:
+    """d/dt <w, g / (x + t u)> = -sum w g u / x**2 (by hand); at x = [1e-3, 1, 1] the first table's steps
+    (1.8e-2) reach across the pole at 0 and its error estimate does not cover its mistake."""
+    from gradguard.checker.checks.second_order import fd_directional, fd_settled
+
+    x, g, u, w = np.array([1e-3, 1.0, 1.0]), np.array([1.0, -2.0, 0.5]), np.array([1.0, 1.0, -1.0]), np.array([1.0, 3.0, 1.0])
+    exact = -float(np.sum(w * g * u / x**2))
+
+    def pulled(x):
+        return (g / x,)
+
+    one_table = fd_directional(pulled, (x,), (u,), (w,))
+    assert abs(one_table.value - exact) > 4 * one_table.error  # the hazard is real: one table is fooled
+    settled = fd_settled(pulled, (x,), (u,), (w,), agrees=lambda d: abs(d.value - exact) <= d.error)
+    assert abs(settled.value - exact) <= max(settled.error, 1e-9 * abs(exact)), (settled, exact)
+    wrong = fd_settled(pulled, (x,), (u,), (w,), agrees=lambda d: abs(d.value + exact) <= d.error)  # the wrong sign
+    assert abs(wrong.value - exact) <= max(wrong.error, 1e-9 * abs(exact)) and abs(wrong.value + exact) > 4 * wrong.error
+
+
 # -- what the tape cannot run: skipped with the reason ---------------------------------------------
 def softsign(x):
     return x / (1 + np.abs(x))

@@ -1,0 +1,110 @@
+"""Test the tester on pytree arguments and outputs of JAX rules (a NamedTuple in, a dict out).
+
+`jax.custom_vjp` accepts any pytree; JAX's custom-derivatives notebook passes a ``Point(x, y)`` and returns
+a dict holding a tuple. The correct rule must pass every check; its broken twin (one sign slip in the
+tangent of ``pt.y``) must fail with the exact message, a counterexample that names the leaves, and a
+reproducer that replays the failure.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import namedtuple
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from gradguard.checker import arrays, check, jax_rule
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+Point = namedtuple("Point", ["x", "y"])
+POINTS = st.builds(Point, arrays(shape=(2,)), arrays(shape=(2,)))
+
+
+@pytest.fixture(autouse=True)
+def _cpu(monkeypatch):
+    monkeypatch.setenv("GRADGUARD_DEVICE", "cpu")
+
+
+@jax.custom_vjp
+def point_fn(pt):
+    return {"a": pt.x**2, "b": (jnp.sin(pt.x), jnp.cos(pt.y))}
+
+
+def _point_fwd(pt):
+    return point_fn(pt), pt
+
+
+def _point_bwd(pt, g):
+    a_bar, (b0_bar, b1_bar) = g["a"], g["b"]
+    return (Point(2 * pt.x * a_bar + jnp.cos(pt.x) * b0_bar, -jnp.sin(pt.y) * b1_bar),)
+
+
+point_fn.defvjp(_point_fwd, _point_bwd)
+point_rule = jax_rule(point_fn, POINTS, name="point_rule")
+
+
+@jax.custom_vjp
+def point_slip(pt):
+    return {"a": pt.x**2, "b": (jnp.sin(pt.x), jnp.cos(pt.y))}
+
+
+def _slip_bwd(pt, g):
+    a_bar, (b0_bar, b1_bar) = g["a"], g["b"]
+    return (Point(2 * pt.x * a_bar + jnp.cos(pt.x) * b0_bar, jnp.sin(pt.y) * b1_bar),)  # d cos = -sin
+
+
+point_slip.defvjp(lambda pt: (point_slip(pt), pt), _slip_bwd)
+point_slip_rule = jax_rule(point_slip, POINTS, name="point_slip_rule")
+
+
+def test_a_namedtuple_input_and_a_dict_output_are_checked_and_a_correct_rule_passes():
+    result = check(point_rule, seed=0).rules[0]
+    assert result.error is None and result.verdict == "pass", (result.error, [f.message for f in result.findings])
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
+    skipped = {s["id"] for s in result.checks_skipped}
+    assert not {"GG201", "GG202", "GG203", "GG204", "GG301", "GG601", "GG602"} & skipped, result.checks_skipped
+
+
+def test_a_wrong_leaf_of_a_namedtuple_tangent_fails_with_its_leaf_named():
+    result = check(point_slip_rule, seed=0, select=["GG201"]).rules[0]
+    assert result.error is None and result.verdict == "fail"
+    (finding,) = result.findings
+    assert re.fullmatch(
+        r"the pullback of point_slip_rule disagrees with finite differences of the primal: cotangent for argument "
+        r"1 at \[\d\]: expected \S+ \(finite differences\), got \S+ \(dot-product test: <ybar, J v> = \S+ by finite "
+        r"differences, <pullback\(ybar\), v> = \S+\)\.",
+        finding.message,
+    ), finding.message
+    assert float(finding.expected) == pytest.approx(-float(finding.actual))  # the sign slip, nothing else
+    call = finding.counterexample["call"]
+    assert re.fullmatch(r"point_slip\(pt_x=array\(.*\), pt_y=array\(.*\)\)", call), call
+    assert re.fullmatch(r"\{'a': array\(.*\), 'b': \(array\(.*\), array\(.*\)\)\}", finding.counterexample["draws"]["cotangent"])
+
+
+def test_the_reproducer_of_a_pytree_rule_replays_its_failure(tmp_path):
+    finding = check(point_slip_rule, seed=0, select=["GG201"]).findings[0]
+    script = tmp_path / "repro.py"
+    script.write_text(finding.reproducer)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "AssertionError: GG201 pullback disagrees with finite differences: the pullback of point_slip_rule" in proc.stderr
+
+
+def test_pytree_leaves_flatten_and_rebuild_in_jax_order():
+    from gradguard.checker.trees import children, leaves, rebuild, same_structure, tree_map
+
+    tree = {"b": (np.ones(2), 2.0), "a": Point(np.zeros(1), None)}
+    assert [np.shape(x) for x in leaves(tree)] == [(1,), (), (2,), ()]  # sorted keys, as jax.tree_util does
+    # the same order as jax.tree_util (which drops None: an empty subtree to JAX, a zero tangent here)
+    assert [x for x in leaves(tree) if x is not None] == jax.tree_util.tree_leaves(tree)
+    doubled = tree_map(lambda x: None if x is None else 2 * x, tree)
+    assert list(doubled) == ["b", "a"] and isinstance(doubled["a"], Point) and doubled["b"][1] == 4.0
+    assert same_structure(tree, doubled) and not same_structure(tree, {"b": tree["b"], "c": tree["a"]})
+    again = rebuild(tree, children(tree))
+    assert list(again) == ["b", "a"] and all(x is y for x, y in zip(leaves(again), leaves(tree)))
