@@ -39,6 +39,9 @@ class _Namespace:
     def multiply(self, a: Any, b: Any) -> Any:
         return self.torch.mul(self._t(a), self._t(b))
 
+    def divide(self, a: Any, b: Any) -> Any:
+        return self.torch.div(self._t(a), self._t(b))
+
     def sin(self, a: Any) -> Any:
         return self.torch.sin(self._t(a))
 
