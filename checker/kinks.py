@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.trees import copy_tree
+from gradguard.checker.trees import copy_tree, leaves
 
 __all__ = [
     "FINE_STEPS",
@@ -33,6 +33,7 @@ __all__ = [
     "UNIT_NEIGHBOURS_UP_TO",
     "between_sides",
     "derivative_range",
+    "element_sides",
     "jumps_around",
     "kinked_near",
     "neighbours",
@@ -115,6 +116,59 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     except Exception:  # noqa: BLE001 - the function left its domain: the coarser estimates stand
         pass
     return min(found), max(found)
+
+
+def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],
+                  tol: tolerances.Tolerance) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
+    """:func:`derivative_range` for every element of a function's output at once: for each leaf of
+    ``f(*args)`` (None for a leaf that is not a real float array or number), the elementwise smallest and
+    largest one-sided derivative of ``f(x + t v)`` at 0 over the same steps. A finer step counts for an
+    element only where its rounding stays within the tolerance at the element's own size. None where ``f``
+    leaves its domain or is not finite at ``x`` (nothing established)."""
+    eps = _eps(args, directions)
+    h = eps ** (1 / 3)
+
+    def at(t: float) -> list[np.ndarray | None]:
+        out = []
+        for leaf in leaves(f(*shifted(args, directions, t))):
+            arr = np.asarray(leaf) if leaf is not None else None
+            out.append(arr.astype(np.float64) if arr is not None and arr.dtype.kind == "f" else None)
+        return out
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v = {k: at(k * h) for k in (-2, -1, 0, 1, 2)}
+            if any(x is not None and not np.all(np.isfinite(x)) for x in v[0]):
+                return None
+            if any(len(v[k]) != len(v[0]) for k in v):
+                return None
+            sides: list[tuple[np.ndarray, np.ndarray] | None] = []
+            for i, x0 in enumerate(v[0]):
+                if x0 is None:
+                    sides.append(None)
+                    continue
+                right = (-3 * x0 + 4 * v[1][i] - v[2][i]) / (2 * h)
+                left = (3 * x0 - 4 * v[-1][i] + v[-2][i]) / (2 * h)
+                if not (np.all(np.isfinite(right)) and np.all(np.isfinite(left))):
+                    return None
+                sides.append((np.minimum(left, right), np.maximum(left, right)))
+            step = h
+            for _ in range(FINE_STEPS):
+                step /= 1000.0
+                up, down = at(step), at(-step)
+                for i, x0 in enumerate(v[0]):
+                    if x0 is None:
+                        continue
+                    lo, hi = sides[i]
+                    right, left = (up[i] - x0) / step, (x0 - down[i]) / step
+                    size = np.maximum(np.abs(lo), np.abs(hi))
+                    usable = (4 * eps * np.abs(x0) / step <= tol.atol + tol.rtol * size) & np.isfinite(left) & np.isfinite(right)
+                    sides[i] = (np.where(usable, np.minimum(lo, np.minimum(left, right)), lo),
+                                np.where(usable, np.maximum(hi, np.maximum(left, right)), hi))
+    except Exception:  # noqa: BLE001 - the function left its domain: nothing established
+        return None
+    return sides
 
 
 def between_sides(sides: tuple[float, float] | None, value: float, tol: tolerances.Tolerance, scale: float) -> bool:
