@@ -28,7 +28,8 @@ against), `_engine` (what an engine is), `_engines` (the registry, one entry
 per engine; `_tape_engine`, `_jax_engine`, `_torch_engine` the entries),
 `_programs` (the templates), `_inputs` (deterministic draws from the
 rule's own specs, and further draws for contexts that need special shapes),
-`_matrix` (running the cells), `_verdict` (judging one cell), `_compare` (a
+`_matrix` (running the cells), `_verdict` (judging one cell), `_call_kinks` (the
+answers valid subgradients of the rule at each of its calls combine to), `_compare` (a
 program under every engine, for code that branches on `within_gradient`).
 """
 

@@ -33,10 +33,11 @@ from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as
 from gradguard.checker.contexts._engines import ENGINES, engine as engine_named, engines_for
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
+from gradguard.checker.contexts._call_kinks import call_kinks_excuse
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
 from gradguard.checker.specs import RuleSpec
-from gradguard.checker.trees import abs_inner, copy_tree, inner
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix", "engines_for"]
 
@@ -52,9 +53,9 @@ class Row:
     truth_error: str | None = None  # why there is no ground truth
     fd_error: float = 0.0  # the finite difference's error estimate
     fd_step: float = 0.0  # ... and the step it settled on
-    # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, why no verdict or None).
-    # Engines that agree on the slope (the tape under its three policies, often JAX) share it.
-    kink_evidence: list[tuple[float, str | None]] = field(default_factory=list)
+    # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, gradient, why no verdict or
+    # None). Engines that agree on the gradient (the tape under its three policies, often JAX) share it.
+    kink_evidence: list[tuple[float, Any, str | None]] = field(default_factory=list)
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
 
@@ -184,7 +185,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
         if cell.status == "ran":
             cell.value, grads = cell.value
             cell.slope = inner(grads, v)
-            _judge(cell, row, engine, view, plan, v, program, abs_inner(grads, v))
+            _judge(cell, row, engine, view, plan, v, program, abs_inner(grads, v), grads)
             if cell.status == "wrong" and engine.diagnose is not None:
                 cell.diagnosis = engine.diagnose(view, plan)
         row.cells[engine.name] = cell
@@ -192,7 +193,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
 
 
 def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: tuple,
-           program: Callable[..., Any], scale: float) -> None:
+           program: Callable[..., Any], scale: float, grads: Any = None) -> None:
     if row.slope is None:
         cell.status = "skipped"
         cell.message = f"no ground truth: the program raised under plain NumPy ({row.truth_error})"
@@ -202,17 +203,18 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
     if np.isfinite(a):
         cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
     if cell.status == "wrong" and np.isfinite(a):
-        excuse = _kink_excuse(cell, row, engine, view, plan, v, program, scale)
+        excuse = _kink_excuse(cell, row, engine, view, plan, v, program, scale, grads)
         if excuse:
             cell.status, cell.message = "skipped", excuse
 
 
 def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: tuple,
-                 program: Callable[..., Any], scale: float) -> str | None:
+                 program: Callable[..., Any], scale: float, grads: Any = None) -> str | None:
     """Why a wrong-looking cell is no verdict because of kinks near the input (None: it is wrong), asked once
-    per distinct slope in the row."""
+    per distinct gradient in the row (engines that agree on it share the evidence)."""
     a, b = cell.slope, row.slope
-    excuse = next((why for seen, why in row.kink_evidence if tolerances.close(seen, a, row.tol, scale=scale)), False)
+    excuse = next((why for seen, seen_grads, why in row.kink_evidence if tolerances.close(seen, a, row.tol, scale=scale)
+                   and _same_gradient(seen_grads, grads, row.tol)), False)
     if excuse is False:
 
         def answer(args: tuple[Any, ...] | None) -> float:
@@ -224,5 +226,22 @@ def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Pla
 
         excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
                              truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
-        row.kink_evidence.append((a, excuse))
+        if excuse is None and not view.rule.mutates:
+            # Several kinks of the rule, each bent its own way by the program, can sum valid subgradients of
+            # each call to a value outside the whole program's one-sided derivatives.
+            excuse = call_kinks_excuse(view.rule.primal, plan, v, slope=a, truth=b, fd_error=row.fd_error,
+                                       tol=row.tol, scale=scale, gradient=grads)
+        row.kink_evidence.append((a, grads, excuse))
     return excuse
+
+
+def _same_gradient(a: Any, b: Any, tol: tolerances.Tolerance) -> bool:
+    """Whether two engines' gradients (trees like the plan's inputs) agree element by element."""
+    if a is None or b is None:
+        return a is None and b is None
+    try:
+        pairs = list(zip(leaves(a), leaves(b), strict=True))
+        return all((x is None) == (y is None) and (x is None or np.allclose(
+            np.asarray(x), np.asarray(y), rtol=tol.rtol, atol=tol.atol, equal_nan=True)) for x, y in pairs)
+    except (TypeError, ValueError):
+        return False

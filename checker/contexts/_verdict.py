@@ -11,6 +11,10 @@ the whole program, with the finite differences' own error bound, and no verdict 
   at finer steps, or the engine's answers jump between pieces around the input and both its value and
   the finite difference are among them, where the program's own one-sided derivatives show a kink near
   the input.
+* Where that evidence does not excuse it, valid subgradients of the rule at each of its calls may still
+  sum to the engine's value: kinks at several output elements, bent opposite ways by the program's
+  weights, reach beyond the whole program's one-sided derivatives (:mod:`._call_kinks`, asked by
+  :mod:`._matrix` after :func:`kink_excuse`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,296 @@
+"""Kinks of the rule at its call sites: which values of ``<gradient, v>`` valid subgradients of each call give.
+
+The whole program's one-sided derivatives along ``v`` (:func:`gradguard.checker.contexts._verdict.kink_excuse`)
+bracket a valid answer only where the program has one kink. Where the rule's primal has kinks at several
+output elements (of one call, or of two calls), each bent its own way by the program's random weights, a
+valid subgradient of each call can sum to a value outside them: ``max(a, b)`` tied in two calls, one weighted
+up and one down, makes a program that looks smooth along ``v`` (slope 1), while the rule may rightly give
+either side at each tie (0 to 2).
+
+So the program is taken apart at its calls, under plain NumPy with the rule's primal:
+
+* each call's arguments are recorded at the input and at ``x +- h v``; they must move affinely with the
+  input (as in every context here: the inputs themselves, views, transposes, constants), which gives the
+  direction ``d_k`` each call's arguments move along; the primal must give the same outputs when the
+  program runs again at the input (a nondeterministic primal's noise is no kink);
+* each output element's one-sided derivatives along ``d_k`` (:func:`gradguard.checker.kinks.element_sides`):
+  an element whose sides differ is a kink, where a valid subgradient may give any value between them;
+* the program with each call's output replaced by its value at ``x`` plus an offset (the primal still runs,
+  on the same arguments) must be smooth in the inputs and the offsets: its derivative along ``v`` with the
+  offsets moving by the middle of each element's sides, and its derivative along each kinked element's
+  offset (the weight the program gives it), give the range ``center +- sum |weight| * half-width``.
+
+That range is exact where the program is piecewise linear in the rule's outputs' pieces, and each step that
+cannot be established (arguments that do not move affinely, a program not smooth in the outputs, a primal
+that leaves its domain, complex outputs, too many kinked elements) leaves the cell as the other evidence
+judged it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from gradguard.checker import kinks, tolerances
+from gradguard.checker.contexts._ops import Ops
+from gradguard.checker.contexts._programs import Plan
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
+
+__all__ = ["call_kinks_excuse", "MAX_KINKED"]
+
+MAX_KINKED = 64  # kinked output elements in all beyond which the range is not worked out (one program per element)
+
+
+class _Calls:
+    """The rule as a program's ``ops.call``: records each call's arguments and output; with ``base`` and
+    ``offsets``, call ``k`` returns ``base[k] + offsets[k]`` (after running the primal on its arguments)."""
+
+    def __init__(self, primal: Callable[..., Any], base: list[Any] | None = None,
+                 offsets: list[list[Any]] | None = None) -> None:
+        self.primal, self.base, self.offsets = primal, base, offsets
+        self.args: list[tuple[Any, ...]] = []
+        self.outputs: list[Any] = []
+
+    def __call__(self, *args: Any) -> Any:
+        k = len(self.args)
+        self.args.append(copy_tree(args))
+        out = self.primal(*args)
+        self.outputs.append(copy_tree(out))
+        if self.base is None:
+            return out
+        if self.offsets is None or k >= len(self.base):
+            raise RuntimeError("the program made another call than at the input")
+        pieces = iter(self.offsets[k])
+        return tree_map(lambda z: z if not _real_float(z) else np.asarray(z) + next(pieces), self.base[k])
+
+
+def _same_values(a: list[Any], b: list[Any]) -> bool:
+    try:
+        la, lb = leaves(a), leaves(b)
+        return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+                                          for x, y in zip(la, lb))
+    except (TypeError, ValueError):
+        return False
+
+
+def _real_float(z: Any) -> bool:
+    return z is not None and np.asarray(z).dtype.kind == "f"
+
+
+def _run(plan: Plan, calls: _Calls, xs: tuple[Any, ...]) -> float:
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(np.real(np.asarray(plan.program(Ops("numpy", np, calls), plan.consts, *copy_tree(xs)))))
+
+
+def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> tuple[list, list, list] | None:
+    """Each call's arguments and output at ``x`` and the direction its arguments move along ``v`` (None for
+    an argument that does not move), or None where they do not move affinely with the input."""
+    at: dict[float, _Calls] = {}
+    eps = max((float(np.finfo(np.asarray(x).dtype).eps) for x in leaves(plan.inputs)
+               if x is not None and np.asarray(x).dtype.kind == "f"), default=float(np.finfo(np.float64).eps))
+    h = eps ** (1 / 3)
+    for t in (0.0, h, -h):
+        calls = _Calls(primal)
+        _run(plan, calls, tuple(kinks.shifted(plan.inputs, v, t)))
+        at[t] = calls
+    if not at[0.0].args or len({len(c.args) for c in at.values()}) != 1:
+        return None
+    again = _Calls(primal)
+    _run(plan, again, tuple(copy_tree(plan.inputs)))
+    if not _same_values(again.outputs, at[0.0].outputs):
+        return None  # a rule whose primal changes from run to run (GG406): its kinks cannot be told from noise
+    moves = []
+    for k, args in enumerate(at[0.0].args):
+        if len(args) != len(at[h].args[k]) or len(args) != len(at[-h].args[k]):
+            return None
+        d = []
+        for a, up, down in zip(args, at[h].args[k], at[-h].args[k]):
+            if a is None or not (np.isscalar(a) or isinstance(a, np.ndarray)) or np.asarray(a).dtype.kind not in "fc":
+                d.append(None)  # a tree argument or a non-float one: held as it is (a tree of floats aborts below)
+                if not (a is None or np.isscalar(a) or isinstance(a, np.ndarray)) and any(
+                        np.asarray(x).dtype.kind in "fc" for x in leaves(a) if x is not None):
+                    return None
+                continue
+            a0, a1, a2 = (np.asarray(x, dtype=np.complex128 if np.iscomplexobj(a) else np.float64) for x in (a, up, down))
+            if a1.shape != a0.shape or a2.shape != a0.shape:
+                return None
+            forward, backward = a1 - a0, a0 - a2
+            rounding = 8 * eps * (np.abs(a0) + np.abs(a1) + np.abs(a2))
+            if not np.all(np.abs(forward - backward) <= rounding + 1e-300):
+                return None  # the arguments bend with the input: not taken apart here
+            step = (a1 - a2) / (2 * h)
+            d.append(None if not np.any(step) else step.astype(np.asarray(a).dtype) if isinstance(a, np.ndarray)
+                     else step.item())
+        moves.append(tuple(d))
+    return at[0.0].args, at[0.0].outputs, moves
+
+
+def call_kinks_excuse(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], *, slope: float,
+                      truth: float, fd_error: float, tol: tolerances.Tolerance, scale: float,
+                      gradient: tuple[Any, ...] | None = None) -> str | None:
+    """Why a disagreeing cell gets no verdict because valid subgradients of the rule at each of its calls
+    combine to ``slope`` (see the module's docstring), or None where that is not established.
+
+    With the engine's ``gradient`` (a tree like the plan's inputs), its inner product with more directions
+    must lie in the range worked out the same way along each: a valid gradient does along every direction,
+    while an answer that only happens to sum into the range along ``v`` (both arguments of a tie given the
+    whole cotangent, each tie off by its own amount and the errors cancelling in the sum) leaves it along the
+    gradient itself (where every element's error counts with its sign), or along one of
+    :func:`gradguard.checker.kinks.neighbours`' random directions."""
+    ranges = _Ranges(primal, plan, tol, scale)
+    along_v = ranges.along(v)
+    if along_v is None:
+        return None
+    low, high, error, kinked, calls, n_calls = along_v
+
+    def among(value: float, lo: float, hi: float, err: float, size: float) -> bool:
+        return lo <= value <= hi or any(tolerances.close(value, b, tol, scale=size, fd_error=err) for b in (lo, hi))
+
+    if not (among(slope, low, high, error, scale) and among(truth, low, high, error + fd_error, scale)):
+        return None
+    if gradient is not None:
+        for u in [*_along_itself(gradient, plan.inputs), *kinks.neighbours(v)[: kinks.NEIGHBOURS]]:
+            along_u = ranges.along(u)
+            if along_u is None:
+                return None
+            lo, hi, err = along_u[:3]
+            if not among(inner(gradient, u), lo, hi, err, abs_inner(gradient, u)):
+                return None
+    return (
+        f"no verdict: the rule's primal has kinks at {calls} of its {n_calls} calls here ({kinked} "
+        "output elements whose one-sided derivatives along the direction their arguments move differ); taking "
+        "each such element's derivative anywhere between its one-sided ones (a valid subgradient of each call) "
+        f"gives <gradient, v> from {low:.6g} to {high:.6g}, and both <gradient, v> = {slope:.6g} and finite "
+        f"differences of the program ({truth:.6g}) lie among them"
+        + ("" if gradient is None else f", as the gradient does along itself and {kinks.NEIGHBOURS} random directions")
+    )
+
+
+def _along_itself(gradient: tuple[Any, ...], inputs: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The gradient as a direction of the inputs (largest element 1, each in its input's dtype), or none
+    where it is zero or not finite."""
+    parts = [None if g is None else np.asarray(g) for g in gradient]
+    top = max((float(np.max(np.abs(g), initial=0.0)) for g in parts if g is not None), default=0.0)
+    if not (top > 0 and math.isfinite(top)) or len(parts) != len(inputs):
+        return []
+    out = []
+    for g, x in zip(parts, inputs):
+        if g is None or not isinstance(x, (np.ndarray, np.generic, float, complex)) or np.shape(g) != np.shape(x):
+            if g is not None:
+                return []
+            out.append(None)
+            continue
+        d = (g / top).astype(np.asarray(x).dtype)
+        out.append(d if isinstance(x, np.ndarray) else d.item())
+    return [tuple(out)]
+
+
+class _Ranges:
+    """The range of ``<gradient, u>`` that valid subgradients of each call give, along any direction ``u``;
+    the program's weight for each output element is worked out once."""
+
+    def __init__(self, primal: Callable[..., Any], plan: Plan, tol: tolerances.Tolerance, scale: float) -> None:
+        self.primal, self.plan, self.tol, self.scale = primal, plan, tol, scale
+        self.weights: dict[tuple[int, int, int], tuple[float, float] | None] = {}
+        self.outputs: list[Any] | None = None
+
+    def along(self, u: tuple[Any, ...]) -> tuple[float, float, float, int, int, int] | None:
+        """``(low, high, error, kinked elements, calls with kinks, calls)``, or None where not established."""
+        try:
+            return self._along(u)
+        except Exception:  # noqa: BLE001 - the primal or the program failed beside the input: nothing established
+            return None
+
+    def _along(self, u: tuple[Any, ...]) -> tuple[float, float, float, int, int, int] | None:
+        primal, plan, tol = self.primal, self.plan, self.tol
+        found = _directions(plan, primal, u)
+        if found is None:
+            return None
+        args, outputs, moves = found
+        if self.outputs is None:
+            if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
+                return None  # complex outputs: the weights would be complex too; not worked out here
+            self.outputs = outputs
+            self.zeros = [[np.zeros(np.shape(z), dtype=np.asarray(z).dtype) for z in leaves(out) if _real_float(z)]
+                          for out in outputs]
+            self.flat = [z for per_call in self.zeros for z in per_call]
+            self.starts = np.cumsum([0] + [len(per_call) for per_call in self.zeros])
+        elif len(outputs) != len(self.outputs):
+            return None
+        # Each output element's one-sided derivatives along its call's direction.
+        sides: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        for k, (a, d) in enumerate(zip(args, moves)):
+            real = [z for z in leaves(outputs[k]) if _real_float(z)]
+            if all(x is None for x in d):
+                sides.append([(np.zeros(np.shape(z)), np.zeros(np.shape(z))) for z in real])
+                continue
+            found_k = kinks.element_sides(primal, a, d, tol)
+            if found_k is None:
+                return None
+            per_leaf = [s for s, z in zip(found_k, leaves(outputs[k])) if _real_float(z)]
+            if len(per_leaf) != len(real) or any(s is None for s in per_leaf):
+                return None
+            sides.append(per_leaf)
+        kinked = [(k, i, int(j)) for k, per_leaf in enumerate(sides) for i, (lo, hi) in enumerate(per_leaf)
+                  for j in np.flatnonzero(~_close(lo, hi, tol))]
+        if not kinked or len(kinked) > MAX_KINKED:
+            return None
+        middle = [((lo + hi) / 2).astype(z.dtype) for per_call, per_zero in zip(sides, self.zeros)
+                  for (lo, hi), z in zip(per_call, per_zero)]
+        center = self._derivative(tuple(u) + tuple(middle))
+        if center is None:
+            return None
+        mid, error = center
+        spread = 0.0
+        for k, i, j in kinked:
+            weight = self._weight(k, i, j)
+            if weight is None:
+                return None
+            lo, hi = sides[k][i]
+            w, w_error = weight
+            half = float(np.ravel(hi)[j] - np.ravel(lo)[j]) / 2
+            spread += abs(w) * half
+            error += w_error * half
+        return mid - spread, mid + spread, error, len(kinked), len({k for k, _, _ in kinked}), len(outputs)
+
+    def _g(self, values: tuple[Any, ...]) -> tuple[float, float]:
+        """The program with each call's output replaced by its value at x plus offsets (the inputs, then the
+        offsets of each call's real float leaves)."""
+        n_in = len(self.plan.inputs)
+        xs, rest = values[:n_in], list(values[n_in:])
+        offsets = []
+        for per_call in self.zeros:
+            offsets.append([np.asarray(o) for o in rest[: len(per_call)]])
+            rest = rest[len(per_call):]
+        value = _run(self.plan, _Calls(self.primal, self.outputs, offsets), tuple(xs))
+        return value, abs(value)
+
+    def _derivative(self, directions: tuple[Any, ...]) -> tuple[float, float] | None:
+        """The derivative of the replaced program along ``directions`` and its error, where it is smooth."""
+        found = kinks.derivative_range(self._g, tuple(self.plan.inputs) + tuple(self.flat), directions, self.tol, self.scale)
+        if found is None:
+            return None
+        lo, hi = found
+        if not (math.isfinite(lo) and math.isfinite(hi)) or not tolerances.close(lo, hi, self.tol, scale=max(abs(lo), abs(hi))):
+            return None
+        return (lo + hi) / 2, (hi - lo) / 2
+
+    def _weight(self, k: int, i: int, j: int) -> tuple[float, float] | None:
+        """The program's weight for element ``j`` of real leaf ``i`` of call ``k``'s output, and its error."""
+        if (k, i, j) not in self.weights:
+            unit: list[Any] = [None] * len(self.flat)
+            e = np.zeros_like(self.flat[self.starts[k] + i])
+            e.reshape(-1)[j] = 1
+            unit[self.starts[k] + i] = e
+            self.weights[k, i, j] = self._derivative((None,) * len(self.plan.inputs) + tuple(unit))
+        return self.weights[k, i, j]
+
+
+def _close(lo: np.ndarray, hi: np.ndarray, tol: tolerances.Tolerance) -> np.ndarray:
+    """Elementwise `tolerances.close` of two arrays of one-sided derivatives."""
+    size = np.maximum(np.abs(lo), np.abs(hi))
+    return np.abs(hi - lo) <= tol.atol + tol.rtol * size

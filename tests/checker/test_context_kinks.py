@@ -1,0 +1,195 @@
+"""Kinks of the rule at several call sites of a context program: valid subgradients of each call can sum to a
+value outside the whole program's one-sided derivatives along v, and such a cell is no verdict; an answer
+no choice of subgradients gives is still wrong."""
+
+import importlib.util
+import re
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.contexts import Plan, run_matrix
+from gradguard.checker.contexts._call_kinks import call_kinks_excuse
+from gradguard.checker.contexts._inputs import draw_inputs
+from gradguard.checker.contexts._matrix import _generator
+from gradguard.checker.contexts._programs import Signature, by_name, weights_like
+from gradguard.checker.contexts._verdict import kink_excuse
+from gradguard.checker import tolerances
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+TORCH = ["torch"] if importlib.util.find_spec("torch") else []
+TORCH_RE = "".join(f", {e}" for e in TORCH)
+TOL = tolerances.for_dtype("float64")
+
+
+def maximum(self, other):
+    return np.maximum(self, other)
+
+
+def torch_max(self, other):
+    """PyTorch's max(self, other) formula: at a tie the whole cotangent goes to ``other``."""
+    return lambda g: (np.where(self <= other, 0, g), np.where(self > other, 0, g))
+
+
+def both_max(self, other):
+    """HIPS/autograd before #141: at a tie both arguments get the whole cotangent (no subgradient)."""
+    ans = np.maximum(self, other)
+    return lambda g: (g * (self == ans), g * (other == ans))
+
+
+def doubled_max(self, other):
+    """PyTorch's formula with the tie's cotangent doubled (no subgradient)."""
+    return lambda g: (np.where(self <= other, 0, g), np.where(self > other, 0, g) * np.where(self == other, 2, 1))
+
+
+# -- the range itself, on a program whose value is 0 everywhere ----------------------------------------------
+def _cancelling_plan():
+    """max(a, b) - max(b, a) at a = b = 0, moved along v = (1, 0): identically 0, so both one-sided
+    derivatives of the program are 0. PyTorch's formula gives call 1's cotangent to b (0 along v) and call
+    2's to a (-1 along v): <gradient, v> = -1. By hand: call 1's element has one-sided derivatives 0 and 1
+    (weight +1), call 2's the same (weight -1), so valid subgradients of each call sum to values from -1 to 1."""
+
+    def program(ops, consts, a, b):
+        return ops.xp.sum(ops.call(a, b)) - ops.xp.sum(ops.call(b, a))
+
+    return Plan((np.zeros(1), np.zeros(1)), (), program), (np.ones(1), np.zeros(1))
+
+
+def _excuse(slope):
+    plan, v = _cancelling_plan()
+    return call_kinks_excuse(maximum, plan, v, slope=slope, truth=0.0, fd_error=0.0, tol=TOL, scale=1.0)
+
+
+def test_the_programs_own_sides_do_not_bracket_a_valid_answer_of_two_calls():
+    plan, v = _cancelling_plan()
+    program = lambda *xs: float(plan.program(type("Ops", (), {"xp": np, "call": staticmethod(maximum)}), (), *xs))
+    assert program(*plan.inputs) == 0.0
+    found = kink_excuse(program, lambda args: -1.0, plan.inputs, v, engine="tape", slope=-1.0, truth=0.0,
+                        fd_error=0.0, step=1e-5, tol=TOL, scale=1.0)
+    assert found is None, "the whole program's one-sided derivatives are both 0: they cannot excuse -1"
+
+
+@pytest.mark.parametrize("slope", [-1.0, 0.0, 1.0, 0.5])
+def test_valid_subgradients_of_each_call_combine_to_the_exact_range(slope):
+    found = _excuse(slope)
+    assert found is not None
+    assert found == (
+        "no verdict: the rule's primal has kinks at 2 of its 2 calls here (2 output elements whose one-sided "
+        "derivatives along the direction their arguments move differ); taking each such element's derivative "
+        "anywhere between its one-sided ones (a valid subgradient of each call) gives <gradient, v> from -1 to 1, "
+        f"and both <gradient, v> = {slope:.6g} and finite differences of the program (0) lie among them"
+    )
+
+
+@pytest.mark.parametrize("slope", [-2.0, 2.0, -1.01])
+def test_an_answer_no_choice_of_subgradients_gives_is_not_excused(slope):
+    assert _excuse(slope) is None  # -2: the tie's cotangent doubled in both calls
+
+
+def test_a_rule_whose_arguments_bend_with_the_input_is_not_taken_apart():
+    def program(ops, consts, a, b):  # the second call's arguments are not affine in the inputs
+        return ops.xp.sum(ops.call(a, b)) - ops.xp.sum(ops.call(b * b, a))
+
+    plan = Plan((np.zeros(1), np.zeros(1)), (), program)
+    assert call_kinks_excuse(maximum, plan, (np.ones(1), np.ones(1)), slope=-1.0, truth=0.0, fd_error=0.0,
+                             tol=TOL, scale=1.0) is None
+
+
+def test_a_primal_that_changes_from_run_to_run_is_not_taken_apart():
+    rng = np.random.default_rng(0)
+
+    def noisy_maximum(self, other):  # its noise would pass for kinks of any size
+        return np.maximum(self, other) + 1e-3 * rng.standard_normal(np.shape(self))
+
+    plan, v = _cancelling_plan()
+    assert call_kinks_excuse(noisy_maximum, plan, v, slope=-5.0, truth=0.0, fd_error=0.0, tol=TOL, scale=1.0) is None
+
+
+# -- the corpus rule at the seed that showed the false error -----------------------------------------------
+TIES = st.sampled_from([-1.0, 0.0, 2.0])
+SEED = 9  # its draws tie 3 elements in the first call and 2 in the second, weighted both ways
+
+
+def _twin(pullback):
+    @rrule(maximum, arrays(shape=(4,), elements=TIES), arrays(shape=(4,), elements=TIES))
+    def max_binary_rrule(self, other):
+        return np.maximum(self, other), pullback(self, other)
+
+    return max_binary_rrule
+
+
+def _by_hand(rule, pullback):
+    """The called-twice program's range of valid answers, and the rule's <gradient, v>, by hand: the loss
+    y + sin(y)/2 (outputs within pi of 0) weighted by c gives element j of call k the cotangent
+    c_j (1 + cos(z_j)/2); at a tie its derivative along v lies between v_self and v_other."""
+    args, args2, out = draw_inputs(rule, SEED)
+    (ctx,) = by_name(["called-twice"])
+    rng = _generator(SEED, ctx)
+    plan = ctx.plan(Signature(rule, args, args2, out), rng)
+    v = weights_like(plan.inputs, rng)
+    low = high = slope = 0.0
+    ties = 0
+    for k in range(2):
+        a, b = plan.inputs[2 * k], plan.inputs[2 * k + 1]
+        assert plan.consts[k].scales == 1.0
+        ybar = plan.consts[k].weights * (1 + np.cos(np.maximum(a, b)) / 2)
+        va, vb = v[2 * k], v[2 * k + 1]
+        low += np.sum(np.where(a > b, ybar * va, np.where(a < b, ybar * vb, np.minimum(ybar * va, ybar * vb))))
+        high += np.sum(np.where(a > b, ybar * va, np.where(a < b, ybar * vb, np.maximum(ybar * va, ybar * vb))))
+        ga, gb = pullback(a, b)(ybar)
+        slope += np.sum(ga * va) + np.sum(gb * vb)
+        ties += int(np.sum(a == b))
+    return low, high, slope, ties
+
+
+def _called_twice(rule):
+    (row,) = run_matrix(rule, seed=SEED, contexts=["called-twice"]).rows
+    return row
+
+
+def test_a_valid_tie_in_two_calls_bent_opposite_ways_is_no_verdict():
+    rule = _twin(torch_max)
+    low, high, slope, ties = _by_hand(rule, torch_max)
+    assert ties >= 2 and low <= slope <= high
+    row = _called_twice(rule)
+    assert not tolerances.close(row.slope, slope, TOL, fd_error=row.fd_error), "the input shows the problem"
+    statuses = {c.status for c in row.cells.values()}
+    assert statuses == {"skipped"}, {e: c.message for e, c in row.cells.items()}
+    for cell in row.cells.values():
+        assert tolerances.close(cell.slope, slope, TOL)
+        found = re.fullmatch(
+            r"no verdict: the rule's primal has kinks at 2 of its 2 calls here \(\d+ output elements whose "
+            r"one-sided derivatives along the direction their arguments move differ\); taking each such element's "
+            r"derivative anywhere between its one-sided ones \(a valid subgradient of each call\) gives "
+            r"<gradient, v> from (\S+) to (\S+), and both <gradient, v> = (\S+) and finite differences of the "
+            r"program \((\S+)\) lie among them, as the gradient does along itself and 6 random directions", cell.message)
+        assert found, cell.message
+        assert tolerances.close(float(found[1]), low, TOL) and tolerances.close(float(found[2]), high, TOL)
+    result = check(rule, seed=SEED, select=["GG501"]).rules[0]
+    assert result.verdict != "error", result.error
+    assert [f for f in result.findings if f.severity == "error"] == []
+
+
+@pytest.mark.parametrize("pullback, inside_along_v", [(doubled_max, False), (both_max, True)], ids=["doubled", "both"])
+def test_a_tie_no_subgradient_explains_is_still_wrong(pullback, inside_along_v):
+    """The doubled tie lies outside the range along v; giving both arguments the whole cotangent happens to
+    sum into it along v at this seed (each tie off by its own amount, the errors cancelling), and lies
+    outside it along the gradient itself."""
+    rule = _twin(pullback)
+    low, high, slope, _ = _by_hand(rule, pullback)
+    assert (low - 1e-6 <= slope <= high + 1e-6) == inside_along_v
+    row = _called_twice(rule)
+    for cell in row.cells.values():
+        assert cell.status == "wrong" and tolerances.close(cell.slope, slope, TOL), (cell.engine, cell.message)
+        assert cell.message == f"<gradient, v> = {slope:.6g}, finite differences of the program give {row.slope:.6g}"
+    result = check(rule, seed=SEED, select=["GG501"]).rules[0]
+    found = [f for f in result.findings if f.check_id == "GG501" and f.location == "context called-twice"]
+    assert len(found) == 1 and found[0].severity == "error"
+    assert re.fullmatch(
+        r"in context `called-twice` \(the rule is called twice on two inputs; both outputs are used\) the gradient "
+        rf"of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
+        found[0].message,
+    ), found[0].message
