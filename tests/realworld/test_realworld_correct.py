@@ -68,10 +68,7 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after this stop's fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
-    "torch_max_binary_rrule": (frozenset({9}), "GG501 in called-twice: ties in both calls, whose kinks bend opposite "
-                               "ways under the random functional (defect class 1, false_errors/context_tie_gg501.py)"),
-}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
 
 
 @functools.lru_cache(maxsize=None)
