@@ -153,12 +153,20 @@ def call_kinks_excuse(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...]
     if not (among(slope, low, high, error, scale) and among(truth, low, high, error + fd_error, scale)):
         return None
     if gradient is not None:
-        for u in [*_along_itself(gradient, plan.inputs), *kinks.neighbours(v)[: kinks.NEIGHBOURS]]:
+        try:
+            more = [*_along_itself(gradient, plan.inputs), *kinks.neighbours(v)[: kinks.NEIGHBOURS]]
+        except Exception:  # noqa: BLE001 - a gradient that is no direction of these inputs: nothing established
+            return None
+        for u in more:
             along_u = ranges.along(u)
             if along_u is None:
                 return None
             lo, hi, err = along_u[:3]
-            if not among(inner(gradient, u), lo, hi, err, abs_inner(gradient, u)):
+            try:
+                value, size = inner(gradient, u), abs_inner(gradient, u)
+            except Exception:  # noqa: BLE001 - as above
+                return None
+            if not among(value, lo, hi, err, size):
                 return None
     return (
         f"no verdict: the rule's primal has kinks at {calls} of its {n_calls} calls here ({kinked} "
