@@ -13,7 +13,9 @@ static: passed as they are, never differentiated.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Sequence
+import contextlib
+import gc
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -79,10 +81,28 @@ def _transformed(
         _cache.move_to_end(key)
         return _cache[key]
     _stats["misses"] += 1
-    built = _cache[key] = _build(fn, transform, nondiff, static, nargs)
+    with _no_collection():
+        built = _cache[key] = _build(fn, transform, nondiff, static, nargs)
     while len(_cache) > _MAX_CACHED:
         _cache.popitem(last=False)
     return built
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while a transformed function is built.
+
+    A full test run here crashed twice inside ``jax.jit``'s constructor (a segmentation fault in
+    ``_cpp_pjit``; never in the same tests run alone). A collection inside that constructor runs the weakref
+    callbacks of JAX's function caches while it is inserting into them; holding collections off for these
+    few microseconds rules that path out. A precaution: the cause is not established."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _build(
