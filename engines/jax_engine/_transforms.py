@@ -13,9 +13,8 @@ static: passed as they are, never differentiated.
 from __future__ import annotations
 
 import collections
-import contextlib
-import gc
-from typing import Any, Callable, Iterator, Sequence
+import weakref
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -81,28 +80,30 @@ def _transformed(
         _cache.move_to_end(key)
         return _cache[key]
     _stats["misses"] += 1
-    with _no_collection():
-        built = _cache[key] = _build(fn, transform, nondiff, static, nargs)
+    built = _cache[key] = _build(_weakly_referable(fn), transform, nondiff, static, nargs)
     while len(_cache) > _MAX_CACHED:
         _cache.popitem(last=False)
     return built
 
 
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """Hold off Python's cyclic garbage collector while a transformed function is built.
+def _weakly_referable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, or a plain function calling it where ``fn`` cannot be weakly referenced (a NumPy ufunc).
 
-    A full test run here crashed twice inside ``jax.jit``'s constructor (a segmentation fault in
-    ``_cpp_pjit``; never in the same tests run alone). A collection inside that constructor runs the weakref
-    callbacks of JAX's function caches while it is inserting into them; holding collections off for these
-    few microseconds rules that path out. A precaution: the cause is not established."""
-    enabled = gc.isenabled()
-    gc.disable()
+    ``jax.jit`` keys its C++ function cache on a weak reference to the function. Given ``np.sin``, calling
+    the result raises "cannot create weak reference to 'numpy.ufunc' object", and after that has happened a
+    few hundred times in one process the next ``jax.jit(np.sin)`` crashes the interpreter (a segmentation
+    fault in ``_cpp_pjit``): GG203 tries a NumPy primal under ``jit`` first, so a long check run did exactly
+    that. A wrapper is an ordinary function: JAX traces it (and fails on the ufunc as before, cleanly)."""
     try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+        weakref.ref(fn)
+    except TypeError:
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        call.__name__ = getattr(fn, "__name__", "fn")
+        return call
+    return fn
 
 
 def _build(

@@ -431,3 +431,27 @@ def test_adapted_grad_after_warm_up_is_fast():
         grad(x, w).block_until_ready()
     per_call = (time.perf_counter() - start) / 50
     assert per_call < 0.01, f"{per_call * 1e6:.0f} us per adapted grad"
+
+
+def test_a_numpy_ufunc_under_jit_fails_cleanly_every_time_and_never_crashes_the_process():
+    """jax.jit keys its C++ cache on a weak reference to the function; a NumPy ufunc has none, and a few hundred
+    failed jit(np.sin) calls in one process made the next one a segmentation fault. GG203 tries NumPy primals
+    under jit first, so a long check run reached it. In a subprocess, as the crash would take this one down."""
+    code = (
+        "import numpy as np\n"
+        "from gradguard.engines import jax_engine\n"
+        "from gradguard.engines.jax_engine import _transforms\n"
+        "x = np.ones(3)\n"
+        "for i in range(300):\n"
+        "    try:\n"
+        "        jax_engine.run_under(np.sin, [x], transform='jit')\n"
+        "        raise SystemExit('np.sin traced under jit')\n"
+        "    except SystemExit:\n"
+        "        raise\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    _transforms._cache.clear()  # as the bounded cache evicts in a long run\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
