@@ -9,7 +9,7 @@ a pullback ``None``, so these pullbacks do not accept it (GG302 warns; that is a
 
 This module is longer than most because it is a corpus: one short rule per autograd primitive.
 Specs are each function's real domain (positive inputs for log and sqrt, |x| < 1 for arcsin, ...).
-``LABELS`` maps each rule to its source; ``UPSTREAM_FLAWS`` (tests/realworld/test_realworld_correct.py)
+``LABELS`` maps each rule to its source; ``UPSTREAM_FLAWS`` (below; read by tests/realworld/test_realworld_correct.py)
 lists the error findings that are real flaws of the upstream rule, with evidence in INDEX.md.
 """
 
@@ -868,4 +868,27 @@ LABELS = {
         "concatenate_rrule", "getitem_repeated_rrule", "matmul_batched_rrule", "matmul_vector_rrule",
         "outer_rrule", "kron_rrule", "cross_rrule",
     ]
+}
+
+
+# Error findings that are real flaws of these upstream rules, not gradguard's mistakes: rule -> (check ids,
+# evidence in one line; INDEX.md has the full evidence). Read by tests/realworld/test_realworld_correct.py and
+# bench/detection.py.
+UPSTREAM_FLAWS = {
+    "sinc_rrule": (
+        {"GG201", "GG206", "GG301", "GG501"},
+        "autograd's sinc vjp divides by pi * x**2: NaN at x == 0, where d/dx sinc = 0 (jax.grad(jnp.sinc)(0.) == 0), "
+        "and cancels for tiny x (0 at x = -1.072612e-09, where d/dx sinc = -pi**2 x / 3 = 3.5288e-09)",
+    ),
+    "prod_rrule": (
+        {"GG201", "GG203", "GG206", "GG301", "GG501"},
+        "autograd's prod vjp is g * ans / x: NaN at a zero entry, where d/dx_i prod = prod of the others "
+        "(jax.grad(jnp.prod) is finite there), 0 where the product underflows, and rounded where it is subnormal "
+        "(row [-1.009937, -1.646339, 4.94e-324]: 2.0 for the last entry, whose derivative is 1.6627)",
+    ),
+    "abs_rrule": (
+        {"GG202"},
+        "autograd's abs vjp g * conj(x) / |x| rounds at subnormal x: 2.0 at x = 5e-324, g = 1.5, where the "
+        "derivative is 1.5 (jax.vjp(jnp.abs) gives 1.5), so it is not linear in g there either",
+    ),
 }

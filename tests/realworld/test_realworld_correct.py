@@ -31,25 +31,6 @@ from _seeds import SEEDS  # noqa: E402  (0..2 by default; GRADGUARD_REALWORLD_SE
 MIN_RULES = 60
 WHOLE_MODULE_TIMEOUT_S = 1800
 
-# Error findings that are real flaws of the upstream rule: rule -> (checks, evidence in one line).
-UPSTREAM_FLAWS: dict[str, tuple[frozenset[str], str]] = {
-    "sinc_rrule": (
-        frozenset({"GG201", "GG206", "GG301", "GG501"}),
-        "autograd's sinc vjp divides by pi * x**2: NaN at x == 0, where d/dx sinc = 0 (jax.grad(jnp.sinc)(0.) == 0), "
-        "and cancels for tiny x (0 at x = -1.072612e-09, where d/dx sinc = -pi**2 x / 3 = 3.5288e-09)",
-    ),
-    "prod_rrule": (
-        frozenset({"GG201", "GG203", "GG206", "GG301", "GG501"}),
-        "autograd's prod vjp is g * ans / x: NaN at a zero entry, where d/dx_i prod = prod of the others "
-        "(jax.grad(jnp.prod) is finite there), 0 where the product underflows, and rounded where it is subnormal "
-        "(row [-1.009937, -1.646339, 4.94e-324]: 2.0 for the last entry, whose derivative is 1.6627)",
-    ),
-    "abs_rrule": (
-        frozenset({"GG202"}),
-        "autograd's abs vjp g * conj(x) / |x| rounds at subnormal x: 2.0 at x = 5e-324, g = 1.5, where the "
-        "derivative is 1.5 (jax.vjp(jnp.abs) gives 1.5), so it is not linear in g there either",
-    ),
-}
 
 
 @pytest.fixture(autouse=True)
@@ -74,6 +55,14 @@ KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
 @functools.lru_cache(maxsize=None)
 def _module(path: Path) -> object:
     return load_module(path)
+
+
+# Error findings that are real flaws of the upstream rule: rule -> (checks, evidence in one line), from the
+# modules' own UPSTREAM_FLAWS (where bench/detection.py reads them too).
+UPSTREAM_FLAWS: dict[str, tuple[frozenset[str], str]] = {
+    name: (frozenset(ids), evidence) for path in sorted(HERE.glob("correct_*.py"))
+    for name, (ids, evidence) in getattr(_module(path), "UPSTREAM_FLAWS", {}).items()
+}
 
 
 def _rules() -> list[tuple[str, Path]]:
