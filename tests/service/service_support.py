@@ -77,3 +77,37 @@ class LiveServer:
     def __exit__(self, *exc: object) -> None:
         self.server.should_exit = True
         self.thread.join(30)
+
+
+# Three rules, the second stuck by whatever ``{stuck}`` is (HANGS: forever): the per-rule limit and the
+# streamed results are judged on the first and the last.
+STUCK_RULES = '''\
+import time
+import numpy as np
+from gradguard.checker import arrays, rrule
+
+
+def double(x):
+    return 2.0 * x
+
+
+@rrule(double, arrays(shape=(3,)))
+def a_double_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def b_stuck_rrule(x):
+    {stuck}
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def c_after_rrule(x):
+    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
+'''
+HANGS = "time.sleep(3600)"
+
+
+def verdicts(report: dict) -> dict[str, tuple[str, str | None]]:
+    return {r["name"]: (r["verdict"], (r["error"] or {}).get("message")) for r in report["rules"]}

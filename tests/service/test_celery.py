@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 from gradguard.service.app import create_app
 from gradguard.service.models import Run
 
-from service_support import ADMIN, SLEEPY_RULES, SMALL_RULES, wait_for  # type: ignore[import-not-found]
+from service_support import (ADMIN, HANGS, SLEEPY_RULES, SMALL_RULES, STUCK_RULES, verdicts,  # type: ignore[import-not-found]
+                             wait_for)
 
 pytestmark = pytest.mark.slow
 FINAL = ("passed", "failed", "error")
@@ -136,34 +137,11 @@ def test_a_starting_worker_requeues_runs_left_running_by_a_dead_worker(stack, tm
         assert run["attempts"] == 2
 
 
-STREAMED_RULES = '''\
-import time
-from gradguard.checker import arrays, rrule
-
-
-def double(x):
-    return 2.0 * x
-
-
-@rrule(double, arrays(shape=(3,)))
-def a_double_rrule(x):
-    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
-
-
-@rrule(double, arrays(shape=(3,)))
-def b_stuck_rrule(x):
-    time.sleep(3600)
-
-
-@rrule(double, arrays(shape=(3,)))
-def c_after_rrule(x):
-    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
-'''
+STREAMED_RULES = STUCK_RULES.format(stuck=HANGS)
 
 
 def _verdicts(client, run_id: int) -> dict[str, tuple[str, str | None]]:  # type: ignore[no-untyped-def]
-    report = client.get(f"/api/v1/runs/{run_id}/report").json()
-    return {r["name"]: (r["verdict"], (r["error"] or {}).get("message")) for r in report["rules"]}
+    return verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
 
 
 def test_through_a_worker_a_hanging_rule_ends_at_its_own_limit_and_the_others_keep_their_verdicts(stack, tmp_path) -> None:  # type: ignore[no-untyped-def]

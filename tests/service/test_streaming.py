@@ -14,36 +14,10 @@ import gradguard.service.sandbox as sandbox
 from gradguard.service.config import Settings
 from gradguard.service.sandbox import Limits, _judge, _run, _stream
 
-from service_support import ADMIN  # type: ignore[import-not-found]
+from service_support import ADMIN, HANGS, STUCK_RULES as RULES, verdicts  # type: ignore[import-not-found]
 
 run_check = functools.partial(sandbox.run_check, select=["GG1"], max_examples=3)
 
-RULES = '''\
-import time
-import numpy as np
-from gradguard.checker import arrays, rrule
-
-
-def double(x):
-    return 2.0 * x
-
-
-@rrule(double, arrays(shape=(3,)))
-def a_double_rrule(x):
-    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
-
-
-@rrule(double, arrays(shape=(3,)))
-def b_stuck_rrule(x):
-    {stuck}
-    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
-
-
-@rrule(double, arrays(shape=(3,)))
-def c_after_rrule(x):
-    return double(x), lambda ybar: (None,) if ybar is None else (2.0 * ybar,)
-'''
-HANGS = "time.sleep(3600)"
 HOARDS = "hoard = np.ones(50 * 2**30 // 8)"
 
 
@@ -52,10 +26,6 @@ def bundle(tmp_path: Path, stuck: str) -> Path:
     folder.mkdir()
     (folder / "rules.py").write_text(RULES.format(stuck=stuck))
     return folder
-
-
-def verdicts(report: dict) -> dict[str, tuple[str, str | None]]:
-    return {r["name"]: (r["verdict"], (r["error"] or {}).get("message")) for r in report["rules"]}
 
 
 @pytest.mark.slow
