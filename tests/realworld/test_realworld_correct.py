@@ -60,7 +60,7 @@ def _module(path: Path) -> object:
 # Error findings that are real flaws of the upstream rule: rule -> (checks, evidence in one line), from the
 # modules' own UPSTREAM_FLAWS (where bench/detection.py reads them too).
 UPSTREAM_FLAWS: dict[str, tuple[frozenset[str], str]] = {
-    name: (frozenset(ids), evidence) for path in sorted(HERE.glob("correct_*.py"))
+    name: (frozenset(ids), evidence) for path in _module_paths()
     for name, (ids, evidence) in getattr(_module(path), "UPSTREAM_FLAWS", {}).items()
 }
 
@@ -146,7 +146,7 @@ def test_correct_rule_has_no_false_error(name: str, path: Path, seed: int) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(WHOLE_MODULE_TIMEOUT_S)
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xdist_group(f"{dict(_rules()).get(name, HERE / 'x').stem}-seed{SEEDS[0]}"))
+    pytest.param(name, marks=pytest.mark.xdist_group(f"{dict(RULES)[name].stem}-seed{SEEDS[0]}"))
     for name in sorted(UPSTREAM_FLAWS)])
 def test_upstream_flaw_is_found_exactly(name: str) -> None:
     path = dict(RULES)[name]
