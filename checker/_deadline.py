@@ -22,9 +22,9 @@ import signal
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["time_limit", "at_safe_point", "grace_for", "DEFAULT_GRACE_S"]
+__all__ = ["time_limit", "at_safe_point", "grace_for", "DEFAULT_GRACE_S", "noted"]
 
 # Extra wall time a rule gets inside one call after its deadline before it is interrupted by a signal:
 # a quarter of the limit, between half a second and ten seconds.
@@ -37,18 +37,35 @@ def grace_for(seconds: float) -> float:
 _local = threading.local()
 
 
-def _limits() -> list[tuple[float, type[BaseException]]]:
+# Each limit in force on this thread, outermost first: a function of the time that returns the exception
+# to raise when the limit is spent, else None (the memory limit, gradguard.checker._memory, is one too).
+_Limit = Callable[[float], "BaseException | None"]
+
+
+def _limits() -> list[_Limit]:
     if not hasattr(_local, "limits"):
         _local.limits = []
     return _local.limits
 
 
+@contextmanager
+def noted(limit: _Limit) -> Iterator[None]:
+    """Have :func:`at_safe_point` consult ``limit`` inside the block (on this thread)."""
+    limits = _limits()
+    limits.append(limit)
+    try:
+        yield
+    finally:
+        limits.remove(limit)
+
+
 def at_safe_point() -> None:
-    """Raise the innermost expired limit's exception; a no-op while every limit has time left."""
+    """Raise the first spent limit's exception; a no-op while every limit has room left."""
     now = time.monotonic()
-    for deadline, exception in _limits():
-        if now >= deadline:
-            raise exception()
+    for limit in list(_limits()):
+        spent = limit(now)
+        if spent is not None:
+            raise spent
 
 
 @contextmanager
@@ -63,16 +80,13 @@ def time_limit(seconds: float | None, exception: type[BaseException], grace_s: f
         yield
         return
     start = time.monotonic()
-    limits = _limits()
-    limits.append((start + seconds, exception))
-    try:
+    deadline = start + seconds
+    with noted(lambda now: exception() if now >= deadline else None):
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield
         else:
-            with _alarm(start + seconds + (grace_for(seconds) if grace_s is None else grace_s), exception):
+            with _alarm(deadline + (grace_for(seconds) if grace_s is None else grace_s), exception):
                 yield
-    finally:
-        limits.pop()
 
 
 @contextmanager

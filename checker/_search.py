@@ -21,6 +21,7 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
+from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
 from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
 from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
@@ -76,6 +77,8 @@ def internal_error(where: str, rule_name: str, exc: BaseException) -> _InternalE
     """The error for a check that raised ``exc`` in ``where`` ("check GG201", "the checks")."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     if any(isinstance(e, MemoryError) for e in _chain(exc)):
+        for e in _chain(exc):
+            note_memory_error(e)  # over the rule's memory budget: check_rule reports the budget instead
         return _InternalError(f"MemoryError: memory ran out in {where} on rule {rule_name}; check it with smaller "
                               "inputs or give it more memory", tb, kind="MemoryError")
     return _InternalError(f"internal error in {where} on rule {rule_name}: {type(exc).__name__}: {exc}", tb)
@@ -129,7 +132,7 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
         raise _SpecCannotGenerate(
             f"the argument specs of {rule.name} could not generate an input ({exc}). Loosen the specs' filters or bounds."
         ) from None
-    except (RuleTimeout, KeyboardInterrupt):
+    except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
         raise
     except HypothesisException as exc:
         if any(isinstance(e, MemoryError) for e in _chain(exc)):

@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker import tolerances
+from gradguard.checker._memory import note_memory_error
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
@@ -227,6 +228,7 @@ class Case:
         except Skip:
             raise
         except Exception as exc:  # the user's code failed: report it, do not crash the checker
+            note_memory_error(exc)  # an allocation over the rule's memory budget stops it at the next safe point
             raise RuleRaised(phase, self.rule.name, exc) from exc
 
     def forward(self, args: tuple[Any, ...] | None = None) -> Any:

@@ -25,12 +25,14 @@ import click
 from click.core import ParameterSource
 
 from gradguard.checker._version import VERSION
+from gradguard.checker._memory import default_limit_mb
 from gradguard.checker.errors import GradguardError, UsageError
 
 __all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_NO_RULES"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
 EXIT_NO_RULES = 5  # as pytest's "no tests collected": nothing was checked, which is not a pass
+DEFAULT_MEMORY_LIMIT_MB = default_limit_mb()  # as check()'s (options.py), without importing the runner here
 
 
 class _Commands(click.Group):
@@ -71,6 +73,9 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for input generation: same seed, same verdict.")
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
 @click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none).")
+@click.option("--memory-limit", "memory_limit", type=click.FloatRange(min=0), default=DEFAULT_MEMORY_LIMIT_MB,
+              show_default="half the physical memory", metavar="MB",
+              help="How much each rule may grow the process's resident memory, in MB (0: none).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
 @click.option("--unused-cotangent", type=click.Choice(["zeros", "none"]), default=None,
               help="What an unused output's pullback receives, for rules that declare no unused_cotangent= "

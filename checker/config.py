@@ -7,6 +7,7 @@
     seed = 0
     max-examples = 50
     timeout = 300                     # per rule, in seconds (0: none)
+    memory-limit = 4096               # growth of resident memory per rule, in MB (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
     unused-cotangent = "zeros"        # the convention for an unused output's cotangent
     cache-dir = ".gradguard-cache"
@@ -49,6 +50,7 @@ KEYS: dict[str, Key] = {
     "seed": Key("seed", "int", "seed"),
     "max-examples": Key("max_examples", "int", "max_examples"),
     "timeout": Key("rule_timeout_s", "float", "rule_timeout"),
+    "memory-limit": Key("memory_limit_mb", "float", "memory_limit"),
     "jobs": Key("jobs", "int", "jobs"),
     "unused-cotangent": Key("unused_cotangent", "str", "unused_cotangent"),
     "cache-dir": Key("cache_dir", "str", "cache_dir"),
@@ -152,8 +154,9 @@ _KIND_WORDS = {
 def check_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     """The :func:`gradguard.check` keywords that configuration ``values`` set."""
     out = {KEYS[name].keyword: value for name, value in values.items() if KEYS[name].keyword}
-    if out.get("rule_timeout_s") == 0:
-        out["rule_timeout_s"] = None
+    for keyword in ("rule_timeout_s", "memory_limit_mb"):  # 0: no limit
+        if out.get(keyword) == 0:
+            out[keyword] = None
     return out
 
 

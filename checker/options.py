@@ -9,13 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gradguard.checker._memory import default_limit_mb
 from gradguard.checker.specs import RuleSpec
 
-__all__ = ["Options", "PerRule", "DEFAULT_MAX_EXAMPLES", "DEFAULT_RULE_TIMEOUT_S", "DEFAULT_SHRINK_BUDGET_S",
+__all__ = ["Options", "PerRule", "DEFAULT_MAX_EXAMPLES", "DEFAULT_RULE_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_SHRINK_BUDGET_S",
            "DEFAULT_SHRINK_STEPS", "SAFETY_MATRIX"]
 
 DEFAULT_MAX_EXAMPLES = 20
 DEFAULT_RULE_TIMEOUT_S = 120.0
+# How much a rule may grow the process's resident memory (gradguard.checker._memory): half the machine's
+# physical memory, so that a runaway rule is stopped before the machine swaps, while no rule of the
+# corpus comes near it (docs/config.md has the measured growth). None where physical memory is unknown.
+DEFAULT_MEMORY_LIMIT_MB = default_limit_mb()
 # Shrinking a failure costs far more than finding it (Hypothesis' shrinker on element-by-element arrays).
 # The arrays are shrunk once per rule: the later failing checks start from the first one's shrunk input
 # and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
@@ -34,6 +39,7 @@ class Options:
     seed: int = 0
     max_examples: int = DEFAULT_MAX_EXAMPLES
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S
+    memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB  # growth of resident memory per rule; None: no limit
     root: str | None = None  # paths in reports and reproducers are relative to this
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking

@@ -22,6 +22,7 @@ import numpy as np
 from gradguard.checker import reproducer
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
+from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
                                        _shrink_note, _SpecCannotGenerate, internal_error, severity)
 from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
@@ -56,13 +57,18 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     rule.run_state.clear()
     if options.unused_cotangent is not None:
         rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
+    memory = MemoryLimit(options.memory_limit_mb)
     try:
         # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
         # own programs on its values: none is a finding, and they would bury the report.
         with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             _prepare_engine(rule, ids, options.jax_cache_dir)
-            _run_checks(rule, infos, options, result)
+            with memory:  # its growth counts from here: loading JAX above is not the rule's
+                _run_checks(rule, infos, options, result)
+                at_safe_point()  # a budget spent in the last call of the rule's code
+    except RuleMemoryLimit as exc:
+        _over_memory(result, exc)
     except RuleTimeout:
         result.verdict = "error"
         result.error = {
@@ -82,13 +88,29 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         result.verdict = "error"
         result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
     except _InternalError as exc:
-        result.verdict = "error"
-        result.error = {"type": exc.kind, "message": str(exc), "traceback": exc.tb}
+        if exc.kind == "MemoryError" and memory.spent is not None:  # memory ran out over the rule's budget
+            _over_memory(result, memory.spent)
+        else:
+            result.verdict = "error"
+            result.error = {"type": exc.kind, "message": str(exc), "traceback": exc.tb}
     rule.run_state.pop(RUN_UNUSED_COTANGENT, None)  # the run's default must not outlive the run
+    if memory.spent is not None:
+        memory.release()  # what the stopped rule held (its frames, through the exception) goes back now
     result.duration_s = round(time.perf_counter() - start, 4)
     if result.verdict != "error":
         result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
     return result
+
+
+def _over_memory(result: RuleResult, exc: RuleMemoryLimit) -> None:
+    result.verdict = "error"
+    result.error = {
+        "type": "MemoryLimit",
+        "message": f"exceeded the {exc.budget_mb:g} MB per-rule memory limit before every check had run: "
+        f"{exc.measured}; raise it with --memory-limit MB (check(memory_limit_mb=), memory-limit in "
+        "[tool.gradguard]; 0: no limit), or check the rule with smaller inputs",
+        "traceback": "",
+    }
 
 
 def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = None) -> None:
@@ -226,7 +248,7 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             case = Case(rule, tuple(args), draws, shared)
             try:
                 outcome = _run_one(info, case)
-            except (RuleTimeout, KeyboardInterrupt):
+            except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
                 raise
             except Exception as exc:
                 raise internal_error(f"check {info.id}", rule.name, exc) from None
@@ -254,7 +276,7 @@ def _run_per_rule(rule: RuleSpec, info: CheckInfo, options: Options, result: Rul
         _keep_matrix(shared, result)
         result.checks_skipped.append({"id": info.id, "reason": str(skip)})
         return
-    except (RuleTimeout, KeyboardInterrupt):
+    except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
         raise
     except Exception as exc:
         raise internal_error(f"check {info.id}", rule.name, exc) from None

@@ -23,8 +23,8 @@ from gradguard.checker._version import VERSION
 from gradguard.checker.checks import catalogue
 from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.loader import collect
-from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_RULE_TIMEOUT_S, DEFAULT_SHRINK_BUDGET_S,
-                                       DEFAULT_SHRINK_STEPS, Options, PerRule)
+from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RULE_TIMEOUT_S,
+                                       DEFAULT_SHRINK_BUDGET_S, DEFAULT_SHRINK_STEPS, Options, PerRule)
 from gradguard.checker.per_rule import check_rule, time_limit
 from gradguard.checker.report import Report, RuleResult
 from gradguard.checker.specs import validate_unused_cotangent
@@ -90,6 +90,7 @@ def check(
     seed: int = 0,
     max_examples: int | None = None,
     rule_timeout_s: float | None = DEFAULT_RULE_TIMEOUT_S,
+    memory_limit_mb: float | None = DEFAULT_MEMORY_LIMIT_MB,
     progress: Callable[[RuleResult, int, int], None] | None = None,
     jobs: int | None = 1,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -112,7 +113,9 @@ def check(
     compilation cache, so later processes load compiled programs instead of compiling them (default:
     ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins).
     ``unused_cotangent`` ("zeros" or "none") is the project's convention for rules that declare none: what
-    the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it)."""
+    the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it).
+    ``memory_limit_mb`` bounds how much each rule may grow the process's resident memory (default: half the
+    machine's physical memory; None or 0: no limit); a rule over it is an error of type ``MemoryLimit``."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
@@ -122,6 +125,10 @@ def check(
     if shrink_budget_s is not None and (isinstance(shrink_budget_s, bool) or not isinstance(shrink_budget_s, (int, float))
                                         or not shrink_budget_s >= 0):
         raise UsageError(f"Got shrink_budget_s={shrink_budget_s!r}, but it must be a number of seconds >= 0, or None (no limit).")
+    if memory_limit_mb is not None and (isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float))
+                                        or not 0 <= memory_limit_mb < float("inf")):
+        raise UsageError(f"Got memory_limit_mb={memory_limit_mb!r}, but it must be a number of megabytes >= 0 "
+                         "(0 or None: no limit).")
     if shrink_steps is not None and (not isinstance(shrink_steps, int) or isinstance(shrink_steps, bool) or shrink_steps < 0):
         raise UsageError(f"Got shrink_steps={shrink_steps!r}, but it must be an int >= 0, or None (no limit).")
     try:
@@ -131,7 +138,8 @@ def check(
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
-    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s, root=os.getcwd(),
+    options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
+                      memory_limit_mb=memory_limit_mb or None, root=os.getcwd(),
                       shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent)
     settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
     if unused_cotangent is not None:
@@ -181,7 +189,8 @@ def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options:
     from gradguard.checker.cache import DEFAULT_CACHE_DIR, VerdictCache
 
     settings = {"checks": ids, "seed": options.seed, "max_examples": options.max_examples,
-                "rule_timeout_s": options.rule_timeout_s, "root": options.root,
+                "rule_timeout_s": options.rule_timeout_s, "memory_limit_mb": options.memory_limit_mb,
+                "root": options.root,
                 "unused_cotangent": options.unused_cotangent,
                 "shrink": [options.shrink_budget_s, options.shrink_steps],
                 "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from gradguard.checker._memory import note_memory_error
 from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec, complex_convention_of
@@ -115,6 +116,7 @@ class Engine:
         except TraceError:
             raise  # a context used an operation the engine lacks: gradguard's bug, not the rule's
         except Exception as exc:  # noqa: BLE001 - the rule raised inside the program
+            note_memory_error(exc)
             return Cell(self.name, "raised", message=text(exc))
         return Cell(self.name, "ran", value=(value, grads))
 

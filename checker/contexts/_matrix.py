@@ -29,6 +29,7 @@ import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker._deadline import at_safe_point
+from gradguard.checker._memory import note_memory_error
 from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as _scalar, text as _text
 from gradguard.checker.contexts._engines import ENGINES, engine as engine_named, engines_for
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
@@ -179,6 +180,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
         row.slope, row.fd_step = float(np.real(fd.value)), fd.step
         row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step))
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
+        note_memory_error(exc)
         row.truth_error = _text(exc.__cause__ or exc)
     for engine in engines:
         cell = engine.run(view, plan)

@@ -1,0 +1,200 @@
+"""The per-rule memory budget: a rule that grows the process's memory past it is an error of type MemoryLimit
+naming the budget, what was measured and the option that raises it; the next rule is checked as usual."""
+
+from __future__ import annotations
+
+import re
+import signal
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gradguard.checker import UsageError, arrays, check, rrule
+from gradguard.checker._memory import GRACE_S, MemoryLimit, RuleMemoryLimit, resident_bytes
+from gradguard.checker.cli import main
+from gradguard.checker.config import ConfigError, check_kwargs, validate
+
+pytestmark = pytest.mark.skipif(resident_bytes() is None, reason="resident memory is measured through /proc")
+
+MB = 2**20
+FIX = ("; raise it with --memory-limit MB (check(memory_limit_mb=), memory-limit in [tool.gradguard]; 0: no limit), "
+       "or check the rule with smaller inputs")
+GREW = re.compile(r"exceeded the 50 MB per-rule memory limit before every check had run: its resident memory grew "
+                  r"by (\d+\.\d) MB since the rule started" + re.escape(FIX))
+
+
+def double(x):
+    return 2.0 * x
+
+
+@rrule(double, arrays(shape=(3,)))
+def eats_at_once_rrule(x):
+    hoard = np.ones(400 * MB // 8)  # 400 MB in one allocation, written
+    return 2.0 * x + 0.0 * hoard[-1], lambda ybar: (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def eats_gradually_rrule(x):
+    hoard = []
+    for _ in range(400):  # 400 MB, one at a time, all inside one call
+        hoard.append(np.ones(MB // 8))
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def eats_then_waits_rrule(x):
+    hoard = np.ones(80 * MB // 8)
+    time.sleep(60)  # over its budget and stuck in one call: only the signal ends it
+    return 2.0 * x + 0.0 * hoard[-1], lambda ybar: (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def asks_too_much_rrule(x):
+    np.ones(2**45)  # 256 TB: the allocation itself fails
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+
+@rrule(double, arrays(shape=(3,)))
+def raises_memory_error_rrule(x):
+    raise MemoryError()  # no size: nothing says the budget ran out
+
+
+@rrule(double, arrays(shape=(3,)))
+def double_rrule(x):
+    scratch = np.ones(MB // 8)  # the correct twin: it allocates, but little
+    return 2.0 * x + 0.0 * scratch[0], lambda ybar: (2.0 * ybar,)
+
+
+def _growth(result) -> float:
+    assert result.verdict == "error" and result.error["type"] == "MemoryLimit", (result.verdict, result.error)
+    match = GREW.fullmatch(result.error["message"])
+    assert match, result.error["message"]
+    return float(match.group(1))
+
+
+def test_a_rule_that_allocates_far_beyond_its_budget_at_once_is_stopped_and_the_next_rule_passes():
+    report = check([eats_at_once_rrule, double_rrule], select=["GG1"], memory_limit_mb=50)
+    eats, twin = report.rules
+    assert 50 < _growth(eats) <= 420
+    assert eats.findings == [] and eats.error["traceback"] == ""
+    assert twin.verdict == "pass" and twin.error is None
+
+
+def test_a_rule_that_grows_inside_one_call_is_interrupted_before_it_holds_everything():
+    report = check([eats_gradually_rrule, double_rrule], select=["GG1"], memory_limit_mb=50)
+    eats, twin = report.rules
+    assert 50 < _growth(eats) < 300  # stopped at about twice its budget, not at the 400 MB it wanted
+    assert twin.verdict == "pass"
+
+
+def test_a_rule_over_its_budget_and_stuck_in_one_call_is_interrupted_after_the_grace():
+    previous = signal.getsignal(signal.SIGUSR2)
+    started = time.monotonic()
+    report = check([eats_then_waits_rrule], select=["GG101"], memory_limit_mb=50)
+    assert 50 < _growth(report.rules[0]) < 200
+    assert time.monotonic() - started < GRACE_S + 10  # not the rule's 60 s
+    assert signal.getsignal(signal.SIGUSR2) is previous  # the handler is put back
+
+
+def test_one_allocation_larger_than_the_budget_left_is_over_the_budget():
+    result = check(asks_too_much_rrule, select=["GG1"], memory_limit_mb=50).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "MemoryLimit"
+    assert re.fullmatch(r"exceeded the 50 MB per-rule memory limit before every check had run: it asked for one "
+                        r"allocation of 256\.0 TB with \d+\.\d MB of its budget in use" + re.escape(FIX),
+                        result.error["message"]), result.error["message"]
+
+
+def test_without_a_budget_or_without_a_size_a_memory_error_stays_what_it_was():
+    """Only what was measured is blamed on the budget: with no budget the failed allocation is the rule's
+    exception, as before; a MemoryError that does not say its size established nothing about the budget."""
+    unbounded = check(asks_too_much_rrule, select=["GG101"], memory_limit_mb=0).rules[0]
+    assert unbounded.verdict == "fail" and "raised MemoryError" in unbounded.findings[0].message
+    sizeless = check(raises_memory_error_rrule, select=["GG101"], memory_limit_mb=50).rules[0]
+    assert sizeless.verdict == "fail" and "raised MemoryError" in sizeless.findings[0].message
+
+
+def test_what_a_stopped_rule_held_is_given_back():
+    check(double_rrule, select=["GG101"], memory_limit_mb=50)  # the checker's own first-use costs, not measured
+    before = resident_bytes()
+    check(eats_at_once_rrule, select=["GG1"], memory_limit_mb=50)
+    assert resident_bytes() - before < 100 * MB
+
+
+def test_the_limit_only_notes_at_first_and_raises_at_a_safe_point():
+    from gradguard.checker._deadline import at_safe_point
+
+    with MemoryLimit(30) as limit:
+        hoard = np.ones(40 * MB // 8)  # over the budget, below twice it: no signal within the grace
+        limit.sample()
+        assert limit.spent is not None  # noted, not raised: no library call is cut in half
+        with pytest.raises(RuleMemoryLimit, match=r"exceeded the 30 MB per-rule memory limit: its resident memory grew"):
+            at_safe_point()
+        del hoard
+    at_safe_point()  # nothing left over once the block is gone
+
+
+def test_a_budget_must_be_a_number_of_megabytes():
+    for bad in (-1, True, "50", float("nan"), float("inf")):
+        with pytest.raises(UsageError, match=r"must be a number of megabytes >= 0 \(0 or None: no limit\)"):
+            check(double_rrule, memory_limit_mb=bad)
+
+
+RULES = textwrap.dedent('''
+    import numpy as np
+    from gradguard.checker import rrule, arrays
+
+    def double(x):
+        return 2.0 * x
+
+    @rrule(double, arrays(shape=(3,)))
+    def a_eats_rrule(x):
+        hoard = np.ones(400 * 2**20 // 8)
+        return 2.0 * x + 0.0 * hoard[-1], lambda ybar: (2.0 * ybar,)
+
+    @rrule(double, arrays(shape=(3,)))
+    def b_double_rrule(x):
+        return 2.0 * x, lambda ybar: (2.0 * ybar,)
+''')
+
+
+def _verdicts(output: str) -> list[str]:
+    return re.findall(r"^(PASS|FAIL|ERROR) +(\w+)", output, flags=re.M)
+
+
+def test_the_command_line_option_sets_the_budget(tmp_path):
+    (tmp_path / "eat_rules.py").write_text(RULES)
+    result = CliRunner().invoke(main, ["check", str(tmp_path / "eat_rules.py"), "--select", "GG101", "--no-cache",
+                                       "--memory-limit", "50"])
+    assert result.exit_code == 1, result.output
+    assert _verdicts(result.output) == [("ERROR", "a_eats_rrule"), ("PASS", "b_double_rrule")]
+    assert "MemoryLimit: exceeded the 50 MB per-rule memory limit" in result.output
+    unbounded = CliRunner().invoke(main, ["check", str(tmp_path / "eat_rules.py"), "--select", "GG101", "--no-cache",
+                                          "--memory-limit", "0"])
+    assert unbounded.exit_code == 0, unbounded.output
+    refused = CliRunner().invoke(main, ["check", str(tmp_path), "--memory-limit", "-5"])
+    assert refused.exit_code == 2 and "Invalid value for '--memory-limit'" in refused.output, refused.output
+
+
+def test_the_config_key_sets_the_budget_and_the_command_line_overrides_it(tmp_path, monkeypatch):
+    (tmp_path / "eat_rules.py").write_text(RULES)
+    (tmp_path / "pyproject.toml").write_text('[tool.gradguard]\nmemory-limit = 50\nselect = ["GG101"]\ncache = false\n')
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["check", "eat_rules.py"])
+    assert _verdicts(result.output) == [("ERROR", "a_eats_rrule"), ("PASS", "b_double_rrule")], result.output
+    overridden = CliRunner().invoke(main, ["check", "eat_rules.py", "--memory-limit", "0"])
+    assert overridden.exit_code == 0, overridden.output
+    assert check_kwargs(validate({"memory-limit": 0})) == {"memory_limit_mb": None}
+    assert check_kwargs(validate({"memory-limit": 512})) == {"memory_limit_mb": 512.0}
+    with pytest.raises(ConfigError, match=r"got memory-limit = 'lots', but memory-limit must be a number >= 0"):
+        validate({"memory-limit": "lots"})
+
+
+def test_worker_processes_keep_the_budget(tmp_path):
+    (tmp_path / "eat_rules.py").write_text(RULES)
+    report = check(tmp_path / "eat_rules.py", select=["GG101"], memory_limit_mb=50, jobs=2)
+    eats, twin = report.rules
+    assert eats.error["type"] == "MemoryLimit" and GREW.fullmatch(eats.error["message"])
+    assert twin.verdict == "pass"
