@@ -14,7 +14,8 @@ reads with a size cap), one JSON object a line, each as soon as it exists:
     {"report": {...}}               the rest of the report (all but its rules), last
 
 So a run stopped by a limit still leaves the parent every finished rule's verdict, and the
-names of the ones it never finished. ``--rule-timeout S`` bounds each rule (0: none).
+names of the ones it never finished. ``--rule-timeout S`` bounds each rule's time, ``--rule-memory MB``
+how much each rule may grow the memory (0: none).
 
 The plan (JSON) says what is left to do in here:
 
@@ -294,6 +295,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-examples", type=int, default=None)
     parser.add_argument("--rule-timeout", type=float, default=0.0, help="seconds per rule; 0: none")
+    parser.add_argument("--rule-memory", type=int, default=0, help="MB each rule may grow the memory; 0: none")
     parser.add_argument("--probe", type=int, default=None, metavar="PORT")
     return parser.parse_args(argv)
 
@@ -308,6 +310,7 @@ def _check(args: argparse.Namespace, send) -> None:  # type: ignore[no-untyped-d
     send({"rules": [rule.name for rule in rules]})
     report = checker.check(rules, select=args.select, ignore=args.ignore, seed=args.seed,
                            max_examples=args.max_examples, rule_timeout_s=args.rule_timeout or None,
+                           memory_limit_mb=args.rule_memory or None,
                            progress=lambda result, _i, _n: send({"rule": asdict(result)}))
     report.load_errors[:0] = failures
     whole = report.to_dict()

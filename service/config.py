@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     # the others' verdicts with it (default: a quarter of run_wall_s; a submission may ask for another
     # value below run_wall_s).
     rule_timeout_s: float | None = Field(None, gt=0)
+    # Each rule's own memory budget (how much it may grow the checker's resident memory), well below the
+    # run's memory limit, so one rule that eats memory ends as its own error and the others still run
+    # (default: a quarter of run_memory_mb; 0: none, the run's limit alone).
+    rule_memory_mb: int | None = Field(None, ge=0)
     default_max_examples: int | None = Field(None, gt=0)
 
     # The floor under which workers refuse untrusted code (docs/security.md); rlimits needs the
@@ -88,6 +92,17 @@ class Settings(BaseSettings):
                 f"Got GRADGUARD_RULE_TIMEOUT_S={self.rule_timeout_s:g}, but it must be below GRADGUARD_RUN_WALL_S="
                 f"{self.run_wall_s:g}: a rule that hangs must end as its own error while the run still has time "
                 "for the others. Lower the one or raise the other."
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _rule_memory_below_the_run(self) -> "Settings":
+        if self.rule_memory_mb and 2 * self.rule_memory_mb > self.run_memory_mb:
+            raise ValueError(
+                f"Got GRADGUARD_RULE_MEMORY_MB={self.rule_memory_mb}, but it must be at most half of "
+                f"GRADGUARD_RUN_MEMORY_MB={self.run_memory_mb}: a rule that keeps allocating is interrupted at twice "
+                "its budget at the latest, which must stay below the run's limit so that the rule ends as its own "
+                "error while the others still run. Lower the one or raise the other (0: no per-rule budget)."
             )
         return self
 
@@ -126,6 +141,11 @@ class Settings(BaseSettings):
     def default_rule_timeout_s(self) -> float:
         """The per-rule time limit of a run that asks for none."""
         return self.rule_timeout_s if self.rule_timeout_s is not None else self.run_wall_s / 4
+
+    @property
+    def default_rule_memory_mb(self) -> int:
+        """The per-rule memory budget of every run, in MB (0: none)."""
+        return self.rule_memory_mb if self.rule_memory_mb is not None else self.run_memory_mb // 4
 
     def queue_name(self, device: str) -> str:
         """Name of the Celery queue that serves ``device`` runs."""

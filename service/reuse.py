@@ -37,7 +37,8 @@ def bundle_key(files: Mapping[str, bytes], options: Any, settings: Any) -> str:
     choices = {"device": options.device, "select": options.select, "ignore": options.ignore, "seed": options.seed,
                "max_examples": options.max_examples, "default_max_examples": settings.default_max_examples,
                "limits": [settings.run_wall_s, settings.run_cpu_s, settings.run_memory_mb],
-               "rule_timeout_s": getattr(options, "rule_timeout_s", None) or settings.default_rule_timeout_s}
+               "rule_timeout_s": getattr(options, "rule_timeout_s", None) or settings.default_rule_timeout_s,
+               "rule_memory_mb": settings.default_rule_memory_mb}
     h.update(json.dumps(choices, sort_keys=True).encode())
     return h.hexdigest()
 

@@ -66,6 +66,7 @@ def execute_claimed(factory: sessionmaker[Session], run: Run, *, worker: str, se
             outcome = run_check(bundle, select=run.select_checks, ignore=run.ignore_checks, seed=run.seed,
                                 max_examples=run.max_examples or settings.default_max_examples, device=run.device,
                                 rule_timeout_s=rule_timeout_of(run, settings),
+                                rule_memory_mb=settings.default_rule_memory_mb,
                                 limits=limits_from_settings(settings), min_level=settings.sandbox_min_level)
     except Exception as exc:  # the service's own failure, not the rule's: record it, never leave it running
         log.exception("run %s failed outside the sandbox", run.id)

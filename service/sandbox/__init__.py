@@ -191,12 +191,16 @@ def run_check(
     limits: Limits = Limits(),
     min_level: str = MIN_LEVEL,
     rule_timeout_s: float | None = None,
+    rule_memory_mb: int | None = None,
 ) -> SandboxOutcome:
     """Check the rule modules in ``bundle_dir`` in a sandbox; never raises for what the rules do.
 
     Below ``min_level`` nothing runs: the outcome is ``ok=False`` with the refusal as its reason.
     ``rule_timeout_s`` bounds each rule (None: half the wall limit), so a hanging rule ends as its own
-    error; a run stopped by a limit keeps every rule it finished (see :mod:`._stream`)."""
+    error; a run stopped by a limit keeps every rule it finished (see :mod:`._stream`). ``rule_memory_mb``
+    bounds how much each rule may grow the checker's memory (None: a quarter of the run's memory limit, so
+    that a rule interrupted at twice its budget is still below it; 0: none), so a rule that eats memory
+    ends as its own ``MemoryLimit`` error and the others still run."""
     from gradguard.service.sandbox import _judge, _run
 
     bundle = Path(bundle_dir).resolve()
@@ -217,6 +221,12 @@ def run_check(
     if max_examples is not None:
         args += ["--max-examples", str(int(max_examples))]
     args += ["--rule-timeout", repr(float(rule_timeout_s if rule_timeout_s is not None else limits.wall_s / 2))]
+    if rule_memory_mb is None:
+        rule_memory_mb = int(limits.memory_mb) // 4
+    if isinstance(rule_memory_mb, bool) or not isinstance(rule_memory_mb, int) or not 0 <= 2 * rule_memory_mb <= limits.memory_mb:
+        raise ValueError(f"Got rule_memory_mb={rule_memory_mb!r}, but it must be an int from 0 (none) to half the "
+                         f"run's memory limit ({int(limits.memory_mb) // 2} MB).")
+    args += ["--rule-memory", str(rule_memory_mb)]
     start = time.monotonic()
     raw = _run.execute(level, bundle, args, limits, device, size_flag=_BWRAP_SIZE_FLAG)
     report, reason = _judge.judge(raw, limits, level)

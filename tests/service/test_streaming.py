@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,9 @@ def test_a_hanging_rule_ends_at_its_own_time_limit_and_the_others_get_verdicts(t
 
 @pytest.mark.slow
 def test_memory_exhausted_inside_a_rule_is_a_limit_error_not_a_finding(tmp_path) -> None:
-    outcome = run_check(bundle(tmp_path, HOARDS), limits=Limits(wall_s=60, cpu_s=60, memory_mb=1024), rule_timeout_s=30)
+    """With no per-rule budget, the run's own memory limit bites: an error naming it, never a finding."""
+    outcome = run_check(bundle(tmp_path, HOARDS), limits=Limits(wall_s=60, cpu_s=60, memory_mb=1024), rule_timeout_s=30,
+                        rule_memory_mb=0)
     assert not outcome.ok and outcome.reason == "exceeded 1024 MB memory"
     stuck = next(r for r in outcome.report["rules"] if r["name"] == "b_stuck_rrule")
     assert stuck["verdict"] == "error" and stuck["findings"] == []
@@ -223,3 +226,83 @@ def test_the_stream_carries_each_rule_once_and_the_last_records_own_rules_are_no
     final = {"schema": "gradguard.report/1", "rules": [_rule("forged")]}
     report, reason = _judge.judge(_raw({"rules": ["a"]}, {"rule": _rule("a")}, {"report": final}), Limits(), "namespaces")
     assert reason is None and [r["name"] for r in report["rules"]] == ["a"]
+
+
+EATS = "hoard = [np.ones(2**20 // 8) for _ in range(800)]  # 800 MB, 1 MB at a time"
+PER_RULE_FIX = ("; raise it with --memory-limit MB (check(memory_limit_mb=), memory-limit in [tool.gradguard]; 0: no "
+                "limit), or check the rule with smaller inputs")
+
+
+@pytest.mark.slow
+def test_a_rule_that_eats_memory_ends_at_its_own_memory_budget_and_the_others_get_verdicts(tmp_path) -> None:
+    """The per-rule budget (a quarter of the run's 1024 MB) stops the rule before the run's limit does."""
+    outcome = run_check(bundle(tmp_path, EATS), limits=Limits(wall_s=60, cpu_s=60, memory_mb=1024), rule_timeout_s=30)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    found = verdicts(outcome.report)
+    assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
+    eats = next(r for r in outcome.report["rules"] if r["name"] == "b_stuck_rrule")
+    assert eats["verdict"] == "error" and eats["findings"] == [] and eats["error"]["type"] == "MemoryLimit"
+    assert re.fullmatch(r"exceeded the 256 MB per-rule memory limit before every check had run: its resident memory "
+                        r"grew by \d+\.\d MB since the rule started" + re.escape(PER_RULE_FIX),
+                        eats["error"]["message"]), eats["error"]["message"]
+
+
+@pytest.mark.slow
+def test_one_allocation_beyond_the_rules_budget_is_the_rules_own_error(tmp_path) -> None:
+    outcome = run_check(bundle(tmp_path, HOARDS), limits=Limits(wall_s=60, cpu_s=60, memory_mb=1024), rule_timeout_s=30,
+                        rule_memory_mb=100)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    assert verdicts(outcome.report)["c_after_rrule"] == ("pass", None)
+    message = verdicts(outcome.report)["b_stuck_rrule"][1]
+    assert re.fullmatch(r"exceeded the 100 MB per-rule memory limit before every check had run: it asked for one "
+                        r"allocation of 50\.0 GB with \d+\.\d MB of its budget in use" + re.escape(PER_RULE_FIX),
+                        message), message
+
+
+def test_the_per_rule_memory_budget_is_well_below_the_runs_memory_limit(make_settings, tmp_path) -> None:
+    assert make_settings().default_rule_memory_mb == 2048 // 4
+    assert make_settings(run_memory_mb=1000, rule_memory_mb=0).default_rule_memory_mb == 0
+    with pytest.raises(ValueError, match="GRADGUARD_RULE_MEMORY_MB=1500, but it must be at most half of "
+                                         "GRADGUARD_RUN_MEMORY_MB=2048"):
+        make_settings(rule_memory_mb=1500)
+    for bad in (600, -1, 1.5, True):
+        with pytest.raises(ValueError, match=r"rule_memory_mb=.*must be an int from 0 \(none\) to half the run's "
+                                             r"memory limit \(512 MB\)"):
+            sandbox.run_check(tmp_path, limits=Limits(memory_mb=1024), rule_memory_mb=bad, min_level="rlimits")
+
+
+def test_the_per_rule_memory_budget_is_part_of_what_a_reused_verdict_depends_on(make_settings) -> None:
+    from types import SimpleNamespace
+
+    from gradguard.service.reuse import bundle_key
+
+    options = SimpleNamespace(device="cpu", select=None, ignore=None, seed=0, max_examples=None, rule_timeout_s=None)
+    files = {"rules.py": b"x = 1\n"}
+    assert (bundle_key(files, options, make_settings(rule_memory_mb=100))
+            != bundle_key(files, options, make_settings(rule_memory_mb=200)))
+
+
+@pytest.mark.slow
+def test_by_default_one_rule_that_eats_memory_costs_the_service_no_other_verdict(make_settings, pg_url,
+                                                                                  admin_headers) -> None:
+    from fastapi.testclient import TestClient
+
+    from gradguard.service.app import create_app
+    from gradguard.service.migrate import upgrade
+    from service_support import wait_for  # type: ignore[import-not-found]
+
+    upgrade(pg_url)
+    app = create_app(make_settings(database_url=pg_url, local_workers=1, run_memory_mb=1024, default_max_examples=3))
+    with TestClient(app) as client:
+        token = client.post("/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
+        answer = client.post("/api/v1/projects/p/runs", json={"files": {"rules.py": RULES.format(stuck=EATS)},
+                                                               "select": ["GG1"]},
+                             headers={"Authorization": f"Bearer {token}"})
+        run_id = answer.json()["id"]
+        run = wait_for(lambda: (r := client.get(f"/api/v1/runs/{run_id}").json())["status"] in ("passed", "failed",
+                                                                                                "error") and r, 120,
+                       "the run to end")
+        assert run["status"] == "error" and run["error"].startswith("1 rule could not be checked: b_stuck_rrule"), run
+        found = verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
+        assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
+        assert found["b_stuck_rrule"][1].startswith("exceeded the 256 MB per-rule memory limit")  # a quarter of 1024
