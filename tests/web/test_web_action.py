@@ -279,6 +279,20 @@ def test_local_mode_reads_the_project_config_and_uploads_sarif_when_asked(job: d
     assert {r["ruleId"][:3] for r in log["runs"][0]["results"]} == {"GG1"}
 
 
+def test_local_mode_passes_the_memory_limit_on(job: dict[str, Any]) -> None:
+    (job["workdir"] / "rules" / "ops.py").write_text(
+        "import numpy as np\nfrom gradguard import arrays, rrule\n\n\ndef double(x):\n    return 2.0 * x\n\n\n"
+        "@rrule(double, arrays(shape=(3,)))\ndef eats_rrule(x):\n    hoard = np.ones(400 * 2**20 // 8)\n"
+        "    return 2.0 * x + 0.0 * hoard[-1], lambda ybar: (2.0 * ybar,)\n")
+    result = run_action({"mode": "local", "path": "rules", "install": "false", "select": "GG101", "jobs": "1",
+                         "memory-limit": "50"}, job["workdir"], job["tmp"], job["env"])
+    assert result.returncode == 1 and result.outputs["verdict"] == "error", result.stdout
+    assert "exceeded the 50 MB per-rule memory limit" in result.stdout, result.stdout
+    refused = run_action({"server-url": "http://127.0.0.1:9", "path": "rules", "install": "false",
+                          "memory-limit": "50"}, job["workdir"], job["tmp"], job["env"])
+    assert refused.returncode == 2 and "the memory-limit input applies to mode 'local'" in refused.stdout
+
+
 def test_bad_configuration_fails_with_a_clear_error(job: dict[str, Any]) -> None:
     missing = run_action({"path": "rules", "install": "false"}, job["workdir"], job["tmp"], job["env"])
     assert missing.returncode == 2 and "needs the server-url input" in missing.stdout
