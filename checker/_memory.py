@@ -4,10 +4,9 @@
 since the rule started, and stops the rule the way its time limit does
 (:mod:`gradguard.checker._deadline`):
 
-1. the growth is sampled after every call of the rule's code (:func:`sample`), at every safe point, and
-   every few milliseconds by a monitor thread (for a rule that grows inside one call); once it is over
-   the budget, the limit is *noted* and the checker stops at its next safe point, where no library call
-   is in flight;
+1. the growth is sampled at every safe point and every few milliseconds by a monitor thread (for a
+   rule that grows inside one call); once it is over the budget, the limit is *noted* and the checker
+   stops at its next safe point, where no library call is in flight;
 2. only a rule that stays inside one call for a grace period more (:data:`GRACE_S`), or grows to twice
    its budget meanwhile, is interrupted by a signal (``SIGUSR2``, delivered to the main thread).
 
@@ -36,7 +35,7 @@ from typing import Any, Callable
 
 from gradguard.checker._deadline import noted
 
-__all__ = ["MemoryLimit", "RuleMemoryLimit", "default_limit_mb", "sample", "note_memory_error", "resident_bytes",
+__all__ = ["MemoryLimit", "RuleMemoryLimit", "default_limit_mb", "note_memory_error", "resident_bytes",
            "SAMPLE_EVERY_S", "GRACE_S"]
 
 SAMPLE_EVERY_S = 0.005  # the monitor thread's period
@@ -204,13 +203,6 @@ def _stack() -> list[MemoryLimit]:
     if not hasattr(_local, "stack"):
         _local.stack = []
     return _local.stack
-
-
-def sample() -> None:
-    """Measure the innermost memory limit's growth now (after a call of the rule's code)."""
-    stack = _stack()
-    if stack:
-        stack[-1].sample()
 
 
 def note_memory_error(exc: BaseException) -> None:
