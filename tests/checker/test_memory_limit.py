@@ -198,3 +198,13 @@ def test_worker_processes_keep_the_budget(tmp_path):
     eats, twin = report.rules
     assert eats.error["type"] == "MemoryLimit" and GREW.fullmatch(eats.error["message"])
     assert twin.verdict == "pass"
+
+
+def test_a_verdict_cached_under_one_budget_is_not_reused_under_another(tmp_path):
+    """Errors are never cached, passes are: a pass without a budget says nothing about a run with one."""
+    (tmp_path / "eat_rules.py").write_text(RULES)
+    cache = tmp_path / "cache"
+    first = check(tmp_path / "eat_rules.py", select=["GG101"], memory_limit_mb=0, cache_dir=cache)
+    assert first.rules[0].verdict == "pass"
+    again = check(tmp_path / "eat_rules.py", select=["GG101"], memory_limit_mb=50, cache_dir=cache)
+    assert again.rules[0].error["type"] == "MemoryLimit" and not again.rules[0].cached
