@@ -26,6 +26,7 @@ Each section below says the command that made it; run it again to regenerate tha
     python bench/detection.py --corpus torch       # the PyTorch rules (tests/corpus/torch_*.py) vs gradcheck, gradgradcheck
     python bench/scaling.py --results bench/RESULTS.md
     python bench/checker_speed.py --results bench/RESULTS.md
+    python bench/memory_limit.py --results bench/RESULTS.md   # the per-rule memory budget: its cost, each rule's growth
 
 Times are wall-clock on a shared machine: compare only figures measured in the same run (ratios).
 tests/test_bench_smoke.py runs each script in a tiny configuration.

@@ -133,6 +133,15 @@ def test_scaling_tiny_sizes(tmp_path: Path) -> None:
         assert any("gradcheck " in line and ("pass" in line or "skipped" in line) for line in lines)
 
 
+def test_memory_limit_tiny(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    out = run("memory_limit.py", "--modules", "tests/corpus/correct.py", "--select", "GG101", "--repeats", "1",
+              "--results", str(results))
+    assert "resident memory growth per rule, first uses included" in out
+    assert "the same verdicts: yes" in out and "x reference" in out
+    assert "Made by `python bench/memory_limit.py --modules tests/corpus/correct.py" in results.read_text()
+
+
 def test_checker_speed_tiny(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n<!-- begin checker_speed -->\nold figures\n<!-- end checker_speed -->\n")
