@@ -12,8 +12,11 @@ PyTorch.
 Then the modules are checked again in the same process, ``check(module, jobs=1)``, alternately with no
 budget (``memory_limit_mb=0``, the reference) and with the default budget (the monitor thread, the
 samples at safe points), ``--repeats`` times each, and it prints the median wall time of each, their
-ratio, and whether the verdicts are the same. Times are wall-clock on a shared machine: only the ratio,
-measured in this run, means anything.
+ratio, and whether the verdicts are the same. On a loaded machine whole rounds drift apart by more than
+the budget costs, so last it times a fixed workload (NumPy and Python, about 20 ms) with and without an
+active budget, ``--pairs`` times back to back, and prints the median of the paired ratios: the cost of
+the monitor thread and its samples on the main thread, with the drift of the machine's load cancelled
+pair by pair. Times are wall-clock on a shared machine: only ratios measured in this run mean anything.
 """
 
 from __future__ import annotations
@@ -70,10 +73,35 @@ def _growths(modules: list[Path], select: str | None) -> dict[str, int]:
     return seen
 
 
+def _workload() -> float:
+    import numpy as np
+
+    started = time.perf_counter()
+    total = 0.0
+    for i in range(2000):  # many small calls, as checks make them, with allocations the budget sees
+        a = np.arange(100.0) * i
+        total += float(a.sum()) + sum(range(50))
+    return time.perf_counter() - started + 0.0 * total
+
+
+def _paired(pairs: int, budget_mb: float) -> list[float]:
+    from gradguard.checker._memory import MemoryLimit
+
+    ratios = []
+    for n in range(pairs + 1):
+        plain = _workload()
+        with MemoryLimit(budget_mb):
+            watched = _workload()
+        if n:  # the first pair warms up
+            ratios.append(watched / plain)
+    return ratios
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modules", default=DEFAULT_MODULES, help="comma-separated rule modules to check")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds of each setting")
+    parser.add_argument("--pairs", type=int, default=200, help="back-to-back timings of the fixed workload")
     parser.add_argument("--select", default=None, help="check ids (default: every check)")
     parser.add_argument("--results", default=None, help="write the table into this RESULTS.md section")
     args = parser.parse_args(argv)
@@ -114,6 +142,11 @@ def main(argv: list[str] | None = None) -> None:
     out("")
     out(f"overhead of the budget: {budgeted / reference - 1:+.1%} of the reference's wall time; "
         f"the same verdicts: {'yes' if same else 'NO'}")
+    ratios = _paired(args.pairs, DEFAULT_MEMORY_LIMIT_MB)
+    quartiles = statistics.quantiles(ratios, n=4)
+    out(f"a fixed workload of {statistics.median(_workload() for _ in range(5)) * 1000:.0f} ms with / without an "
+        f"active budget, {len(ratios)} back-to-back pairs: median ratio {statistics.median(ratios):.3f} "
+        f"(quartiles {quartiles[0]:.3f} to {quartiles[2]:.3f})")
     if args.results:
         write_section(args.results, "memory_limit", "Per-rule memory budget", command_line("memory_limit.py", argv),
                       out.block())

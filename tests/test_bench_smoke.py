@@ -135,10 +135,10 @@ def test_scaling_tiny_sizes(tmp_path: Path) -> None:
 
 def test_memory_limit_tiny(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
-    out = run("memory_limit.py", "--modules", "tests/corpus/correct.py", "--select", "GG101", "--repeats", "1",
+    out = run("memory_limit.py", "--modules", "tests/corpus/correct.py", "--select", "GG101", "--repeats", "1", "--pairs", "4",
               "--results", str(results))
     assert "resident memory growth per rule, first uses included" in out
-    assert "the same verdicts: yes" in out and "x reference" in out
+    assert "the same verdicts: yes" in out and "x reference" in out and "back-to-back pairs: median ratio" in out
     assert "Made by `python bench/memory_limit.py --modules tests/corpus/correct.py" in results.read_text()
 
 
