@@ -9,6 +9,7 @@
     timeout = 300                     # per rule, in seconds (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
     unused-cotangent = "zeros"        # the convention for an unused output's cotangent
+    jax-column = "auto"               # the JAX column's context programs: "auto", "jit" or "eager"
     cache-dir = ".gradguard-cache"
     reproducers = "repro"             # where --reproducers writes; never imported as rules
 
@@ -51,6 +52,7 @@ KEYS: dict[str, Key] = {
     "timeout": Key("rule_timeout_s", "float", "rule_timeout"),
     "jobs": Key("jobs", "int", "jobs"),
     "unused-cotangent": Key("unused_cotangent", "str", "unused_cotangent"),
+    "jax-column": Key("jax_column", "str", "jax_column"),
     "cache-dir": Key("cache_dir", "str", "cache_dir"),
     "cache": Key("use_cache", "bool", "use_cache"),
     "reproducers": Key(None, "str", "repro_dir"),
