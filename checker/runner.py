@@ -117,8 +117,8 @@ def check(
     the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it).
     ``jax_column`` ("auto", "jit" or "eager") is how the safety matrix's JAX column runs each context
     program: compiled once per (rule, context, shapes, dtypes), eagerly (primitive by primitive), or
-    eagerly on its first run and compiled from its second (None: "auto"; the first already for a JAX rule
-    while JAX's persistent cache is in force). The verdicts are the same; bench/RESULTS.md has the
+    eagerly in a rule's first check in the process and compiled from its second (None: "auto"; from the
+    first for a JAX rule while JAX's persistent cache is in force). The verdicts are the same; bench/RESULTS.md has the
     measured trade-off."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")

@@ -13,10 +13,10 @@ Three ways to run a program (the ``jax_column`` setting, `MODES`):
   still runs, and raises, as it does eagerly.
 * ``"eager"``: eager ``value_and_grad``, primitive by primitive: JAX compiles each primitive once per
   shape and keeps it for every later rule.
-* ``"auto"`` (the default): eager for a program's first run, compiled from its second (a rule checked
-  again in the process, a kink's evidence), and from its first for a JAX rule while JAX's persistent
-  cache is in force. A NumPy rule's program runs it through host callbacks, and JAX never stores such a
-  program in its persistent cache: compiling it costs more than running it eagerly once, in every
+* ``"auto"`` (the default): eager in a rule's first matrix, compiled from its second (the rule checked
+  again in the process), and from the first for a JAX rule while JAX's persistent cache is in force.
+  Compiling a program costs several eager runs of it; a NumPy rule's program runs the rule through host
+  callbacks, and JAX never stores such a program in its persistent cache, so it would pay that in every
   process. A JAX rule's compiled program is stored there, and a later process loads it.
 
 ``bench/jax_column.py`` measures the three, cold, warm and with JAX's persistent cache; the trade-off is
@@ -87,7 +87,8 @@ def eager_fallbacks(rule: RuleSpec) -> dict[str, str]:
 class _Program:
     """One context program of one rule under JAX: how often it ran, its compiled form, or why it runs eagerly."""
 
-    runs: int = 0
+    matrices: int = 0  # the matrices (RuleViews) it ran in
+    last: Any = None  # a weak reference to the last of them
     compiled: Any = None
     eager_because: str | None = None
 
@@ -97,8 +98,9 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     if mode == "eager":
         return _eager(plan, ops)
     program = _program(view.rule, plan)
-    program.runs += 1
-    if program.eager_because is not None or (mode == "auto" and program.runs < _compile_from_run(view.rule)):
+    if program.last is None or program.last() is not view:  # a kink's moved inputs run in the same matrix
+        program.matrices, program.last = program.matrices + 1, weakref.ref(view)
+    if program.eager_because is not None or (mode == "auto" and program.matrices < _compile_from_matrix(view.rule)):
         return _eager(plan, ops)
     if program.compiled is None:
         program.compiled = _compile(plan.program, ops, len(plan.inputs))
@@ -118,10 +120,11 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     return scalar(value), _numpy(grads)
 
 
-def _compile_from_run(rule: RuleSpec) -> int:
-    """Under "auto", the run of a program from which it is compiled: the first for a JAX rule while JAX's
-    persistent cache is in force (a later process loads it from there), else the second: a NumPy rule's
-    program holds host callbacks, which JAX never stores, and compiling it costs more than one eager run."""
+def _compile_from_matrix(rule: RuleSpec) -> int:
+    """Under "auto", the matrix of the rule from which a program is compiled: the first for a JAX rule while
+    JAX's persistent cache is in force (a later process loads it from there), else the second (the rule
+    checked again in this process): a NumPy rule's program holds host callbacks, which JAX never stores,
+    and compiling a program costs several eager runs of it (bench/jax_column.py)."""
     if rule.kind == "jax":
         from gradguard.engines.jax_engine._runtime import load
 
