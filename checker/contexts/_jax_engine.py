@@ -7,7 +7,8 @@ Three ways to run a program (the ``jax_column`` setting, `MODES`):
   serves every plan of the same (rule, context, structure, fixed arguments, shapes, dtypes): a rule's
   later checks in the process, and the moved inputs of a kink's evidence. Where ``jit`` cannot run a
   program that eager JAX can (a JAX rule branching in Python on its values), that rule's context runs
-  eagerly from then on, recorded in `eager_fallbacks`; an error the rule itself raised (in a NumPy
+  eagerly from then on, recorded in `eager_fallbacks`, and so does one whose first compiled run does not
+  agree with eager JAX (a rule taking another path on jit's tracers); an error the rule itself raised (in a NumPy
   rule's host callback) is the cell's answer as it is under eager JAX. Every call of the rule stays in
   the compiled program (its outputs are returned beside the value), so a call whose output is unused
   still runs, and raises, as it does eagerly.
@@ -43,6 +44,7 @@ __all__ = ["ENGINE", "MODES", "DEFAULT_MODE", "SETTING", "eager_fallbacks"]
 
 MODES = ("auto", "jit", "eager")
 DEFAULT_MODE = "auto"
+_ROUNDING = 1e-9  # compiled against eager, relative: a program differing by more runs eagerly, as before
 SETTING = "jax_column"  # the RuleView setting (check(jax_column=), [tool.gradguard] jax-column)
 
 # The adapted rule per live rule (its host callbacks and output shapes are cached inside it).
@@ -90,6 +92,7 @@ class _Program:
     matrices: int = 0  # the matrices (RuleViews) it ran in
     last: Any = None  # a weak reference to the last of them
     compiled: Any = None
+    verified: bool = False  # its first compiled run agreed with eager JAX
     eager_because: str | None = None
 
 
@@ -114,10 +117,28 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
         original = recover(exc)
         if original is not None:
             raise original from None  # the rule raised in its host callback, as it would eagerly
-        return _fall_back(view.rule, plan, ops, program, exc)
+        return _fall_back(view.rule, plan, ops, program, text(exc))
     except Exception as exc:  # noqa: BLE001 - jit could not trace it: eager JAX decides, as before
-        return _fall_back(view.rule, plan, ops, program, exc)
-    return scalar(value), _numpy(grads)
+        return _fall_back(view.rule, plan, ops, program, text(exc))
+    compiled = scalar(value), _numpy(grads)
+    if program.verified:
+        return compiled
+    # Its first compiled run is checked against eager JAX: a rule may take another path on jit's tracers
+    # (a fast path for traced values), and the column must answer what eager JAX answers.
+    eager = _eager(plan, ops)  # raises where eager JAX raises
+    if not _agree(compiled, eager):
+        return _fall_back(view.rule, plan, ops, program, "jit and eager JAX disagree on this program: value "
+                          f"{compiled[0]:.6g} against {eager[0]:.6g}, or its gradient", eager)
+    program.verified = True
+    return eager
+
+
+def _agree(a: tuple[float, tuple], b: tuple[float, tuple]) -> bool:
+    """Whether two (value, gradients) agree to rounding (compiled and eager programs round differently)."""
+    pairs = [(np.asarray(a[0]), np.asarray(b[0]))] + [(np.asarray(x), np.asarray(y)) for x, y in zip(a[1], b[1])]
+    return len(a[1]) == len(b[1]) and all(
+        x.shape == y.shape and np.allclose(x, y, rtol=_ROUNDING, atol=_ROUNDING * max(1.0, float(np.max(np.abs(y), initial=0.0))),
+                                           equal_nan=True) for x, y in pairs)
 
 
 def _compile_from_matrix(rule: RuleSpec) -> int:
@@ -158,11 +179,12 @@ def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
     return jax.jit(jax.value_and_grad(run, argnums=tuple(range(1, n + 1)), has_aux=True))
 
 
-def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, exc: BaseException) -> tuple[float, tuple]:
-    program.eager_because, program.compiled = text(exc), None
+def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, reason: str,
+               eager: tuple[float, tuple] | None = None) -> tuple[float, tuple]:
+    program.eager_because, program.compiled = reason, None
     name = plan.same[0] if plan.same is not None else getattr(plan.program, "__qualname__", "program")
-    rule.extra.setdefault(_FALLBACKS, {})[name] = program.eager_because
-    return _eager(plan, ops)
+    rule.extra.setdefault(_FALLBACKS, {})[name] = reason
+    return eager if eager is not None else _eager(plan, ops)
 
 
 def _eager(plan: Plan, ops: Ops) -> tuple[float, tuple]:

@@ -209,3 +209,30 @@ def test_jax_column_setting_is_validated_and_reaches_the_matrix():
     for mode in ("auto", "jit", "eager"):
         report = check(rule, select=["GG501"], jax_column=mode)
         assert report.rules[0].verdict == "pass"
+
+
+def test_a_rule_taking_another_path_on_jit_tracers_runs_eagerly_as_before():
+    """A bwd with a fast path for traced values answers differently under jit: the first compiled run is
+    checked against eager JAX, and the column keeps eager's answer (recorded as a fallback)."""
+    from gradguard.checker import jax_rule
+
+    def make():
+        @jax.custom_vjp
+        def cube(x):
+            return x**3
+
+        def bwd(x, g):
+            return (3 * x * g,) if isinstance(x, jax.core.Tracer) else (3 * x**2 * g,)
+
+        cube.defvjp(lambda x: (x**3, x), bwd)
+        return jax_rule(cube, arrays(shape=(3,), min_value=0.5, max_value=2.0), name="cube")
+
+    compiled_rule, eager_rule = make(), make()
+    compiled = run_matrix(compiled_rule, engines=["jax"], settings=JIT)
+    again = run_matrix(compiled_rule, engines=["jax"], settings=JIT)
+    eager = run_matrix(eager_rule, engines=["jax"], settings=EAGER)
+    assert _jax_cells(compiled) == _jax_cells(again) == _jax_cells(eager)
+    assert all(status == "right" for _, status, _ in _jax_cells(eager))
+    fallen = eager_fallbacks(compiled_rule)  # where the output is used (the pullback runs), not where it is unused
+    assert set(fallen) == {"output-used", "captured-before", "called-twice", "fan-out", "strided-view"}
+    assert all(why.startswith("jit and eager JAX disagree on this program") for why in fallen.values())
