@@ -127,8 +127,8 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     # (a fast path for traced values), and the column must answer what eager JAX answers.
     eager = _eager(plan, ops)  # raises where eager JAX raises
     if not _agree(compiled, eager):
-        return _fall_back(view.rule, plan, ops, program, "jit and eager JAX disagree on this program: value "
-                          f"{compiled[0]:.6g} against {eager[0]:.6g}, or its gradient", eager)
+        what = "its gradient" if _agree((compiled[0], ()), (eager[0], ())) else f"its value ({compiled[0]:.6g} against {eager[0]:.6g})"
+        return _fall_back(view.rule, plan, ops, program, f"jit and eager JAX disagree on this program: {what}", eager)
     program.verified = True
     return eager
 
