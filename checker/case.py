@@ -9,6 +9,7 @@ as a small input, and a reproducer can replay the exact draws.
 
 from __future__ import annotations
 
+import functools
 import math
 import traceback
 from dataclasses import dataclass, field
@@ -317,7 +318,7 @@ class Case:
         all zeros: a zero cotangent or direction makes every comparison trivially true (GG301 tests the zero
         cotangent on purpose). All zeros become all ones instead of being rejected, so the simplest example
         (zero inputs, where singular points live) is still tried first."""
-        return self.draw(_like_strategy(value, bound).map(_ones_if_zero), label)
+        return self.draw(_like(value, bound), label)
 
     def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
         return self.draw_like(y, label)
@@ -330,10 +331,49 @@ class Case:
         return tuple(next(it) if i in diff else None for i in range(self.nargs))
 
     def draw_float(self, label: str, lo: float, hi: float) -> float:
-        return self.draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False), label)
+        return self.draw(_floats(lo, hi), label)
 
     def describe_args(self) -> str:
         return ", ".join(describe(a) for a in self._args)
+
+
+# draw_like's strategies per (structure, shapes, dtypes, bound): the same strategy draws the same values,
+# and one built and validated once saves Hypothesis that work on every draw of every input.
+_LIKE: dict[Any, SearchStrategy] = {}
+_LIKE_KEEP = 512
+
+
+def _like(value: Any, bound: float) -> SearchStrategy:
+    key = _like_key(value)
+    if key is None:
+        return _like_strategy(value, bound).map(_ones_if_zero)
+    found = _LIKE.get((key, bound))
+    if found is None:
+        if len(_LIKE) >= _LIKE_KEEP:
+            _LIKE.clear()
+        found = _LIKE[(key, bound)] = _like_strategy(value, bound).map(_ones_if_zero)
+    return found
+
+
+def _like_key(value: Any) -> Any:
+    """What `_like_strategy` reads of ``value``: node types and dict keys (`rebuild`), leaf kinds, shapes and
+    dtypes. None where a dict key is unhashable."""
+    if not is_leaf(value):
+        parts = tuple(_like_key(v) for v in children(value))
+        keys = tuple(value) if isinstance(value, dict) else None
+        try:
+            hash(keys)
+        except TypeError:
+            return None
+        return None if None in parts else (type(value), keys, parts)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return (type(value) if isinstance(value, np.generic) else np.ndarray, np.shape(value), np.asarray(value).dtype.str)
+    return (type(value),)
+
+
+@functools.lru_cache(maxsize=64)
+def _floats(lo: float, hi: float) -> SearchStrategy:
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
 
 
 def _like_strategy(value: Any, bound: float) -> SearchStrategy:

@@ -10,6 +10,7 @@
     memory-limit = 4096               # growth of resident memory per rule, in MB (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
     unused-cotangent = "zeros"        # the convention for an unused output's cotangent
+    jax-column = "auto"               # the JAX column's context programs: "auto", "jit" or "eager"
     cache-dir = ".gradguard-cache"
     reproducers = "repro"             # where --reproducers writes; never imported as rules
 
@@ -53,6 +54,7 @@ KEYS: dict[str, Key] = {
     "memory-limit": Key("memory_limit_mb", "float", "memory_limit"),
     "jobs": Key("jobs", "int", "jobs"),
     "unused-cotangent": Key("unused_cotangent", "str", "unused_cotangent"),
+    "jax-column": Key("jax_column", "str", "jax_column"),
     "cache-dir": Key("cache_dir", "str", "cache_dir"),
     "cache": Key("use_cache", "bool", "use_cache"),
     "reproducers": Key(None, "str", "repro_dir"),

@@ -7,6 +7,7 @@ round-trips).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -56,10 +57,19 @@ def literal(value: Any) -> str:
 
 def arg_names(fn: Callable[..., Any], n: int) -> list[str]:
     try:
-        params = [p.name for p in inspect.signature(fn).parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):
-        params = []
+        params = _positional(fn)
+    except TypeError:  # an unhashable callable: read its signature each time
+        params = _positional.__wrapped__(fn)
     return [params[i] if i < len(params) else f"arg{i}" for i in range(n)]
+
+
+@functools.lru_cache(maxsize=256)  # the checks name arguments on every drawn input
+def _positional(fn: Callable[..., Any]) -> tuple[str, ...]:
+    try:
+        return tuple(p.name for p in inspect.signature(fn).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    except (TypeError, ValueError):
+        return ()
 
 
 def format_call(fn: Callable[..., Any], args: tuple[Any, ...], name: str | None = None) -> str:

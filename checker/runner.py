@@ -21,6 +21,7 @@ import numpy as np
 from gradguard.checker._search import RuleTimeout
 from gradguard.checker._version import VERSION
 from gradguard.checker.checks import catalogue
+from gradguard.checker.contexts._jax_engine import MODES as JAX_COLUMN_MODES
 from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.loader import collect
 from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RULE_TIMEOUT_S,
@@ -99,6 +100,7 @@ def check(
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
     jax_cache_dir: str | os.PathLike[str] | None = None,
     unused_cotangent: str | None = None,
+    jax_column: str | None = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
@@ -115,7 +117,12 @@ def check(
     ``unused_cotangent`` ("zeros" or "none") is the project's convention for rules that declare none: what
     the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it).
     ``memory_limit_mb`` bounds how much each rule may grow the process's resident memory (default: half the
-    machine's physical memory; None or 0: no limit); a rule over it is an error of type ``MemoryLimit``."""
+    machine's physical memory; None or 0: no limit); a rule over it is an error of type ``MemoryLimit``.
+    ``jax_column`` ("auto", "jit" or "eager") is how the safety matrix's JAX column runs each context
+    program: compiled once per (rule, context, shapes, dtypes), eagerly (primitive by primitive), or
+    eagerly in a rule's first check in the process and compiled from its second (None: "auto"; from the
+    first for a JAX rule while JAX's persistent cache is in force). The verdicts are the same; bench/RESULTS.md has the
+    measured trade-off."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
@@ -135,12 +142,16 @@ def check(
         validate_unused_cotangent(unused_cotangent)
     except SpecError as exc:  # a usage error here, quoting the value
         raise UsageError(str(exc)) from None
+    if jax_column is not None and jax_column not in JAX_COLUMN_MODES:
+        raise UsageError(f"Got jax_column={jax_column!r}, but it must be one of "
+                         f"{', '.join(map(repr, JAX_COLUMN_MODES))} (how the JAX column runs a context program).")
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     rules, failures = collect(target)
     options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
                       memory_limit_mb=memory_limit_mb or None, root=os.getcwd(),
-                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent)
+                      shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent,
+                      jax_column=jax_column)
     settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
     if unused_cotangent is not None:
         settings["unused_cotangent"] = unused_cotangent

@@ -153,3 +153,13 @@ def test_checker_speed_tiny(tmp_path: Path) -> None:
     text = results.read_text()
     assert "old figures" not in text and text.count("<!-- begin checker_speed -->") == 1  # its section, replaced
     assert "median over the small rules" in text
+
+
+def test_jax_column_tiny() -> None:
+    """The JAX column's modes side by side in fresh processes, and the cell-by-cell corpus comparison."""
+    out = run("jax_column.py", "--kinds", "numpy", "--caches", "none", "--repeats", "1", "--corpus", "--cases", "mul_rrule")
+    for mode in ("eager", "jit", "auto"):
+        assert any(line.startswith("NumPy softplus rrule (3,)") and f" {mode} " in line and line.rstrip().endswith("yes")
+                   for line in out.splitlines()), out
+    assert "cells whose status differs between eager and jit: 0" in out
+    assert "JAX contexts that fell back to eager: 0" in out

@@ -29,7 +29,8 @@ __all__: list[str] = []
 def outcome_for(ctx: "PerRule") -> Outcome:
     """The rule's safety matrix, computed once and shared by GG501-GG503."""
     if SAFETY_MATRIX not in ctx.shared:
-        ctx.shared[SAFETY_MATRIX] = run_matrix(ctx.rule, seed=ctx.options.seed)
+        settings = {"jax_column": ctx.options.jax_column} if ctx.options.jax_column else None
+        ctx.shared[SAFETY_MATRIX] = run_matrix(ctx.rule, seed=ctx.options.seed, settings=settings)
     outcome = ctx.shared[SAFETY_MATRIX]
     if not outcome.rows:
         reasons = "; ".join(f"{s['context']}: {s['reason']}" for s in outcome.skipped[:3])

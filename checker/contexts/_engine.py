@@ -15,16 +15,17 @@ described by data plus two functions:
   why it cannot run here (None when it can); ``complex_conventions`` the conventions for complex tangents
   it shares ("chainrules", "jax": a rule's own, by its kind or its declaration, `complex_convention_of`);
   on complex values a rule of another convention is skipped, with ``complex_note`` as the reason;
-* ``diagnose(view, plan)``: optional, an account of a wrong cell (the tape's watch mode).
+* ``diagnose(view, plan)``: optional, an account of a wrong cell (the tape's watch mode);
+* ``settings``: the run settings it reads from ``view.settings``, each with its allowed values.
 
 `RuleView` is the rule as the engines see it within one matrix, with a per-engine-family cache for the
-adapted rule. The registry of engines is `gradguard.checker.contexts._engines`.
+adapted rule and the run's engine settings (how JAX runs a program: `_jax_engine.MODES`). The registry of engines is `gradguard.checker.contexts._engines`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -58,10 +59,12 @@ class Cell:
 class RuleView:
     """The rule within one matrix: its name, an example input, and each engine family's adapted rule."""
 
-    def __init__(self, rule: RuleSpec, name: str, example_args: tuple, output: Any = None) -> None:
+    def __init__(self, rule: RuleSpec, name: str, example_args: tuple, output: Any = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         self.rule = rule
         self.name = name
         self.example_args = example_args
+        self.settings = dict(settings or {})  # engines' settings for this run (`_jax_engine.SETTING`)
         self.complex = any(np.iscomplexobj(v) for v in leaves((example_args, output)))
         self._adapted: dict[str, Any] = {}
 
@@ -95,6 +98,7 @@ class Engine:
     applies: Callable[[RuleSpec], bool] = field(default=_always, repr=False)
     available: Callable[[], str | None] = field(default=_nothing_missing, repr=False)
     diagnose: Callable[[RuleView, Plan], str | None] | None = field(default=None, repr=False)
+    settings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # its settings and their values
 
     def applies_to(self, rule: RuleSpec) -> bool:
         """Whether this engine is a column of ``rule``'s matrix by default."""

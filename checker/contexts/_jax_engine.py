@@ -1,28 +1,58 @@
 """JAX as a safety-matrix column: the rule as a `jax.custom_vjp` (a NumPy rule adapted through
-`to_custom_vjp`, a JAX rule's own function), the program under eager ``value_and_grad``.
+`to_custom_vjp`, a JAX rule's own function), each context program compiled whole or run op by op.
 
-JAX compiles each primitive once per shape and keeps it for every later rule, which costs far less than
-compiling every context program with ``jit`` (seconds per rule) and is as fast once warm. JAX arrays are
-immutable: a rule's declared mutation does not happen there (``runs_mutation=False``).
+Three ways to run a program (the ``jax_column`` setting, `MODES`):
+
+* ``"jit"``: ``jit(value_and_grad(program))``, the weights passed as arguments, so one compiled program
+  serves every plan of the same (rule, context, structure, fixed arguments, shapes, dtypes): a rule's
+  later checks in the process, and the moved inputs of a kink's evidence. Where ``jit`` cannot run a
+  program that eager JAX can (a JAX rule branching in Python on its values), that rule's context runs
+  eagerly from then on, recorded in `eager_fallbacks`, and so does one whose first compiled run does not
+  agree with eager JAX (a rule taking another path on jit's tracers); an error the rule itself raised (in a NumPy
+  rule's host callback) is the cell's answer as it is under eager JAX. Every call of the rule stays in
+  the compiled program (its outputs are returned beside the value), so a call whose output is unused
+  still runs, and raises, as it does eagerly.
+* ``"eager"``: eager ``value_and_grad``, primitive by primitive: JAX compiles each primitive once per
+  shape and keeps it for every later rule.
+* ``"auto"`` (the default): eager in a rule's first matrix, compiled from its second (the rule checked
+  again in the process), and from the first for a JAX rule while JAX's persistent cache is in force.
+  Compiling a program costs several eager runs of it; a NumPy rule's program runs the rule through host
+  callbacks, and JAX never stores such a program in its persistent cache, so it would pay that in every
+  process. A JAX rule's compiled program is stored there, and a later process loads it.
+
+``bench/jax_column.py`` measures the three, cold, warm and with JAX's persistent cache; the trade-off is
+in bench/RESULTS.md.
+
+JAX arrays are immutable: a rule's declared mutation does not happen there (``runs_mutation=False``).
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker.contexts._engine import Engine, RuleView, scalar
+from gradguard.checker.contexts._engine import Engine, RuleView, scalar, text
 from gradguard.checker.contexts._ops import Ops, jax_ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import copy_tree
 
-__all__ = ["ENGINE"]
+__all__ = ["ENGINE", "MODES", "DEFAULT_MODE", "SETTING", "eager_fallbacks"]
+
+MODES = ("auto", "jit", "eager")
+DEFAULT_MODE = "auto"
+_ROUNDING = 1e-9  # compiled against eager, relative: a program differing by more runs eagerly, as before
+SETTING = "jax_column"  # the RuleView setting (check(jax_column=), [tool.gradguard] jax-column)
 
 # The adapted rule per live rule (its host callbacks and output shapes are cached inside it).
 _ADAPTED: "weakref.WeakKeyDictionary[RuleSpec, Any]" = weakref.WeakKeyDictionary()
+# RuleSpec.extra keys: per plan key (`Plan.same`) its `_Program`; the contexts run eagerly because jit could
+# not run them, and why. Kept on the rule (a compiled program holds the rule), so they go with it.
+_PROGRAMS = "jax_column_programs"
+_FALLBACKS = "jax_column_fallbacks"
 
 
 def _adapt(view: RuleView) -> Any:
@@ -46,7 +76,118 @@ def _ops(view: RuleView) -> Ops:
     return jax_ops(view.adapted("jax", _adapt))
 
 
+def mode_of(view: RuleView) -> str:
+    return view.settings.get(SETTING) or DEFAULT_MODE  # validated by the matrix (`Engine.settings`)
+
+
+def eager_fallbacks(rule: RuleSpec) -> dict[str, str]:
+    """The contexts of ``rule`` that ran eagerly because jit could not run them: {context: JAX's reason}."""
+    return dict(rule.extra.get(_FALLBACKS, {}))
+
+
+@dataclass
+class _Program:
+    """One context program of one rule under JAX: how often it ran, its compiled form, or why it runs eagerly."""
+
+    matrices: int = 0  # the matrices (RuleViews) it ran in
+    last: Any = None  # a weak reference to the last of them
+    compiled: Any = None
+    verified: bool = False  # its first compiled run agreed with eager JAX
+    eager_because: str | None = None
+
+
 def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
+    mode = mode_of(view)
+    if mode == "eager":
+        return _eager(plan, ops)
+    program = _program(view.rule, plan)
+    if program.last is None or program.last() is not view:  # a kink's moved inputs run in the same matrix
+        program.matrices, program.last = program.matrices + 1, weakref.ref(view)
+    if program.eager_because is not None or (mode == "auto" and program.matrices < _compile_from_matrix(view.rule)):
+        return _eager(plan, ops)
+    if program.compiled is None:
+        program.compiled = _compile(plan.program, ops, len(plan.inputs))
+    import jax
+
+    from gradguard.engines.jax_engine._relay import recover
+
+    try:
+        (value, _outputs), grads = program.compiled(plan.consts, *plan.inputs)
+    except jax.errors.JaxRuntimeError as exc:
+        original = recover(exc)
+        if original is not None:
+            raise original from None  # the rule raised in its host callback, as it would eagerly
+        return _fall_back(view.rule, plan, ops, program, text(exc))
+    except Exception as exc:  # noqa: BLE001 - jit could not trace it: eager JAX decides, as before
+        return _fall_back(view.rule, plan, ops, program, text(exc))
+    compiled = scalar(value), _numpy(grads)
+    if program.verified:
+        return compiled
+    # Its first compiled run is checked against eager JAX: a rule may take another path on jit's tracers
+    # (a fast path for traced values), and the column must answer what eager JAX answers.
+    eager = _eager(plan, ops)  # raises where eager JAX raises
+    if not _agree(compiled, eager):
+        what = "its gradient" if _agree((compiled[0], ()), (eager[0], ())) else f"its value ({compiled[0]:.6g} against {eager[0]:.6g})"
+        return _fall_back(view.rule, plan, ops, program, f"jit and eager JAX disagree on this program: {what}", eager)
+    program.verified = True
+    return eager
+
+
+def _agree(a: tuple[float, tuple], b: tuple[float, tuple]) -> bool:
+    """Whether two (value, gradients) agree to rounding (compiled and eager programs round differently)."""
+    pairs = [(np.asarray(a[0]), np.asarray(b[0]))] + [(np.asarray(x), np.asarray(y)) for x, y in zip(a[1], b[1])]
+    return len(a[1]) == len(b[1]) and all(
+        x.shape == y.shape and np.allclose(x, y, rtol=_ROUNDING, atol=_ROUNDING * max(1.0, float(np.max(np.abs(y), initial=0.0))),
+                                           equal_nan=True) for x, y in pairs)
+
+
+def _compile_from_matrix(rule: RuleSpec) -> int:
+    """Under "auto", the matrix of the rule from which a program is compiled: the first for a JAX rule while
+    JAX's persistent cache is in force (a later process loads it from there), else the second (the rule
+    checked again in this process): a NumPy rule's program holds host callbacks, which JAX never stores,
+    and compiling a program costs several eager runs of it (bench/jax_column.py)."""
+    if rule.kind == "jax":
+        from gradguard.engines.jax_engine._runtime import load
+
+        if load().config.jax_compilation_cache_dir:
+            return 1
+    return 2
+
+
+def _program(rule: RuleSpec, plan: Plan) -> _Program:
+    """The plan's `_Program`: one per (rule, `Plan.same`), or per program object where that is None."""
+    store, key = (rule.extra.setdefault(_PROGRAMS, {}), plan.same) if plan.same is not None else (plan.memo, "jax")
+    found = store.get(key)
+    if found is None:
+        found = store[key] = _Program()
+    return found
+
+
+def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
+    import jax
+
+    def run(consts: Any, *xs: Any) -> Any:
+        outputs: list[Any] = []
+
+        def call(*args: Any) -> Any:
+            y = ops.call(*args)
+            outputs.append(y)
+            return y
+
+        return program(replace(ops, call=call), consts, *xs), outputs
+
+    return jax.jit(jax.value_and_grad(run, argnums=tuple(range(1, n + 1)), has_aux=True))
+
+
+def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, reason: str,
+               eager: tuple[float, tuple] | None = None) -> tuple[float, tuple]:
+    program.eager_because, program.compiled = reason, None
+    name = plan.same[0] if plan.same is not None else getattr(plan.program, "__qualname__", "program")
+    rule.extra.setdefault(_FALLBACKS, {})[name] = reason
+    return eager if eager is not None else _eager(plan, ops)
+
+
+def _eager(plan: Plan, ops: Ops) -> tuple[float, tuple]:
     import jax
 
     from gradguard.engines.jax_engine import relaying
@@ -59,8 +200,11 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     fn = jax.value_and_grad(run, argnums=tuple(range(1, len(plan.inputs) + 1)))
     with relaying():
         value, grads = fn(plan.consts, *plan.inputs)
-    grads = tuple(np.conj(np.asarray(g)) if np.iscomplexobj(g) else np.asarray(g) for g in grads)
-    return scalar(value), grads
+    return scalar(value), _numpy(grads)
+
+
+def _numpy(grads: Any) -> tuple:
+    return tuple(np.conj(np.asarray(g)) if np.iscomplexobj(g) else np.asarray(g) for g in grads)
 
 
 ENGINE = Engine(
@@ -73,4 +217,5 @@ ENGINE = Engine(
     unused="zero",
     complex_conventions=frozenset({"jax"}),
     complex_note="does not convert between the ChainRules and JAX conventions for complex tangents",
+    settings={SETTING: MODES},
 )

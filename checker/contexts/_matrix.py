@@ -8,7 +8,7 @@ For each context the program is differentiated
   direction ``v``, so the cost does not grow with the input size);
 * by every engine of the registry (`_engines`) that applies to the rule: the
   tape once per unused-output policy (a wrong cell is run again in watch mode
-  for its diagnosis), JAX under eager ``value_and_grad``, ... Each `Engine`
+  for its diagnosis), JAX under ``value_and_grad`` (compiled per program, or eager), ... Each `Engine`
   says how it runs a plan; this module only judges what they return.
 
 Each engine's ``<gradient, v>`` is compared with the finite difference within
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from gradguard.checker import tolerances
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._memory import note_memory_error
 from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as _scalar, text as _text
-from gradguard.checker.contexts._engines import ENGINES, engine as engine_named, engines_for
+from gradguard.checker.contexts._engines import ENGINES, check_settings, engine as engine_named, engines_for
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
 from gradguard.checker.contexts._call_kinks import call_kinks_excuse
@@ -83,16 +83,19 @@ class Outcome:
 
 
 def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
-                  engines: Sequence[str] | None = None) -> dict[str, Any]:
+                  engines: Sequence[str] | None = None, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The safety matrix of ``rule`` as the report's JSON (see `gradguard.checker.contexts`)."""
-    return run_matrix(rule, seed=seed, contexts=contexts, engines=engines).to_json()
+    return run_matrix(rule, seed=seed, contexts=contexts, engines=engines, settings=settings).to_json()
 
 
 def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
-               engines: Sequence[str] | None = None) -> Outcome:
+               engines: Sequence[str] | None = None, settings: Mapping[str, Any] | None = None) -> Outcome:
+    """Every context of ``contexts`` (default: all) under every engine of ``engines`` (default: those that
+    apply); ``settings`` are the engines' (``{"jax_column": "auto" | "jit" | "eager"}``: `_jax_engine.MODES`)."""
     chosen = CONTEXTS if contexts is None else by_name(contexts)
     engines = engines_for(rule) if engines is None else tuple(engines)
     columns = tuple(engine_named(e) for e in engines)  # ValueError for an unknown name
+    check_settings(settings)
     name = getattr(rule.primal, "__name__", None) or rule.name
     descriptions = {c.name: c.description for c in chosen}
     outcome = Outcome([], [], engines, tolerances.for_dtype("float64", rtol=rule.rtol, atol=rule.atol), name, descriptions)
@@ -109,7 +112,7 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
     # On complex values, an engine that does not share the rule's convention for complex tangents (its kind's,
     # or the one it declares: `complex_convention_of`) is skipped (the adapters do not convert): it would be
     # wrong for a right rule.
-    view = RuleView(rule, name, args, output)
+    view = RuleView(rule, name, args, output, settings)
     planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
     for ctx in chosen:
         rng = _generator(seed, ctx)

@@ -10,6 +10,7 @@ report shows.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -57,6 +58,27 @@ class Signature:
     def by_position(self, xs: tuple[Any, ...]) -> dict[int, Any]:
         return dict(zip(self.diff, xs))
 
+    def fixed(self) -> tuple | None:
+        """The arguments a program holds fixed (those not differentiated), as a hashable key of their values
+        (an array by its shape, dtype and bytes); None where one is neither an array nor hashable."""
+        return _value_key(tuple(a for i, a in enumerate(self.args) if i not in self.diff))
+
+
+def _value_key(value: Any) -> tuple | None:
+    if isinstance(value, (tuple, list)):
+        parts = tuple(_value_key(v) for v in value)
+        return None if any(p is None for p in parts) else (type(value).__name__, parts)
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.ascontiguousarray(value)
+        if arr.dtype.kind not in "biufcSU":
+            return None
+        return ("array", arr.shape, arr.dtype.str, hashlib.blake2b(arr.tobytes(), digest_size=16).digest())
+    try:
+        hash(value)
+    except TypeError:
+        return None
+    return (type(value).__qualname__, value, repr(value))  # repr too: 0.0 == -0.0, but they are other constants
+
 
 @dataclass
 class Plan:
@@ -66,6 +88,12 @@ class Plan:
     consts: tuple[Any, ...]
     program: Callable[..., Any]  # program(ops, consts, *inputs) -> real scalar
     key: tuple = ()  # what the program's structure depends on besides shapes (JAX compile cache)
+    # Plans with equal ``same`` run the same program (context, structure, the rule's arguments that are not
+    # inputs), so a compiled one serves them all; set by `Context.plan`. None: this program object only.
+    same: tuple | None = None
+    # Engines' state for this program where ``same`` is None (a compiled program), shared by the plans
+    # `dataclasses.replace` makes from this one (the same program at other inputs).
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -77,7 +105,10 @@ class Context:
     search: bool = True  # where the drawn inputs do not fit, further draws of other shapes may
 
     def plan(self, sig: Signature, rng: np.random.Generator) -> Plan:
-        return self.make(sig, rng)
+        plan = self.make(sig, rng)
+        fixed = sig.fixed()
+        plan.same = None if fixed is None else (self.name, plan.key, tuple(sig.diff), fixed)
+        return plan
 
 
 # -- random weights ---------------------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""The safety matrix's JAX column compiled per context program (jit) against eager JAX: each program
+compiles once per (rule, context, shapes, dtypes), a program jit cannot run falls back to eager (recorded),
+"auto" compiles a program in the rule's second matrix, and the cells are the same in every mode."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.contexts import CONTEXTS, Signature, run_matrix
+from gradguard.checker.contexts import _jax_engine
+from gradguard.checker.contexts._jax_engine import eager_fallbacks
+from gradguard.checker.errors import UsageError
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+
+JIT, EAGER, AUTO = {"jax_column": "jit"}, {"jax_column": "eager"}, {"jax_column": "auto"}
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _softplus_rule():
+    @rrule(_softplus, arrays(shape=(3,), min_value=-5.0, max_value=5.0))
+    def softplus_rrule(x):
+        return _softplus(x), lambda g: (g / (1.0 + np.exp(-x)),)
+
+    return softplus_rrule
+
+
+def _jax_cells(outcome):
+    return [(r.context.name, r.cells["jax"].status, r.cells["jax"].message) for r in outcome.rows]
+
+
+@pytest.fixture
+def compiles():
+    from jax import monitoring
+
+    seen = Counter()
+    active = [True]
+
+    def listen(name, secs, **_):
+        if active[0] and name == "/jax/core/compile/backend_compile_duration":
+            seen["compiles"] += 1
+
+    monitoring.register_event_duration_secs_listener(listen)
+    yield seen
+    active[0] = False
+
+
+def test_each_context_program_compiles_once_and_later_matrices_reuse_it(compiles):
+    rule = _softplus_rule()
+    first = run_matrix(rule, engines=["jax"], settings=JIT)
+    assert compiles["compiles"] >= len(first.rows)  # one program per context (and nothing op by op)
+    compiles.clear()
+    again = run_matrix(rule, engines=["jax"], settings=JIT)
+    assert compiles["compiles"] == 0
+    assert _jax_cells(again) == _jax_cells(first)
+    assert all(status == "right" for _, status, _ in _jax_cells(first))
+
+
+def test_jit_and_eager_give_the_same_cells_values_and_slopes():
+    rule = _softplus_rule()
+    compiled, eager = run_matrix(rule, settings=JIT), run_matrix(rule, settings=EAGER)
+    assert [r.context.name for r in compiled.rows] == [r.context.name for r in eager.rows]
+    for a, b in zip(compiled.rows, eager.rows):
+        ca, cb = a.cells["jax"], b.cells["jax"]
+        assert ca.status == cb.status == "right"
+        assert ca.slope == pytest.approx(cb.slope, rel=1e-12, abs=1e-12)
+        assert ca.value == pytest.approx(cb.value, rel=1e-12, abs=1e-12)
+
+
+def test_a_call_whose_output_is_unused_still_runs_and_raises_under_jit():
+    """XLA drops a pure callback whose result nothing uses; the compiled program returns every call's output,
+    so a rule that raises in the output-unused context raises there as it does eagerly."""
+
+    def make():
+        calls = Counter()
+
+        @rrule(_softplus, arrays(shape=(3,), min_value=-5.0, max_value=5.0))
+        def flaky_rrule(x):
+            calls["forward"] += 1
+            if calls["forward"] > 1:  # the first call infers the output's shape; every later one fails
+                raise ValueError("flaky_rrule refuses a second call")
+            return _softplus(x), lambda g: (g / (1.0 + np.exp(-x)),)
+
+        return flaky_rrule
+
+    cells = {}
+    for name, settings in (("jit", JIT), ("eager", EAGER)):
+        (row,) = run_matrix(make(), contexts=["output-unused"], engines=["jax"], settings=settings).rows
+        cells[name] = (row.cells["jax"].status, row.cells["jax"].message)
+    assert cells["jit"] == cells["eager"] == ("raised", "ValueError: flaky_rrule refuses a second call")
+
+
+def test_a_rule_jit_cannot_trace_falls_back_to_eager_recorded_with_the_same_cells():
+    """A JAX rule that branches in Python on its values runs eagerly but not under jit: that context runs
+    eagerly, and the reason is recorded."""
+    from gradguard.checker import jax_rule
+
+    def make():
+        @jax.custom_vjp
+        def clipped(x):
+            return jnp.sin(x) if float(x.sum()) < 100.0 else x  # Python control flow on a value
+
+        clipped.defvjp(lambda x: (clipped(x), x), lambda x, g: (g * jnp.cos(x),))
+        return jax_rule(clipped, arrays(shape=(3,), min_value=-2.0, max_value=2.0), name="clipped")
+
+    compiled_rule, eager_rule = make(), make()
+    compiled = run_matrix(compiled_rule, engines=["jax"], settings=JIT)
+    eager = run_matrix(eager_rule, engines=["jax"], settings=EAGER)
+    assert _jax_cells(compiled) == _jax_cells(eager)
+    assert all(status == "right" for _, status, _ in _jax_cells(compiled))
+    fallen = eager_fallbacks(compiled_rule)
+    assert set(fallen) == {r.context.name for r in compiled.rows}
+    assert all("Concretization" in why or "Tracer" in why for why in fallen.values())
+    assert eager_fallbacks(eager_rule) == {}
+
+
+def test_a_mutating_numpy_rule_raises_under_jit_as_under_eager():
+    def addone_(a):
+        a += 1
+        return a.sum()
+
+    def make():
+        @rrule(addone_, arrays(shape=(4,)), mutates=(0,))
+        def addone_rrule(a):
+            y = addone_(a)
+            return y, lambda g: (np.full(a.shape, g),)
+
+        return addone_rrule
+
+    compiled = run_matrix(make(), engines=["jax"], settings=JIT)
+    eager = run_matrix(make(), engines=["jax"], settings=EAGER)
+    assert _jax_cells(compiled) == _jax_cells(eager)
+    assert {status for _, status, _ in _jax_cells(compiled)} == {"raised"}
+
+
+def test_programs_with_other_fixed_arguments_are_not_shared():
+    """A program holds the rule's non-differentiated arguments as constants: plans share a compiled program
+    only where those are equal (an array by its values)."""
+
+    def scale(x, k):
+        return x * k
+
+    @rrule(scale, arrays(shape=(3,)), arrays(shape=(3,)), nondiff=(1,))
+    def scale_rrule(x, k):
+        return x * k, lambda g: (g * k, None)
+
+    ctx = next(c for c in CONTEXTS if c.name == "output-used")
+    x = np.arange(3.0)
+
+    def same(k):
+        return ctx.plan(Signature(scale_rrule, (x, k), None, x * k), np.random.default_rng(0)).same
+
+    assert same(np.ones(3)) == same(np.ones(3))
+    assert same(np.ones(3)) != same(np.full(3, 2.0))
+    assert same(np.ones(3)) != same(np.ones(3, dtype=np.float32))
+
+
+def _programs(rule):
+    return list(rule.extra.get(_jax_engine._PROGRAMS, {}).values())
+
+
+def test_auto_runs_a_numpy_rules_program_eagerly_first_and_compiles_it_in_the_rules_next_matrix():
+    rule = _softplus_rule()
+    first = run_matrix(rule, engines=["jax"], settings=AUTO)
+    programs = _programs(rule)
+    assert len(programs) == len(first.rows)
+    assert all(p.matrices == 1 and p.compiled is None for p in programs)  # eager: nothing compiled yet
+    again = run_matrix(rule, engines=["jax"], settings=AUTO)
+    assert all(p.matrices == 2 and p.compiled is not None for p in _programs(rule))
+    assert _jax_cells(again) == _jax_cells(first)
+
+
+def test_auto_compiles_a_jax_rules_program_at_once_only_while_the_persistent_cache_is_in_force(tmp_path):
+    from gradguard.checker import jax_rule
+    from gradguard.engines.jax_engine._runtime import load
+
+    @jax.custom_vjp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+
+    softplus.defvjp(lambda x: (jnp.logaddexp(0.0, x), x), lambda x, g: (g * jax.nn.sigmoid(x),))
+    jax_softplus = jax_rule(softplus, arrays(shape=(3,)), name="softplus")
+    config = load().config
+    before = config.jax_compilation_cache_dir
+    assert _jax_engine._compile_from_matrix(jax_softplus) == (1 if before else 2)
+    assert _jax_engine._compile_from_matrix(_softplus_rule()) == 2  # host callbacks: never in the persistent cache
+    config.update("jax_compilation_cache_dir", str(tmp_path))
+    try:
+        assert _jax_engine._compile_from_matrix(jax_softplus) == 1
+        assert _jax_engine._compile_from_matrix(_softplus_rule()) == 2
+    finally:
+        config.update("jax_compilation_cache_dir", before)
+
+
+def test_jax_column_setting_is_validated_and_reaches_the_matrix():
+    rule = _softplus_rule()
+    with pytest.raises(UsageError, match=r"jax_column='fast'.*'auto', 'jit', 'eager'"):
+        check(rule, jax_column="fast")
+    with pytest.raises(ValueError, match=r"jax_column='fast'.*'auto', 'jit', 'eager'"):
+        run_matrix(rule, engines=["jax"], settings={"jax_column": "fast"})
+    with pytest.raises(ValueError, match=r"engine setting 'jax_mode'"):
+        run_matrix(rule, engines=["jax"], settings={"jax_mode": "jit"})
+    for mode in ("auto", "jit", "eager"):
+        report = check(rule, select=["GG501"], jax_column=mode)
+        assert report.rules[0].verdict == "pass"
+
+
+def test_a_rule_taking_another_path_on_jit_tracers_runs_eagerly_as_before():
+    """A bwd with a fast path for traced values answers differently under jit: the first compiled run is
+    checked against eager JAX, and the column keeps eager's answer (recorded as a fallback)."""
+    from gradguard.checker import jax_rule
+
+    def make():
+        @jax.custom_vjp
+        def cube(x):
+            return x**3
+
+        def bwd(x, g):
+            return (3 * x * g,) if isinstance(x, jax.core.Tracer) else (3 * x**2 * g,)
+
+        cube.defvjp(lambda x: (x**3, x), bwd)
+        return jax_rule(cube, arrays(shape=(3,), min_value=0.5, max_value=2.0), name="cube")
+
+    compiled_rule, eager_rule = make(), make()
+    compiled = run_matrix(compiled_rule, engines=["jax"], settings=JIT)
+    again = run_matrix(compiled_rule, engines=["jax"], settings=JIT)
+    eager = run_matrix(eager_rule, engines=["jax"], settings=EAGER)
+    assert _jax_cells(compiled) == _jax_cells(again) == _jax_cells(eager)
+    assert all(status == "right" for _, status, _ in _jax_cells(eager))
+    fallen = eager_fallbacks(compiled_rule)  # where the output is used (the pullback runs), not where it is unused
+    assert set(fallen) == {"output-used", "captured-before", "called-twice", "fan-out", "strided-view"}
+    assert all(why.startswith("jit and eager JAX disagree on this program") for why in fallen.values())
