@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "is_leaf", "children", "keys_of",
+__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
            "same_structure", "describe", "max_abs"]
 
 
@@ -82,6 +82,24 @@ def same_structure(a: Any, b: Any) -> bool:
 def copy_tree(tree: Any) -> Any:
     """Deep copy of arrays (so a rule mutating its input never touches the original)."""
     return tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
+
+
+_IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), np.generic)
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def same_bits(a: Any, p: Any) -> bool:
+    """Whether ``a`` is a C-contiguous array with exactly the bits of ``p`` (of the same shape and dtype), or
+    the very same immutable value; False for anything else (containers among them)."""
+    if not isinstance(a, np.ndarray):
+        return a is p and isinstance(a, _IMMUTABLE)
+    if (not isinstance(p, np.ndarray) or a.shape != p.shape or a.dtype != p.dtype or a.dtype.hasobject
+            or not (a.flags.c_contiguous and p.flags.c_contiguous)):
+        return False
+    width = _UNSIGNED.get(a.dtype.itemsize, np.uint64 if a.dtype.itemsize % 8 == 0 else None)
+    if width is None:
+        return False
+    return bool(np.array_equal(a.reshape(-1).view(width), p.reshape(-1).view(width)))
 
 
 def inner(a: Any, b: Any) -> float:
