@@ -133,6 +133,17 @@ def test_scaling_tiny_sizes(tmp_path: Path) -> None:
         assert any("gradcheck " in line and ("pass" in line or "skipped" in line) for line in lines)
 
 
+def test_memory_tiny(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    out = run("memory.py", "--size", "40", "--results", str(results))
+    rows = [line.split() for line in out.splitlines() if line.startswith(("softplus ", "mul "))]
+    assert [(r[0], r[-1]) for r in rows if "check" in r] == [("softplus", "pass"), ("mul", "pass")]
+    assert any(r[1:3] == ["one", "evaluation"] for r in rows)
+    assert "largest check peak:" in out and "target <= 10" in out
+    text = results.read_text()
+    assert "<!-- begin memory -->" in text and "Made by `python bench/memory.py --size 40" in text
+
+
 def test_checker_speed_tiny(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n<!-- begin checker_speed -->\nold figures\n<!-- end checker_speed -->\n")
