@@ -56,8 +56,9 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
         raise Skip(rule.run_state[_UNTRACEABLE])
     if any(np.iscomplexobj(case.args[i]) for i in case.diff_positions):
         raise Skip("complex arguments: the tape's second order covers real arguments (GG205 judges conjugation)")
-    pulled, first = case.first_tangents()  # the drawn input's shared first call and pullback
-    y, ybar = pulled.call.output, pulled.ybar
+    y, pb = case.pair()
+    ybar = case.cotangent_like(y)
+    first = case.tangents(pb, copy_tree(ybar))
     if not is_finite_tree([first[i] for i in case.diff_positions]) or any(np.iscomplexobj(t) for t in leaves(y)):
         return  # GG206 judges non-finite tangents; complex outputs are GG205's
     u = case.direction("direction")

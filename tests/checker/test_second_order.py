@@ -309,28 +309,3 @@ def test_detached_residual_on_a_large_input_still_fails_second_order() -> None:
     assert found, "GG204 missed a residual copied out of the trace on a large input"
     assert re.fullmatch(DETACHED.replace("sin_detached", "sin_detached_large"), found[0].message), found[0].message
 
-
-def test_second_order_reuses_the_drawn_inputs_first_call_and_pullback() -> None:
-    """GG204 pulls back the cotangent of the shared first call (checker.case.Shared) instead of calling the
-    rule again: run beside a check that makes that call, it adds no forward call or pullback of its own
-    beyond the tape's run and the finite differences it makes alone."""
-    from collections import Counter
-
-    calls: Counter = Counter()
-
-    @rrule(sin, arrays(shape=(3,)))
-    def sin_counted(x):
-        calls["forward"] += 1
-        slope = np.cos(x)
-
-        def pullback(ybar):
-            calls["pullback"] += 1
-            return (ybar * slope,)
-
-        return np.sin(x), pullback
-
-    check(sin_counted, select=["GG204"], seed=0, max_examples=1)
-    alone = Counter(calls)
-    calls.clear()
-    check(sin_counted, select=["GG103", "GG204"], seed=0, max_examples=1)
-    assert calls == alone, (calls, alone)
