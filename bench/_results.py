@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("detection", "detection_examples", "realworld", "torch", "scaling", "checker_speed")
+ORDER = ("detection", "detection_examples", "realworld", "torch", "scaling", "memory", "checker_speed")
 TITLE = """# Benchmark results
 
 Each section below says the command that made it; run it again to regenerate that section:
@@ -25,6 +25,7 @@ Each section below says the command that made it; run it again to regenerate tha
     python bench/detection.py --corpus realworld   # the public real-world corpus (tests/realworld/)
     python bench/detection.py --corpus torch       # the PyTorch rules (tests/corpus/torch_*.py) vs gradcheck, gradgradcheck
     python bench/scaling.py --results bench/RESULTS.md
+    python bench/memory.py --results bench/RESULTS.md
     python bench/checker_speed.py --results bench/RESULTS.md
     python bench/memory_limit.py --results bench/RESULTS.md   # the per-rule memory budget: its cost, each rule's growth
 

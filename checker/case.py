@@ -25,7 +25,7 @@ from gradguard.checker._memory import note_memory_error
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, tree_map
+from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
 __all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
 
@@ -101,7 +101,8 @@ class FirstCall:
     """The rrule's first forward call on fresh copies of the input, as checks may read it.
 
     ``args`` and ``y`` are the live objects (whatever later calls of the rule do to them);
-    ``args_after`` and ``output`` are copies taken the moment the forward call returned.
+    ``args_after`` and ``output`` are copies taken the moment the forward call returned (``args_after`` is
+    the case's pristine arguments themselves where the forward call left its copies bit for bit as they were).
     """
 
     args: tuple[Any, ...]
@@ -174,6 +175,15 @@ def _as_pair(result: Any) -> tuple[Any, Callable[..., Any]]:
     if not _is_pair(result):
         raise Skip("the rrule does not return an (output, pullback) pair (see GG101)")
     return result
+
+
+def _snapshot(args: tuple[Any, ...], pristine: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A copy of ``args`` as they are now; or ``pristine`` itself where they hold exactly its bits, as they do
+    unless the rule wrote into them: then no copy is needed (on large inputs, a copy of every argument
+    saved). The pristine arguments are never handed to user code, so they stay as they are."""
+    if len(args) == len(pristine) and all(same_bits(a, p) for a, p in zip(args, pristine)):
+        return pristine
+    return copy_tree(args)
 
 
 def _kept(value: Any) -> Any:
@@ -254,7 +264,7 @@ class Case:
             except (RuleRaised, Skip) as exc:
                 shared.call = exc
                 raise
-            call = FirstCall(args=args, args_after=copy_tree(args), result=result)
+            call = FirstCall(args=args, args_after=_snapshot(args, self._args), result=result)
             if call.is_pair and (odd := _unsupported_leaf(result[0])) is not None:
                 raise UnsupportedOutput(
                     f"the output of {self.rule.name} holds {describe(odd)} {odd!r:.60}; gradguard checks outputs that "

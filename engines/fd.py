@@ -113,7 +113,8 @@ def _describe(x: Any) -> str:
 
 def inner(a: Any, b: Any) -> float:
     """Real inner product sum(Re(conj(a) * b)) over matching pytrees; None counts as zero."""
-    return float(sum(np.sum(np.real(np.conj(x) * y)) for x, y in _pairs(a, b)))
+    return float(sum(np.sum(np.real(np.conj(x) * y) if np.iscomplexobj(x) or np.iscomplexobj(y) else x * y)
+                     for x, y in _pairs(a, b)))
 
 
 def _abs_inner(a: Any, b: Any) -> float:
@@ -316,7 +317,14 @@ def _moved(a: Any, v: Any, t: complex) -> Any:
     if isinstance(t, complex) and not np.issubdtype(dtype, np.complexfloating):
         dtype = np.result_type(dtype, np.complex64)
     wide = np.complex128 if np.issubdtype(dtype, np.complexfloating) else np.float64
-    point = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(dtype)
+    step = np.asarray(v)
+    if (arr.ndim and arr.dtype == wide and step.dtype == wide and not isinstance(t, complex)
+            and arr.flags.c_contiguous and step.flags.c_contiguous):
+        # The same sum without the copies astype makes: one new array on large inputs instead of four.
+        point = np.multiply(step, t)
+        np.add(arr, point, out=point)
+    else:
+        point = (arr.astype(wide) + t * step.astype(wide)).astype(dtype)
     if isinstance(a, np.ndarray):
         return point
     return point[()] if isinstance(a, np.generic) else point.item()
@@ -408,6 +416,7 @@ def directional(
         raise ValueError(f"The cotangent does not match f's output: {exc}") from None
     out_eps = max([_eps(leaf) for leaf in _leaves(base) if leaf is not None] + [_EPS64])
     in_eps = max(_eps(args[i]) for i in moving)
+    base_complex = any(np.iscomplexobj(leaf) for leaf in _leaves(base))
 
     def contract(out: Any) -> tuple:
         """(value, its rounding noise) of the contraction with the cotangent."""
@@ -416,19 +425,21 @@ def directional(
             return y.astype(np.result_type(y.dtype, np.float64)), out_eps * np.abs(y)
         return inner(cotangent, out), out_eps * _abs_inner(cotangent, out)
 
+    base_value = contract(base)[0]
+    del base  # only its contraction is read from here on: on large inputs f's output is a copy of them
     if complex_step is True:
-        value, error = _complex_directional(call, contract, args, moving, base, forced=True)
+        value, error = _complex_directional(call, contract, args, moving, base_complex, forced=True)
         return Derivative(_plain(value), error, calls, "complex-step", _CS_STEP)
 
     h0 = _default_step(4, max(in_eps, out_eps))  # tuned for 4 levels; 2 more refine it
     if max_step is not None:
         h0 = min(h0, float(max_step))
-    input_noise = in_eps * _rounding_scale(call, contract, base, args, directions, h0)
+    input_noise = in_eps * _rounding_scale(call, contract, base_value, args, directions, h0)
     run = lambda h: _richardson(lambda t: _probe(lambda s: contract(call(s)), t), h, levels, input_noise)  # noqa: E731
     (value, error), h = _with_shrinking(run, h0, "f")
     if complex_step == "auto":
         try:
-            cs_value, cs_error = _complex_directional(call, contract, args, moving, base, forced=False)
+            cs_value, cs_error = _complex_directional(call, contract, args, moving, base_complex, forced=False)
             gap = float(np.max(np.abs(cs_value - value)))
             if gap <= error:  # a non-analytic f (abs, conj, a real part) gives a different value
                 return Derivative(_plain(cs_value), max(cs_error, gap), calls, "complex-step", _CS_STEP)
@@ -437,7 +448,7 @@ def directional(
     return Derivative(_plain(value), float(error), calls, "richardson", h)
 
 
-def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequence, directions: Sequence, h: float) -> Any:
+def _rounding_scale(call: Callable, contract: Callable, base_value: Any, args: Sequence, directions: Sequence, h: float) -> Any:
     """About |sum_i dg/dx_i x_i s_i| for random signs s: how much rounding the inputs moves g.
 
     Rounding a probe point perturbs each x_i by ~eps |x_i| with unknown signs. Differences
@@ -452,19 +463,30 @@ def _rounding_scale(call: Callable, contract: Callable, base: Any, args: Sequenc
         return 0.0
     rng, scale = np.random.default_rng(0), 0.0
     for _ in range(2):
-        along = [None if v is None else a * rng.choice([-1.0, 1.0], size=np.shape(a)) * (size / reach) for a, v in zip(args, directions)]
+        along = [None if v is None else _signed(a, rng.choice([-1.0, 1.0], size=np.shape(a)), size / reach)
+                 for a, v in zip(args, directions)]
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
                 moved, _ = contract(call(h, along))
         except Exception:
             continue  # e.g. the probe left the domain; the table's spread still sees the noise
-        slope = np.abs(moved - contract(base)[0]) / h * (reach / size)
+        slope = np.abs(moved - base_value) / h * (reach / size)
         scale = np.maximum(scale, np.where(np.isfinite(slope), slope, 0.0))
     return scale
 
 
-def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], base: Any, *, forced: bool) -> tuple:
+def _signed(a: Any, signs: Any, factor: float) -> Any:
+    """``a * signs * factor``, computed in the array of signs where it can hold the result (no temporaries)."""
+    if isinstance(signs, np.ndarray) and signs.ndim and np.result_type(np.asarray(a).dtype, signs.dtype) == signs.dtype:
+        np.multiply(a, signs, out=signs)
+        np.multiply(signs, factor, out=signs)
+        return signs
+    return a * signs * factor
+
+
+def _complex_directional(call: Callable, contract: Callable, args: Sequence, moving: list[int], base_complex: bool, *,
+                         forced: bool) -> tuple:
     """(value, error) of the complex step Im(<c, f(a + i h v)>) / h; _ProbeFailed when impossible."""
 
     def impossible(reason: str, exc: type = ValueError):
@@ -474,7 +496,7 @@ def _complex_directional(call: Callable, contract: Callable, args: Sequence, mov
 
     if any(np.iscomplexobj(args[i]) for i in moving):
         impossible("a moving argument is complex (the complex step needs real arguments)")
-    if any(np.iscomplexobj(leaf) for leaf in _leaves(base)):
+    if base_complex:
         impossible("f returns complex output for real input (the complex step needs a real-valued f)")
     h = _CS_STEP
     try:

@@ -142,6 +142,17 @@ def test_memory_limit_tiny(tmp_path: Path) -> None:
     assert "Made by `python bench/memory_limit.py --modules tests/corpus/correct.py" in results.read_text()
 
 
+def test_memory_tiny(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    out = run("memory.py", "--size", "40", "--results", str(results))
+    rows = [line.split() for line in out.splitlines() if line.startswith(("softplus ", "mul "))]
+    assert [(r[0], r[-1]) for r in rows if "check" in r] == [("softplus", "pass"), ("mul", "pass")]
+    assert any(r[1:3] == ["one", "evaluation"] for r in rows)
+    assert "largest check peak:" in out and "target <= 10" in out
+    text = results.read_text()
+    assert "<!-- begin memory -->" in text and "Made by `python bench/memory.py --size 40" in text
+
+
 def test_checker_speed_tiny(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmark results\n\n<!-- begin checker_speed -->\nold figures\n<!-- end checker_speed -->\n")

@@ -114,15 +114,17 @@ def _sites(escapes: list[Any]) -> str:
 
 
 def fd_directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...], *,
-                   confirm: bool = False) -> fd.Derivative | None:
+                   confirm: bool = False, levels: int | None = None) -> fd.Derivative | None:
     """d/dt <w, f(args + t along)> by finite differences (None where they fail or are not finite); with
     ``confirm``, by `fd.confirmed`: tables at 32-fold finer steps until two agree, so that steps which reach
-    across a singularity (a pole of the pullback nearer than the first table's steps) cannot claim a value."""
+    across a singularity (a pole of the pullback nearer than the first table's steps) cannot claim a value.
+    ``levels``: the depth of the Richardson table (`fd.directional`'s default when None)."""
     estimate = fd.confirmed if confirm else fd.directional
+    depth = {} if levels is None else {"levels": levels}
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = estimate(f, args, along, w, complex_step=False)
+            d = estimate(f, args, along, w, complex_step=False, **depth)
     except (ValueError, ArithmeticError, TypeError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
@@ -135,7 +137,16 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
     """The finite difference to judge a claim by: the first table where it ``agrees`` with the claim (no error
     to report either way), else the confirmed one. One table's error estimate can be fooled where its
     steps reach across a pole (log's pullback g / x at x = 1e-3 and steps of 1.8e-2 gave 15240.7 +- 48158
-    where the derivative is -1000002); a disagreement is only reported once finer tables bear it out."""
+    where the derivative is -1000002); a disagreement is only reported once finer tables bear it out.
+
+    Arguments larger than `fd.LARGE_INPUT` elements get a shallow table first (`fd.budget`: each level is
+    two calls of the rule and its pullback); where it does not agree, the judgement is made exactly as for
+    small arguments, from the full table and then the confirmed one."""
+    shallow = fd.budget(args).get("levels")
+    if shallow is not None:
+        cheap = fd_directional(f, args, along, w, levels=shallow)
+        if cheap is not None and agrees(cheap):
+            return cheap
     first = fd_directional(f, args, along, w)
     if first is not None and agrees(first):
         return first

@@ -85,7 +85,13 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
     traced = any(isinstance(leaf, Tracked) for leaf in _leaves(y))
     untraced = tuple(i for i in diff if i < len(tangents) and tangents[i] is not None
                      and not isinstance(tangents[i], Tracked))
-    ct = backward(tape, [(total, np.float64(1.0))], "skip")[0] if isinstance(total, Tracked) else {}
+    del result, y, pullback, tangents  # what the sweep does not read: the output above all (its node is unused)
+    leaves = [t.slot for t in (*targs, *tybar) if isinstance(t, Tracked)]
+    ct = (backward(tape, [(total, np.float64(1.0))], "skip", keep=leaves, consume=True)[0]
+          if isinstance(total, Tracked) else {})
+    # Tracked values refer to the tape and its nodes to their Tracked outputs: a cycle that would keep every
+    # intermediate of the trace alive until the garbage collector ran. The trace is done with here.
+    tape.nodes.clear()
     wrt_args = tuple(_grad(ct, t, a) for t, a in zip(targs, args))
     wrt_ybar = [_grad(ct, t, c) for t, c in zip(tybar, ybar_leaves)]
     return PullbackDerivative(

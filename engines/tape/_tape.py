@@ -241,11 +241,17 @@ def _project(tangent: Any, primal: Any) -> Any:
     return np.real(tangent) if np.iscomplexobj(tangent) and not np.iscomplexobj(primal) else tangent
 
 
-def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple[dict[int, Any], list[str], list[MutationDiagnosis]]:
+def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str,
+             keep: Sequence[int] | None = None, consume: bool = False) -> tuple[dict[int, Any], list[str], list[MutationDiagnosis]]:
     """Run the pullbacks in reverse order from ``seeds`` (pairs of Tracked output and cotangent).
 
-    Returns (cotangent per slot, names of the unused nodes in call order, mutation diagnoses).
+    Returns (cotangent per slot, names of the unused nodes in call order, mutation diagnoses). With ``keep``
+    (the slots the caller reads, usually its inputs'), the cotangent of any other slot is dropped once the
+    pullback of the node that produced it has run: it is complete then, and on large arrays the
+    intermediates' cotangents are most of the sweep's memory. With ``consume``, each node leaves the tape
+    once its pullback has run, and with it the values that pullback held (a sweep that cannot be repeated).
     """
+    kept = None if keep is None else set(keep)
     ct: dict[int, Any] = {}
     live: set[int] = set()
     unused: list[str] = []
@@ -254,7 +260,7 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple
         if isinstance(t, Tracked) and c is not None:
             ct[t.slot] = ct[t.slot] + c if t.slot in ct else c
             live.add(t.slot)
-    for node in reversed(tape.nodes):
+    for node in _reversed_nodes(tape, consume):
         used = any(isinstance(o, Tracked) and o.slot in live for o in node.outputs)
         if not used:
             unused.append(node.name)
@@ -281,8 +287,21 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str) -> tuple
             ct[a.slot] = ct[a.slot] + t if a.slot in ct else t
             if used:
                 live.add(a.slot)
+        if kept is not None:
+            for o in node.outputs:
+                if isinstance(o, Tracked) and o.slot not in kept:
+                    ct.pop(o.slot, None)
     unused.reverse()
     return ct, unused, diagnoses
+
+
+def _reversed_nodes(tape: Tape, consume: bool) -> Any:
+    """The tape's nodes, last first; with ``consume``, each taken off the tape as it is handed out."""
+    if not consume:
+        yield from reversed(tape.nodes)
+        return
+    while tape.nodes:
+        yield tape.nodes.pop()
 
 
 def _check_tangents(node: Node, tangents: Any) -> None:

@@ -256,3 +256,56 @@ def xabs_rule(x):  # the pullback has a kink at 0, where Hypothesis looks first
 def test_correct_rules_pass(rule) -> None:
     report, found = findings(rule)
     assert [f.message for f in found] == [] and skipped(report) == []
+
+
+# -- large inputs: a shallow first table, and today's full judgement where it disagrees ------------
+LARGE = (2**7, 2**7 + 1)  # more elements than fd.LARGE_INPUT: finite differences take fd.budget's shallow table
+
+
+def test_large_input_settles_on_the_shallow_table_when_it_agrees() -> None:
+    from gradguard.checker.checks.second_order import fd_settled
+    from gradguard.engines import fd
+
+    x = np.random.default_rng(0).uniform(-2, 2, size=LARGE)
+    assert x.size > fd.LARGE_INPUT
+    u, w = np.ones(LARGE), np.random.default_rng(1).uniform(-1, 1, size=LARGE)
+    exact = float(np.sum(w * -np.sin(x) * u))  # d/dt <w, cos(x + t u)>
+    calls = []
+
+    def pulled(x):
+        calls.append(1)
+        return (np.cos(x),)
+
+    settled = fd_settled(pulled, (x,), (u,), (w,), agrees=lambda d: abs(d.value - exact) <= d.error + 1e-6 * abs(exact))
+    # one base call, two rounding probes, two calls per level: the six-level table would take 15
+    assert len(calls) == settled.evaluations == 3 + 2 * fd.SHALLOW_LEVELS
+
+
+def test_large_input_judges_a_disagreement_exactly_as_a_small_one() -> None:
+    """Where the shallow table disagrees with the claim, the verdict comes from the full table and then the
+    confirmed one, as on small inputs: the same value, not the shallow table's."""
+    from gradguard.checker.checks.second_order import fd_directional, fd_settled
+
+    x = np.random.default_rng(0).uniform(-2, 2, size=LARGE)
+    u, w = np.ones(LARGE), np.random.default_rng(1).uniform(-1, 1, size=LARGE)
+    exact = float(np.sum(w * -np.sin(x) * u))
+
+    def pulled(x):
+        return (np.cos(x),)
+
+    wrong = fd_settled(pulled, (x,), (u,), (w,), agrees=lambda d: abs(d.value + exact) <= d.error)  # the wrong sign
+    full = fd_directional(pulled, (x,), (u,), (w,), confirm=True)
+    assert (wrong.value, wrong.error, wrong.step) == (full.value, full.error, full.step)
+
+
+@rrule(sin, arrays(shape=LARGE))
+def sin_detached_large(x):
+    slope = np.array(np.cos(x))
+    return np.sin(x), lambda ybar: (ybar * slope,)
+
+
+def test_detached_residual_on_a_large_input_still_fails_second_order() -> None:
+    _, found = findings(sin_detached_large, max_examples=1)
+    assert found, "GG204 missed a residual copied out of the trace on a large input"
+    assert re.fullmatch(DETACHED.replace("sin_detached", "sin_detached_large"), found[0].message), found[0].message
+

@@ -528,3 +528,32 @@ def test_gg405_ignores_immutable_scalars():
         return a, lambda ybar: (ybar, 0.0)  # the output *is* the Python float a: harmless
 
     assert findings(first_rrule, "GG405") == []
+
+
+# -- the shared first call snapshots the arguments only where the forward changed them ------------------
+def _first_call(rule, args):
+    from gradguard.checker.case import Case, ReplayDraws
+
+    return Case(rule, args, ReplayDraws([])).first_call()
+
+
+def test_first_call_copies_no_argument_the_forward_left_as_it_was():
+    @rrule(np.sin, arrays(shape=(3,)))
+    def sin_rrule(x):
+        return np.sin(x), lambda ybar: (ybar * np.cos(x),)
+
+    args = (np.array([0.5, -0.0, np.nan]),)
+    call = _first_call(sin_rrule, args)
+    assert call.args_after is args  # the pristine arguments stand for the copy: no copy made
+
+
+def test_first_call_copies_an_argument_the_forward_wrote_into_even_a_sign_of_zero():
+    @rrule(np.sin, arrays(shape=(3,)))
+    def flips_zero_rrule(x):
+        x[1] = -x[1]  # 0.0 -> -0.0: equal as numbers, not as bits
+        return np.sin(x), lambda ybar: (ybar * np.cos(x),)
+
+    args = (np.array([0.5, 0.0, 1.0]),)
+    call = _first_call(flips_zero_rrule, args)
+    assert call.args_after is not args and np.signbit(call.args_after[0][1]) and not np.signbit(args[0][1])
+    assert call.args_after[0] is not call.args[0]  # a copy: a later write into the live argument does not reach it

@@ -500,3 +500,33 @@ def test_confirmed_keeps_a_complex_step_and_refuses_bad_refinements():
         lambda a: np.sum(np.sin(a)), (np.array([0.5]),), (np.array([1.0]),)).evaluations
     with pytest.raises(ValueError, match="Got refinements=-1, but refinements must be an int >= 0"):
         fd.confirmed(np.sin, (1.0,), (1.0,), refinements=-1)
+
+
+# -- memory on large arguments: each probe point is one new array, f's base output is not kept -------------
+def _peak_copies(fn, like):
+    """Peak memory NumPy allocated while ``fn`` ran, in copies of the array ``like``."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        fn()
+        return (tracemalloc.get_traced_memory()[1] - before) / like.nbytes
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_probe_point_on_a_float64_argument_is_one_new_array_with_the_same_values():
+    x = np.random.default_rng(0).uniform(-1, 1, 10**5)
+    v = np.random.default_rng(1).uniform(-1, 1, 10**5)
+    assert _peak_copies(lambda: fd._moved(x, v, 0.125), x) < 1.5
+    assert np.array_equal(fd._moved(x, v, 0.125), (x.astype(np.float64) + 0.125 * v.astype(np.float64)).astype(np.float64))
+
+
+def test_directional_keeps_no_copy_of_fs_output_at_the_base_point():
+    """A probe point, f's output there and the contraction's product are what a probe needs; f's output at
+    the base point is read once (its contraction) and let go."""
+    x = np.random.default_rng(0).uniform(-1, 1, 10**5)
+    u, w = np.ones_like(x), np.random.default_rng(1).uniform(-1, 1, 10**5)
+    peak = _peak_copies(lambda: fd.directional(lambda a: 2.0 * a, (x,), (u,), w, levels=3, complex_step=False), x)
+    assert peak < 4.5, peak

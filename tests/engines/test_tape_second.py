@@ -90,3 +90,46 @@ def test_outside_a_second_order_trace_conversion_still_raises() -> None:
 
     with pytest.raises(TraceError, match="converting a Tracked value to a plain array"):
         grad(lambda x: np.sum(np.asarray(x)), np.ones(2))
+
+
+# -- memory: nothing of the trace outlives the call ----------------------------------------------------
+def test_the_traces_intermediates_are_freed_when_the_call_returns():
+    """A trace's Tracked values refer to the tape, whose nodes refer back to them: unless the call breaks the
+    cycle, every intermediate of the rrule and the pullback (on large inputs, many copies of the input) lives
+    on until the garbage collector happens to run."""
+    import gc
+    import weakref
+
+    kept = []
+
+    def cos_rrule(x):
+        slope = -np.sin(x)
+        kept.append(weakref.ref(slope.value))  # a residual of the forward, an intermediate of the trace
+        return np.cos(x), lambda g: (g * slope,)
+
+    x, g, w = np.array([0.5, 1.0, 2.0]), np.array([1.0, -2.0, 0.5]), (np.array([1.0, 3.0, 1.0]),)
+    gc.disable()
+    try:
+        d = pullback_derivative(cos_rrule, (x,), [g], w, diff=[0])
+        assert kept and kept[0]() is None, "the trace's residual outlived the call"
+    finally:
+        gc.enable()
+    assert np.allclose(d.wrt_args[0], -np.cos(x) * g * w[0])  # d/dx <w, g * -sin(x)>
+
+
+def test_backward_keeps_only_the_cotangents_asked_for_and_consumes_the_tape():
+    from gradguard.engines.tape import tnp
+    from gradguard.engines.tape._tape import Tape, backward
+
+    tape = Tape()
+    x = tape.track(np.array([0.5, 1.0, 2.0]))
+    tape.active = True
+    try:
+        total = tnp.sum(np.sin(x) * np.sin(x))
+    finally:
+        tape.active = False
+    every, _, _ = backward(tape, [(total, np.float64(1.0))], "skip")
+    assert len(every) > 1 and tape.nodes  # every slot's cotangent, and the tape can be swept again
+    kept, _, _ = backward(tape, [(total, np.float64(1.0))], "skip", keep=[x.slot], consume=True)
+    assert list(kept) == [x.slot] and np.array_equal(kept[x.slot], every[x.slot])
+    assert tape.nodes == []
