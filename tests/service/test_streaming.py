@@ -156,25 +156,31 @@ def test_the_worker_uses_the_runs_limit_only_when_it_is_usable(make_settings) ->
         assert rule_timeout_of(Run(rule_timeout_s=asked), settings) == used, asked
 
 
+def _three_rule_run(client, admin_headers, stuck: str) -> dict:
+    """Submit the three-rule bundle with ``stuck`` as its middle rule through the API, wait for the run to end
+    as an error naming that rule alone, and return each rule's verdict."""
+    from service_support import wait_for  # type: ignore[import-not-found]
+
+    token = client.post("/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
+    answer = client.post("/api/v1/projects/p/runs", json={"files": {"rules.py": RULES.format(stuck=stuck)},
+                                                           "select": ["GG1"]},
+                         headers={"Authorization": f"Bearer {token}"})
+    run_id = answer.json()["id"]
+    run = wait_for(lambda: (r := client.get(f"/api/v1/runs/{run_id}").json())["status"] in ("passed", "failed",
+                                                                                            "error") and r, 120,
+                   "the run to end")
+    assert run["status"] == "error" and run["error"].startswith("1 rule could not be checked: b_stuck_rrule"), run
+    return verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
+
+
 @pytest.mark.slow
 def test_by_default_one_hanging_rule_costs_the_service_no_other_verdict(make_settings, admin_headers) -> None:
     from fastapi.testclient import TestClient
 
     from gradguard.service.app import create_app
-    from service_support import wait_for  # type: ignore[import-not-found]
-
     app = create_app(make_settings(local_workers=1, run_wall_s=40, default_max_examples=3))
     with TestClient(app) as client:
-        token = client.post("/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
-        answer = client.post("/api/v1/projects/p/runs", json={"files": {"rules.py": RULES.format(stuck=HANGS)},
-                                                               "select": ["GG1"]},
-                             headers={"Authorization": f"Bearer {token}"})
-        run_id = answer.json()["id"]
-        run = wait_for(lambda: (r := client.get(f"/api/v1/runs/{run_id}").json())["status"] in ("passed", "failed",
-                                                                                                "error") and r, 120,
-                       "the run to end")
-        assert run["status"] == "error" and run["error"].startswith("1 rule could not be checked: b_stuck_rrule"), run
-        found = verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
+        found = _three_rule_run(client, admin_headers, HANGS)
         assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
         assert "10 s per-rule time limit" in found["b_stuck_rrule"][1]  # a quarter of the 40 s wall limit
 
@@ -289,20 +295,9 @@ def test_by_default_one_rule_that_eats_memory_costs_the_service_no_other_verdict
 
     from gradguard.service.app import create_app
     from gradguard.service.migrate import upgrade
-    from service_support import wait_for  # type: ignore[import-not-found]
-
     upgrade(pg_url)
     app = create_app(make_settings(database_url=pg_url, local_workers=1, run_memory_mb=1024, default_max_examples=3))
     with TestClient(app) as client:
-        token = client.post("/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
-        answer = client.post("/api/v1/projects/p/runs", json={"files": {"rules.py": RULES.format(stuck=EATS)},
-                                                               "select": ["GG1"]},
-                             headers={"Authorization": f"Bearer {token}"})
-        run_id = answer.json()["id"]
-        run = wait_for(lambda: (r := client.get(f"/api/v1/runs/{run_id}").json())["status"] in ("passed", "failed",
-                                                                                                "error") and r, 120,
-                       "the run to end")
-        assert run["status"] == "error" and run["error"].startswith("1 rule could not be checked: b_stuck_rrule"), run
-        found = verdicts(client.get(f"/api/v1/runs/{run_id}/report").json())
+        found = _three_rule_run(client, admin_headers, EATS)
         assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
         assert found["b_stuck_rrule"][1].startswith("exceeded the 256 MB per-rule memory limit")  # a quarter of 1024
