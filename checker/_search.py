@@ -22,7 +22,7 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
 from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
-from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
+from gradguard.checker.case import Case, HypothesisDraws, ReplayDraws, ReplayExhausted, RuleRaised
 from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
@@ -167,6 +167,27 @@ def severity(info: CheckInfo, problems: list[Problem]) -> str:
     return "error" if any((p.severity or info.severity) == "error" for p in problems) else "warning"
 
 
+def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: Case, errors_only: bool) -> _Failure | None:
+    """The check run once more on the input a search kept, with the same draws and its evidence (a search
+    asks only for the verdict at each step, see :class:`Case`): the failure to report, or None where it does
+    not fail again (a nondeterministic rule)."""
+    case = Case(rule, kept.args, ReplayDraws([value for _, value in kept.record]))
+    try:
+        found = _run_one(info, case)
+    except ReplayExhausted:  # it drew more than the kept run did: the rule took another path this time
+        return None
+    except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise internal_error(f"check {info.id}", rule.name, exc) from None
+    if isinstance(found, str):
+        return None
+    problems, raised = found
+    if not problems or (errors_only and severity(info, problems) != "error"):
+        return None
+    return case, problems, raised
+
+
 def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None,
             at: tuple[Any, ...] | None = None, errors_only: bool = False) -> _Outcome:
     """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
@@ -184,7 +205,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
             if options.shrink_steps is not None and steps > options.shrink_steps:
                 outcome.stopped = True
                 raise _BudgetSpent()
-        case = Case(rule, tuple(args), HypothesisDraws(data))
+        case = Case(rule, tuple(args), HypothesisDraws(data), evidence=False)  # the verdict only: see _with_evidence
         found = _run_one(info, case)
         if isinstance(found, str):
             outcome.skip_reason = found
@@ -200,6 +221,8 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
     inputs = None if at is None else st.builds(copy.deepcopy, st.just(at))
     with shrink_deadline(budget_s):
         _drive(rule, options, body, f"check {info.id}", inputs)
+    if outcome.failure is not None:
+        outcome.failure = _with_evidence(rule, info, outcome.failure[0], errors_only)
     if shrink_started is not None:
         outcome.shrink_s = time.perf_counter() - shrink_started
         outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)

@@ -1,8 +1,11 @@
 """Shrinking has a time and step budget; when it runs out, the best failing input so far is reported, saying so."""
 
+import re
+
 import pytest
 
-from gradguard.checker import arrays, check, rrule
+from gradguard.checker import _search, arrays, check, reproducer, rrule
+from gradguard.checker.checks import numeric
 from gradguard.checker.errors import UsageError
 
 
@@ -59,6 +62,63 @@ def test_the_default_budget_still_finds_the_same_checks_as_no_budget():
     unlimited = check(matmul_scaled_rrule, select=["GG1", "GG2", "GG3"], shrink_budget_s=None, shrink_steps=None)
     assert sorted(f.check_id for f in default.findings) == sorted(f.check_id for f in unlimited.findings)
     assert all(f.counterexample.get("shrinking") for f in default.findings if f.counterexample)
+
+
+def _counting(monkeypatch, module, name):
+    calls = []
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_shrinking_steps_ask_for_the_verdict_and_only_the_kept_input_is_localised(monkeypatch):
+    """A shrinking step needs only whether GG201 still fails; where the wrong element is (the finite
+    differences of localise) is worked out for the survey's first failure and for the input the search keeps."""
+    evaluations = _counting(monkeypatch, _search, "_run_one")
+    localised = _counting(monkeypatch, numeric, "localise")
+    kept = []
+    real_script = reproducer.script
+    monkeypatch.setattr(reproducer, "script", lambda rule, check_id, case, problem, **kw: (
+        kept.append(case), real_script(rule, check_id, case, problem, **kw))[1])
+    report = check(matmul_scaled_rrule, select=["GG201"])
+    assert len(evaluations) > 10  # the search's evaluations: re-finding the failure, shrinking it, and the kept input
+    assert len(localised) == 2
+    (found,) = report.findings
+    assert "cotangent for argument 0 at [" in found.message and found.location.startswith("argument 0 at [")
+    # The message is the one the check gives on that input and those draws with nothing left out: the
+    # reproducer's replay meets it.
+    (case,) = kept
+    with pytest.raises(AssertionError, match=re.escape(found.message)):
+        reproducer.replay(matmul_scaled_rrule, "GG201", case.args, [value for _, value in case.record])
+
+
+def test_a_kept_input_that_does_not_fail_again_falls_back_to_the_first_failure(monkeypatch):
+    """Shrinking steps state only the verdict; when the check on the kept input, run again with its evidence,
+    does not fail (a nondeterministic rule), the survey's first failure is reported, never a verdict-only one."""
+    state = {"wrong": True}
+
+    @rrule(matmul, arrays(shape=(3, 4)), arrays(shape=(4, 2)))
+    def sometimes_scaled_rrule(a, b):
+        scale = 1.5 if state["wrong"] else 1.0
+        return a @ b, lambda ybar: (scale * ybar @ b.T, a.T @ ybar)
+
+    real_drive = _search._drive
+
+    def drive_then_fix(*args, **kwargs):  # the rule is right from the end of the search on
+        try:
+            return real_drive(*args, **kwargs)
+        finally:
+            state["wrong"] = False
+
+    monkeypatch.setattr(_search, "_drive", drive_then_fix)
+    (found,) = check(sometimes_scaled_rrule, select=["GG201"]).findings
+    assert "cotangent for argument 0 at [" in found.message
+    assert "shrinking" not in found.counterexample  # the first failure, as the survey drew it
 
 
 @pytest.mark.parametrize("option, value", [("shrink_budget_s", -1.0), ("shrink_budget_s", "1"), ("shrink_steps", -1),
