@@ -167,24 +167,24 @@ def severity(info: CheckInfo, problems: list[Problem]) -> str:
     return "error" if any((p.severity or info.severity) == "error" for p in problems) else "warning"
 
 
-def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: Case, errors_only: bool) -> _Failure | None:
+def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: _Failure, errors_only: bool) -> _Failure:
     """The check run once more on the input a search kept, with the same draws and its evidence (a search
-    asks only for the verdict at each step, see :class:`Case`): the failure to report, or None where it does
-    not fail again (a nondeterministic rule)."""
-    case = Case(rule, kept.args, ReplayDraws([value for _, value in kept.record]))
+    asks only for the verdict at each step, see :class:`Case`). Where it does not fail that way again (a
+    nondeterministic rule), the kept failure stands, with the problems its verdict established."""
+    case = Case(rule, kept[0].args, ReplayDraws([value for _, value in kept[0].record]))
     try:
         found = _run_one(info, case)
     except ReplayExhausted:  # it drew more than the kept run did: the rule took another path this time
-        return None
+        return kept
     except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
         raise
     except Exception as exc:
         raise internal_error(f"check {info.id}", rule.name, exc) from None
     if isinstance(found, str):
-        return None
+        return kept
     problems, raised = found
     if not problems or (errors_only and severity(info, problems) != "error"):
-        return None
+        return kept
     return case, problems, raised
 
 
@@ -222,7 +222,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
     with shrink_deadline(budget_s):
         _drive(rule, options, body, f"check {info.id}", inputs)
     if outcome.failure is not None:
-        outcome.failure = _with_evidence(rule, info, outcome.failure[0], errors_only)
+        outcome.failure = _with_evidence(rule, info, outcome.failure, errors_only)
     if shrink_started is not None:
         outcome.shrink_s = time.perf_counter() - shrink_started
         outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)

@@ -187,12 +187,12 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
             if shrink_left is not None:
                 shrink_left -= searched.shrink_s
             note = _shrink_note(options, spent_earlier=False) if searched.stopped else "complete"
-            if failure is None:
-                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
-            elif shrunk_args is None:
+            if failure is not None and shrunk_args is None:
                 shrunk_args = failure[0].args
         if failure is None:
             failure = first_failure
+            if shrinkable and note == "complete":
+                note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
         case, problems, raised = failure
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
