@@ -1,7 +1,9 @@
 """Shrinking has a time and step budget; when it runs out, the best failing input so far is reported, saying so."""
 
+import pickle
 import re
 
+import numpy as np
 import pytest
 
 from gradguard.checker import _search, arrays, check, reproducer, rrule
@@ -121,6 +123,40 @@ def test_a_kept_input_that_does_not_fail_again_keeps_the_problem_its_verdict_est
                         r"<ybar, J v> = \S+ by finite differences, <pullback\(ybar\), v> = \S+\.", found.message)
     assert found.location is None
     assert found.counterexample["shrinking"].startswith("stopped by the shrinking budget")
+
+
+def test_an_evaluation_that_repeats_an_earlier_one_value_for_value_is_not_finished_again(monkeypatch):
+    """Hypothesis' shrinker tries choice sequences that give the same values as earlier ones (a cotangent element
+    shrunk from 0.1 to 0.05 is 0 either way); the search takes the earlier evaluation's outcome instead of
+    running GG201's finite differences again, and the report is the same as when every evaluation runs."""
+    finished = []
+    real = _search._run_one
+
+    def run(info, case):
+        found = real(info, case)  # a repeat stops inside, at its last draw
+        if not case.evidence:
+            finished.append(pickle.dumps((case.args, case.record)))
+        return found
+
+    monkeypatch.setattr(_search, "_run_one", run)
+    remembered = check(matmul_scaled_rrule, select=["GG201"])
+    assert len(finished) == len(set(finished)) > 5
+    finished.clear()
+    monkeypatch.setattr(_search, "_value_key", lambda value: None)  # nothing remembered
+    every = check(matmul_scaled_rrule, select=["GG201"])
+    assert len(finished) > len(set(finished))
+    assert ([(f.message, f.counterexample, f.reproducer) for f in remembered.findings]
+            == [(f.message, f.counterexample, f.reproducer) for f in every.findings])
+
+
+def test_values_are_remembered_only_by_keys_that_tell_them_apart():
+    a = np.zeros(2)
+    assert _search._value_key((a, 1.0, None)) == _search._value_key((np.zeros(2), 1.0, None))
+    assert _search._value_key(np.array([0.0])) != _search._value_key(np.array([-0.0]))
+    assert _search._value_key(np.zeros(2)) != _search._value_key(np.zeros(2, dtype=np.float32))
+    assert _search._value_key((a, a)) != _search._value_key((a, a.copy()))  # aliased arguments differ
+    assert _search._value_key((a, object())) is None
+    assert _search._value_key(np.array([object()])) is None
 
 
 @pytest.mark.parametrize("option, value", [("shrink_budget_s", -1.0), ("shrink_budget_s", "1"), ("shrink_steps", -1),
