@@ -3,8 +3,11 @@
 :func:`_drive` runs one seeded Hypothesis search over a rule's inputs and maps Hypothesis' errors to the
 runner's; :func:`_search` re-finds one failing check and shrinks its counterexample, for at most a number
 of evaluations (deterministic) and seconds (a safety net), and says whether a budget cut it short
-(:func:`_shrink_note` words that for the report). The runner (:mod:`gradguard.checker.runner`) decides
-what to search and writes the results; this module only searches.
+(:func:`_shrink_note` words that for the report). While it shrinks, a check is asked for its verdict only
+(``Case.evidence``) and an evaluation that repeats an earlier one value for value takes its outcome
+(:class:`_Remembering`); the input it keeps is checked once more with its evidence (:func:`_with_evidence`).
+The runner (:mod:`gradguard.checker.runner`) decides what to search and writes the results; this module
+only searches.
 """
 
 from __future__ import annotations
