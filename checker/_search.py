@@ -176,7 +176,10 @@ def severity(info: CheckInfo, problems: list[Problem]) -> str:
 def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: _Failure, errors_only: bool) -> _Failure:
     """The check run once more on the input a search kept, with the same draws and its evidence (a search
     asks only for the verdict at each step, see :class:`Case`). Where it does not fail that way again (a
-    nondeterministic rule), the kept failure stands, with the problems its verdict established."""
+    nondeterministic rule), the kept failure stands, with the problems its verdict established; so it does
+    where the check never asked whether to leave evidence out."""
+    if not kept[0].evidence_asked:
+        return kept
     case = Case(rule, kept[0].args, ReplayDraws([value for _, value in kept[0].record]))
     try:
         found = _run_one(info, case)

@@ -203,7 +203,8 @@ class Case:
     ``evidence`` is False while a search re-finds and shrinks a failure: only whether the check fails
     counts there, so a check may leave out what only its message needs (GG201's localisation of the wrong
     element) and yield a problem that states less. It must decide the same and make the same draws either
-    way: the search runs it once more, with evidence, on the input and draws it keeps.
+    way: the search runs it once more, with evidence, on the input and draws it keeps, where the check
+    asked (``evidence_asked``).
     """
 
     def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws, shared: Shared | None = None,
@@ -212,8 +213,14 @@ class Case:
         self._args = tuple(args)
         self._draws = draws
         self._shared = Shared() if shared is None else shared
-        self.evidence = evidence
+        self._evidence = evidence
+        self.evidence_asked = False  # whether the check read `evidence` (and so may have left some out)
         self.record: list[tuple[str, Any]] = []  # every draw, in order: counterexample and reproducer
+
+    @property
+    def evidence(self) -> bool:
+        self.evidence_asked = True
+        return self._evidence
 
     # -- inputs ---------------------------------------------------------------------------------
     @property

@@ -125,16 +125,51 @@ def test_a_kept_input_that_does_not_fail_again_keeps_the_problem_its_verdict_est
     assert found.counterexample["shrinking"].startswith("stopped by the shrinking budget")
 
 
+def _in_evidence_runs(monkeypatch):
+    """A list that is not empty while a search runs its check again on the input it keeps."""
+    inside = []
+    real = _search._with_evidence
+
+    def with_evidence(*args, **kwargs):
+        inside.append(True)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(_search, "_with_evidence", with_evidence)
+    return inside
+
+
+def test_the_kept_input_is_run_again_only_for_a_check_that_asked_to_leave_evidence_out(monkeypatch):
+    """GG201 asks (it localises the wrong element only with evidence); GG203 never does, so its verdict-only
+    problem is already the whole of it and the input its search keeps is not checked a second time."""
+    kept = _in_evidence_runs(monkeypatch)
+    again = []
+    real = _search._run_one
+
+    def run(info, case):
+        if kept:
+            again.append(info.id)
+        return real(info, case)
+
+    monkeypatch.setattr(_search, "_run_one", run)
+    report = check(matmul_scaled_rrule, select=["GG201", "GG203"])
+    assert [f.check_id for f in report.findings] == ["GG201", "GG203"]
+    assert again == ["GG201"]
+
+
 def test_an_evaluation_that_repeats_an_earlier_one_value_for_value_is_not_finished_again(monkeypatch):
     """Hypothesis' shrinker tries choice sequences that give the same values as earlier ones (a cotangent element
     shrunk from 0.1 to 0.05 is 0 either way); the search takes the earlier evaluation's outcome instead of
     running GG201's finite differences again, and the report is the same as when every evaluation runs."""
     finished = []
+    kept = _in_evidence_runs(monkeypatch)
     real = _search._run_one
 
     def run(info, case):
         found = real(info, case)  # a repeat stops inside, at its last draw
-        if not case.evidence:
+        if not kept:
             finished.append(pickle.dumps((case.args, case.record)))
         return found
 
