@@ -3,18 +3,23 @@
 :func:`_drive` runs one seeded Hypothesis search over a rule's inputs and maps Hypothesis' errors to the
 runner's; :func:`_search` re-finds one failing check and shrinks its counterexample, for at most a number
 of evaluations (deterministic) and seconds (a safety net), and says whether a budget cut it short
-(:func:`_shrink_note` words that for the report). The runner (:mod:`gradguard.checker.runner`) decides
-what to search and writes the results; this module only searches.
+(:func:`_shrink_note` words that for the report). While it shrinks, a check is asked for its verdict only
+(``Case.evidence``) and an evaluation that repeats an earlier one value for value takes its outcome
+(:class:`_Remembering`); the input it keeps is checked once more with its evidence (:func:`_with_evidence`).
+The runner (:mod:`gradguard.checker.runner`) decides what to search and writes the results; this module
+only searches.
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 import time
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings as hyp_settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
@@ -22,10 +27,11 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
 from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
-from gradguard.checker.case import Case, HypothesisDraws, RuleRaised
+from gradguard.checker.case import Case, HypothesisDraws, ReplayDraws, ReplayExhausted, RuleRaised
 from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
+from gradguard.checker.trees import leaves
 
 if TYPE_CHECKING:
     from gradguard.checker.options import Options
@@ -167,6 +173,83 @@ def severity(info: CheckInfo, problems: list[Problem]) -> str:
     return "error" if any((p.severity or info.severity) == "error" for p in problems) else "warning"
 
 
+def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: _Failure, errors_only: bool) -> _Failure:
+    """The check run once more on the input a search kept, with the same draws and its evidence (a search
+    asks only for the verdict at each step, see :class:`Case`). Where it does not fail that way again (a
+    nondeterministic rule), the kept failure stands, with the problems its verdict established; so it does
+    where the check never asked whether to leave evidence out."""
+    if not kept[0].evidence_asked:
+        return kept
+    case = Case(rule, kept[0].args, ReplayDraws([value for _, value in kept[0].record]))
+    try:
+        found = _run_one(info, case)
+    except ReplayExhausted:  # it drew more than the kept run did: the rule took another path this time
+        return kept
+    except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        raise internal_error(f"check {info.id}", rule.name, exc) from None
+    if isinstance(found, str):
+        return kept
+    problems, raised = found
+    if not problems or (errors_only and severity(info, problems) != "error"):
+        return kept
+    return case, problems, raised
+
+
+_PLAIN = (np.ndarray, np.generic, float, int, complex, str, type(None))
+
+
+def _value_key(value: Any) -> bytes | None:
+    """Bytes that are equal only for equal values (to the bit, aliasing included): for containers of arrays,
+    numbers and strings; None for anything else, whose pickle need not hold all that a rule may read."""
+    for leaf in leaves(value):
+        if not isinstance(leaf, _PLAIN) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
+            return None
+    try:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - a value pickle refuses is just not remembered
+        return None
+
+
+_Seen = tuple[bytes, tuple[bytes, ...]]  # an evaluation's input and its draws, in order
+
+
+class _Repeated(BaseException):
+    """The draws of an evaluation so far are all the draws of an earlier one on the same input (a
+    BaseException: no handler of a check may catch it)."""
+
+    def __init__(self, seen: _Seen) -> None:
+        self.seen = seen
+
+
+class _Remembering:
+    """Draws that stop an evaluation once its input and draws are those of an earlier, finished evaluation.
+
+    Hypothesis does not run a choice sequence twice, but its shrinker tries sequences that give the same
+    values (a cotangent element shrunk from 0.1 to 0.05 is 0 either way): a deterministic check then makes
+    the same calls and ends the same way, so the earlier evaluation's outcome is taken and the rest of this
+    one (its finite differences) is not run. The draws themselves are made, so Hypothesis sees the same
+    test case."""
+
+    def __init__(self, draws: HypothesisDraws, args: bytes, finished: dict[_Seen, Any]) -> None:
+        self._draws, self._args, self._finished = draws, args, finished
+        self.drawn: list[bytes] | None = []
+
+    def draw(self, strategy: st.SearchStrategy, label: str) -> Any:
+        value = self._draws.draw(strategy, label)
+        if self.drawn is not None:
+            key = _value_key(value)
+            if key is None:
+                self.drawn = None  # not remembered from here on
+            else:
+                self.drawn.append(label.encode() + b"=" + key)
+                seen = (self._args, tuple(self.drawn))
+                if seen in self._finished:
+                    raise _Repeated(seen)
+        return value
+
+
 def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float | None = None,
             at: tuple[Any, ...] | None = None, errors_only: bool = False) -> _Outcome:
     """A search for one failing check: Hypothesis finds the failure again and shrinks it, for at most
@@ -176,6 +259,22 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
     outcome = _Outcome()
     shrink_started: float | None = None
     steps = 0
+    finished: dict[_Seen, tuple[Case, Any]] = {}  # evaluations by input and draws: see _Remembering
+
+    def _evaluate(args: tuple[Any, ...], data: HypothesisDraws) -> tuple[Case, Any]:
+        key = _value_key(args)
+        if key is not None and (key, ()) in finished:
+            at_safe_point()
+            return finished[(key, ())]
+        draws = data if key is None else _Remembering(data, key, finished)
+        case = Case(rule, args, draws, evidence=False)  # the verdict only: see _with_evidence
+        try:
+            found = _run_one(info, case)
+        except _Repeated as again:
+            return finished[again.seen]
+        if isinstance(draws, _Remembering) and draws.drawn is not None:
+            finished[(key, tuple(draws.drawn))] = (case, found)
+        return case, found
 
     def body(args: Any, data: Any) -> None:
         nonlocal shrink_started, steps
@@ -184,8 +283,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
             if options.shrink_steps is not None and steps > options.shrink_steps:
                 outcome.stopped = True
                 raise _BudgetSpent()
-        case = Case(rule, tuple(args), HypothesisDraws(data))
-        found = _run_one(info, case)
+        case, found = _evaluate(tuple(args), HypothesisDraws(data))
         if isinstance(found, str):
             outcome.skip_reason = found
             return
@@ -200,6 +298,8 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
     inputs = None if at is None else st.builds(copy.deepcopy, st.just(at))
     with shrink_deadline(budget_s):
         _drive(rule, options, body, f"check {info.id}", inputs)
+    if outcome.failure is not None:
+        outcome.failure = _with_evidence(rule, info, outcome.failure, errors_only)
     if shrink_started is not None:
         outcome.shrink_s = time.perf_counter() - shrink_started
         outcome.stopped = outcome.stopped or (budget_s is not None and outcome.shrink_s >= budget_s)

@@ -27,7 +27,8 @@ from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
-__all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "Shared", "FirstCall", "FirstPullback"]
+__all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "ReplayExhausted", "Shared",
+           "FirstCall", "FirstPullback"]
 
 COTANGENT_BOUND = 4.0
 # Cotangents and directions are drawn element by element (shrinkable) only up to this size: a check
@@ -84,6 +85,10 @@ class HypothesisDraws:
         return self._data.draw(strategy, label=label)
 
 
+class ReplayExhausted(RuntimeError):
+    """A replayed check asked for more draws than were recorded (the rule took another path this time)."""
+
+
 class ReplayDraws:
     """Returns recorded draws in order: how a reproducer replays a failure exactly."""
 
@@ -92,7 +97,7 @@ class ReplayDraws:
 
     def draw(self, strategy: SearchStrategy, label: str) -> Any:
         if not self._values:
-            raise RuntimeError(f"the reproducer has no recorded value left for draw {label!r}; regenerate it")
+            raise ReplayExhausted(f"the reproducer has no recorded value left for draw {label!r}; regenerate it")
         return self._values.pop(0)
 
 
@@ -193,14 +198,29 @@ def _kept(value: Any) -> Any:
 
 
 class Case:
-    """A rule, one input, and the means to run and probe it."""
+    """A rule, one input, and the means to run and probe it.
 
-    def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws, shared: Shared | None = None) -> None:
+    ``evidence`` is False while a search re-finds and shrinks a failure: only whether the check fails
+    counts there, so a check may leave out what only its message needs (GG201's localisation of the wrong
+    element) and yield a problem that states less. It must decide the same and make the same draws either
+    way: the search runs it once more, with evidence, on the input and draws it keeps, where the check
+    asked (``evidence_asked``).
+    """
+
+    def __init__(self, rule: RuleSpec, args: tuple[Any, ...], draws: Draws, shared: Shared | None = None,
+                 evidence: bool = True) -> None:
         self.rule = rule
         self._args = tuple(args)
         self._draws = draws
         self._shared = Shared() if shared is None else shared
+        self._evidence = evidence
+        self.evidence_asked = False  # whether the check read `evidence` (and so may have left some out)
         self.record: list[tuple[str, Any]] = []  # every draw, in order: counterexample and reproducer
+
+    @property
+    def evidence(self) -> bool:
+        self.evidence_asked = True
+        return self._evidence
 
     # -- inputs ---------------------------------------------------------------------------------
     @property
