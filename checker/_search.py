@@ -13,6 +13,7 @@ only searches.
 from __future__ import annotations
 
 import copy
+import hashlib
 import pickle
 import time
 import traceback
@@ -198,16 +199,23 @@ def _with_evidence(rule: RuleSpec, info: CheckInfo, kept: _Failure, errors_only:
 
 
 _PLAIN = (np.ndarray, np.generic, float, int, complex, str, type(None))
+REMEMBERED_BYTES = 1 << 16  # larger values are not remembered: repeats matter where shrinking has made inputs small
 
 
 def _value_key(value: Any) -> bytes | None:
-    """Bytes that are equal only for equal values (to the bit, aliasing included): for containers of arrays,
-    numbers and strings; None for anything else, whose pickle need not hold all that a rule may read."""
+    """Bytes that are equal only for equal values (to the bit, aliasing included): the digest of the pickle
+    of a container of arrays, numbers and strings of at most REMEMBERED_BYTES; None for anything else, whose
+    pickle need not hold all that a rule may read, and for larger values (a search over a 5000x5000 input
+    would otherwise serialise and keep every evaluation's copy of it)."""
+    size = 0
     for leaf in leaves(value):
         if not isinstance(leaf, _PLAIN) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
             return None
+        size += leaf.nbytes if isinstance(leaf, (np.ndarray, np.generic)) else len(leaf) if isinstance(leaf, str) else 16
+        if size > REMEMBERED_BYTES:
+            return None
     try:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return hashlib.blake2b(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), digest_size=20).digest()
     except Exception:  # noqa: BLE001 - a value pickle refuses is just not remembered
         return None
 

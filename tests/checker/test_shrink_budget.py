@@ -192,6 +192,8 @@ def test_values_are_remembered_only_by_keys_that_tell_them_apart():
     assert _search._value_key((a, a)) != _search._value_key((a, a.copy()))  # aliased arguments differ
     assert _search._value_key((a, object())) is None
     assert _search._value_key(np.array([object()])) is None
+    big = np.zeros(_search.REMEMBERED_BYTES // 8 + 1)  # a large input is neither serialised nor kept per evaluation
+    assert _search._value_key(big) is None and _search._value_key(big[:-1]) is not None
 
 
 @pytest.mark.parametrize("option, value", [("shrink_budget_s", -1.0), ("shrink_budget_s", "1"), ("shrink_steps", -1),
