@@ -84,7 +84,7 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
         if key is not None and by_value:
             # The function outlives this case in the cache: it holds copies of array constants, which later
             # cases with the same values share, and which nothing else can change.
-            consts = tuple((i, np.array(v, copy=True) if _keyed_array(v) else v) for i, v in consts)
+            consts = tuple((i, _private_copy(v) if _keyed_array(v) else v) for i, v in consts)
 
         def hit(*xs: Any) -> Any:
             full: list[Any] = [None] * nargs
@@ -110,6 +110,13 @@ _KEYED_ARRAY_BYTES = 1 << 14
 
 def _keyed_array(v: Any) -> bool:
     return type(v) is np.ndarray and v.dtype.kind in "biufc" and v.nbytes <= _KEYED_ARRAY_BYTES
+
+
+def _private_copy(v: np.ndarray) -> np.ndarray:
+    """A copy of an array constant, read-only where the original is (a rule writing into it fails as before)."""
+    held = np.array(v, copy=True)
+    held.flags.writeable = bool(v.flags.writeable)
+    return held
 
 
 def _const_key(v: Any) -> Any:

@@ -48,6 +48,16 @@ def test_equal_array_constants_share_one_bound_function_holding_its_own_copy():
     np.testing.assert_array_equal(bound(np.arange(4.0)), [3.0, 0.0, 3.0])
 
 
+def test_a_read_only_array_constant_stays_read_only_in_the_bound_function():
+    rule = take_rrule
+    index = np.array([2, 1, 0])
+    index.flags.writeable = False
+    seen = []
+    bound, _ = bind_nondiff(lambda x, i: seen.append(i.flags.writeable) or x[i], _case(rule, index))
+    np.testing.assert_array_equal(bound(np.arange(4.0)), [2.0, 1.0, 0.0])
+    assert seen == [False]
+
+
 def test_different_values_dtypes_or_shapes_get_their_own_bound_function():
     rule = take_rrule
     bound, _ = bind_nondiff(take, _case(rule, np.array([3, 0, 3])))
