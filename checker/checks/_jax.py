@@ -74,12 +74,17 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
     consts = tuple((i, case.args[i]) for i in range(nargs) if i not in diff)
     if not consts:
         return fn, diff
-    key: Any = (fn, nargs, consts, _types(v for _, v in consts))
+    by_value = not case.rule.mutates  # a rule that writes into its arguments keeps getting the case's own
+    key: Any = (fn, nargs, tuple((i, _const_key(v) if by_value else v) for i, v in consts), _types(v for _, v in consts))
     try:
         hit = _bound_cache.get(key)
     except TypeError:  # an unhashable constant: bind afresh (JAX retraces; correct, slower)
         key, hit = None, None
     if hit is None:
+        if key is not None and by_value:
+            # The function outlives this case in the cache: it holds copies of array constants, which later
+            # cases with the same values share, and which nothing else can change.
+            consts = tuple((i, _private_copy(v) if _keyed_array(v) else v) for i, v in consts)
 
         def hit(*xs: Any) -> Any:
             full: list[Any] = [None] * nargs
@@ -95,6 +100,28 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
             while len(_bound_cache) > _MAX_BOUND:
                 _bound_cache.pop(next(iter(_bound_cache)))
     return hit, diff
+
+
+# Array constants (index arrays, masks) up to this size are cached by value: each drawn input brings new array
+# objects, and without a key that sees their values every call bound them afresh, so that jax.jit traced and
+# compiled the same program again for every call of GG203's reference (its values and its vjp at one input).
+_KEYED_ARRAY_BYTES = 1 << 14
+
+
+def _keyed_array(v: Any) -> bool:
+    return type(v) is np.ndarray and v.dtype.kind in "biufc" and v.nbytes <= _KEYED_ARRAY_BYTES
+
+
+def _private_copy(v: np.ndarray) -> np.ndarray:
+    """A copy of an array constant, read-only where the original is (a rule writing into it fails as before)."""
+    held = np.array(v, copy=True)
+    held.flags.writeable = bool(v.flags.writeable)
+    return held
+
+
+def _const_key(v: Any) -> Any:
+    """A constant as a cache key: small plain arrays by their exact bytes, dtype and shape, others as they are."""
+    return ("ndarray", v.dtype.str, v.shape, v.tobytes()) if _keyed_array(v) else v
 
 
 def _types(values: Any) -> tuple[Any, ...]:
