@@ -80,11 +80,15 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
         hit = _bound_cache.get(key)
     except TypeError:  # an unhashable constant: bind afresh (JAX retraces; correct, slower)
         key, hit = None, None
+    if hit is not None and not all(held.tobytes() == raw for held, raw in getattr(hit, "held", ())):
+        hit = None  # a rule wrote into a held copy (without declaring `mutates`): its key no longer says its values
     if hit is None:
+        held: list[tuple[np.ndarray, bytes]] = []
         if key is not None and by_value:
             # The function outlives this case in the cache: it holds copies of array constants, which later
-            # cases with the same values share, and which nothing else can change.
+            # cases with the same values share; a copy that a rule changes is not used again (checked above).
             consts = tuple((i, _private_copy(v) if _keyed_array(v) else v) for i, v in consts)
+            held = [(v, v.tobytes()) for _, v in consts if _keyed_array(v)]
 
         def hit(*xs: Any) -> Any:
             full: list[Any] = [None] * nargs
@@ -95,6 +99,7 @@ def bind_nondiff(fn: Callable[..., Any], case: Case) -> tuple[Callable[..., Any]
             return fn(*full)
 
         hit.__name__ = hit.__qualname__ = getattr(fn, "__name__", "rule")
+        hit.held = held  # type: ignore[attr-defined]
         if key is not None:
             _bound_cache[key] = hit
             while len(_bound_cache) > _MAX_BOUND:

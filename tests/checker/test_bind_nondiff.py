@@ -72,3 +72,16 @@ def test_a_rule_that_mutates_its_arguments_gets_the_cases_own_constants():
     bound, _ = bind_nondiff(take_into, _case(rule, np.array([3, 0, 3])))
     again, _ = bind_nondiff(take_into, _case(rule, np.array([3, 0, 3])))
     assert again is not bound
+
+
+def test_a_held_copy_a_rule_wrote_into_is_not_used_again():
+    rule = take_rrule  # declares no `mutates`, yet the function below writes into its index
+    def writes_index(x, index):
+        index[0] = 1
+        return x[index]
+
+    bound, _ = bind_nondiff(writes_index, _case(rule, np.array([3, 0, 3])))
+    np.testing.assert_array_equal(bound(np.arange(4.0)), [1.0, 0.0, 3.0])
+    again, _ = bind_nondiff(writes_index, _case(rule, np.array([3, 0, 3])))
+    assert again is not bound  # its key says [3, 0, 3]; the copy it held now says [1, 0, 3]
+    np.testing.assert_array_equal(again(np.arange(4.0)), [1.0, 0.0, 3.0])
