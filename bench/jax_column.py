@@ -7,7 +7,7 @@ For a NumPy softplus rrule on (3,) (its programs hold host callbacks, which JAX 
 persistent cache), the JAX softplus ``custom_vjp`` on (5,), and the four rules of `matrix_speed.py` checked
 one after another in one process (how ``gradguard check`` meets a module), it runs the JAX column alone
 (``run_matrix(engines=["jax"])``) in a fresh process per mode and cache setting: the first matrix
-(cold), the second (``auto`` compiles there), the median of the later ones (warm), and the XLA programs
+(cold), the second, the median of the later ones (warm), and the XLA programs
 of the first matrix, compiled and loaded from the persistent cache. Ratios are against eager in the
 same situation, measured in the same run.
 

@@ -14,11 +14,13 @@ Three ways to run a program (the ``jax_column`` setting, `MODES`):
   still runs, and raises, as it does eagerly.
 * ``"eager"``: eager ``value_and_grad``, primitive by primitive: JAX compiles each primitive once per
   shape and keeps it for every later rule.
-* ``"auto"`` (the default): eager in a rule's first matrix, compiled from its second (the rule checked
-  again in the process), and from the first for a JAX rule while JAX's persistent cache is in force.
-  Compiling a program costs several eager runs of it; a NumPy rule's program runs the rule through host
-  callbacks, and JAX never stores such a program in its persistent cache, so it would pay that in every
-  process. A JAX rule's compiled program is stored there, and a later process loads it.
+* ``"auto"`` (the default): compiled for a JAX rule while JAX's persistent cache is in force, eager
+  otherwise. A JAX rule's compiled program is stored there, and a later process loads it. Compiling a
+  program costs several eager runs of it, and it saves about half an eager run each time it runs again:
+  measured, it pays only from about the twelfth matrix of a rule in one process, which no ordinary run
+  reaches. A NumPy rule's program runs the rule through host callbacks, and JAX never stores such a
+  program in its persistent cache, so every process would pay the compilation again. Nor do a rule's
+  cells depend on how often it was checked before in the process.
 
 ``bench/jax_column.py`` measures the three, cold, warm and with JAX's persistent cache; the trade-off is
 in bench/RESULTS.md.
@@ -103,7 +105,7 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     program = _program(view.rule, plan)
     if program.last is None or program.last() is not view:  # a kink's moved inputs run in the same matrix
         program.matrices, program.last = program.matrices + 1, weakref.ref(view)
-    if program.eager_because is not None or (mode == "auto" and program.matrices < _compile_from_matrix(view.rule)):
+    if program.eager_because is not None or (mode == "auto" and not _compiles_under_auto(view.rule)):
         return _eager(plan, ops)
     if program.compiled is None:
         program.compiled = _compile(plan.program, ops, len(plan.inputs))
@@ -141,17 +143,17 @@ def _agree(a: tuple[float, tuple], b: tuple[float, tuple]) -> bool:
                                            equal_nan=True) for x, y in pairs)
 
 
-def _compile_from_matrix(rule: RuleSpec) -> int:
-    """Under "auto", the matrix of the rule from which a program is compiled: the first for a JAX rule while
-    JAX's persistent cache is in force (a later process loads it from there), else the second (the rule
-    checked again in this process): a NumPy rule's program holds host callbacks, which JAX never stores,
-    and compiling a program costs several eager runs of it (bench/jax_column.py)."""
+def _compiles_under_auto(rule: RuleSpec) -> bool:
+    """Under "auto", whether the rule's programs are compiled: for a JAX rule while JAX's persistent cache is
+    in force (a later process loads them from there); never for a NumPy rule, whose programs hold host
+    callbacks that JAX never stores, and never without the cache: compiling a program costs several eager
+    runs of it and pays back only after about a dozen matrices of the rule in one process
+    (bench/jax_column.py, bench/RESULTS.md)."""
     if rule.kind == "jax":
         from gradguard.engines.jax_engine._runtime import load
 
-        if load().config.jax_compilation_cache_dir:
-            return 1
-    return 2
+        return bool(load().config.jax_compilation_cache_dir)
+    return False
 
 
 def _program(rule: RuleSpec, plan: Plan) -> _Program:
