@@ -38,7 +38,9 @@ from gradguard.checker._deadline import noted
 __all__ = ["MemoryLimit", "RuleMemoryLimit", "default_limit_mb", "note_memory_error", "resident_bytes",
            "SAMPLE_EVERY_S", "GRACE_S"]
 
-SAMPLE_EVERY_S = 0.005  # the monitor thread's period
+SAMPLE_EVERY_S = 0.005  # the monitor thread's shortest period, taken when the budget is nearly spent
+SAMPLE_AT_MOST_S = 0.05  # its longest, taken while the budget has room for GROWTH_RATE for that long
+GROWTH_RATE = 4 * 2**30  # bytes per second: faster than one thread's pages can be touched in
 GRACE_S = 1.0  # inside one call after the budget is spent, before the signal
 _SIGNAL = getattr(signal, "SIGUSR2", None)
 _MB = 2**20
@@ -200,8 +202,15 @@ class MemoryLimit:
         self.sample()
         return self.spent
 
+    def period(self) -> float:
+        """The monitor's next wait: the time the budget left lasts at GROWTH_RATE, within SAMPLE_EVERY_S and
+        SAMPLE_AT_MOST_S. Waking every 5 ms cost a few percent of a small rule's check (each wake takes the
+        interpreter's lock), where the budget has room for seconds of the fastest growth."""
+        left = self.budget - max(self.peak, 0)
+        return min(max(left / GROWTH_RATE, SAMPLE_EVERY_S), SAMPLE_AT_MOST_S)
+
     def _monitor(self) -> None:
-        while not self._stop.wait(SAMPLE_EVERY_S):
+        while not self._stop.wait(self.period() if self.spent is None else SAMPLE_EVERY_S):
             self.sample()
             spent = self.spent
             if spent is None or self._signalled or self._main is None:

@@ -208,3 +208,15 @@ def test_a_verdict_cached_under_one_budget_is_not_reused_under_another(tmp_path)
     assert first.rules[0].verdict == "pass"
     again = check(tmp_path / "eat_rules.py", select=["GG101"], memory_limit_mb=50, cache_dir=cache)
     assert again.rules[0].error["type"] == "MemoryLimit" and not again.rules[0].cached
+
+
+def test_the_monitor_samples_more_often_as_the_budget_runs_out():
+    from gradguard.checker import _memory
+
+    roomy, tight = MemoryLimit(12000), MemoryLimit(50)
+    assert roomy.period() == _memory.SAMPLE_AT_MOST_S  # seconds of the fastest growth left: the longest wait
+    tight.peak = 49 * MB  # 1 MB left: gone in well under the shortest wait at the fastest growth
+    assert tight.period() == _memory.SAMPLE_EVERY_S
+    middle = MemoryLimit(500)
+    middle.peak = 500 * MB - int(0.02 * _memory.GROWTH_RATE)  # 20 ms of the fastest growth left
+    assert middle.period() == pytest.approx(0.02)
