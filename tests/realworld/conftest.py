@@ -1,5 +1,6 @@
-"""The real-world corpus tests group their cases per module and seed with pytest-xdist's ``xdist_group``
-mark; registered here too, so that the tests also collect with ``-p no:xdist`` under ``--strict-markers``."""
+"""The real-world corpus tests group their cases per module (every seed of a module on one worker) with
+pytest-xdist's ``xdist_group`` mark; registered here too, so that the tests also collect with ``-p no:xdist``
+under ``--strict-markers``."""
 
 import pytest
 

@@ -112,9 +112,11 @@ def test_corpus_size_sources_and_index() -> None:
 
 
 # One case per rule and seed, ordered module by module and seed by seed so that each module is checked once per
-# seed; under pytest-xdist, `--dist loadgroup` keeps a module's cases for one seed on one worker.
+# seed; under pytest-xdist, `--dist loadgroup` keeps a module's cases, every seed, on one worker: the upstream-flaw
+# cases below read every seed's check of their module, and in a group per seed they checked the module again at
+# the other seeds on their own worker (the whole module twice at seed 1, about 100 s on a 2-core machine).
 CASES = [
-    pytest.param(name, path, seed, id=f"{name}-seed{seed}", marks=pytest.mark.xdist_group(f"{path.stem}-seed{seed}"))
+    pytest.param(name, path, seed, id=f"{name}-seed{seed}", marks=pytest.mark.xdist_group(path.stem))
     for path in _module_paths()
     for seed in SEEDS
     for name, rule_path in RULES
@@ -142,11 +144,11 @@ def test_correct_rule_has_no_false_error(name: str, path: Path, seed: int) -> No
 
 
 # The flaws are judged on the module checks the correct-rule cases read (a rule checked alone can draw other
-# inputs for the checks that depend on what ran before in the process), so these cases join the first seed's group.
+# inputs for the checks that depend on what ran before in the process), so these cases join their module's group.
 @pytest.mark.slow
 @pytest.mark.timeout(WHOLE_MODULE_TIMEOUT_S)
 @pytest.mark.parametrize("name", [
-    pytest.param(name, marks=pytest.mark.xdist_group(f"{dict(RULES)[name].stem}-seed{SEEDS[0]}"))
+    pytest.param(name, marks=pytest.mark.xdist_group(dict(RULES)[name].stem))
     for name in sorted(UPSTREAM_FLAWS)])
 def test_upstream_flaw_is_found_exactly(name: str) -> None:
     path = dict(RULES)[name]
