@@ -354,11 +354,12 @@ class Case:
         value can be reused.
 
         The call's result is reused (by :meth:`known_primal`) only where it holds exactly the bits of the first
-        forward call's output, an independent call of other code on other copies of the same input: the two
-        agreeing bit for bit is what shows this value is the input's, not one call's chance (a primal reading
-        hidden state or a random generator). A value that differs in any bit is returned and forgotten, and
-        every later check calls the primal afresh, as it always did. Nothing new is kept: the reused value is
-        the output snapshot the first call keeps anyway, read only."""
+        forward call's output, an independent call (of the rrule) on other copies of the same input: the two
+        agreeing bit for bit is what shows the value is the input's rather than one call's chance (a primal
+        that reads hidden state or a random generator and still reproduced the forward's bits at this call
+        would have its value reused). A value that differs in any bit is returned and forgotten, and every
+        later check calls the primal afresh, as before. Nothing new is kept: the reused value is the output
+        snapshot the first call keeps anyway, read only."""
         known = self.known_primal()
         if known is not _UNKNOWN:
             return known
