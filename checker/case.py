@@ -28,7 +28,7 @@ from gradguard.engines.values import differentiable
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
 __all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "ReplayExhausted", "Shared",
-           "FirstCall", "FirstPullback"]
+           "FirstCall", "FirstPullback", "UNKNOWN", "identical"]
 
 COTANGENT_BOUND = 4.0
 # Cotangents and directions are drawn element by element (shrinkable) only up to this size: a check
@@ -169,6 +169,10 @@ class Shared:
     call: FirstCall | BaseException | None = None
     pulled: FirstPullback | BaseException | None = None
     cotangent: list[Any] = field(default_factory=list)  # the drawn cotangent, kept also when the pullback raised
+    # Whether a call of the primal on fresh copies of the input returned exactly the first call's output (its
+    # snapshot, bit for bit, container types and all): then that snapshot stands for the primal's value at the
+    # input, and the checks that need it again do not call the primal again (see Case.input_primal).
+    primal_is_output: bool = False
 
 
 def _is_pair(result: Any) -> bool:
@@ -189,6 +193,27 @@ def _snapshot(args: tuple[Any, ...], pristine: tuple[Any, ...]) -> tuple[Any, ..
     if len(args) == len(pristine) and all(same_bits(a, p) for a, p in zip(args, pristine)):
         return pristine
     return copy_tree(args)
+
+
+class _Unknown:
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+_UNKNOWN = UNKNOWN = _Unknown()  # Case.known_primal where the primal's value at the input is not established
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Whether two trees have the same containers (types, lengths, dict keys) and leaves that are arrays with
+    the same bits (:func:`same_bits`) or both None. False for any other leaf (a Python or NumPy scalar):
+    the bits of those are not compared, so they are never called identical."""
+    if is_leaf(a) or is_leaf(b):
+        return (a is None and b is None) or (type(a) is type(b) is np.ndarray and same_bits(a, b))
+    if type(a) is not type(b) or len(a) != len(b):
+        return False
+    if isinstance(a, dict) and list(a) != list(b):
+        return False
+    return all(identical(x, y) for x, y in zip(children(a), children(b)))
 
 
 def _kept(value: Any) -> Any:
@@ -323,6 +348,34 @@ class Case:
 
     def primal(self, args: tuple[Any, ...] | None = None) -> Any:
         return self.call("primal", self.rule.primal, *(self.fresh() if args is None else args))
+
+    def input_primal(self) -> Any:
+        """``primal(*fresh())``: the primal's value at the input, called at most once per drawn input where that
+        value can be reused.
+
+        The call's result is reused (by :meth:`known_primal`) only where it holds exactly the bits of the first
+        forward call's output, an independent call (of the rrule) on other copies of the same input: the two
+        agreeing bit for bit is what shows the value is the input's rather than one call's chance (a primal
+        that reads hidden state or a random generator and still reproduced the forward's bits at this call
+        would have its value reused). A value that differs in any bit is returned and forgotten, and every
+        later check calls the primal afresh, as before. Nothing new is kept: the reused value is the output
+        snapshot the first call keeps anyway, read only."""
+        known = self.known_primal()
+        if known is not _UNKNOWN:
+            return known
+        y = self.primal()
+        call = self._shared.call
+        if isinstance(call, FirstCall) and call.is_pair and identical(y, call.snapshot):
+            self._shared.primal_is_output = True
+        return y
+
+    def known_primal(self) -> Any:
+        """The primal's value at the input where :meth:`input_primal` established it (the first call's output
+        snapshot, not to be written into), else ``UNKNOWN``. Never calls user code."""
+        call = self._shared.call
+        if self._shared.primal_is_output and isinstance(call, FirstCall):
+            return call.snapshot
+        return _UNKNOWN
 
     def tangents(self, pb: Callable[..., Any], ybar: Any) -> tuple[Any, ...]:
         """Pullback result normalised to a tuple; skips if its structure is wrong (GG103/GG104 report that)."""

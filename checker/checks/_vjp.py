@@ -30,7 +30,7 @@ import numpy as np
 
 from gradguard.checker import kinks, tolerances
 from gradguard.checker.specs import complex_convention_of
-from gradguard.checker.case import Case
+from gradguard.checker.case import UNKNOWN, Case
 from gradguard.checker.kinks import unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
@@ -180,11 +180,16 @@ def _primal(case: Case) -> Callable[..., Any]:
 
 
 def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> fd.Derivative | None:
-    """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge)."""
+    """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge).
+
+    The primal's value at ``x`` itself is not computed again where an earlier check of this drawn input
+    established it (:meth:`Case.known_primal`)."""
+    known = case.known_primal()
+    base = fd.NOT_GIVEN if known is UNKNOWN else tree_map(_numpy, known)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = fd.directional(_primal(case), case.fresh(), directions, cotangent, **fd.budget(case.args))
+            d = fd.directional(_primal(case), case.fresh(), directions, cotangent, **fd.budget(case.args), base=base)
     except (ValueError, ArithmeticError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):

@@ -28,7 +28,7 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "budget", "confirmed", "derivative", "complex_step",
+    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "confirmed", "derivative", "complex_step",
                                          "directional", "inner"])
 
 
@@ -530,3 +530,33 @@ def test_directional_keeps_no_copy_of_fs_output_at_the_base_point():
     u, w = np.ones_like(x), np.random.default_rng(1).uniform(-1, 1, 10**5)
     peak = _peak_copies(lambda: fd.directional(lambda a: 2.0 * a, (x,), (u,), w, levels=3, complex_step=False), x)
     assert peak < 4.5, peak
+
+
+def _recording(f, seen):
+    def g(x):
+        seen.append(np.copy(x))
+        return f(x)
+
+    return g
+
+
+def test_a_given_base_value_saves_the_call_at_the_base_point_and_changes_nothing_else():
+    rng = np.random.default_rng(4)
+    x, v, c = rng.uniform(-2, 2, 50), rng.standard_normal(50), rng.standard_normal(50)
+    called, again = [], []
+    plain = directional(_recording(np.sin, called), (x,), (v,), c)
+    given = directional(_recording(np.sin, again), (x,), (v,), c, base=np.sin(x))
+    assert (given.value, given.error, given.step, given.method) == (plain.value, plain.error, plain.step, plain.method)
+    assert given.evaluations == plain.evaluations - 1 == len(again)
+    assert any(np.array_equal(p, x) for p in called) and not any(np.array_equal(p, x) for p in again)
+
+
+def test_a_given_base_value_is_not_used_where_the_base_point_has_other_bits():
+    # -0.0 + 0 * v is +0.0: the call at the base point does not receive the argument's bits, so f is called there
+    # (a base value made from -0.0 would be f's value at another input for f = 1 / x).
+    x, v = np.array([-0.0, 1.0, 2.0]), np.array([1.0, 1.0, 1.0])
+    seen = []
+    plain = directional(np.sin, (x,), (v,), np.ones(3))
+    result = directional(_recording(np.sin, seen), (x,), (v,), np.ones(3), base=np.full(3, np.nan))
+    assert any(np.array_equal(p, np.array([0.0, 1.0, 2.0])) and not np.signbit(p[0]) for p in seen)
+    assert result == plain  # the NaN handed in was never read
