@@ -139,7 +139,8 @@ def jax_rule(
     declared = len(arg_specs) if arg_specs else None
     merged = (*nondiff, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = _adapted(fn, forward_mode, merged)
-    primal, jax_fn, jax_primal = _numpy_primal(parts.fun), with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})
+    primal = _numpy_primal(parts.fun, parts.nondiff_argnums)
+    jax_fn, jax_primal = with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})
     flat = flattening(parts.fun, arg_specs, args, merged)
     if flat is not None:  # pytree arguments: checked leaf by leaf (see checker.pytree_args)
         if isinstance(mutates, int) and not isinstance(mutates, bool):
@@ -180,11 +181,20 @@ def _adapted(fn: Any, forward_mode: bool, nondiff: Iterable[int]) -> Callable[..
     return rrule_from_custom_jvp(fn, tuple(nondiff)) if forward_mode else rrule_from_custom_vjp(fn)
 
 
-def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:
-    """``fun`` returning NumPy for concrete inputs (what the checks compare); traced values pass through."""
+def _numpy_primal(fun: Callable[..., Any], fixed: Iterable[int]) -> Callable[..., Any]:
+    """``fun`` returning NumPy for concrete inputs (what the checks compare); traced values pass through.
+
+    Concrete calls are compiled once per (fixed arguments, shapes, dtypes) and checked against eager JAX
+    (`gradguard.engines.jax_engine.Compiled`): finite differences call the primal hundreds of times per
+    check, and a primal built on `lax.while_loop` or `lax.scan` is traced and compiled again on every eager
+    call. The arguments at ``fixed`` (the function's ``nondiff_argnums``, which JAX never traces) are jit's static
+    arguments."""
+    from gradguard.engines.jax_engine import Compiled
     from gradguard.engines.jax_engine._runtime import load
 
     jax = load()
+    compiled = Compiled(fun)
+    fixed = frozenset(fixed)
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
@@ -195,8 +205,11 @@ def _numpy_primal(fun: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fun)
     def primal(*args: Any, **kwargs: Any) -> Any:
-        return jax.tree_util.tree_map(leaf, fun(*args, **kwargs))
+        traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
+        out = fun(*args, **kwargs) if traced else compiled(args, fixed, kwargs)
+        return jax.tree_util.tree_map(leaf, out)
 
+    primal.compiled = compiled  # type: ignore[attr-defined]
     return primal
 
 

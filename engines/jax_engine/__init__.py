@@ -9,6 +9,7 @@
     second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
     run_under(f, args, transform=)    value or gradient under none/jit/grad/jit_grad/vmap (GG601, GG602)
     configure(device=), environment() float64, device placement, versions for reports
+    Compiled(fun)(args, fixed=...)    a JAX function on concrete values, compiled per key, eager where jit differs
     use_compilation_cache(folder)     JAX's persistent compilation cache in folder (later processes load, not compile)
 
 Importing this package does not import JAX; the first call of any function
@@ -17,6 +18,7 @@ never imports JAX and can be registered with `gradguard.engines.within_gradient`
 any time.
 """
 
+from gradguard.engines.jax_engine._compiled import Compiled
 from gradguard.engines.jax_engine._from_jvp import CustomJvpParts, custom_jvp_parts, is_custom_jvp, jvp_of, rrule_from_custom_jvp
 from gradguard.engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
 from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp
@@ -28,6 +30,7 @@ from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, cle
 
 __all__ = [
     "to_custom_vjp",
+    "Compiled",
     "AdaptedRule",
     "rrule_from_custom_vjp",
     "primal_of_custom_vjp",

@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.engines.errors import AdapterError
+from gradguard.engines.jax_engine._compiled import Compiled
 from gradguard.engines.jax_engine._from_jax import _cotangent, _resolver, _to_numpy
 from gradguard.engines.jax_engine._runtime import load
 
@@ -85,25 +86,40 @@ def _closed(fn: Any, args: Sequence[Any], diff: Sequence[int]) -> Callable[..., 
 
 
 def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[..., tuple[Any, Callable[..., Any]]]:
-    """An rrule (NumPy args -> ``(np output, pullback)``) whose pullback is the transpose JAX derives from the jvp."""
+    """An rrule (NumPy args -> ``(np output, pullback)``) whose pullback is the transpose JAX derives from the jvp.
+
+    The output is the one ``jax.vjp`` returns (the jvp rule's primal output, as reverse mode gets it), and the
+    pullback runs ``jax.vjp`` again with the cotangent; both are compiled once per (fixed arguments, shapes,
+    dtypes) and checked against eager JAX on their first run (`Compiled`), so a rule is not linearized
+    primitive by primitive on every call. The pullback keeps JAX copies of the arguments taken at the
+    forward call: what the caller does to its arrays afterwards does not reach it, as with eager ``jax.vjp``."""
     parts = custom_jvp_parts(fn)
     jax = load()
     resolve = _resolver(parts.fun)
     for_nondiff = set(parts.nondiff_argnums) | set(nondiff)
 
+    def value(diff: tuple[int, ...], *args: Any) -> Any:
+        return jax.vjp(_closed(fn, args, diff), *[jax.numpy.asarray(args[i]) for i in diff])[0]
+
+    def transpose(diff: tuple[int, ...], ct: Any, *args: Any) -> Any:
+        return jax.vjp(_closed(fn, args, diff), *[jax.numpy.asarray(args[i]) for i in diff])[1](ct)
+
+    forward_of, pullback_of = Compiled(value, f"{parts.name} (forward)"), Compiled(transpose, f"{parts.name} (pullback)")
+    fixed = {0, *(1 + i for i in parts.nondiff_argnums)}  # diff, and the arguments JAX never traces
+
     def rule(*given: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         args = resolve(given, kwargs)
-        diff = _split(parts, args, tuple(for_nondiff), len(given))
-        call = _closed(fn, args, diff)
+        diff = tuple(_split(parts, args, tuple(for_nondiff), len(given)))
+        args = tuple(_held(a) for a in args)
         try:
-            y, vjp_fn = jax.vjp(call, *[jax.numpy.asarray(args[i]) for i in diff])
+            y = forward_of((diff, *args), fixed)
         except Exception as exc:
             raise AdapterError(f"custom_jvp {parts.name} raised {type(exc).__name__}: {exc}") from exc
 
         def pullback(ybar: Any) -> tuple[Any, ...]:
             ct = _cotangent(ybar, y)
             try:
-                grads = vjp_fn(ct)
+                grads = pullback_of((diff, ct, *args), {0, *(2 + i for i in parts.nondiff_argnums)})
             except Exception as exc:
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise AdapterError(
@@ -119,7 +135,13 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
     rule.__name__ = rule.__qualname__ = parts.name
     rule.__doc__ = f"rrule adapted from the jax.custom_jvp {parts.name} (reverse mode: JAX's transpose of its jvp)."
     rule.custom_jvp_parts = parts  # type: ignore[attr-defined]
+    rule.compiled = (forward_of, pullback_of)  # type: ignore[attr-defined]
     return rule
+
+
+def _held(a: Any) -> Any:
+    """A NumPy argument as the JAX array the pullback keeps (a copy: the caller's later writes do not reach it)."""
+    return load().numpy.asarray(a) if isinstance(a, (np.ndarray, np.generic)) else a
 
 
 def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Sequence[int] = ()) -> tuple[Any, Any]:
