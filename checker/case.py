@@ -78,11 +78,18 @@ class Draws(Protocol):
 
 
 class HypothesisDraws:
+    """Draws from a Hypothesis test case (the ``st.data()`` object the search hands its body).
+
+    Each draw goes to the test case's ConjectureData directly: the same choices and spans as ``data.draw``,
+    without what that adds per call for a person reading a failure (a note of each drawn value, a check that
+    the strategy left the global random state alone), which the case's own record replaces. A check makes
+    hundreds of draws per rule."""
+
     def __init__(self, data: Any) -> None:
-        self._data = data
+        self._data = data.conjecture_data
 
     def draw(self, strategy: SearchStrategy, label: str) -> Any:
-        return self._data.draw(strategy, label=label)
+        return self._data.draw(strategy)
 
 
 class ReplayExhausted(RuntimeError):
