@@ -59,10 +59,21 @@ UPSTREAM_FLAWS: dict[str, tuple[set[str], str]] = {
 }
 
 
+# Verdicts are deterministic for a seed (tests/checker/test_runner.py), so each rule is checked once per seed
+# and its error ids are read by every test that asks: a bug's own case, the catch rate at that seed and the
+# sweep all ask for seed 0, and the cases of this module share one pytest-xdist worker (`pytestmark`) to share
+# these checks. Before, seed 0 was checked three times per bug and twice per twin.
+_CHECKED: dict[tuple[str, int], list[str]] = {}
+pytestmark = pytest.mark.xdist_group("realworld_bugs")
+
+
 def _errors(rule: object, seed: int) -> list[str]:
-    result = check(rule, seed=seed, rule_timeout_s=0).rules[0]  # no clock cut: the test's own timeout bounds it
-    assert result.verdict != "error", f"gradguard crashed on {result.name} at seed {seed}: {result.error}"
-    return sorted({f.check_id for f in result.findings if f.severity == "error"})
+    key = (rule.name, seed)  # type: ignore[attr-defined]
+    if key not in _CHECKED:
+        result = check(rule, seed=seed, rule_timeout_s=0).rules[0]  # no clock cut: the test's own timeout bounds it
+        assert result.verdict != "error", f"gradguard crashed on {result.name} at seed {seed}: {result.error}"
+        _CHECKED[key] = sorted({f.check_id for f in result.findings if f.severity == "error"})
+    return list(_CHECKED[key])
 
 
 def _caught(label: dict, errors: list[str]) -> bool:
