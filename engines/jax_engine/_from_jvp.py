@@ -110,8 +110,8 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
     def rule(*given: Any, **kwargs: Any) -> tuple[Any, Callable[..., Any]]:
         args = resolve(given, kwargs)
         diff = tuple(_split(parts, args, tuple(for_nondiff), len(given)))
-        args = tuple(_held(a) for a in args)
         try:
+            args = tuple(_held(a) for a in args)
             y = forward_of((diff, *args), fixed)
         except Exception as exc:
             raise AdapterError(f"custom_jvp {parts.name} raised {type(exc).__name__}: {exc}") from exc
