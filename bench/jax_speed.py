@@ -13,8 +13,11 @@ It prints, for a correct softplus `jax.custom_vjp`:
 3. GG204's finite differences of the pullback at those sizes, sequential (`gradguard.engines.fd.directional`, one
    call per Richardson step) against batched (every step in one jitted vmap call).
 
-``--compiles`` instead counts XLA compilations (JAX's own monitoring events) for a NumPy softplus rrule on (3,)
-and the JAX softplus on (5,), every check, each in fresh processes: the first and a second check in one
+``--compiles`` instead counts XLA compilations (JAX's own monitoring events) for a NumPy softplus rrule on (3,),
+the JAX softplus on (5,), a `jax.custom_jvp` softplus on (3,) (tests/corpus/jax_jvp.py) and a fixed-point
+`custom_vjp` whose primal is a `lax.while_loop` (tests/realworld/correct_jax.py) and JAX's own ODE solver
+(bench/_ode_rule.py): solvers whose every eager call traces and compiles their loops again. Every check, each
+in fresh processes: the first and a second check in one
 process, without JAX's persistent compilation cache (the reference), then with an empty cache folder, then
 with that folder filled by the previous process (what `gradguard check` does in `.gradguard_cache/jax`).
 """
@@ -31,6 +34,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 JAX_CHECKS = ["GG203", "GG204", "GG601", "GG602"]
+# --compiles: rules taken from the corpora, (module, rule name)
+MODULE_RULES = {"jvp": ("tests/corpus/jax_jvp.py", "softplus_jvp"),
+                "fixed_point": ("tests/realworld/correct_jax.py", "fixed_point_sqrt_rule"),
+                "odeint": ("bench/_ode_rule.py", "odeint_rule")}
 
 
 def _rule(n: int):
@@ -146,6 +153,11 @@ def compile_probe(kind: str, cache: str) -> None:
         from _cases import counting_softplus_rule
 
         rule = counting_softplus_rule(3)
+    elif kind in MODULE_RULES:
+        from gradguard.checker.loader import load_module, rules_in
+
+        path, name = MODULE_RULES[kind]
+        (rule,) = [r for r in rules_in(load_module(Path(__file__).resolve().parents[1] / path)) if r.name == name]
     else:
         rule = _rule(5)
     runs = []
@@ -158,7 +170,12 @@ def compile_probe(kind: str, cache: str) -> None:
     print(json.dumps(runs))
 
 
-def compiles() -> None:
+COMPILE_RULES = (("numpy", "softplus rrule (3,)"), ("jax", "softplus custom_vjp (5,)"),
+                 ("jvp", "softplus custom_jvp (3,)"), ("fixed_point", "fixed-point custom_vjp ()"),
+                 ("odeint", "odeint custom_vjp (2,)"))
+
+
+def compiles(kinds: list[str]) -> None:
     import json
     import subprocess
     import tempfile
@@ -171,16 +188,18 @@ def compiles() -> None:
 
     print("XLA programs per check (every check), a fresh process per cache setting, two checks (seeds 0, 1) in each;")
     print("compiled: compiled by XLA here; from disk: loaded from JAX's persistent compilation cache instead")
-    print(f"{'rule':24} {'persistent cache':28} {'check':>5} {'compiled':>8} {'from disk':>9} {'time (s)':>8} {'x ref':>6}")
-    print("-" * 96)
-    for kind, label in (("numpy", "softplus rrule (3,)"), ("jax", "softplus custom_vjp (5,)")):
+    print(f"{'rule':26} {'persistent cache':28} {'check':>5} {'compiled':>8} {'from disk':>9} {'time (s)':>8} {'x ref':>6}")
+    print("-" * 98)
+    for kind, label in COMPILE_RULES:
+        if kinds and kind not in kinds:
+            continue
         with tempfile.TemporaryDirectory() as folder:
             rows = [("none (reference)", probe(kind, "")), ("empty folder", probe(kind, folder)),
                     ("filled by the process above", probe(kind, folder))]
         reference = rows[0][1][0]["seconds"]
         for name, runs in rows:
             for i, run in enumerate(runs, 1):
-                print(f"{label:24} {name:28} {i:>5} {run['compiles'] - run['hits']:>8} {run['hits']:>9} {run['seconds']:>8.2f} "
+                print(f"{label:26} {name:28} {i:>5} {run['compiles'] - run['hits']:>8} {run['hits']:>9} {run['seconds']:>8.2f} "
                       f"{run['seconds'] / reference:>6.2f}  {run['verdict']}")
 
 
@@ -188,14 +207,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
     parser.add_argument("--n", type=int, default=None, help="large size (default 10**6 on cpu, 10**7 on gpu)")
-    parser.add_argument("--compiles", action="store_true", help="count XLA compilations, with and without the disk cache")
+    parser.add_argument("--compiles", nargs="*", metavar="RULE", choices=[k for k, _ in COMPILE_RULES],
+                        help="count XLA compilations, with and without the disk cache (all rules, or those named: "
+                             f"{', '.join(k for k, _ in COMPILE_RULES)})")
     parser.add_argument("--compile-probe", nargs=2, metavar=("KIND", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.compile_probe:
         compile_probe(*args.compile_probe)
         return
-    if args.compiles:
-        compiles()
+    if args.compiles is not None:
+        compiles(args.compiles)
         return
     os.environ["GRADGUARD_DEVICE"] = args.device
     from gradguard.checker.jax_rules import ensure_device
