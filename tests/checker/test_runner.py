@@ -112,6 +112,41 @@ def test_cotangents_are_never_all_zero_and_never_tiny(data, shape):
     assert case.record == [("cotangent", case.record[0][1])]
 
 
+@settings(max_examples=3, deadline=None, database=None)
+@given(st.data())
+def test_a_large_draw_lives_no_longer_than_the_check_holds_it(data):
+    """Hypothesis keeps what each ``map`` returns until the test case (the drawn input) ends. A large
+    cotangent or direction is drawn as a seed and made by the case, so once a check lets go of it, it is
+    freed while the input's later checks run (a 5000 x 5000 rule drew six such arrays per input), with the
+    values the seed gives, recorded for the reproducer."""
+    import gc
+    import weakref
+
+    case = Case(any_rule, (np.zeros(3),), HypothesisDraws(data))
+    like = np.zeros((40, 50))
+    ybar = case.cotangent_like(like)
+    direction = case.draw_like((like, np.zeros((5, 5))), "direction")
+    assert type(ybar) is np.ndarray and ybar.shape == (40, 50) and np.any(ybar != 0)
+    assert case.record[0][1] is ybar and case.record[1][1] is direction
+    refs = [weakref.ref(ybar), weakref.ref(direction[0]), weakref.ref(direction[1]), weakref.ref(like)]
+    del case, ybar, direction, like
+    gc.collect()
+    assert [r() for r in refs] == [None] * 4  # nor does the cached strategy keep the array it was built from
+
+
+def test_a_large_draw_replays_to_the_same_values():
+    """The seed is the draw: the same choices make the same array, so shrinking and replay are unchanged."""
+    from hypothesis import find
+
+    from gradguard.checker.case import _like
+
+    first = find(_like(np.zeros((6, 7)), 4.0), lambda a: True, settings=settings(database=None, max_examples=1))
+    again = find(_like(np.zeros((6, 7)), 4.0), lambda a: True, settings=settings(database=None, max_examples=1))
+    from gradguard.checker.case import _made
+
+    assert np.array_equal(_made(first), _made(again))
+
+
 def _without_times(report_json: str) -> list:
     rules = json.loads(report_json)["rules"]
     for rule in rules:
