@@ -34,7 +34,7 @@ from gradguard.engines.values import differentiable
 from gradguard.engines.errors import EngineError, TraceError
 from gradguard.engines.tape._watch import MutationDiagnosis, Watcher, closure_arrays
 
-__all__ = ["Tracked", "Tape", "Node", "Escape", "bind", "backward", "differentiable", "POLICIES"]
+__all__ = ["Tracked", "Tape", "Node", "Escape", "bind", "backward", "differentiable", "shape_only", "POLICIES"]
 
 POLICIES = ("zero", "none", "skip")
 
@@ -80,7 +80,10 @@ def _user_site() -> str:
 
 @dataclass(eq=False)
 class Node:
-    """One primitive call: its pullback, its Tracked inputs (None = no gradient) and outputs."""
+    """One primitive call: its pullback, its Tracked inputs (None = no gradient) and outputs.
+
+    ``inputs`` and ``outputs`` carry the slots of the call's Tracked values and only the shapes and dtypes of
+    their arrays (`shape_only`): what the pullback reads, its closure holds."""
 
     name: str
     step: int
@@ -158,6 +161,25 @@ class Tracked:
         )
 
 
+def shape_only(value: Any) -> Any:
+    """What a node keeps of an array its pullback does not read: a read-only, zero-stride array of the same
+    shape and dtype (one element of memory), enough for ``np.shape``, ``np.size``, ``np.result_type`` and
+    ``np.zeros_like``. Anything but a plain ndarray is returned as it is."""
+    if type(value) is not np.ndarray:
+        return value
+    return np.broadcast_to(np.zeros((), value.dtype), value.shape)
+
+
+def _port(value: Any) -> Any:
+    """A node's handle on a Tracked input or output: the same slot, its value's shape and dtype only. The
+    sweep reads nothing else of them (slots, shapes, dtypes), and the user's own Tracked objects, which hold
+    the values, then live no longer than the user's code holds them: holding the values on every node kept
+    every intermediate of a trace alive until its sweep ended."""
+    if not isinstance(value, Tracked) or type(value.value) is not np.ndarray:
+        return value
+    return Tracked(shape_only(value.value), value.tape, value.slot)
+
+
 def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: Sequence[int] = (),
          captures: Callable[[tuple, Any, Any], list] | None = None, builtin: bool = False) -> Any:
     """Call ``rrule`` on the raw values of ``args``, record a node, and return Tracked output(s).
@@ -187,9 +209,10 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
     out, pullback = result
     outs = _flat(out)  # nested tuples, NamedTuples (slogdet, eigh, svd) and dicts are flattened to their leaves
     wrapped = tuple(tape.track(o) if differentiable(o) else o for o in outs)
-    inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
+    inputs = tuple(_port(a) if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
     structure = out if isinstance(out, (tuple, list, dict)) else None
-    tape.nodes.append(Node(name, step, pullback, inputs, wrapped, structure is not None, builtin, structure))
+    tape.nodes.append(Node(name, step, pullback, inputs, tuple(_port(w) for w in wrapped), structure is not None,
+                           builtin, structure))
     if tape.watcher:
         tape.watcher.after_step(name, step, raw)
         held = captures(raw, out, pullback) if captures else closure_arrays(pullback, raw)

@@ -16,7 +16,7 @@ from numpy import arange, eye, linspace, newaxis, ones, pi, zeros  # noqa: F401 
 
 from gradguard.engines.errors import TraceError
 from gradguard.engines.tape._rules import RULES
-from gradguard.engines.tape._tape import Tracked, bind
+from gradguard.engines.tape._tape import Tracked, bind, shape_only
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "sin", "cos", "tanh", "sqrt",
@@ -34,7 +34,11 @@ def _apply(name: str, *args: Any, **static: Any) -> Any:
 
     def rrule(*raw: Any) -> tuple:
         ans = forward(*raw, **static)
-        return ans, lambda g: vjp(g, ans, *raw, **static)
+        # The pullback holds, by reference, the values its rule reads (``reads``); of the others, only their
+        # shapes and dtypes (what `unbroadcast` and friends need), so the trace does not keep them alive.
+        held = tuple(r if i in reads else shape_only(r) for i, r in enumerate(raw))
+        kept = ans if "ans" in reads else shape_only(ans)
+        return ans, lambda g: vjp(g, kept, *held, **static)
 
     def captures(raw: tuple, ans: Any, _pullback: Any) -> list:
         held = [(None, "its output", ans) if r == "ans" else (r, f"argument {r}", raw[r]) for r in reads]
@@ -158,9 +162,10 @@ def _inplace(name: str):
             return _apply(name, self, other)
 
         def rrule(a: np.ndarray, b: Any) -> tuple:
-            old = a.copy()
+            old = a.copy() if 0 in reads else shape_only(a)  # x's values before the write, where the rule reads them
             forward(a, b, out=a)
-            return a, lambda g: vjp(g, a, old, b)
+            kept, other = (a if "ans" in reads else shape_only(a)), (b if 1 in reads else shape_only(b))
+            return a, lambda g: vjp(g, kept, old, other)
 
         def captures(raw: tuple, ans: Any, _pullback: Any) -> list:
             return [(1, "argument 1", raw[1])] if 1 in reads and isinstance(raw[1], np.ndarray) else []

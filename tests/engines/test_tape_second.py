@@ -117,6 +117,66 @@ def test_the_traces_intermediates_are_freed_when_the_call_returns():
     assert np.allclose(d.wrt_args[0], -np.cos(x) * g * w[0])  # d/dx <w, g * -sin(x)>
 
 
+def test_a_node_keeps_only_the_values_its_pullback_reads():
+    """exp's pullback reads its output, not its input; add's reads neither. The tape holds, until its sweep,
+    only what the pullbacks read: an intermediate that only feeds such operations is freed as soon as the
+    rule's code lets go of it (on large inputs, a copy of the input per operation), and the derivative is
+    unchanged."""
+    import weakref
+
+    from gradguard.engines.tape import tnp
+    from gradguard.engines.tape._tape import Tape, backward
+
+    tape = Tape()
+    x = tape.track(np.array([0.5, 1.0, 2.0]))
+    tape.active = True
+    try:
+        negated = -x
+        gone = [weakref.ref(negated.value)]
+        e = np.exp(negated)
+        del negated
+        shifted = e + 1.0
+        gone.append(weakref.ref(shifted.value))
+        total = tnp.sum(np.log(shifted) * 1.0)  # log reads its input: ``shifted`` stays, read
+        del shifted
+        summed = e + e
+        gone.append(weakref.ref(summed.value))
+        total = total + tnp.sum(summed)
+        del summed
+    finally:
+        tape.active = False
+    assert [r() for r in gone] == [None, gone[1](), None] and gone[1]() is not None
+    ct, _, _ = backward(tape, [(total, np.float64(1.0))], "skip", keep=[x.slot])
+    v = x.value
+    assert np.allclose(ct[x.slot], -np.exp(-v) / (np.exp(-v) + 1.0) - 2 * np.exp(-v))
+
+
+def test_an_in_place_add_keeps_no_copy_of_what_it_overwrote():
+    """``b += a``'s pullback reads nothing: its node holds no array of the call's size, not even a copy of b's
+    old values; ``b *= a`` reads b's old values and a, and holds exactly those two."""
+    from gradguard.engines.tape import tnp
+    from gradguard.engines.tape._tape import Tape, backward
+
+    for op, held_arrays in (("add", 0), ("multiply", 2)):
+        tape = Tape()
+        a = tape.track(np.array([1.0, 2.0, 3.0]))
+        tape.active = True
+        try:
+            b = a * 1.0
+            if op == "add":
+                b += a
+            else:
+                b *= a
+            total = tnp.sum(b)
+        finally:
+            tape.active = False
+        node = [n for n in tape.nodes if n.name.endswith("(in place)")][0]
+        held = [c.cell_contents for c in node.pullback.__closure__ if isinstance(c.cell_contents, np.ndarray)]
+        assert len([h for h in held if h.strides != (0,)]) == held_arrays, (op, [h.strides for h in held])
+        ct, _, _ = backward(tape, [(total, np.float64(1.0))], "skip", keep=[a.slot])
+        assert np.allclose(ct[a.slot], 2.0 if op == "add" else 2 * np.array([1.0, 2.0, 3.0]))
+
+
 def test_backward_keeps_only_the_cotangents_asked_for_and_consumes_the_tape():
     from gradguard.engines.tape import tnp
     from gradguard.engines.tape._tape import Tape, backward
