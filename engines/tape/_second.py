@@ -22,7 +22,8 @@ import numpy as np
 
 from gradguard.engines.errors import EngineError
 from gradguard.engines.tape import tnp
-from gradguard.engines.tape._tape import Escape, Tape, Tracked, backward, differentiable
+from gradguard.engines.tape._rules import unbroadcast
+from gradguard.engines.tape._tape import Escape, Tape, Tracked, backward, bind, differentiable, shape_only
 
 __all__ = ["PullbackDerivative", "pullback_derivative"]
 
@@ -76,9 +77,10 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
         if not isinstance(tangents, (tuple, list)) or len(tangents) != len(args):
             raise EngineError("the pullback does not return one tangent per argument")
         total: Any = 0.0
-        for t, w in zip(tangents, covector):
-            if t is not None and w is not None:
-                total = total + tnp.sum(t * w)
+        for tangent, w in zip(tangents, covector):
+            if tangent is not None and w is not None:
+                total = total + _inner(tangent, w)
+        tangent = None
     finally:
         tape.active = False
     escapes = list(tape.escapes)
@@ -99,6 +101,25 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
         {i: t.slot for i, t in enumerate(targs) if isinstance(t, Tracked)},
         {i: t.slot for i, t in enumerate(tybar) if isinstance(t, Tracked)},
     )
+
+
+def _inner(t: Any, w: Any) -> Any:
+    """``sum(t * w)`` for a tangent ``t`` (traced or not) and a plain covector ``w``, as one node whose pullback
+    reads ``w`` only: ``tnp.sum(t * w)`` would keep ``t`` and the product for the sweep (two copies of the
+    argument, on large inputs) and compute the product's unused tangent for ``w``."""
+
+    def rrule(t_raw: Any, w_raw: Any) -> tuple:
+        like, both = shape_only(t_raw), np.broadcast_shapes(np.shape(t_raw), np.shape(w_raw))
+
+        def pullback(g: Any) -> tuple:
+            gw = g * w_raw
+            if np.shape(gw) != both:
+                gw = np.broadcast_to(gw, both).copy()
+            return unbroadcast(gw, like), None
+
+        return np.sum(t_raw * w_raw), pullback
+
+    return bind("inner product with the covector", rrule, (t, w), nondiff=(1,), builtin=True)
 
 
 def _grad(ct: dict[int, Any], tracked: Any, value: Any) -> Any:

@@ -283,6 +283,8 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str,
         if isinstance(t, Tracked) and c is not None:
             ct[t.slot] = ct[t.slot] + c if t.slot in ct else c
             live.add(t.slot)
+    if consume and policy == "skip" and not tape.watcher:
+        unused = _prune(tape, set(live))  # their pullbacks would not run: let go of what they hold before the sweep
     for node in _reversed_nodes(tape, consume):
         used = any(isinstance(o, Tracked) and o.slot in live for o in node.outputs)
         if not used:
@@ -316,6 +318,24 @@ def backward(tape: Tape, seeds: Sequence[tuple[Any, Any]], policy: str,
                     ct.pop(o.slot, None)
     unused.reverse()
     return ct, unused, diagnoses
+
+
+def _prune(tape: Tape, live: set[int]) -> list[str]:
+    """Take off the tape the nodes no seed depends on, and return their names, last first (as the sweep
+    lists them). Under the "skip" policy their pullbacks never run; a consumed sweep would still hold them,
+    and the values their pullbacks read (a rule's output, say, in a derivative of its pullback), until it
+    reached them."""
+    kept: list[Node] = []
+    dropped: list[str] = []
+    for node in reversed(tape.nodes):
+        if any(isinstance(o, Tracked) and o.slot in live for o in node.outputs):
+            kept.append(node)
+            live.update(a.slot for a in node.inputs if a is not None)
+        else:
+            dropped.append(node.name)
+    kept.reverse()
+    tape.nodes[:] = kept
+    return dropped
 
 
 def _reversed_nodes(tape: Tape, consume: bool) -> Any:

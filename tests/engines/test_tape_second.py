@@ -1,6 +1,8 @@
 """Second order on the tape: an ordinary NumPy rrule and pullback run on Tracked arrays, differentiated, and
 compared with JAX (the same rule written in jax.numpy, differentiated twice) and with finite differences."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -175,6 +177,43 @@ def test_an_in_place_add_keeps_no_copy_of_what_it_overwrote():
         assert len([h for h in held if h.strides != (0,)]) == held_arrays, (op, [h.strides for h in held])
         ct, _, _ = backward(tape, [(total, np.float64(1.0))], "skip", keep=[a.slot])
         assert np.allclose(ct[a.slot], 2.0 if op == "add" else 2 * np.array([1.0, 2.0, 3.0]))
+
+
+def test_what_the_objective_does_not_depend_on_is_let_go_before_the_sweep():
+    """The derivative of a pullback does not depend on the rule's output unless the pullback reads it. The
+    output's node (exp's pullback reads the output) leaves the tape before the sweep starts, and with it the
+    output; so do the tangent and its product with the covector (one node reads the covector only)."""
+    import weakref
+
+    from gradguard.engines.tape import primitive
+
+    refs: dict[str, Any] = {}
+    seen_in_sweep: list[list[Any]] = []
+
+    def probe_rrule(s):
+        def pullback(g):
+            seen_in_sweep.append([r() for r in refs.values()])
+            return (g * np.cos(s),)
+
+        return np.sin(s), pullback
+
+    probe = primitive(probe_rrule, name="probe")
+
+    def rule(x):
+        y = np.exp(x)
+        refs["output"] = weakref.ref(y.value)
+        s = probe(x)  # the residual; its pullback runs in the sweep, after the nodes above it
+        return y, lambda g: (keep(g * s),)
+
+    def keep(t):
+        refs["tangent"] = weakref.ref(t.value)
+        return t
+
+    x, g, w = np.array([0.5, 1.0, 2.0]), np.array([1.0, -2.0, 0.5]), (np.array([1.0, 3.0, 1.0]),)
+    d = pullback_derivative(rule, (x,), [g], w, diff=[0])
+    assert [[v is None for v in seen] for seen in seen_in_sweep] == [[True, True]]  # output, tangent: gone
+    assert np.allclose(d.wrt_args[0], g * np.cos(x) * w[0])  # d/dx <w, g * sin(x)>
+    assert np.allclose(d.wrt_cotangent[0], np.sin(x) * w[0])
 
 
 def test_backward_keeps_only_the_cotangents_asked_for_and_consumes_the_tape():
