@@ -60,7 +60,9 @@ def shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> lis
             continue
         arr = np.asarray(a)
         wide = np.complex128 if np.iscomplexobj(arr) else np.float64
-        moved = (arr.astype(wide) + t * np.asarray(v).astype(wide)).astype(arr.dtype)
+        moved = t * np.asarray(v).astype(wide, copy=False)  # one array of the argument's size, not four
+        moved += arr.astype(wide, copy=False)  # x + t v, bit for bit: the sum is the same either way round
+        moved = moved.astype(arr.dtype, copy=False)
         out.append(moved if isinstance(a, np.ndarray) else (moved[()] if isinstance(a, np.generic) else moved.item()))
     return out
 

@@ -14,8 +14,9 @@ the input with the reason; finite differences of the user's own primal (GG201) s
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -71,9 +72,9 @@ def check_faithful(case: Case, jax_out: Any) -> None:
         raise Skip(NOT_FAITHFUL)
 
 
-def _random_directions(case: Case) -> list[tuple[Any, ...]]:
+def _random_directions(case: Case) -> Iterator[tuple[Any, ...]]:
+    """The seeded random directions, made one at a time (on large inputs each is a copy of the arguments)."""
     rng = np.random.default_rng(3)
-    out = []
     for _ in range(RANDOM_DIRECTIONS):
         d: list[Any] = [None] * case.nargs
         for i in case.diff_positions:
@@ -82,14 +83,19 @@ def _random_directions(case: Case) -> list[tuple[Any, ...]]:
             if np.iscomplexobj(a):
                 g = g + 1j * rng.standard_normal(np.shape(a))
             d[i] = np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item()
-        out.append(tuple(d))
-    return out
+        yield tuple(d)
 
 
-def _normalised(d: tuple[Any, ...]) -> tuple[Any, ...] | None:
+def _normalised(d: tuple[Any, ...], own: bool = False) -> tuple[Any, ...] | None:
+    """``d`` over its largest element; with ``own`` (a direction made here), its arrays divided in place."""
     size = max((float(np.max(np.abs(v), initial=0.0)) for v in d if v is not None), default=0.0)
     if not (size > 0 and np.isfinite(size)):
         return None
+    if own:
+        for v in d:
+            if isinstance(v, np.ndarray):
+                v /= size
+        return tuple(v if v is None or isinstance(v, np.ndarray) else v / size for v in d)
     return tuple(None if v is None else v / size for v in d)
 
 
@@ -103,41 +109,51 @@ def same_function_around(case: Case, reference: Callable[..., Any], directions: 
     primal = _primal(case)
     reach = max((float(np.max(np.abs(np.asarray(case.args[i])), initial=0.0)) for i in case.diff_positions), default=0.0)
     compared = 0
+    # One direction, one point at a time, each dropped before the next is made: on large inputs every
+    # direction, point and value is a copy of the arguments or the output.
+    sources = itertools.chain(((True, r) for r in _random_directions(case)), ((False, d) for d in directions))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for d in [*_random_directions(case), *directions]:
-            unit = _normalised(d)
-            if unit is None:
-                continue
-            for sign in (1.0, -1.0):
-                h = sign * RELATIVE_STEP * max(1.0, reach)
-                for _ in range(RETRIES + 1):
-                    moved = shifted(case.args, unit, h)
-                    try:
-                        want = primal(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in moved])
-                    except Exception:  # noqa: BLE001 - outside the primal's domain: try closer
-                        h /= 100
-                        continue
-                    try:
-                        got = reference(*moved)
-                    except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
-                        raise Skip(
-                            f"JAX's reference is not the same function as the primal around this input: it raised "
-                            f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
-                        ) from None
-                    if not _agree(case, got, want):
-                        raise Skip(
-                            "JAX's reference is not the same function as the primal around this input: their values "
-                            f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
-                            "finite differences of the primal (GG201) judge this input"
-                        )
-                    compared += 1
-                    break
+        for own, d in sources:
+            unit = _normalised(d, own)
+            del d
+            if unit is not None:
+                for sign in (1.0, -1.0):
+                    compared += _compared_along(case, primal, reference, unit, sign * RELATIVE_STEP * max(1.0, reach))
+            unit = None
     if compared == 0:
         raise Skip(
             "JAX's reference could not be compared with the primal at any point around this input (the primal "
             "raised at each), so it is not shown to be the same function there"
         )
+
+
+def _compared_along(case: Case, primal: Callable[..., Any], reference: Callable[..., Any], unit: tuple[Any, ...],
+                    h: float) -> int:
+    """1 where the primal and the reference agree at ``x + h unit`` (retried closer where the primal raises),
+    0 where the primal raised at every try; skips where the reference raises or their values differ."""
+    for _ in range(RETRIES + 1):
+        moved = shifted(case.args, unit, h)
+        try:
+            want = primal(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in moved])
+        except Exception:  # noqa: BLE001 - outside the primal's domain: try closer
+            h /= 100
+            continue
+        try:
+            got = reference(*moved)
+        except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
+            raise Skip(
+                f"JAX's reference is not the same function as the primal around this input: it raised "
+                f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
+            ) from None
+        if not _agree(case, got, want):
+            raise Skip(
+                "JAX's reference is not the same function as the primal around this input: their values "
+                f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
+                "finite differences of the primal (GG201) judge this input"
+            )
+        return 1
+    return 0
 
 
 # -- the reference ----------------------------------------------------------------------------------
@@ -233,7 +249,9 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
     from gradguard.engines.errors import AdapterError
 
     bound, diff = bind_nondiff(primal, case)
-    xs = [case.fresh()[i] for i in diff]
+    fresh = case.fresh()
+    xs = [fresh[i] for i in diff]
+    del fresh
     translated = getattr(primal, TRANSLATED, False)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -242,6 +260,7 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
             if translated:
                 check_faithful(case, out)
             ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, tuple_like(out, cotangent))
+            del out  # the gradient's run makes its own
             return spread(jax_engine.run_under(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
     except Skip:
         raise
