@@ -282,3 +282,24 @@ def test_nan_where_the_primal_is_smooth_along_the_element_but_not_differentiable
         "differences; 3 element(s) of this tangent are not finite."
     )
     assert f.severity == "warning" and result.verdict == "pass" and f.expected == "a finite subgradient"
+
+
+# -- the shifted points every kink test and GG203's same-function test evaluate ----------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128])
+def test_shifted_points_are_x_plus_t_v_to_the_bit(dtype):
+    """`shifted` makes ``x + t v`` in a wide dtype with one array instead of four; the values must be exactly
+    those of the plain expression (findings quote them and replays depend on them), scalars keep their type,
+    and a None direction leaves its argument unmoved (a copy)."""
+    from gradguard.checker.kinks import shifted
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 5)).astype(dtype)
+    v = rng.standard_normal((4, 5)).astype(dtype)
+    wide = np.complex128 if np.iscomplexobj(x) else np.float64
+    for t in (1e-3, -7.5, 0.0):
+        moved, scalar, fixed, generic = shifted((x, 2.0, x, np.float32(1.5)), (v, 0.25, None, np.float32(2.0)), t)
+        want = (x.astype(wide) + t * v.astype(wide)).astype(dtype)
+        assert moved.dtype == dtype and moved.tobytes() == want.tobytes()
+        assert type(scalar) is float and scalar == 2.0 + t * 0.25
+        assert fixed is not x and fixed.tobytes() == x.tobytes()
+        assert type(generic) is np.float32 and generic == np.float32(np.float64(1.5) + t * 2.0)
