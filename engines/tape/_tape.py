@@ -51,8 +51,14 @@ class Tape:
         self.escapes: list[Escape] | None = None
         self.phase = ""
         self._slots = itertools.count()
+        # Whether nodes hold the values their pullbacks do not read by shape only (`shape_only`): from the
+        # first array of SHAPE_ONLY_FROM_BYTES or more the trace tracks; a trace of small arrays never pays
+        # for the stand-ins.
+        self.lean = False
 
     def track(self, value: Any) -> "Tracked":
+        if not self.lean and type(value) is np.ndarray and value.nbytes >= SHAPE_ONLY_FROM_BYTES:
+            self.lean = True
         return Tracked(value, self, next(self._slots))
 
 
@@ -161,11 +167,17 @@ class Tracked:
         )
 
 
+# Arrays from this size up are held by shape only where nothing reads their values (`shape_only`). Smaller
+# ones are held as they are: they cost no memory worth saving, and making a stand-in for every argument of
+# every operation made a trace of small arrays (the safety matrix's programs) twice as slow.
+SHAPE_ONLY_FROM_BYTES = 64 * 1024
+
+
 def shape_only(value: Any) -> Any:
     """What a node keeps of an array its pullback does not read: a read-only, zero-stride array of the same
     shape and dtype (one element of memory), enough for ``np.shape``, ``np.size``, ``np.result_type`` and
-    ``np.zeros_like``. Anything but a plain ndarray is returned as it is."""
-    if type(value) is not np.ndarray:
+    ``np.zeros_like``. Anything but a plain ndarray of ``SHAPE_ONLY_FROM_BYTES`` or more is returned as it is."""
+    if not large(value):
         return value
     return np.broadcast_to(np.zeros((), value.dtype), value.shape)
 
@@ -174,10 +186,15 @@ def _port(value: Any) -> Any:
     """A node's handle on a Tracked input or output: the same slot, its value's shape and dtype only. The
     sweep reads nothing else of them (slots, shapes, dtypes), and the user's own Tracked objects, which hold
     the values, then live no longer than the user's code holds them: holding the values on every node kept
-    every intermediate of a trace alive until its sweep ended."""
-    if not isinstance(value, Tracked) or type(value.value) is not np.ndarray:
+    every intermediate of a trace alive until its sweep ended. Small values are kept (see `shape_only`)."""
+    if not isinstance(value, Tracked) or not large(value.value):
         return value
     return Tracked(shape_only(value.value), value.tape, value.slot)
+
+
+def large(value: Any) -> bool:
+    """Whether ``value`` is an ndarray worth holding by shape only (`SHAPE_ONLY_FROM_BYTES`)."""
+    return type(value) is np.ndarray and value.nbytes >= SHAPE_ONLY_FROM_BYTES
 
 
 def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: Sequence[int] = (),
@@ -209,10 +226,12 @@ def bind(name: str, rrule: Callable[..., Any], args: Sequence[Any], *, nondiff: 
     out, pullback = result
     outs = _flat(out)  # nested tuples, NamedTuples (slogdet, eigh, svd) and dicts are flattened to their leaves
     wrapped = tuple(tape.track(o) if differentiable(o) else o for o in outs)
-    inputs = tuple(_port(a) if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
+    inputs = tuple(a if isinstance(a, Tracked) and i not in nondiff else None for i, a in enumerate(args))
+    ports = wrapped
+    if tape.lean:
+        inputs, ports = tuple(_port(a) for a in inputs), tuple(_port(w) for w in wrapped)
     structure = out if isinstance(out, (tuple, list, dict)) else None
-    tape.nodes.append(Node(name, step, pullback, inputs, tuple(_port(w) for w in wrapped), structure is not None,
-                           builtin, structure))
+    tape.nodes.append(Node(name, step, pullback, inputs, ports, structure is not None, builtin, structure))
     if tape.watcher:
         tape.watcher.after_step(name, step, raw)
         held = captures(raw, out, pullback) if captures else closure_arrays(pullback, raw)

@@ -16,7 +16,7 @@ from numpy import arange, eye, linspace, newaxis, ones, pi, zeros  # noqa: F401 
 
 from gradguard.engines.errors import TraceError
 from gradguard.engines.tape._rules import RULES
-from gradguard.engines.tape._tape import Tracked, bind, shape_only
+from gradguard.engines.tape._tape import Tracked, bind, large, shape_only
 
 __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "sin", "cos", "tanh", "sqrt",
@@ -29,15 +29,18 @@ __all__ = [
 def _apply(name: str, *args: Any, **static: Any) -> Any:
     """Run the built-in rule ``name``: plain NumPy without Tracked arguments, a recorded node with them."""
     forward, vjp, reads = RULES[name]
-    if not any(isinstance(a, Tracked) for a in args):
+    tape = next((a.tape for a in args if isinstance(a, Tracked)), None)
+    if tape is None:
         return forward(*args, **static)
 
     def rrule(*raw: Any) -> tuple:
         ans = forward(*raw, **static)
-        # The pullback holds, by reference, the values its rule reads (``reads``); of the others, only their
-        # shapes and dtypes (what `unbroadcast` and friends need), so the trace does not keep them alive.
-        held = tuple(r if i in reads else shape_only(r) for i, r in enumerate(raw))
-        kept = ans if "ans" in reads else shape_only(ans)
+        held, kept = raw, ans
+        if tape.lean or large(ans):
+            # The pullback holds, by reference, the values its rule reads (``reads``); of the others, only
+            # their shapes and dtypes (what `unbroadcast` and friends need): the trace does not keep them alive.
+            held = tuple(r if i in reads else shape_only(r) for i, r in enumerate(raw))
+            kept = ans if "ans" in reads else shape_only(ans)
         return ans, lambda g: vjp(g, kept, *held, **static)
 
     def captures(raw: tuple, ans: Any, _pullback: Any) -> list:

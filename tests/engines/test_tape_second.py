@@ -119,11 +119,14 @@ def test_the_traces_intermediates_are_freed_when_the_call_returns():
     assert np.allclose(d.wrt_args[0], -np.cos(x) * g * w[0])  # d/dx <w, g * -sin(x)>
 
 
-def test_a_node_keeps_only_the_values_its_pullback_reads():
+def test_a_node_keeps_only_the_values_its_pullback_reads(monkeypatch):
     """exp's pullback reads its output, not its input; add's reads neither. The tape holds, until its sweep,
     only what the pullbacks read: an intermediate that only feeds such operations is freed as soon as the
     rule's code lets go of it (on large inputs, a copy of the input per operation), and the derivative is
     unchanged."""
+    from gradguard.engines.tape import _tape
+
+    monkeypatch.setattr(_tape, "SHAPE_ONLY_FROM_BYTES", 0)  # these arrays are small: hold them by shape too
     import weakref
 
     from gradguard.engines.tape import tnp
@@ -153,9 +156,12 @@ def test_a_node_keeps_only_the_values_its_pullback_reads():
     assert np.allclose(ct[x.slot], -np.exp(-v) / (np.exp(-v) + 1.0) - 2 * np.exp(-v))
 
 
-def test_an_in_place_add_keeps_no_copy_of_what_it_overwrote():
+def test_an_in_place_add_keeps_no_copy_of_what_it_overwrote(monkeypatch):
     """``b += a``'s pullback reads nothing: its node holds no array of the call's size, not even a copy of b's
     old values; ``b *= a`` reads b's old values and a, and holds exactly those two."""
+    from gradguard.engines.tape import _tape
+
+    monkeypatch.setattr(_tape, "SHAPE_ONLY_FROM_BYTES", 0)  # these arrays are small: hold them by shape too
     from gradguard.engines.tape import tnp
     from gradguard.engines.tape._tape import Tape, backward
 
@@ -179,10 +185,13 @@ def test_an_in_place_add_keeps_no_copy_of_what_it_overwrote():
         assert np.allclose(ct[a.slot], 2.0 if op == "add" else 2 * np.array([1.0, 2.0, 3.0]))
 
 
-def test_what_the_objective_does_not_depend_on_is_let_go_before_the_sweep():
+def test_what_the_objective_does_not_depend_on_is_let_go_before_the_sweep(monkeypatch):
     """The derivative of a pullback does not depend on the rule's output unless the pullback reads it. The
     output's node (exp's pullback reads the output) leaves the tape before the sweep starts, and with it the
     output; so do the tangent and its product with the covector (one node reads the covector only)."""
+    from gradguard.engines.tape import _tape
+
+    monkeypatch.setattr(_tape, "SHAPE_ONLY_FROM_BYTES", 0)  # these arrays are small: hold them by shape too
     import weakref
 
     from gradguard.engines.tape import primitive
@@ -214,6 +223,31 @@ def test_what_the_objective_does_not_depend_on_is_let_go_before_the_sweep():
     assert [[v is None for v in seen] for seen in seen_in_sweep] == [[True, True]]  # output, tangent: gone
     assert np.allclose(d.wrt_args[0], g * np.cos(x) * w[0])  # d/dx <w, g * sin(x)>
     assert np.allclose(d.wrt_cotangent[0], np.sin(x) * w[0])
+
+
+def test_only_a_trace_of_large_arrays_holds_values_by_shape():
+    """Stand-ins cost time on every operation and save nothing on small arrays: a trace turns lean from the
+    first array of SHAPE_ONLY_FROM_BYTES it tracks (an input or an intermediate), and then a node holds an
+    unread large value by shape only."""
+    from gradguard.engines.tape import tnp
+    from gradguard.engines.tape._tape import SHAPE_ONLY_FROM_BYTES, Tape
+
+    tape = Tape()
+    x = tape.track(np.ones(3))
+    tape.active = True
+    try:
+        small = tnp.sum(x + 1.0)
+        assert not tape.lean
+        n = SHAPE_ONLY_FROM_BYTES // 8 + 1
+        wide = tnp.outer(x, np.ones(n))  # a large intermediate of small inputs
+        assert tape.lean
+        tnp.sum(wide + 1.0)
+    finally:
+        tape.active = False
+    add = [node for node in tape.nodes if node.name == "add"][-1]
+    assert add.inputs[0].value.strides == (0, 0) and add.outputs[0].value.strides == (0, 0)
+    assert [node for node in tape.nodes if node.name == "add"][0].inputs[0].value is x.value
+    del small
 
 
 def test_backward_keeps_only_the_cotangents_asked_for_and_consumes_the_tape():
