@@ -88,8 +88,8 @@ def _user_site() -> str:
 class Node:
     """One primitive call: its pullback, its Tracked inputs (None = no gradient) and outputs.
 
-    ``inputs`` and ``outputs`` carry the slots of the call's Tracked values and only the shapes and dtypes of
-    their arrays (`shape_only`): what the pullback reads, its closure holds."""
+    In a lean trace (`Tape.lean`), ``inputs`` and ``outputs`` carry the slots of the call's Tracked values and
+    only the shapes and dtypes of their large arrays (`shape_only`): what the pullback reads, its closure holds."""
 
     name: str
     step: int
