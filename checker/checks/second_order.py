@@ -28,7 +28,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import children, copy_tree, inner, is_leaf, leaves, rebuild
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
 __all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked"]
@@ -102,15 +102,8 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
 
 def _rebuild(tree: Any, flat: list[Any]) -> Any:
     """``tree``'s structure holding ``flat`` (its leaves, in order)."""
-    return _refill(tree, iter(flat))
-
-
-def _refill(node: Any, it: Any) -> Any:
-    # A module-level function, not a closure that calls itself: such a closure is a reference cycle that kept
-    # the leaves (cotangents as large as the output) alive until the garbage collector ran.
-    if not is_leaf(node):
-        return rebuild(node, [_refill(n, it) for n in children(node)])
-    return next(it)
+    it = iter(flat)
+    return tree_map(lambda _: next(it), tree)
 
 
 def _sites(escapes: list[Any]) -> str:

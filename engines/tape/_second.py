@@ -21,7 +21,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.engines.errors import EngineError
-from gradguard.engines.tape import tnp
 from gradguard.engines.tape._rules import unbroadcast
 from gradguard.engines.tape._tape import Escape, Tape, Tracked, backward, bind, differentiable, shape_only
 
