@@ -1,0 +1,209 @@
+"""A traced JAX program run with NumPy (`_numpy_eval.evaluate`) against the same program run by eager JAX:
+the same values for every primitive it knows, read-only copies for host callbacks, a clear refusal for a
+primitive it does not know, and a rule's own error coming back as itself."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+lax = pytest.importorskip("jax.lax")
+
+from gradguard.engines.errors import AdapterError  # noqa: E402
+from gradguard.engines.jax_engine import to_custom_vjp  # noqa: E402
+from gradguard.engines.jax_engine._numpy_eval import KNOWN, Unsupported, evaluate, primitives_of  # noqa: E402
+from gradguard.engines.jax_engine._relay import RelayedError, recover  # noqa: E402
+from gradguard.engines.jax_engine._runtime import load  # noqa: E402
+
+load()  # float64 on
+
+
+def _both(fn, *args):
+    """(eager JAX's outputs, NumPy's outputs of the traced program), flat, as NumPy arrays."""
+    closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+    flat = jax.tree_util.tree_leaves(args)
+    on_device = jax.tree_util.tree_map(jnp.asarray, args)  # so that `x * x` is JAX's multiplication, not NumPy's
+    eager = [np.asarray(x) for x in jax.tree_util.tree_leaves(fn(*on_device))]
+    ours = evaluate(closed, flat)
+    assert len(ours) == len(jax.tree_util.tree_leaves(shape))
+    return eager, ours, primitives_of(closed)
+
+
+def _assert_same(eager, ours):
+    assert len(eager) == len(ours)
+    for a, b in zip(eager, ours):
+        assert b.shape == a.shape and b.dtype == a.dtype
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-300, equal_nan=True)
+
+
+# Subnormal numbers among them: XLA's arithmetic on CPU reads them as zero and flushes them to zero.
+# Three shapes (one, two and three dimensions): eager JAX compiles each primitive once per shape.
+floats = hnp.arrays(np.float64, st.sampled_from([(4,), (2, 3), (3, 1, 2)]),
+                    elements=st.floats(-3, 3, allow_nan=False) | st.sampled_from([5e-324, -2.5e-310, 1e-308, -0.0]))
+
+ELEMENTWISE = {
+    "add": lambda x: x + 1.5, "sub": lambda x: 2.0 - x, "mul": lambda x: x * x, "div": lambda x: x / (x * x + 1),
+    "max": lambda x: jnp.maximum(x, 0.5), "min": lambda x: jnp.minimum(x, -0.5), "pow": lambda x: jnp.abs(x) ** 1.7,
+    "atan2": lambda x: jnp.arctan2(x, 1.0 - x), "neg": lambda x: -x, "sign": jnp.sign, "abs": jnp.abs, "exp": jnp.exp,
+    "exp2": jnp.exp2, "log": lambda x: jnp.log(x * x + 1), "log1p": lambda x: jnp.log1p(x * x), "expm1": jnp.expm1,
+    "sqrt": lambda x: jnp.sqrt(x * x), "rsqrt": lambda x: lax.rsqrt(x * x + 1), "sin": jnp.sin, "cos": jnp.cos,
+    "tan": lambda x: jnp.tan(x / 3), "asin": lambda x: jnp.arcsin(x / 4), "acos": lambda x: jnp.arccos(x / 4),
+    "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "logistic": jax.nn.sigmoid,
+    "floor": jnp.floor, "ceil": jnp.ceil, "square": lambda x: lax.square(x),
+    "integer_pow": lambda x: (x ** 2, x ** 3, x ** 5, x ** -2, x ** 0),
+    "select_n": lambda x: jnp.where(x > 0, x, -2 * x), "compare": lambda x: (x > 0, x >= 0, x < 1, x <= 1, x == 0, x != 0),
+    "is_finite": lambda x: jnp.isfinite(x / x), "not": lambda x: ~(x > 0), "and_or": lambda x: ((x > 0) & (x < 1), (x > 0) | (x < -1)),
+    "clip": lambda x: jnp.clip(x, -1.0, 1.0), "convert": lambda x: (x.astype(jnp.float32), (x > 0).astype(jnp.float64)),
+    "complex": lambda x: jnp.real(lax.complex(x, 2 * x) * (2 - 1j)) + jnp.imag(jnp.conj(x + 1j)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ELEMENTWISE))
+@settings(max_examples=12, deadline=None)
+@given(x=floats)
+def test_elementwise_primitives_give_eager_jaxs_values(name, x):
+    eager, ours, _ = _both(ELEMENTWISE[name], x)
+    _assert_same(eager, ours)
+
+
+STRUCTURAL = {
+    "reduce": lambda x: (x.sum(), x.sum(axis=0), x.max(axis=-1), x.min(), jnp.prod(x, axis=0)),
+    "broadcast": lambda x: (jnp.broadcast_to(x, (2, *x.shape)), x[..., None] * jnp.ones(3), x.sum(axis=0, keepdims=True) + x),
+    "reshape_transpose": lambda x: (x.reshape(-1), x.T, jnp.transpose(x[None], tuple(range(x.ndim + 1))[::-1]), jnp.squeeze(x[None])),
+    "slice_rev_concat": lambda x: (x[::2], x[1:], jnp.flip(x, 0), jnp.concatenate([x, 2 * x], axis=0), x[-1]),
+    "pad": lambda x: (lax.pad(x, 0.5, [(1, 2, 1)] + [(0, 0, 0)] * (x.ndim - 1)),
+                      lax.pad(x, -1.0, [(-1, 1, 2)] + [(2, -1, 0)] * (x.ndim - 1)) if x.shape[0] > 1 and all(n > 1 for n in x.shape[1:]) else x),
+    "dot": lambda x: (jnp.tensordot(x, x, axes=x.ndim), jnp.einsum("i...,j...->ij", x, x), x.reshape(x.shape[0], -1) @ x.reshape(x.shape[0], -1).T),
+    "batched_dot": lambda x: jnp.matmul(x[..., None], 2 * x[..., None, :]),
+    "iota": lambda x: x + lax.broadcasted_iota(jnp.float64, x.shape, x.ndim - 1),
+    "copy": lambda x: jnp.array(x, copy=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURAL))
+@settings(max_examples=12, deadline=None)
+@given(x=floats)
+def test_structural_primitives_give_eager_jaxs_values(name, x):
+    eager, ours, _ = _both(STRUCTURAL[name], x)
+    _assert_same(eager, ours)
+
+
+def test_the_programs_above_cover_every_known_primitive():
+    """Each primitive `KNOWN` runs is exercised by one of the programs above (so each is tested against JAX)."""
+    x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
+    seen = set()
+    for fn in [*ELEMENTWISE.values(), *STRUCTURAL.values()]:
+        seen |= _both(fn, x)[2]
+    seen |= _both(lambda v: jax.value_and_grad(lambda w: (jnp.sin(w) * w).sum())(v), x)[2]
+    assert set(KNOWN) - seen == set(), set(KNOWN) - seen
+
+
+def test_integer_division_rounds_toward_zero_as_xla_does():
+    a, b = np.array([7, -7, 7, -7, 0]), np.array([2, 2, -2, -2, 3])
+    eager, ours, _ = _both(lambda p, q: lax.div(p, q), a, b)
+    _assert_same(eager, ours)
+    assert ours[0].tolist() == [3, -3, -3, 3, 0]
+
+
+def _rule():
+    def rrule(x):
+        return np.sin(x), lambda g: (g * np.cos(x),)
+
+    return to_custom_vjp(rrule, name="sin")
+
+
+def test_a_numpy_rules_value_and_grad_is_eager_jaxs():
+    f = _rule()
+    program = jax.value_and_grad(lambda w, x: (f(x) * w).sum() + f(x.T).sum(), argnums=(0, 1))
+    w, x = np.arange(6.0).reshape(2, 3), np.linspace(-1, 1, 6).reshape(2, 3)
+    eager, ours, prims = _both(program, w, x)
+    _assert_same(eager, ours)
+    assert "pure_callback" in prims
+
+
+def test_host_callbacks_get_read_only_c_contiguous_copies():
+    seen = []
+
+    def rrule(x):
+        seen.append((x.flags.writeable, x.flags.c_contiguous, x.base is None or not x.flags.writeable))
+        return x * 2.0, lambda g: (2.0 * g,)
+
+    f = to_custom_vjp(rrule, name="double")
+    x = np.arange(6.0).reshape(2, 3)
+    closed = jax.make_jaxpr(lambda v: f(v.T).sum())(x)
+    seen.clear()
+    evaluate(closed, [x])
+    assert seen == [(False, True, True)]
+
+
+def test_what_a_callback_returns_is_copied_as_jax_copies_it():
+    """A rule that returns the same buffer from every call (and overwrites it) does not change an earlier
+    call's output, under eager JAX or here."""
+    buffer = np.zeros(3)
+
+    def rrule(x):
+        np.multiply(x, x, out=buffer)
+        return buffer, lambda g: (2 * g * x,)
+
+    f = to_custom_vjp(rrule, name="square_into_buffer")
+    program = lambda v: (f(v), f(2 * v))  # noqa: E731
+    eager, ours, _ = _both(program, np.array([1.0, 2.0, 3.0]))
+    _assert_same(eager, ours)
+    assert ours[0].tolist() == [1.0, 4.0, 9.0]
+
+
+def test_a_rule_reads_a_subnormal_argument_as_zero_as_on_xlas_thread():
+    """Under JAX a host callback runs on XLA's thread, whose denormals-are-zero mode makes the rule's NumPy
+    code read a subnormal argument as zero: x / x is nan there. So it is here."""
+
+    def rrule(x):
+        return x / x, lambda g: (g / x,)
+
+    f = to_custom_vjp(rrule, name="ratio")
+    x = np.array([5e-324, 1.0])
+    eager, ours, _ = _both(lambda v: f(v), x)
+    _assert_same(eager, ours)
+    assert np.isnan(ours[0][0]) and ours[0][1] == 1.0
+
+
+def test_a_rule_writing_into_its_argument_fails_as_under_eager_jax():
+    def rrule(x):
+        x += 1.0
+        return x, lambda g: (g,)
+
+    f = to_custom_vjp(rrule, name="addone_")
+    x = np.ones(3)
+    with pytest.raises(AdapterError, match="mutates its argument 0"):
+        f(x)  # eager JAX
+    closed = jax.make_jaxpr(lambda v: f(v).sum())(x)
+    with pytest.raises(RelayedError) as caught:
+        evaluate(closed, [x])
+    original = recover(caught.value)
+    assert isinstance(original, AdapterError) and "mutates its argument 0" in str(original)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_primitive_it_does_not_know_is_refused_by_name_before_anything_runs():
+    calls = []
+
+    def rrule(x):
+        calls.append(1)
+        return np.cumsum(x), lambda g: (np.cumsum(g[::-1])[::-1],)
+
+    f = to_custom_vjp(rrule, name="cumsum", example_args=(np.ones(3),))
+    closed = jax.make_jaxpr(lambda v: jnp.cumsum(f(v)).sum())(np.ones(3))
+    calls.clear()
+    with pytest.raises(Unsupported, match="run here only by JAX: cumsum"):
+        evaluate(closed, [np.ones(3)])
+    assert calls == []
+
+
+def test_a_result_of_another_shape_than_the_programs_is_refused(monkeypatch):
+    import gradguard.engines.jax_engine._numpy_eval as numpy_eval
+
+    monkeypatch.setitem(numpy_eval.KNOWN, "sin", lambda x, **_: np.sin(x).reshape(-1))
+    closed = jax.make_jaxpr(jnp.sin)(np.ones((2, 2)))
+    with pytest.raises(Unsupported, match=r"sin gave shape \(4,\) where the program has \(2, 2\)"):
+        evaluate(closed, [np.ones((2, 2))])
