@@ -80,10 +80,12 @@ def main() -> None:
 @click.option("--unused-cotangent", type=click.Choice(["zeros", "none"]), default=None,
               help="What an unused output's pullback receives, for rules that declare no unused_cotangent= "
                    "(default zeros: JAX and PyTorch pass zeros; none: ChainRules-style engines pass None, GG302).")
-@click.option("--jax-column", type=click.Choice(["auto", "jit", "eager"]), default=None,
+@click.option("--jax-column", type=click.Choice(["auto", "jit", "eager", "traced"]), default=None,
               help="How the safety matrix's JAX column runs each context program: compiled once per rule, context "
-                   "and shapes (jit), eagerly, primitive by primitive (eager), or compiled for JAX rules while JAX's persistent "
-                   "cache is on and eagerly otherwise (auto, the default); the same verdicts.")
+                   "and shapes (jit), eagerly, primitive by primitive (eager), traced by JAX and run with NumPy, no "
+                   "compilation (traced: NumPy rules; JAX rules run eagerly), or traced for NumPy rules and, for JAX "
+                   "rules, compiled while JAX's persistent cache is on and eager otherwise (auto, the default); the "
+                   "same verdicts.")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=None, help="Check rules on this many worker processes (0: one per CPU; default: one per CPU for more than 4 rules, else 1); same report.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=".gradguard_cache", show_default=True, envvar="GRADGUARD_CACHE_DIR", help="Reuse the verdicts of rules unchanged since they were last checked, stored in this folder.")
 @click.option("--no-cache", is_flag=True, envvar="GRADGUARD_NO_CACHE", help="Check every rule, reusing and storing no verdict.")

@@ -10,7 +10,7 @@
     memory-limit = 4096               # growth of resident memory per rule, in MB (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
     unused-cotangent = "zeros"        # the convention for an unused output's cotangent
-    jax-column = "auto"               # the JAX column's context programs: "auto", "jit" or "eager"
+    jax-column = "auto"               # the JAX column's context programs: "auto", "jit", "eager" or "traced"
     cache-dir = ".gradguard-cache"
     reproducers = "repro"             # where --reproducers writes; never imported as rules
 

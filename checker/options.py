@@ -47,8 +47,9 @@ class Options:
     # What an unused output's pullback receives, for rules that declare no convention (specs.UNUSED_COTANGENTS);
     # None: specs.DEFAULT_UNUSED_COTANGENT.
     unused_cotangent: str | None = None
-    # How the safety matrix's JAX column runs a context program: "auto", "jit" (compiled once per program) or
-    # "eager" (`gradguard.checker.contexts._jax_engine.MODES`); None: "auto". The verdicts are the same.
+    # How the safety matrix's JAX column runs a context program: "auto", "jit" (compiled once per program),
+    # "eager" or "traced" (run with NumPy) (`gradguard.checker.contexts._jax_engine.MODES`); None: "auto". The
+    # verdicts are the same.
     jax_column: str | None = None
 
 

@@ -118,11 +118,12 @@ def check(
     the pullback of an unused output receives (None: "zeros"; GG302 and the tape's columns follow it).
     ``memory_limit_mb`` bounds how much each rule may grow the process's resident memory (default: half the
     machine's physical memory; None or 0: no limit); a rule over it is an error of type ``MemoryLimit``.
-    ``jax_column`` ("auto", "jit" or "eager") is how the safety matrix's JAX column runs each context
-    program: compiled once per (rule, context, shapes, dtypes), eagerly (primitive by primitive), or
-    eagerly in a rule's first check in the process and compiled from its second (None: "auto"; from the
-    first for a JAX rule while JAX's persistent cache is in force). The verdicts are the same; bench/RESULTS.md has the
-    measured trade-off."""
+    ``jax_column`` ("auto", "jit", "eager" or "traced") is how the safety matrix's JAX column runs each
+    context program: compiled once per (rule, context, shapes, dtypes), eagerly (primitive by primitive), or
+    traced by JAX once per (rule, context, shapes, dtypes) and run with NumPy, compiling nothing (NumPy
+    rules; a JAX rule's programs run eagerly). None: "auto", traced for a NumPy rule and, for a JAX rule,
+    compiled while JAX's persistent cache is in force and eager otherwise. The verdicts are the same;
+    bench/RESULTS.md has the measured trade-offs."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):

@@ -1,7 +1,8 @@
 """JAX as a safety-matrix column: the rule as a `jax.custom_vjp` (a NumPy rule adapted through
-`to_custom_vjp`, a JAX rule's own function), each context program compiled whole or run op by op.
+`to_custom_vjp`, a JAX rule's own function), each context program compiled whole, traced and run with
+NumPy, or run op by op.
 
-Three ways to run a program (the ``jax_column`` setting, `MODES`):
+Four ways to run a program (the ``jax_column`` setting, `MODES`):
 
 * ``"jit"``: ``jit(value_and_grad(program))``, the weights passed as arguments, so one compiled program
   serves every plan of the same (rule, context, structure, fixed arguments, shapes, dtypes): a rule's
@@ -12,18 +13,29 @@ Three ways to run a program (the ``jax_column`` setting, `MODES`):
   rule's host callback) is the cell's answer as it is under eager JAX. Every call of the rule stays in
   the compiled program (its outputs are returned beside the value), so a call whose output is unused
   still runs, and raises, as it does eagerly.
+* ``"traced"`` (NumPy rules): JAX traces ``value_and_grad(program)`` once per (rule, context, structure,
+  fixed arguments, shapes, dtypes), so JAX decides everything the column is about (which cotangent
+  reaches the rule's pullback, zeros for an unused output, how aliased uses accumulate), and the traced
+  program's primitives run with NumPy (`gradguard.engines.jax_engine._numpy_eval`), the rule's host
+  callbacks with read-only copies as JAX hands them: no XLA compilation. A program holding a primitive
+  NumPy does not run here, or one JAX cannot trace this way, runs eagerly (recorded, as under jit). Every
+  call of the rule is in the traced program (its outputs returned beside the value), so an unused call
+  runs and raises as it does eagerly. A JAX rule's programs hold the rule's own primitives, which XLA
+  runs: under "traced" they run eagerly.
 * ``"eager"``: eager ``value_and_grad``, primitive by primitive: JAX compiles each primitive once per
   shape and keeps it for every later rule.
-* ``"auto"`` (the default): compiled for a JAX rule while JAX's persistent cache is in force, eager
-  otherwise. A JAX rule's compiled program is stored there, and a later process loads it. Compiling a
-  program costs several eager runs of it, and it saves about half an eager run each time it runs again:
-  measured, it pays only from about the twelfth matrix of a rule in one process, which no ordinary run
-  reaches. A NumPy rule's program runs the rule through host callbacks, and JAX never stores such a
-  program in its persistent cache, so every process would pay the compilation again. Nor do a rule's
-  cells depend on how often it was checked before in the process.
+* ``"auto"`` (the default): traced for a NumPy rule; compiled for a JAX rule while JAX's persistent cache
+  is in force, eager otherwise. Eager JAX compiles each primitive once per shape, tens of milliseconds
+  each, and a module of NumPy rules meets hundreds of (primitive, shape) pairs: most of an eager matrix
+  was compilation. A JAX rule's compiled program is stored in the persistent cache, and a later process
+  loads it. Compiling a program costs several eager runs of it, and it saves about half an eager run
+  each time it runs again: measured, it pays only from about the twelfth matrix of a rule in one
+  process, which no ordinary run reaches; and JAX never stores a program with host callbacks (a NumPy
+  rule's) in its persistent cache. Nor do a rule's cells depend on how often it was checked before in
+  the process.
 
-``bench/jax_column.py`` measures the three, cold, warm and with JAX's persistent cache; the trade-off is
-in bench/RESULTS.md.
+``bench/jax_column.py`` measures them, cold, warm and with JAX's persistent cache, and compares every
+corpus rule's cells across modes; the trade-offs are in bench/RESULTS.md.
 
 JAX arrays are immutable: a rule's declared mutation does not happen there (``runs_mutation=False``).
 """
@@ -31,7 +43,7 @@ JAX arrays are immutable: a rule's declared mutation does not happen there (``ru
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -44,7 +56,7 @@ from gradguard.checker.trees import copy_tree
 
 __all__ = ["ENGINE", "MODES", "DEFAULT_MODE", "SETTING", "eager_fallbacks"]
 
-MODES = ("auto", "jit", "eager")
+MODES = ("auto", "jit", "eager", "traced")
 DEFAULT_MODE = "auto"
 _ROUNDING = 1e-9  # compiled against eager, relative: a program differing by more runs eagerly, as before
 SETTING = "jax_column"  # the RuleView setting (check(jax_column=), [tool.gradguard] jax-column)
@@ -96,6 +108,8 @@ class _Program:
     compiled: Any = None
     verified: bool = False  # its first compiled run agreed with eager JAX
     eager_because: str | None = None
+    # Traced ("traced"): per signature of the arguments (`_avals`), the closed jaxpr and its output tree.
+    traced: dict[Any, Any] = field(default_factory=dict)
 
 
 def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
@@ -105,7 +119,11 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
     program = _program(view.rule, plan)
     if program.last is None or program.last() is not view:  # a kink's moved inputs run in the same matrix
         program.matrices, program.last = program.matrices + 1, weakref.ref(view)
-    if program.eager_because is not None or (mode == "auto" and not _compiles_under_auto(view.rule)):
+    if program.eager_because is not None:
+        return _eager(plan, ops)
+    if mode == "traced" or mode == "auto" and view.rule.kind != "jax":
+        return _traced(view.rule, plan, ops, program) if view.rule.kind != "jax" else _eager(plan, ops)
+    if mode == "auto" and not _compiles_under_auto(view.rule):
         return _eager(plan, ops)
     if program.compiled is None:
         program.compiled = _compile(plan.program, ops, len(plan.inputs))
@@ -165,7 +183,9 @@ def _program(rule: RuleSpec, plan: Plan) -> _Program:
     return found
 
 
-def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
+def _with_outputs(program: Callable[..., Any], ops: Ops, n: int) -> Callable[..., Any]:
+    """``value_and_grad`` of the program, every call's output returned beside the value (so that no
+    transform drops a call whose output is unused: it runs, and raises, as it does eagerly)."""
     import jax
 
     def run(consts: Any, *xs: Any) -> Any:
@@ -178,7 +198,42 @@ def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
 
         return program(replace(ops, call=call), consts, *xs), outputs
 
-    return jax.jit(jax.value_and_grad(run, argnums=tuple(range(1, n + 1)), has_aux=True))
+    return jax.value_and_grad(run, argnums=tuple(range(1, n + 1)), has_aux=True)
+
+
+def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
+    import jax
+
+    return jax.jit(_with_outputs(program, ops, n))
+
+
+def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[float, tuple]:
+    """The program traced by JAX once per signature of its arguments, its primitives run with NumPy."""
+    import jax
+
+    from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
+    from gradguard.engines.jax_engine._relay import RelayedError, recover
+
+    try:
+        flat, tree = jax.tree_util.tree_flatten((plan.consts, *plan.inputs))
+        key = (tree, tuple((type(x), np.shape(x), np.result_type(x).str) for x in flat))
+        found = program.traced.get(key)
+        if found is None:
+            closed, shape = jax.make_jaxpr(_with_outputs(plan.program, ops, len(plan.inputs)), return_shape=True)(
+                plan.consts, *plan.inputs)
+            found = program.traced[key] = (closed, jax.tree_util.tree_structure(shape))
+        closed, out_tree = found
+        (value, _outputs), grads = jax.tree_util.tree_unflatten(out_tree, evaluate(closed, flat))
+    except RelayedError as exc:
+        original = recover(exc)
+        if original is None:
+            raise
+        raise original from None  # the rule raised in its host callback, as it would eagerly
+    except Unsupported as exc:
+        return _fall_back(rule, plan, ops, program, f"run by JAX, not NumPy: {exc}")
+    except Exception as exc:  # noqa: BLE001 - JAX could not trace it this way: eager JAX decides, as before
+        return _fall_back(rule, plan, ops, program, text(exc))
+    return scalar(value), _numpy(grads)
 
 
 def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, reason: str,

@@ -91,7 +91,7 @@ def safety_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | No
 def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None = None,
                engines: Sequence[str] | None = None, settings: Mapping[str, Any] | None = None) -> Outcome:
     """Every context of ``contexts`` (default: all) under every engine of ``engines`` (default: those that
-    apply); ``settings`` are the engines' (``{"jax_column": "auto" | "jit" | "eager"}``: `_jax_engine.MODES`)."""
+    apply); ``settings`` are the engines' (``{"jax_column": "auto" | "jit" | "eager" | "traced"}``: `_jax_engine.MODES`)."""
     chosen = CONTEXTS if contexts is None else by_name(contexts)
     engines = engines_for(rule) if engines is None else tuple(engines)
     columns = tuple(engine_named(e) for e in engines)  # ValueError for an unknown name

@@ -1,6 +1,8 @@
-"""The safety matrix's JAX column compiled per context program (jit) against eager JAX: each program
-compiles once per (rule, context, shapes, dtypes), a program jit cannot run falls back to eager (recorded),
-"auto" compiles a JAX rule's programs while JAX's persistent cache is in force and runs the others eagerly, and the cells are the same in every mode."""
+"""The safety matrix's JAX column compiled per context program (jit), traced and run with NumPy (traced),
+against eager JAX: each program compiles once per (rule, context, shapes, dtypes), a traced program
+compiles nothing, a program jit or NumPy cannot run falls back to eager (recorded), "auto" traces a NumPy
+rule's programs and compiles a JAX rule's while JAX's persistent cache is in force, and the cells are the
+same in every mode."""
 
 from collections import Counter
 
@@ -17,6 +19,7 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 JIT, EAGER, AUTO = {"jax_column": "jit"}, {"jax_column": "eager"}, {"jax_column": "auto"}
+TRACED = {"jax_column": "traced"}
 
 
 def _softplus(x):
@@ -62,9 +65,10 @@ def test_each_context_program_compiles_once_and_later_matrices_reuse_it(compiles
     assert all(status == "right" for _, status, _ in _jax_cells(first))
 
 
-def test_jit_and_eager_give_the_same_cells_values_and_slopes():
+@pytest.mark.parametrize("settings", [JIT, TRACED], ids=["jit", "traced"])
+def test_jit_traced_and_eager_give_the_same_cells_values_and_slopes(settings):
     rule = _softplus_rule()
-    compiled, eager = run_matrix(rule, settings=JIT), run_matrix(rule, settings=EAGER)
+    compiled, eager = run_matrix(rule, settings=settings), run_matrix(rule, settings=EAGER)
     assert [r.context.name for r in compiled.rows] == [r.context.name for r in eager.rows]
     for a, b in zip(compiled.rows, eager.rows):
         ca, cb = a.cells["jax"], b.cells["jax"]
@@ -73,9 +77,10 @@ def test_jit_and_eager_give_the_same_cells_values_and_slopes():
         assert ca.value == pytest.approx(cb.value, rel=1e-12, abs=1e-12)
 
 
-def test_a_call_whose_output_is_unused_still_runs_and_raises_under_jit():
-    """XLA drops a pure callback whose result nothing uses; the compiled program returns every call's output,
-    so a rule that raises in the output-unused context raises there as it does eagerly."""
+def test_a_call_whose_output_is_unused_still_runs_and_raises_under_jit_and_traced():
+    """XLA (and JAX's partial evaluation) drop a pure callback whose result nothing uses; the compiled and the
+    traced program return every call's output, so a rule that raises in the output-unused context raises
+    there as it does eagerly."""
 
     def make():
         calls = Counter()
@@ -90,10 +95,10 @@ def test_a_call_whose_output_is_unused_still_runs_and_raises_under_jit():
         return flaky_rrule
 
     cells = {}
-    for name, settings in (("jit", JIT), ("eager", EAGER)):
+    for name, settings in (("jit", JIT), ("traced", TRACED), ("eager", EAGER)):
         (row,) = run_matrix(make(), contexts=["output-unused"], engines=["jax"], settings=settings).rows
         cells[name] = (row.cells["jax"].status, row.cells["jax"].message)
-    assert cells["jit"] == cells["eager"] == ("raised", "ValueError: flaky_rrule refuses a second call")
+    assert cells["jit"] == cells["traced"] == cells["eager"] == ("raised", "ValueError: flaky_rrule refuses a second call")
 
 
 def test_a_rule_jit_cannot_trace_falls_back_to_eager_recorded_with_the_same_cells():
@@ -120,7 +125,8 @@ def test_a_rule_jit_cannot_trace_falls_back_to_eager_recorded_with_the_same_cell
     assert eager_fallbacks(eager_rule) == {}
 
 
-def test_a_mutating_numpy_rule_raises_under_jit_as_under_eager():
+@pytest.mark.parametrize("settings", [JIT, TRACED], ids=["jit", "traced"])
+def test_a_mutating_numpy_rule_raises_under_jit_and_traced_as_under_eager(settings):
     def addone_(a):
         a += 1
         return a.sum()
@@ -133,7 +139,7 @@ def test_a_mutating_numpy_rule_raises_under_jit_as_under_eager():
 
         return addone_rrule
 
-    compiled = run_matrix(make(), engines=["jax"], settings=JIT)
+    compiled = run_matrix(make(), engines=["jax"], settings=settings)
     eager = run_matrix(make(), engines=["jax"], settings=EAGER)
     assert _jax_cells(compiled) == _jax_cells(eager)
     assert {status for _, status, _ in _jax_cells(compiled)} == {"raised"}
@@ -165,18 +171,50 @@ def _programs(rule):
     return list(rule.extra.get(_jax_engine._PROGRAMS, {}).values())
 
 
-def test_auto_runs_a_numpy_rules_programs_eagerly_however_often_the_rule_is_checked():
+def test_auto_traces_a_numpy_rules_programs_once_and_compiles_nothing(compiles):
+    """Under "auto" a NumPy rule's programs are traced by JAX and run with NumPy: not one XLA compilation,
+    from the first matrix on (eager JAX compiles each primitive once per shape), and a later matrix reuses
+    the traces."""
     rule = _softplus_rule()
     first = run_matrix(rule, engines=["jax"], settings=AUTO)
+    assert compiles["compiles"] == 0
     programs = _programs(rule)
     assert len(programs) == len(first.rows)
-    assert all(p.matrices == 1 and p.compiled is None for p in programs)  # eager: nothing compiled
+    assert all(p.matrices == 1 and p.compiled is None and len(p.traced) == 1 for p in programs)
     again = run_matrix(rule, engines=["jax"], settings=AUTO)
-    # A second matrix compiles nothing either (compiling pays back only after about a dozen matrices).
-    assert all(p.matrices == 2 and p.compiled is None for p in _programs(rule))
-    assert _jax_cells(again) == _jax_cells(first)
+    assert all(p.matrices == 2 and p.compiled is None and len(p.traced) == 1 for p in _programs(rule))
+    assert _jax_cells(again) == _jax_cells(first) == _jax_cells(run_matrix(_softplus_rule(), engines=["jax"], settings=EAGER))
+    assert compiles["compiles"] > 0  # eager JAX, for comparison, compiled its primitives
+    assert eager_fallbacks(rule) == {}
     compiled = run_matrix(rule, engines=["jax"], settings=JIT)
     assert all(p.compiled is not None for p in _programs(rule)) and _jax_cells(compiled) == _jax_cells(first)
+
+
+def test_a_program_holding_a_primitive_numpy_does_not_run_here_runs_eagerly_recorded(monkeypatch):
+    from gradguard.engines.jax_engine import _numpy_eval
+
+    monkeypatch.delitem(_numpy_eval.KNOWN, "mul")
+    rule = _softplus_rule()
+    traced = run_matrix(rule, engines=["jax"], settings=TRACED)
+    assert _jax_cells(traced) == _jax_cells(run_matrix(_softplus_rule(), engines=["jax"], settings=EAGER))
+    fallen = eager_fallbacks(rule)
+    assert set(fallen) == {r.context.name for r in traced.rows}
+    assert all(why.startswith("run by JAX, not NumPy: the program holds primitives run here only by JAX: mul")
+               for why in fallen.values())
+
+
+def test_a_jax_rules_programs_run_eagerly_under_traced(compiles):
+    from gradguard.checker import jax_rule
+
+    @jax.custom_vjp
+    def softplus(x):
+        return jnp.logaddexp(0.0, x)
+
+    softplus.defvjp(lambda x: (jnp.logaddexp(0.0, x), x), lambda x, g: (g * jax.nn.sigmoid(x),))
+    rule = jax_rule(softplus, arrays(shape=(3,)), name="softplus")
+    traced = run_matrix(rule, engines=["jax"], settings=TRACED)
+    assert all(p.traced == {} for p in _programs(rule))
+    assert all(status == "right" for _, status, _ in _jax_cells(traced))
 
 
 def test_auto_compiles_a_jax_rules_program_at_once_only_while_the_persistent_cache_is_in_force(tmp_path):
@@ -203,13 +241,13 @@ def test_auto_compiles_a_jax_rules_program_at_once_only_while_the_persistent_cac
 
 def test_jax_column_setting_is_validated_and_reaches_the_matrix():
     rule = _softplus_rule()
-    with pytest.raises(UsageError, match=r"jax_column='fast'.*'auto', 'jit', 'eager'"):
+    with pytest.raises(UsageError, match=r"jax_column='fast'.*'auto', 'jit', 'eager', 'traced'"):
         check(rule, jax_column="fast")
-    with pytest.raises(ValueError, match=r"jax_column='fast'.*'auto', 'jit', 'eager'"):
+    with pytest.raises(ValueError, match=r"jax_column='fast'.*'auto', 'jit', 'eager', 'traced'"):
         run_matrix(rule, engines=["jax"], settings={"jax_column": "fast"})
     with pytest.raises(ValueError, match=r"engine setting 'jax_mode'"):
         run_matrix(rule, engines=["jax"], settings={"jax_mode": "jit"})
-    for mode in ("auto", "jit", "eager"):
+    for mode in ("auto", "jit", "eager", "traced"):
         report = check(rule, select=["GG501"], jax_column=mode)
         assert report.rules[0].verdict == "pass"
 
