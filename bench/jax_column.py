@@ -1,7 +1,8 @@
-"""The safety matrix's JAX column, compiled per context program (``jit``) against eager JAX.
+"""The safety matrix's JAX column, compiled per context program (``jit``) or traced and run with NumPy
+(``traced``), against eager JAX.
 
     python bench/jax_column.py                      # the timing table (fresh processes)
-    python bench/jax_column.py --corpus             # also: every corpus rule's matrix under both modes, cell by cell
+    python bench/jax_column.py --corpus             # also: every corpus rule's matrix under each mode, cell by cell
 
 For a NumPy softplus rrule on (3,) (its programs hold host callbacks, which JAX never stores in its
 persistent cache), the JAX softplus ``custom_vjp`` on (5,), and the four rules of `matrix_speed.py` checked
@@ -11,8 +12,10 @@ one after another in one process (how ``gradguard check`` meets a module), it ru
 of the first matrix, compiled and loaded from the persistent cache. Ratios are against eager in the
 same situation, measured in the same run.
 
-``--corpus`` runs every labelled corpus rule's whole matrix under both modes (one process, the rules in
-order) and prints every cell whose status differs, and the JAX contexts that fell back to eager.
+``--corpus`` runs every labelled corpus rule's whole matrix under eager and each of ``--modes`` (one
+process, the rules in order; ``--realworld``: the real-world corpus) and prints every cell whose status
+differs from eager's, the largest relative change of a value or slope, and the JAX contexts that ran
+eagerly instead.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-MODES = ("eager", "jit", "auto")
+MODES = ("eager", "jit", "traced", "auto")
 
 
 def _rules(kind: str) -> list:
@@ -118,16 +121,20 @@ def timings(repeats: int, kinds: list[str], caches: list[str]) -> None:
                       f"{r['compiled']:>8} {r['from_disk']:>9} {'yes' if r['cells'] == ref['cells'] else 'NO':>10}")
 
 
-def corpus(names: list[str] | None) -> None:
-    from _cases import load_cases
+def corpus(names: list[str] | None, modes: list[str], realworld: bool = False) -> None:
+    """Every corpus rule's whole matrix under each mode (one process, eager first for each rule), compared
+    cell by cell with eager: statuses, and how far values and slopes moved (relative)."""
+    import numpy as np
+    from _cases import load_cases, load_realworld_cases
 
     from gradguard.checker.contexts import run_matrix
     from gradguard.checker.contexts._jax_engine import eager_fallbacks
 
     warnings.simplefilter("ignore")
-    cases = load_cases(names=names)
-    modes = ("eager", "jit")
+    cases = load_realworld_cases(names=names) if realworld else load_cases(names=names)
+    modes = ["eager"] + [m for m in modes if m != "eager"]
     differ, total, times = [], 0, {m: 0.0 for m in modes}
+    moved = {m: 0.0 for m in modes}
     fallbacks = {}
     for case in cases:
         got = {}
@@ -137,18 +144,25 @@ def corpus(names: list[str] | None) -> None:
             times[mode] += time.perf_counter() - start
         if eager_fallbacks(case.rule):
             fallbacks[case.key] = eager_fallbacks(case.rule)
-        for a, b in zip(got["eager"]["cells"], got["jit"]["cells"]):
-            total += 1
-            if a["status"] != b["status"]:
-                differ.append((case.key, a["context"], a["engine"], a["status"], b["status"]))
-        if got["eager"]["skipped"] != got["jit"]["skipped"]:
-            differ.append((case.key, "skipped contexts", "", "", ""))
-    print(f"\ncorpus: {len(cases)} rules, {total} cells; matrix time eager {times['eager']:.1f} s, jit {times['jit']:.1f} s "
-          f"(eager ran first for each rule)")
-    print(f"cells whose status differs between eager and jit: {len(differ)}")
+        for mode in modes[1:]:
+            for a, b in zip(got["eager"]["cells"], got[mode]["cells"]):
+                total += a["engine"] == "jax"
+                if a["status"] != b["status"]:
+                    differ.append((case.key, mode, a["context"], a["engine"], a["status"], b["status"]))
+                for field in ("value", "slope"):
+                    x, y = a.get(field), b.get(field)
+                    if a["engine"] == "jax" and isinstance(x, (int, float)) and isinstance(y, (int, float)) and np.isfinite(x):
+                        moved[mode] = max(moved[mode], abs(x - y) / max(1.0, abs(x)))
+            if got["eager"]["skipped"] != got[mode]["skipped"]:
+                differ.append((case.key, mode, "skipped contexts", "", "", ""))
+    print(f"\ncorpus: {len(cases)} rules, {total} JAX cells per mode compared; whole-matrix time "
+          + ", ".join(f"{m} {times[m]:.1f} s" for m in modes) + " (eager ran first for each rule)")
+    print("largest relative change of a JAX cell's value or slope against eager: "
+          + ", ".join(f"{m} {moved[m]:.2g}" for m in modes[1:]))
+    print(f"cells whose status differs from eager: {len(differ)}")
     for d in differ:
         print("   ", " | ".join(d))
-    print(f"JAX contexts that fell back to eager: {sum(len(f) for f in fallbacks.values())}")
+    print(f"JAX contexts that ran eagerly instead: {sum(len(f) for f in fallbacks.values())}")
     for key, f in fallbacks.items():
         for context, reason in f.items():
             print(f"    {key} {context}: {reason[:160]}")
@@ -161,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--caches", default="none,empty folder,filled", help="persistent cache settings: none, empty folder, filled")
     parser.add_argument("--corpus", action="store_true", help="also compare every corpus rule's matrix cell by cell")
     parser.add_argument("--cases", default=None, help="comma-separated corpus rule names for --corpus")
+    parser.add_argument("--modes", default="jit,traced", help="modes --corpus compares with eager (comma-separated)")
+    parser.add_argument("--realworld", action="store_true", help="--corpus runs the real-world corpus (tests/realworld)")
     parser.add_argument("--no-timings", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_timings:
         timings(args.repeats, args.kinds.split(","), args.caches.split(","))
     if args.corpus:
-        corpus(args.cases.split(",") if args.cases else None)
+        corpus(args.cases.split(",") if args.cases else None, args.modes.split(","), args.realworld)
     return 0
 
 
