@@ -14,7 +14,7 @@ Four ways to run a program (the ``jax_column`` setting, `MODES`):
   the compiled program (its outputs are returned beside the value), so a call whose output is unused
   still runs, and raises, as it does eagerly.
 * ``"traced"`` (NumPy rules): JAX traces ``value_and_grad(program)`` once per (rule, context, structure,
-  fixed arguments, shapes, dtypes), so JAX decides everything the column is about (which cotangent
+  constants, shapes, dtypes), the constants concrete as under eager JAX, so JAX decides everything the column is about (which cotangent
   reaches the rule's pullback, zeros for an unused output, how aliased uses accumulate), and the traced
   program's primitives run with NumPy (`gradguard.engines.jax_engine._numpy_eval`), the rule's host
   callbacks with read-only copies as JAX hands them: no XLA compilation. A program holding a primitive
@@ -108,7 +108,8 @@ class _Program:
     compiled: Any = None
     verified: bool = False  # its first compiled run agreed with eager JAX
     eager_because: str | None = None
-    # Traced ("traced"): per signature of the arguments (`_avals`), the closed jaxpr and its output tree.
+    # Traced ("traced"): per (inputs' structure, shapes and dtypes, constants' values), the closed jaxpr and
+    # its output tree.
     traced: dict[Any, Any] = field(default_factory=dict)
 
 
@@ -208,20 +209,29 @@ def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
 
 
 def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[float, tuple]:
-    """The program traced by JAX once per signature of its arguments, its primitives run with NumPy."""
+    """The program traced by JAX, its primitives run with NumPy.
+
+    The plan's constants (the context's weights, the rule's fixed arguments) stay concrete values while JAX
+    traces, as they are under eager JAX: a fixed argument that sets an output's shape (a repeat count) must
+    be a number there, not a tracer. So a trace serves the plans with the same constants, value for value,
+    and inputs of the same shapes and dtypes (a kink's moved inputs, a rule checked again)."""
     import jax
 
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
     from gradguard.engines.jax_engine._relay import RelayedError, recover
 
+    consts = plan.consts
     try:
-        flat, tree = jax.tree_util.tree_flatten((plan.consts, *plan.inputs))
-        key = (tree, tuple((type(x), np.shape(x), np.result_type(x).str) for x in flat))
-        found = program.traced.get(key)
+        flat, tree = jax.tree_util.tree_flatten(tuple(plan.inputs))
+        fixed = _value_key(consts)
+        key = None if fixed is None else (tree, tuple((type(x), np.shape(x), np.result_type(x).str) for x in flat), fixed)
+        found = program.traced.get(key) if key is not None else None
         if found is None:
-            closed, shape = jax.make_jaxpr(_with_outputs(plan.program, ops, len(plan.inputs)), return_shape=True)(
-                plan.consts, *plan.inputs)
-            found = program.traced[key] = (closed, jax.tree_util.tree_structure(shape))
+            differentiated = _with_outputs(plan.program, ops, len(plan.inputs))
+            closed, shape = jax.make_jaxpr(lambda *xs: differentiated(consts, *xs), return_shape=True)(*plan.inputs)
+            found = (closed, jax.tree_util.tree_structure(shape))
+            if key is not None:
+                program.traced[key] = found
         closed, out_tree = found
         (value, _outputs), grads = jax.tree_util.tree_unflatten(out_tree, evaluate(closed, flat))
     except RelayedError as exc:
@@ -234,6 +244,21 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
     except Exception as exc:  # noqa: BLE001 - JAX could not trace it this way: eager JAX decides, as before
         return _fall_back(rule, plan, ops, program, text(exc))
     return scalar(value), _numpy(grads)
+
+
+def _value_key(tree: Any) -> Any:
+    """A hashable key of ``tree``'s structure and every leaf's type, shape, dtype and bytes; None where a leaf
+    is not a number or an array (then nothing is reused)."""
+    import jax
+
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    parts = []
+    for leaf in leaves:
+        if not isinstance(leaf, (np.ndarray, np.generic, bool, int, float, complex)):
+            return None
+        a = np.asarray(leaf)
+        parts.append((type(leaf), a.shape, a.dtype.str, a.tobytes()))
+    return structure, tuple(parts)
 
 
 def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, reason: str,

@@ -55,7 +55,7 @@ def to_custom_vjp(
     rule unchanged and never traced. Output shapes and dtypes come from
     ``example_args`` when their shapes match, from the call's own values when
     it is not traced, and otherwise from one run of the rule on arrays of
-    ones of the traced shapes.
+    ones of the traced shapes (its untraced arguments as they are).
     """
     if not callable(rrule):
         raise AdapterError(f"Got rrule={rrule!r}, but to_custom_vjp needs a function returning (output, pullback).")
@@ -188,7 +188,9 @@ class AdaptedRule:
             return args
         if self.example_args is not None and tuple(_signature(a, jax) for a in self.example_args) == key:
             return self.example_args
-        return [np.ones(np.shape(a), _dtype(a)) if _is_array_like(a, jax) else a for a in args]
+        # Only traced values are stood in for by ones: a concrete argument (a repeat count, a fixed axis length)
+        # may set the output's shape, and is passed as it is.
+        return [np.ones(np.shape(a), _dtype(a)) if isinstance(a, jax.core.Tracer) else a for a in args]
 
     # -- host side -----------------------------------------------------------------
 

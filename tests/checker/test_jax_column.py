@@ -190,6 +190,29 @@ def test_auto_traces_a_numpy_rules_programs_once_and_compiles_nothing(compiles):
     assert all(p.compiled is not None for p in _programs(rule)) and _jax_cells(compiled) == _jax_cells(first)
 
 
+def test_a_fixed_argument_that_sets_the_outputs_shape_stays_a_number_while_jax_traces():
+    """A repeat count is a number under eager JAX (the rule's output shape follows it); traced as an argument
+    it would be a tracer, the output's shape inferred from another count, and every cell an error. Traced
+    programs keep the plan's constants concrete, and reuse a trace only for the same constants."""
+    from gradguard.checker import constant
+
+    def repeat(x, k):
+        return np.repeat(x, k, axis=1)
+
+    def make():
+        @rrule(repeat, arrays(shape=(2, 3)), constant(2))
+        def repeat_rrule(x, k):
+            return repeat(x, k), lambda g: (g.reshape(*x.shape, k).sum(axis=-1), None)
+
+        return repeat_rrule
+
+    rule = make()
+    traced = run_matrix(rule, engines=["jax"], settings=TRACED)
+    assert _jax_cells(traced) == _jax_cells(run_matrix(make(), engines=["jax"], settings=EAGER))
+    assert {status for _, status, _ in _jax_cells(traced)} == {"right"}
+    assert eager_fallbacks(rule) == {}
+
+
 def test_a_program_holding_a_primitive_numpy_does_not_run_here_runs_eagerly_recorded(monkeypatch):
     from gradguard.engines.jax_engine import _numpy_eval
 
