@@ -14,8 +14,8 @@ same situation, measured in the same run.
 
 ``--corpus`` runs every labelled corpus rule's whole matrix under eager and each of ``--modes`` (one
 process, the rules in order; ``--realworld``: the real-world corpus) and prints every cell whose status
-differs from eager's, the largest relative change of a value or slope, and the JAX contexts that ran
-eagerly instead.
+differs from eager's, the largest change of a cell's relative error, the cells whose message differs, and
+the JAX contexts that ran eagerly instead.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def corpus(names: list[str] | None, modes: list[str], realworld: bool = False) -
     modes = ["eager"] + [m for m in modes if m != "eager"]
     differ, total, times = [], 0, {m: 0.0 for m in modes}
     moved = {m: 0.0 for m in modes}
+    reworded: dict[str, list] = {m: [] for m in modes}
     fallbacks = {}
     for case in cases:
         got = {}
@@ -149,16 +150,21 @@ def corpus(names: list[str] | None, modes: list[str], realworld: bool = False) -
                 total += a["engine"] == "jax"
                 if a["status"] != b["status"]:
                     differ.append((case.key, mode, a["context"], a["engine"], a["status"], b["status"]))
-                for field in ("value", "slope"):
-                    x, y = a.get(field), b.get(field)
-                    if a["engine"] == "jax" and isinstance(x, (int, float)) and isinstance(y, (int, float)) and np.isfinite(x):
-                        moved[mode] = max(moved[mode], abs(x - y) / max(1.0, abs(x)))
+                x, y = a.get("rel_error"), b.get("rel_error")  # the cell's error against finite differences
+                if a["engine"] == "jax" and isinstance(x, (int, float)) and isinstance(y, (int, float)) and np.isfinite(x):
+                    moved[mode] = max(moved[mode], abs(x - y))
+                if a["engine"] == "jax" and a["status"] == b["status"] and a.get("message") != b.get("message"):
+                    reworded[mode].append((case.key, a["context"], str(a.get("message")), str(b.get("message"))))
             if got["eager"]["skipped"] != got[mode]["skipped"]:
                 differ.append((case.key, mode, "skipped contexts", "", "", ""))
     print(f"\ncorpus: {len(cases)} rules, {total} JAX cells per mode compared; whole-matrix time "
           + ", ".join(f"{m} {times[m]:.1f} s" for m in modes) + " (eager ran first for each rule)")
-    print("largest relative change of a JAX cell's value or slope against eager: "
+    print("largest change of a JAX cell's relative error (against finite differences) from eager's: "
           + ", ".join(f"{m} {moved[m]:.2g}" for m in modes[1:]))
+    for mode in modes[1:]:
+        print(f"JAX cells with eager's status and another message under {mode}: {len(reworded[mode])}")
+        for key, context, was, now in reworded[mode]:
+            print(f"    {key} {context}: eager {was[:70]!r}, {mode} {now[:70]!r}")
     print(f"cells whose status differs from eager: {len(differ)}")
     for d in differ:
         print("   ", " | ".join(d))
