@@ -98,9 +98,9 @@ def timings(repeats: int, kinds: list[str], caches: list[str]) -> None:
     print("JAX column alone (run_matrix(engines=['jax'])), a fresh process per row; 1st: the first matrix of the")
     print(f"process (cold); 2nd: the second; warm: median of {repeats} later ones; compiled / from disk: XLA programs")
     print("of the first matrix; x eager: against eager in the same situation, same run")
-    print(f"{'rules':30} {'persistent cache':19} {'mode':6} {'1st (s)':>8} {'x eager':>7} {'2nd (s)':>8} {'x eager':>7} "
+    print(f"{'rules':30} {'persistent cache':19} {'mode':7} {'1st (s)':>8} {'x eager':>7} {'2nd (s)':>8} {'x eager':>7} "
           f"{'warm (s)':>8} {'x eager':>7} {'compiled':>8} {'from disk':>9} {'same cells':>10}")
-    print("-" * 142)
+    print("-" * 143)
     labels = {"numpy": "NumPy softplus rrule (3,)", "jax": "JAX softplus custom_vjp (5,)", "module": "4 NumPy rules in one process"}
     for kind in kinds:
         for cache_label in caches:
@@ -116,7 +116,7 @@ def timings(repeats: int, kinds: list[str], caches: list[str]) -> None:
             ref = rows["eager"]
             for mode in MODES:
                 r = rows[mode]
-                print(f"{labels[kind]:30} {cache_label:19} {mode:6} {r['cold']:>8.3f} {r['cold'] / ref['cold']:>7.2f} "
+                print(f"{labels[kind]:30} {cache_label:19} {mode:7} {r['cold']:>8.3f} {r['cold'] / ref['cold']:>7.2f} "
                       f"{r['second']:>8.3f} {r['second'] / ref['second']:>7.2f} {r['warm']:>8.3f} {r['warm'] / ref['warm']:>7.2f} "
                       f"{r['compiled']:>8} {r['from_disk']:>9} {'yes' if r['cells'] == ref['cells'] else 'NO':>10}")
 

@@ -169,8 +169,9 @@ def test_checker_speed_tiny(tmp_path: Path) -> None:
 def test_jax_column_tiny() -> None:
     """The JAX column's modes side by side in fresh processes, and the cell-by-cell corpus comparison."""
     out = run("jax_column.py", "--kinds", "numpy", "--caches", "none", "--repeats", "1", "--corpus", "--cases", "mul_rrule")
-    for mode in ("eager", "jit", "auto"):
+    for mode in ("eager", "jit", "traced", "auto"):
         assert any(line.startswith("NumPy softplus rrule (3,)") and f" {mode} " in line and line.rstrip().endswith("yes")
                    for line in out.splitlines()), out
-    assert "cells whose status differs between eager and jit: 0" in out
-    assert "JAX contexts that fell back to eager: 0" in out
+    assert "cells whose status differs from eager: 0" in out
+    assert "JAX cells with eager's status and another message under traced: 0" in out
+    assert "JAX contexts that ran eagerly instead: 0" in out
