@@ -226,7 +226,7 @@ def test_a_program_holding_a_primitive_numpy_does_not_run_here_runs_eagerly_reco
                for why in fallen.values())
 
 
-def test_a_jax_rules_programs_run_eagerly_under_traced(compiles):
+def _jax_softplus_rule():
     from gradguard.checker import jax_rule
 
     @jax.custom_vjp
@@ -234,22 +234,20 @@ def test_a_jax_rules_programs_run_eagerly_under_traced(compiles):
         return jnp.logaddexp(0.0, x)
 
     softplus.defvjp(lambda x: (jnp.logaddexp(0.0, x), x), lambda x, g: (g * jax.nn.sigmoid(x),))
-    rule = jax_rule(softplus, arrays(shape=(3,)), name="softplus")
+    return jax_rule(softplus, arrays(shape=(3,)), name="softplus")
+
+
+def test_a_jax_rules_programs_run_eagerly_under_traced():
+    rule = _jax_softplus_rule()
     traced = run_matrix(rule, engines=["jax"], settings=TRACED)
     assert all(p.traced == {} for p in _programs(rule))
     assert all(status == "right" for _, status, _ in _jax_cells(traced))
 
 
 def test_auto_compiles_a_jax_rules_program_at_once_only_while_the_persistent_cache_is_in_force(tmp_path):
-    from gradguard.checker import jax_rule
     from gradguard.engines.jax_engine._runtime import load
 
-    @jax.custom_vjp
-    def softplus(x):
-        return jnp.logaddexp(0.0, x)
-
-    softplus.defvjp(lambda x: (jnp.logaddexp(0.0, x), x), lambda x, g: (g * jax.nn.sigmoid(x),))
-    jax_softplus = jax_rule(softplus, arrays(shape=(3,)), name="softplus")
+    jax_softplus = _jax_softplus_rule()
     config = load().config
     before = config.jax_compilation_cache_dir
     assert _jax_engine._compiles_under_auto(jax_softplus) == bool(before)
