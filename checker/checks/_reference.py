@@ -218,15 +218,15 @@ def same_around(case: Case, reference: Callable[..., Any], out: tuple[Any, ...],
 
 
 def _reference_values(case: Case, primal: Callable[..., Any]) -> Callable[..., Any]:
-    """The reference's values (NumPy) at given arguments: jitted (cached, as for its vjp), eagerly for primals
-    jit refuses."""
+    """The reference's values (NumPy) at given arguments: as under jit (`run_traced`, as for its vjp), eagerly
+    for primals jit refuses."""
     from gradguard.engines import jax_engine
 
     bound, diff = bind_nondiff(primal, case)
 
     def values(*args: Any) -> Any:
         try:
-            return jax_engine.run_under(bound, [args[i] for i in diff], transform="jit")
+            return jax_engine.run_traced(bound, [args[i] for i in diff], transform="jit")
         except Exception:  # noqa: BLE001 - not jittable: run it eagerly
             return tree_map(lambda v: None if v is None else np.asarray(v), primal(*args))
 
@@ -244,7 +244,8 @@ class _Untraceable(Exception):
 
 
 def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any, ...]:
-    """``jax.vjp`` of ``primal`` at the case's input: jitted (cached) first, eagerly for primals jit refuses."""
+    """``jax.vjp`` of ``primal`` at the case's input: as under jit first (traced once per shape and run with
+    NumPy, or compiled where NumPy does not run the trace: `run_traced`), eagerly for primals jit refuses."""
     from gradguard.engines import jax_engine
     from gradguard.engines.errors import AdapterError
 
@@ -256,12 +257,12 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = jax_engine.run_under(bound, xs, transform="jit")
+            out = jax_engine.run_traced(bound, xs, transform="jit")
             if translated:
                 check_faithful(case, out)
             ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, tuple_like(out, cotangent))
             del out  # the gradient's run makes its own
-            return spread(jax_engine.run_under(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
+            return spread(jax_engine.run_traced(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
     except Skip:
         raise
     except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace tells traceable from not

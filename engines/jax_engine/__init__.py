@@ -8,6 +8,7 @@
     reference_vjp(primal, args, ct)   jax.vjp of a jax.numpy primal (GG203's reference)
     second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
     run_under(f, args, transform=)    value or gradient under none/jit/grad/jit_grad/vmap (GG601, GG602)
+    run_traced(f, args, transform=)   run_under's jit/jit_grad traced once and run with NumPy, no compilation (GG203)
     configure(device=), environment() float64, device placement, versions for reports
     Compiled(fun)(args, fixed=...)    a JAX function on concrete values, compiled per key, eager where jit differs
     use_compilation_cache(folder)     JAX's persistent compilation cache in folder (later processes load, not compile)
@@ -26,7 +27,7 @@ from gradguard.engines.jax_engine._relay import relaying
 from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment, use_compilation_cache
 from gradguard.engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
-from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_under
+from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_traced, run_under
 
 __all__ = [
     "to_custom_vjp",
@@ -44,6 +45,7 @@ __all__ = [
     "reference_vjp",
     "second_order_vjp",
     "run_under",
+    "run_traced",
     "TRANSFORMS",
     "cache_info",
     "clear_cache",

@@ -142,6 +142,20 @@ def _iota(dtype: Any, shape: Sequence[int], dimension: int, **_: Any) -> Any:
     return np.broadcast_to(np.arange(shape[dimension], dtype=dtype).reshape(index), tuple(shape))
 
 
+def _cumulative(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(x: Any, axis: int, reverse: bool = False, **_: Any) -> Any:
+        x = np.asarray(x)
+        if reverse:
+            return np.flip(fn(np.flip(x, axis), axis=axis), axis)
+        return fn(x, axis=axis)
+
+    return run
+
+
+def _split(x: Any, sizes: Sequence[int], axis: int, **_: Any) -> list[Any]:
+    return np.split(np.asarray(x), np.cumsum([int(n) for n in sizes])[:-1], axis=axis)
+
+
 def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
     return lambda x, **_: fn(np.asarray(x))
 
@@ -187,6 +201,16 @@ KNOWN: dict[str, Callable[..., Any]] = {
     "sinh": _unary(np.sinh),
     "cosh": _unary(np.cosh),
     "tanh": _unary(np.tanh),
+    "asinh": _unary(np.arcsinh),
+    "acosh": _unary(np.arccosh),
+    "atanh": _unary(np.arctanh),
+    "cumsum": _cumulative(np.cumsum),
+    "cumprod": _cumulative(np.cumprod),
+    "cummax": _cumulative(np.maximum.accumulate),
+    "cummin": _cumulative(np.minimum.accumulate),
+    "split": _split,
+    "tile": lambda x, reps, **_: np.tile(np.asarray(x), tuple(reps)),
+    "stop_gradient": _unary(np.copy),
     "logistic": _unary(lambda x: 1 / (1 + np.exp(-x))),
     "floor": _unary(np.floor),
     "ceil": _unary(np.ceil),
@@ -300,7 +324,8 @@ def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
 # Primitives that move, pick or relabel values, or read only their class: XLA leaves subnormal values as they
 # are there (tests/engines/test_jax_numpy_eval.py draws subnormal inputs for every primitive, compared with XLA).
 _MOVES = frozenset({"broadcast_in_dim", "reshape", "squeeze", "transpose", "rev", "concatenate", "pad", "slice", "copy",
-                    "select_n", "neg", "abs", "real", "imag", "conj", "complex", "iota", "is_finite", "and", "or", "not"})
+                    "select_n", "neg", "abs", "real", "imag", "conj", "complex", "iota", "is_finite", "and", "or", "not",
+                    "split", "tile", "stop_gradient"})
 
 
 def _flushed(x: np.ndarray) -> np.ndarray:

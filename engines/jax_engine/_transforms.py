@@ -22,12 +22,15 @@ from gradguard.engines.errors import AdapterError
 from gradguard.engines.jax_engine import _relay
 from gradguard.engines.jax_engine._runtime import load
 
-__all__ = ["TRANSFORMS", "run_under", "cache_info", "clear_cache"]
+__all__ = ["TRANSFORMS", "run_under", "run_traced", "cache_info", "clear_cache"]
 
 TRANSFORMS = ("none", "jit", "grad", "jit_grad", "vmap")
 
 _MAX_CACHED = 256
 _cache: "collections.OrderedDict[Any, Callable[..., Any]]" = collections.OrderedDict()
+# run_traced's traces: per (transformed function, static arguments, argument shapes and dtypes), the closed
+# jaxpr and its output tree.
+_traces: "collections.OrderedDict[Any, Any]" = collections.OrderedDict()
 _stats = {"hits": 0, "misses": 0}
 
 
@@ -67,6 +70,65 @@ def run_under(
         else:
             result = call(*args)
         result = jax.block_until_ready(result)
+    return jax.tree_util.tree_map(np.asarray, result)
+
+
+def run_traced(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    transform: str,
+    cotangent: Any = None,
+    nondiff: Sequence[int] = (),
+) -> Any:
+    """What ``run_under`` gives under "jit" or "jit_grad", without compiling: JAX traces the function (or its
+    ``vjp``) once per (function, static arguments, argument shapes and dtypes) and the trace runs with NumPy
+    (`gradguard.engines.jax_engine._numpy_eval`; XLA's treatment of subnormal numbers included). Where the trace
+    holds a primitive NumPy does not run here, or JAX cannot trace it this way, ``run_under`` runs it. The
+    values are XLA's up to rounding (a few units in the last place)."""
+    if transform not in ("jit", "jit_grad"):
+        raise ValueError(f"Got transform={transform!r}, but run_traced runs 'jit' or 'jit_grad'.")
+    from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
+
+    jax = load()
+    nondiff = tuple(sorted(set(nondiff)))
+    static = tuple(i for i, a in enumerate(args) if not _numeric(a))
+    nargs = len(args)
+    base = _transformed(fn, "none" if transform == "jit" else "grad", nondiff, static, nargs)
+    grad = transform == "jit_grad"
+    values = tuple(a if i in static else np.asarray(a) for i, a in enumerate(args))
+    if grad:
+        values += (None if cotangent is None else jax.tree_util.tree_map(np.asarray, cotangent),)
+    try:
+        dynamic = [v for i, v in enumerate(values) if i not in static]
+        flat, tree = jax.tree_util.tree_flatten(dynamic)
+        key = (base, tuple(values[i] for i in static), tree, tuple((np.shape(x), np.result_type(x).str) for x in flat))
+        hash(key)
+    except TypeError:  # an unhashable static argument: nothing to key a trace on
+        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    found = _traces.get(key)
+    if found is False:  # an earlier call found that NumPy does not run this trace
+        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    try:
+        if found is None:
+            closed, shape = jax.make_jaxpr(base, static_argnums=static, return_shape=True)(*values)
+            found = _traces[key] = (closed, jax.tree_util.tree_structure(shape))
+            while len(_traces) > _MAX_CACHED:
+                _traces.popitem(last=False)
+        result = jax.tree_util.tree_unflatten(found[1], evaluate(found[0], flat))
+    except _relay.RelayedError as exc:
+        original = _relay.recover(exc)
+        if original is None:
+            raise
+        raise original from None
+    except Unsupported:
+        _traces[key] = False
+        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    except Exception:  # noqa: BLE001 - not traceable this way: XLA runs it, and raises what it raises
+        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    if grad:
+        by_pos = dict(zip(_diff(nondiff, static, nargs), result))
+        result = tuple(by_pos.get(i) for i in range(nargs))
     return jax.tree_util.tree_map(np.asarray, result)
 
 
@@ -151,8 +213,9 @@ def cache_info() -> dict[str, int]:
 
 
 def clear_cache() -> None:
-    """Drop the cached transformed functions (and with them their compilations)."""
+    """Drop the cached transformed functions (and with them their compilations) and run_traced's traces."""
     _cache.clear()
+    _traces.clear()
     _stats.update(hits=0, misses=0)
 
 

@@ -51,6 +51,7 @@ ELEMENTWISE = {
     "sqrt": lambda x: jnp.sqrt(x * x), "rsqrt": lambda x: lax.rsqrt(x * x + 1), "sin": jnp.sin, "cos": jnp.cos,
     "tan": lambda x: jnp.tan(x / 3), "asin": lambda x: jnp.arcsin(x / 4), "acos": lambda x: jnp.arccos(x / 4),
     "atan": jnp.arctan, "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "logistic": jax.nn.sigmoid,
+    "asinh": jnp.arcsinh, "acosh": lambda x: jnp.arccosh(x * x + 1), "atanh": lambda x: jnp.arctanh(x / 4),
     "floor": jnp.floor, "ceil": jnp.ceil, "square": lambda x: lax.square(x),
     "integer_pow": lambda x: (x ** 2, x ** 3, x ** 5, x ** -2, x ** 0),
     "select_n": lambda x: jnp.where(x > 0, x, -2 * x), "compare": lambda x: (x > 0, x >= 0, x < 1, x <= 1, x == 0, x != 0),
@@ -71,6 +72,9 @@ STRUCTURAL = {
     "batched_dot": lambda x: jnp.matmul(x[..., None], 2 * x[..., None, :]),
     "iota": lambda x: x + lax.broadcasted_iota(jnp.float64, x.shape, x.ndim - 1),
     "copy": lambda x: jnp.array(x, copy=True),
+    "cumulative": lambda x: (jnp.cumsum(x, axis=0), lax.cumsum(x, axis=x.ndim - 1, reverse=True), jnp.cumprod(x / 2, axis=0),
+                             lax.cummax(x, axis=0), lax.cummin(x, axis=0, reverse=True)),
+    "split_tile": lambda x: (*jnp.split(x, [1], axis=0), jnp.tile(x, (2,) + (1,) * (x.ndim - 1)), lax.stop_gradient(x) * 2),
 }
 
 
@@ -185,12 +189,12 @@ def test_a_primitive_it_does_not_know_is_refused_by_name_before_anything_runs():
 
     def rrule(x):
         calls.append(1)
-        return np.cumsum(x), lambda g: (np.cumsum(g[::-1])[::-1],)
+        return np.sin(x), lambda g: (g * np.cos(x),)
 
-    f = to_custom_vjp(rrule, name="cumsum", example_args=(np.ones(3),))
-    closed = jax.make_jaxpr(lambda v: jnp.cumsum(f(v)).sum())(np.ones(3))
+    f = to_custom_vjp(rrule, name="sin", example_args=(np.ones(3),))
+    closed = jax.make_jaxpr(lambda v: jnp.sort(f(v)).sum())(np.ones(3))
     calls.clear()
-    with pytest.raises(Unsupported, match="run here only by JAX: cumsum"):
+    with pytest.raises(Unsupported, match="run here only by JAX: sort"):
         evaluate(closed, [np.ones(3)])
     assert calls == []
 
@@ -202,3 +206,39 @@ def test_a_result_of_another_shape_than_the_programs_is_refused(monkeypatch):
     closed = jax.make_jaxpr(jnp.sin)(np.ones((2, 2)))
     with pytest.raises(Unsupported, match=r"sin gave shape \(4,\) where the program has \(2, 2\)"):
         evaluate(closed, [np.ones((2, 2))])
+
+
+def test_run_traced_gives_run_unders_jit_values_and_gradients_without_compiling():
+    from jax import monitoring
+
+    from gradguard.engines.jax_engine import run_traced, run_under
+
+    compiled = []
+    active = [True]
+    monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: compiled.append(name) if active[0] and name == "/jax/core/compile/backend_compile_duration" else None)
+
+    def f(x, y, scale):
+        return jnp.tanh(x) * y.sum() * scale
+
+    x, y, ct = np.linspace(-1, 1, 5), np.arange(3.0), np.linspace(0.5, 1.5, 5)
+    try:
+        value = run_traced(f, (x, y, 2.0), transform="jit")
+        grads = run_traced(f, (x, y, 2.0), transform="jit_grad", cotangent=ct, nondiff=(2,))
+        assert compiled == []
+    finally:
+        active[0] = False
+    np.testing.assert_allclose(value, run_under(f, (x, y, 2.0), transform="jit"), rtol=1e-13)
+    want = run_under(f, (x, y, 2.0), transform="jit_grad", cotangent=ct, nondiff=(2,))
+    assert grads[2] is None and want[2] is None
+    for got, ref in zip(grads[:2], want[:2]):
+        np.testing.assert_allclose(got, ref, rtol=1e-13)
+
+
+def test_run_traced_hands_a_trace_numpy_does_not_run_to_xla():
+    from gradguard.engines.jax_engine import run_traced, run_under
+
+    x = np.array([3.0, -1.0, 2.0])
+    got = run_traced(lambda v: jnp.sort(v) * 2.0, (x,), transform="jit")  # sort: run here only by JAX
+    np.testing.assert_array_equal(got, run_under(lambda v: jnp.sort(v) * 2.0, (x,), transform="jit"))
+    assert got.tolist() == [-2.0, 4.0, 6.0]
