@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gradguard.engines import fd
@@ -19,6 +19,11 @@ SMOOTH = {
     "poly": (lambda x: 3 * x**5 - 2 * x**3 + x - 7, lambda x: 15 * x**4 - 6 * x**2 + 1),
     "x_exp": (lambda x: x * np.exp(x), lambda x: (1 + x) * np.exp(x)),
 }
+# What a function's value is computed from, where that is much larger than the value: the polynomial is a
+# difference of terms as large as this, and rounds like it, while the error estimate prices a function's
+# rounding at eps |f(x)| (it cannot see inside f). At x = 1.2698249531780474, scale 0.1, the true error
+# (6.5e-13) was twice the estimate (3.3e-13).
+TERMS = {"poly": lambda x: 3 * abs(x) ** 5 + 2 * abs(x) ** 3 + abs(x) + 7}
 
 
 def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> None:
@@ -53,12 +58,18 @@ def test_budget_is_shallower_only_for_large_inputs_and_stays_accurate():
 @pytest.mark.parametrize("name", SMOOTH)
 @given(x=points, scale=st.sampled_from([0.1, 1.0, 5.0]))
 @settings(max_examples=30, deadline=None)
+@example(x=1.2698249531780474, scale=0.1)
 def test_derivative_of_smooth_functions_is_near_machine_precision(name, x, scale):
     f, df = SMOOTH[name]
     result = derivative(lambda t: f(x + scale * t))
     truth = scale * df(x)
     assert abs(result.value - truth) <= 1e-10 * max(1.0, abs(truth))
-    assert_within_estimate(result, truth)
+    # Beyond the estimate: the rounding it cannot see, one ulp of the terms (instead of eps |f|) differenced over
+    # the table's finest step.
+    finest = result.step / 2 ** 3
+    unseen = np.finfo(float).eps * TERMS[name](abs(x) + scale * result.step) / finest if name in TERMS else 0.0
+    assert 0 <= result.error < math.inf
+    assert abs(result.value - truth) <= result.error + unseen
     assert result.error <= 1e-9 * max(1.0, abs(truth))  # the estimate is tight enough to be useful
     assert (result.method, result.evaluations) == ("richardson", 8)
 
