@@ -122,10 +122,10 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
         program.matrices, program.last = program.matrices + 1, weakref.ref(view)
     if program.eager_because is not None:
         return _eager(plan, ops)
-    if mode == "traced" or mode == "auto" and view.rule.kind != "jax":
-        return _traced(view.rule, plan, ops, program) if view.rule.kind != "jax" else _eager(plan, ops)
-    if mode == "auto" and not _compiles_under_auto(view.rule):
-        return _eager(plan, ops)
+    if mode in ("traced", "auto") and view.rule.kind != "jax":
+        return _traced(view.rule, plan, ops, program)
+    if mode == "traced" or (mode == "auto" and not _compiles_under_auto(view.rule)):
+        return _eager(plan, ops)  # a JAX rule's programs hold its own primitives: XLA runs them
     if program.compiled is None:
         program.compiled = _compile(plan.program, ops, len(plan.inputs))
     import jax

@@ -64,9 +64,7 @@ def run_under(
     with _relay.relaying():
         if transform in ("grad", "jit_grad"):
             ct = None if cotangent is None else jax.tree_util.tree_map(jax.numpy.asarray, cotangent)
-            grads = call(*args, ct)
-            by_pos = dict(zip(_diff(nondiff, static, len(args)), grads))
-            result = tuple(by_pos.get(i) for i in range(len(args)))
+            result = _by_position(call(*args, ct), nondiff, static, len(args))
         else:
             result = call(*args)
         result = jax.block_until_ready(result)
@@ -127,8 +125,7 @@ def run_traced(
     except Exception:  # noqa: BLE001 - not traceable this way: XLA runs it, and raises what it raises
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
     if grad:
-        by_pos = dict(zip(_diff(nondiff, static, nargs), result))
-        result = tuple(by_pos.get(i) for i in range(nargs))
+        result = _by_position(result, nondiff, static, nargs)
     return jax.tree_util.tree_map(np.asarray, result)
 
 
@@ -200,6 +197,12 @@ def _build(
         return pullback(ct)
 
     return grad if transform == "grad" else jax.jit(grad, static_argnums=static)
+
+
+def _by_position(grads: Sequence[Any], nondiff: tuple[int, ...], static: tuple[int, ...], nargs: int) -> tuple[Any, ...]:
+    """One tangent per argument: the gradients at the differentiated positions, None elsewhere."""
+    by_pos = dict(zip(_diff(nondiff, static, nargs), grads))
+    return tuple(by_pos.get(i) for i in range(nargs))
 
 
 def _diff(nondiff: tuple[int, ...], static: tuple[int, ...], nargs: int) -> list[int]:
