@@ -60,7 +60,6 @@ def _corpus() -> list[tuple[str, object, dict]]:
 
 
 CASES = _corpus()
-IDS = [key for key, _, _ in CASES]
 # One rule per family runs in the quick loop; the whole corpus is marked slow (about 2 s a rule).
 QUICK = {
     "contract:trace_eye_rows_rrule",
@@ -74,9 +73,15 @@ QUICK = {
     "torch_rules:mul_wrong_flag_torch",
     "jax_jvp:softplus_offset_jvp",
 }
+# A rule's two seed-0 tests (every family, the isolation families) share one worker (`xdist_group`), where the
+# isolation test reads the full check's ids if that ran first: selecting families does not change what the
+# selected checks find (test_selecting_families_finds_what_the_full_check_finds_in_them), so checking the rule
+# again with `select` would repeat a third of the full check's work.
 ISOLATION_CASES = [
-    pytest.param(key, rule, label, id=key, marks=() if key in QUICK else (pytest.mark.slow,)) for key, rule, label in CASES
+    pytest.param(key, rule, label, id=key, marks=(pytest.mark.xdist_group(key),) if key in QUICK else (pytest.mark.slow, pytest.mark.xdist_group(key)))
+    for key, rule, label in CASES
 ]
+ALL_FAMILY_CASES = [pytest.param(key, rule, label, id=key, marks=pytest.mark.xdist_group(key)) for key, rule, label in CASES]
 CORRECT = [(key, rule) for key, rule, label in CASES if label is not None and not label["expect"]]
 
 
@@ -84,6 +89,18 @@ def _reported(rule: object, select: tuple[str, ...] | None, seed: int = 0, max_e
     result = check(rule, select=list(select) if select else None, seed=seed, max_examples=max_examples).rules[0]
     assert result.verdict != "error", f"gradguard errored on {result.name}: {result.error}"
     return sorted({f.check_id for f in result.findings})
+
+
+# Ids every family's check reported at seed 0, per corpus case, in this process (test_all_family_ids_match_label).
+_FULL: dict[str, list[str]] = {}
+
+
+def _isolation_ids(key: str, rule: object) -> list[str]:
+    """The isolation families' ids at seed 0: from this process's full check of the rule where it ran (the
+    same ids: selecting families does not change what the selected checks find), else checked with `select`."""
+    if key in _FULL:
+        return [i for i in _FULL[key] if i.startswith(ISOLATION)]
+    return _reported(rule, ISOLATION)
 
 
 def test_every_rule_has_a_valid_label() -> None:
@@ -129,15 +146,35 @@ def _compare(key: str, label: dict, got: list[str], families: tuple[str, ...] | 
     assert got == want, f"{key} ({label['bug']}): gradguard reported {got}, the label says {want}"
 
 
+# (Defined before the isolation test: a worker runs a rule's group in this order, so the full check comes first.)
+@pytest.mark.slow
+@pytest.mark.parametrize("key,rule,label", ALL_FAMILY_CASES)
+def test_all_family_ids_match_label(key: str, rule: object, label: dict) -> None:
+    _FULL[key] = _reported(rule, None)
+    _compare(key, label, _FULL[key], None)
+
+
 @pytest.mark.parametrize("key,rule,label", ISOLATION_CASES)
 def test_isolation_ids_match_label(key: str, rule: object, label: dict) -> None:
-    _compare(key, label, _reported(rule, ISOLATION), ISOLATION)
+    _compare(key, label, _isolation_ids(key, rule), ISOLATION)
+
+
+# One rule per isolation family with findings there and in the contexts (GG5), and a correct one: each
+# selection's findings, messages included, are the full check's findings of those families.
+SELECTION_CASES = ["context_mutation:addone_rrule", "state:sin_shared_buffer_rrule", "numeric:sum_ones_rrule",
+                   "cotangent:sincos_partial_none_rrule", "context_aliasing:mul_is_rrule", "correct:matmul_rrule"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key,rule,label", CASES, ids=IDS)
-def test_all_family_ids_match_label(key: str, rule: object, label: dict) -> None:
-    _compare(key, label, _reported(rule, None), None)
+@pytest.mark.parametrize("key", SELECTION_CASES)
+def test_selecting_families_finds_what_the_full_check_finds_in_them(key: str) -> None:
+    rule = next(rule for k, rule, _ in CASES if k == key)
+    full = check(rule, seed=0).rules[0].findings
+    for families in (ISOLATION, ("GG5",), ("GG2", "GG4")):
+        selected = check(rule, select=list(families), seed=0).rules[0].findings
+        assert [(f.check_id, f.message) for f in selected] == \
+            [(f.check_id, f.message) for f in full if f.check_id.startswith(families)], (key, families)
+    assert full or key.startswith("correct:"), f"{key} is labelled buggy but the full check found nothing"
 
 
 @pytest.mark.slow

@@ -570,21 +570,8 @@ def test_the_corpus_has_at_least_ten_labelled_jax_rules():
     assert sum(1 for label in labels.values() if label["expect"]) >= 10
 
 
-def _corpus_rules():
-    for path in CORPUS:
-        module = load_module(path)
-        for rule in rules_in(module):
-            yield pytest.param(rule, module.LABELS[rule.name], id=f"{path.stem}:{rule.name}")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("rule, label", list(_corpus_rules()))
-def test_corpus_rule_isolation_and_compose_findings_match_its_label(rule, label, monkeypatch):
-    monkeypatch.setattr(checker.per_rule, "BUDGET_FLOOR_S", float("inf"))  # verdicts independent of the machine's load
-    result = check(rule, ignore="GG5").rules[0]  # tests/checker/test_corpus.py compares every family
-    assert result.error is None, result.error
-    want = sorted(i for i in label["expect"] if not i.startswith("GG5"))
-    assert sorted({f.check_id for f in result.findings}) == want, [f.message for f in result.findings]
+# Each JAX corpus rule's findings against its label, every family: tests/checker/test_corpus.py
+# (test_all_family_ids_match_label), which checks these two modules with the rest of the corpus.
 
 
 def test_a_second_check_of_the_same_rule_gives_the_same_report():
