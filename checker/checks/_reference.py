@@ -160,8 +160,8 @@ def _compared_along(case: Case, primal: Callable[..., Any], reference: Callable[
 _UNTRACEABLE = "gg203_untraceable"  # RuleSpec.extra key: why JAX cannot trace this rule's primal (asked once)
 REFERENCE = "gg203_reference"  # RuleSpec.extra key: the primal JAX traces for GG203 (chosen once)
 TRANSLATED = "_gradguard_jax_numpy"  # marks a primal copy whose numpy names mean jax.numpy
-_SIGNATURES = "gg203_signatures"  # RuleSpec.extra key: input shapes GG203 compiled a reference for (NumPy rules)
-NUMPY_SIGNATURES = 2  # at most this many input shapes per NumPy rule get a (compiled) JAX reference
+_SIGNATURES = "gg203_signatures"  # RuleSpec.extra key: input shapes GG203 built a reference for (NumPy rules)
+NUMPY_SIGNATURES = 2  # at most this many input shapes per NumPy rule get a JAX reference (traced, or compiled)
 
 
 def jax_tangents(case: Case, cotangent: Any) -> tuple[Any, ...]:
@@ -181,9 +181,9 @@ def jax_tangents(case: Case, cotangent: Any) -> tuple[Any, ...]:
         signature = tuple((np.shape(case.args[i]), str(np.asarray(case.args[i]).dtype)) for i in case.diff_positions)
         if signature not in signatures and (len(signatures) >= NUMPY_SIGNATURES or (signatures and not _telling(signature))):
             raise Skip(
-                f"JAX compiles the reference once per input shape; for NumPy rules GG203 is checked on {NUMPY_SIGNATURES} "
-                "shapes only (the first drawn, then one whose dimensions all differ), so that compiling does not eat "
-                "the other checks' time"
+                f"JAX builds the reference once per input shape (traces it, and compiles it where it holds operations "
+                f"run only by XLA); for NumPy rules GG203 is checked on {NUMPY_SIGNATURES} shapes only (the first drawn, "
+                "then one whose dimensions all differ), so that building references does not eat the other checks' time"
             )
         signatures.add(signature)
     jax_ready(case)
@@ -235,7 +235,7 @@ def _reference_values(case: Case, primal: Callable[..., Any]) -> Callable[..., A
 
 def _telling(signature: tuple[tuple[tuple[int, ...], str], ...]) -> bool:
     """Whether every argument's dimensions differ from each other: shape bugs (a missing transpose, a mean
-    over the wrong axis, a wrong count) hide in square shapes, so a second compiled shape should have none."""
+    over the wrong axis, a wrong count) hide in square shapes, so the second shape given a reference should have none."""
     return all(len(set(shape)) == len(shape) for shape, _ in signature)
 
 
