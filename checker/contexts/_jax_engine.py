@@ -218,7 +218,7 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
     import jax
 
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
-    from gradguard.engines.jax_engine._relay import RelayedError, recover
+    from gradguard.engines.jax_engine._relay import RelayedError, raise_original
 
     consts = plan.consts
     try:
@@ -235,10 +235,7 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
         closed, out_tree = found
         (value, _outputs), grads = jax.tree_util.tree_unflatten(out_tree, evaluate(closed, flat))
     except RelayedError as exc:
-        original = recover(exc)
-        if original is None:
-            raise
-        raise original from None  # the rule raised in its host callback, as it would eagerly
+        raise_original(exc)  # the rule raised in its host callback, as it would eagerly
     except Unsupported as exc:
         return _fall_back(rule, plan, ops, program, f"run by JAX, not NumPy: {exc}")
     except Exception as exc:  # noqa: BLE001 - JAX could not trace it this way: eager JAX decides, as before

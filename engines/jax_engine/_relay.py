@@ -19,7 +19,7 @@ import itertools
 import logging
 import re
 import threading
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 __all__ = ["RelayedError", "relay", "relaying", "install_log_filter"]
 
@@ -53,6 +53,15 @@ def recover(exc: BaseException) -> BaseException | None:
         return _store.pop(match.group(1), None)
 
 
+def raise_original(exc: BaseException) -> NoReturn:
+    """Raise the rule's own exception where ``exc`` relays one (XLA's runtime error around a callback's
+    `RelayedError`, or that error itself where NumPy ran the callback), else ``exc`` itself."""
+    original = recover(exc)
+    if original is None:
+        raise exc
+    raise original from None
+
+
 @contextlib.contextmanager
 def relaying() -> Iterator[None]:
     """Re-raise errors from host callbacks as the exception the rule itself raised."""
@@ -61,10 +70,7 @@ def relaying() -> Iterator[None]:
     try:
         yield
     except jax.errors.JaxRuntimeError as exc:
-        original = recover(exc)
-        if original is None:
-            raise
-        raise original from None
+        raise_original(exc)
 
 
 class _DropRelayed(logging.Filter):

@@ -115,10 +115,7 @@ def run_traced(
                 _traces.popitem(last=False)
         result = jax.tree_util.tree_unflatten(found[1], evaluate(found[0], flat))
     except _relay.RelayedError as exc:
-        original = _relay.recover(exc)
-        if original is None:
-            raise
-        raise original from None
+        _relay.raise_original(exc)
     except Unsupported:
         _traces[key] = False
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
