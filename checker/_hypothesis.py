@@ -8,10 +8,13 @@ searches (the runner's and the contexts' input draw) run inside :func:`own_const
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
-__all__ = ["own_constants_only", "shrink_deadline"]
+_Test = TypeVar("_Test", bound=Callable[..., object])
+
+__all__ = ["keyless", "own_constants_only", "shrink_deadline"]
 
 
 @contextmanager
@@ -66,3 +69,16 @@ def shrink_deadline(seconds: float | None) -> Iterator[None]:
         yield
     finally:
         engine.MAX_SHRINKING_SECONDS = original
+
+
+def keyless(test: _Test) -> _Test:
+    """``test`` (a function under ``given``), marked as having no example-database key.
+
+    Hypothesis names a search's saved examples by a digest of its test function's source, computed on every
+    run (``inspect.getsource``, re-tokenising and hashing it: about 2 ms, once per search, and a rule's check
+    runs dozens of searches). The checker's searches run with ``database=None``, so the key is never used;
+    the attribute Hypothesis reads first is set to None instead (on a Hypothesis that reads another one,
+    this does nothing).
+    """
+    test._hypothesis_internal_database_key = None  # type: ignore[attr-defined]
+    return test

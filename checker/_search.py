@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 
 from gradguard.checker._deadline import at_safe_point
-from gradguard.checker._hypothesis import own_constants_only, shrink_deadline
+from gradguard.checker._hypothesis import keyless, own_constants_only, shrink_deadline
 from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
 from gradguard.checker.case import Case, HypothesisDraws, ReplayDraws, ReplayExhausted, RuleRaised
 from gradguard.checker.checks.registry import CheckInfo
@@ -123,7 +123,7 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
            inputs: Any = None) -> None:
     """Run a Hypothesis search over the rule's inputs (or ``inputs``), mapping Hypothesis' errors to ours."""
     strategy = rule.args_strategy if inputs is None else inputs
-    search = _hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(body)))
+    search = keyless(_hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(body))))
     try:
         # (check_rule silences floating-point warnings for the whole rule: the values that caused them are
         # what GG206 and the other checks judge.)

@@ -27,10 +27,12 @@ pytrees of tuples/lists/dicts, with None counting as zero.
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -111,13 +113,27 @@ def _describe(x: Any) -> str:
     return f"{type(x).__name__} of length {len(x)}" if _is_node(x) else f"leaf of shape {np.shape(x)}"
 
 
+def _real_arrays(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are plain arrays of one shape and real dtypes: `inner`'s common case, which
+    needs no tree walk (the same arithmetic, in the same order, as the walk's)."""
+    return (type(a) is np.ndarray and type(b) is np.ndarray and a.shape == b.shape
+            and a.dtype.kind in _REAL_KINDS and b.dtype.kind in _REAL_KINDS)
+
+
+_REAL_KINDS = frozenset("fiub")
+
+
 def inner(a: Any, b: Any) -> float:
     """Real inner product sum(Re(conj(a) * b)) over matching pytrees; None counts as zero."""
+    if _real_arrays(a, b):
+        return float(0 + (a * b).sum())  # 0 + : the sum over leaves below starts at 0 (a -0.0 becomes 0.0)
     return float(sum(np.sum(np.real(np.conj(x) * y) if np.iscomplexobj(x) or np.iscomplexobj(y) else x * y)
                      for x, y in _pairs(a, b)))
 
 
 def _abs_inner(a: Any, b: Any) -> float:
+    if _real_arrays(a, b):
+        return float(0 + (np.abs(a) * np.abs(b)).sum())
     return float(sum(np.sum(np.abs(x) * np.abs(y)) for x, y in _pairs(a, b)))
 
 
@@ -161,30 +177,54 @@ def _richardson(g: Callable, h0: float, order: int, input_noise: float = 0.0) ->
         h = h0 / _RATIO**k
         (yp, np_), (ym, nm) = g(h), g(-h)
         diffs.append((yp - ym) / (2 * h))
-        rounding.append((np.asarray(np_) + np.asarray(nm) + input_noise) / (2 * h))
+        if type(np_) is float and type(nm) is float and np.ndim(input_noise) == 0:
+            # a contraction's noise: the same sum in plain floats (no 0-d arrays, no NumPy scalars)
+            rounding.append((np_ + nm + float(input_noise)) / (2 * h))
+        else:
+            rounding.append((np.asarray(np_) + np.asarray(nm) + input_noise) / (2 * h))
     if order == 1:
         return diffs[0], np.inf
-    # Each entry is (value, weights on the base differences); the weights price the rounding.
-    eye = np.eye(order)
-    table = [[(diffs[k], eye[k])] for k in range(order)]
+    # Each entry is (value, weights on the base differences); the weights price the rounding. The weights
+    # are plain floats (the rows of an identity matrix, combined element by element as the values are), and
+    # a table of scalars (a contraction) is computed in plain floats: the same IEEE operations in the same
+    # order as with NumPy's scalars, without their cost per operation.
+    table = [[(diffs[k], [1.0 if i == k else 0.0 for i in range(order)])] for k in range(order)]
     for j in range(1, order):
         factor = _RATIO ** (2 * j) - 1
         for k in range(j, order):
             (hi, w_hi), (lo, w_lo) = table[k][j - 1], table[k - 1][j - 1]
-            table[k].append((hi + (hi - lo) / factor, w_hi + (w_hi - w_lo) / factor))
+            table[k].append((hi + (hi - lo) / factor, [a + (a - b) / factor for a, b in zip(w_hi, w_lo)]))
     best = (diffs[0], np.inf)
+    plain = all(type(r) is float for r in rounding)
     for j in range(1, order):
         for k in range(j, order):
             value, weights = table[k][j]
             # A converged entry agrees with the entry it refines and with its same-order
             # neighbours at the adjacent steps; two entries agreeing by coincidence rarely do.
             neighbours = [table[k - 1][j - 1][0]] + [table[i][j][0] for i in (k - 1, k + 1) if j <= i < order]
-            truncation = np.max([np.abs(value - other) for other in neighbours], axis=0)
-            noise = _SAFETY * sum(abs(w) * r for w, r in zip(weights, rounding))
-            error = float(np.max(truncation + noise))
+            truncation = _largest([abs(value - other) for other in neighbours])
+            if plain:
+                noise = _SAFETY * sum([abs(w) * r for w, r in zip(weights, rounding)])
+            else:
+                noise = _SAFETY * sum(_weighted(w, r) for w, r in zip(weights, rounding))
+            total = truncation + noise
+            error = float(total) if np.ndim(total) == 0 else float(np.max(total))
             if error < best[1]:
                 best = (value, error)
     return best
+
+
+def _weighted(w: float, r: Any) -> Any:
+    """|w| r, with w a NumPy float64 where ``r`` is of another type (a float32 array stays float32 times a
+    Python float, but becomes float64 times a NumPy one, as it did when the weights were NumPy rows)."""
+    return abs(w) * r if type(r) is float or type(r) is np.float64 else np.float64(abs(w)) * r
+
+
+def _largest(values: list) -> Any:
+    """The element-wise maximum of scalars or arrays, NaN where any is NaN (as ``np.max(values, axis=0)``)."""
+    if all(type(v) is float for v in values):
+        return math.nan if any(v != v for v in values) else max(values)
+    return functools.reduce(np.maximum, values)
 
 
 def _with_shrinking(run: Callable[[float], tuple], h0: float, what: str) -> tuple:
@@ -211,7 +251,7 @@ def _probe(fn: Callable, t: float) -> Any:
     except Exception as exc:
         raise _ProbeFailed(f"raised {exc!r} at t={t!r}") from exc
     value = result[0] if isinstance(result, tuple) else result
-    if not np.all(np.isfinite(value)):
+    if not (math.isfinite(value) if type(value) is float else np.all(np.isfinite(value))):
         raise _ProbeFailed(f"returned a non-finite value at t={t!r}")
     return result
 
@@ -338,6 +378,9 @@ def _unmoved(args: Sequence, directions: Sequence) -> bool:
 
 def _moved(a: Any, v: Any, t: complex) -> Any:
     """a + t v in float64/complex128 arithmetic, returned in a's own precision and type."""
+    if (type(t) is float and type(a) is np.ndarray and type(v) is np.ndarray and a.dtype == _F64 and v.dtype == _F64
+            and a.ndim and a.flags.c_contiguous and v.flags.c_contiguous):
+        return _added(a, v, t)  # the common case, decided without the general path's dtype promotions
     arr = np.asarray(a)
     dtype = arr.dtype
     if isinstance(t, complex) and not np.issubdtype(dtype, np.complexfloating):
@@ -346,14 +389,23 @@ def _moved(a: Any, v: Any, t: complex) -> Any:
     step = np.asarray(v)
     if (arr.ndim and arr.dtype == wide and step.dtype == wide and not isinstance(t, complex)
             and arr.flags.c_contiguous and step.flags.c_contiguous):
-        # The same sum without the copies astype makes: one new array on large inputs instead of four.
-        point = np.multiply(step, t)
-        np.add(arr, point, out=point)
+        point = _added(arr, step, t)
     else:
         point = (arr.astype(wide) + t * step.astype(wide)).astype(dtype)
     if isinstance(a, np.ndarray):
         return point
     return point[()] if isinstance(a, np.generic) else point.item()
+
+
+def _added(a: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
+    """a + t v for C-contiguous arrays of one wide dtype: the sum without the copies astype makes (one new
+    array on large inputs instead of four)."""
+    point = np.multiply(v, t)
+    np.add(a, point, out=point)
+    return point
+
+
+_F64 = np.dtype(np.float64)
 
 
 def _check_directional(args: Any, directions: Any, max_step: Any, complex_step: Any) -> list[int]:
@@ -494,10 +546,10 @@ def _rounding_scale(call: Callable, contract: Callable, base_value: Any, args: S
     size = max(float(np.max(np.abs(v), initial=0.0)) for _, v in moving)
     if reach == 0 or size == 0:
         return 0.0
-    rng, scale = np.random.default_rng(0), 0.0
-    for _ in range(2):
-        along = [None if v is None else _signed(a, rng.choice([-1.0, 1.0], size=np.shape(a)), size / reach)
-                 for a, v in zip(args, directions)]
+    scale = 0.0
+    for signs in _sign_patterns(tuple(np.shape(a) for a, _ in moving)):
+        drawn = iter(signs)
+        along = [None if v is None else _signed(a, next(drawn), size / reach) for a, v in zip(args, directions)]
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
@@ -507,6 +559,31 @@ def _rounding_scale(call: Callable, contract: Callable, base_value: Any, args: S
         slope = np.abs(moved - base_value) / h * (reach / size)
         scale = np.maximum(scale, np.where(np.isfinite(slope), slope, 0.0))
     return scale
+
+
+_SIGNS: dict[tuple, list[list[np.ndarray]]] = {}
+_SIGNS_KEEP = 256
+
+
+def _sign_patterns(shapes: tuple) -> Iterator[list[np.ndarray]]:
+    """The two rounds of random signs of `_rounding_scale`, one array per moving argument's shape: always
+    those a generator seeded with 0 draws for these shapes in this order. Made once per shapes up to
+    LARGE_INPUT elements in all and handed out as copies (`_signed` writes into them); drawn afresh beyond."""
+    kept = _SIGNS.get(shapes)
+    if kept is None:
+        rng = np.random.default_rng(0)
+        rounds = ([rng.choice([-1.0, 1.0], size=shape) for shape in shapes] for _ in range(2))
+        if sum(math.prod(shape) for shape in shapes) > LARGE_INPUT:
+            yield from rounds
+            return
+        if len(_SIGNS) >= _SIGNS_KEEP:
+            _SIGNS.clear()
+        kept = _SIGNS[shapes] = list(rounds)
+        for signs in kept:
+            for array in signs:
+                array.flags.writeable = False
+    for signs in kept:
+        yield [array.copy() for array in signs]
 
 
 def _signed(a: Any, signs: Any, factor: float) -> Any:

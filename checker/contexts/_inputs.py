@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, find, given, seed as hyp_seed, settings
 from hypothesis.errors import NoSuchExample
 
-from gradguard.checker._hypothesis import own_constants_only
+from gradguard.checker._hypothesis import keyless, own_constants_only
 from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, leaves
@@ -99,7 +99,7 @@ def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] |
         found.append((_richness(args), -len(found), copy_tree(args), out))
 
     with own_constants_only():
-        collect()
+        keyless(collect)()
     if not found:
         last = f": {type(errors[-1]).__name__}: {errors[-1]}" if errors else ""
         raise NoInput(f"the primal of {rule.name} raised on every drawn input{last}")

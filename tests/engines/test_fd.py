@@ -193,6 +193,61 @@ def test_inner_names_the_mismatched_leaf():
         inner((1.0, 2.0), (1.0,))
 
 
+
+def _bits(x) -> bytes:
+    return np.asarray(x, dtype=np.float64).tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=6), seeds)
+def test_inner_of_two_plain_arrays_has_the_bits_of_the_tree_walk(values, seed):
+    """Plain real arrays skip the walk over leaves; the product, its sum and the walk's start at 0 (which turns
+    a -0.0 into 0.0) stay what the walk computes, so every finite-difference table keeps its bits."""
+    a = np.array(values)
+    b = np.random.default_rng(seed).normal(size=a.shape) * np.float32(3)
+    for x, y in ((a, b), (a, b.astype(np.float32)), (np.array([-0.0]), np.array([1.0]))):
+        assert _bits(inner(x, y)) == _bits(inner([x], [y]))
+        assert _bits(fd._abs_inner(x, y)) == _bits(fd._abs_inner([x], [y]))
+    assert math.copysign(1.0, inner(np.array([-0.0]), np.array([1.0]))) == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(seeds, st.integers(1, 6), st.floats(1e-4, 1.0), st.sampled_from([0.0, 1e-17, np.float64(3e-15)]))
+def test_a_table_of_plain_floats_has_the_bits_of_the_table_of_numpy_values(seed, order, h0, input_noise):
+    """`_richardson` computes a contraction's table (plain floats) without NumPy scalars; a table of the same
+    values handed over as 0-d arrays takes NumPy's path. Both give the same value and error, bit for bit."""
+    rng = np.random.default_rng(seed)
+    c = rng.normal(size=4)
+
+    def g(t):
+        y = np.sin(3 * t + c) * np.exp(t) + rng.normal() * 1e-9  # a different wobble at every probe
+        return float(y.sum()), float(1e-16 * np.abs(y).sum())
+
+    probes = {}
+
+    def plain(t):
+        probes.setdefault(t, g(t))
+        return probes[t]
+
+    as_plain = fd._richardson(plain, h0, order, input_noise)
+    as_numpy = fd._richardson(lambda t: tuple(np.asarray(v) for v in plain(t)), h0, order, input_noise)
+    assert (_bits(as_plain[0]), _bits(as_plain[1])) == (_bits(as_numpy[0]), _bits(as_numpy[1]))
+
+
+def test_the_rounding_probes_signs_are_a_fresh_generators_and_are_handed_out_as_copies():
+    shapes = ((3,), (), (2, 2))
+    rng = np.random.default_rng(0)
+    fresh = [[rng.choice([-1.0, 1.0], size=shape) for shape in shapes] for _ in range(2)]
+    for _ in range(2):  # made once, then kept
+        got = list(fd._sign_patterns(shapes))
+        assert [[a.tolist() for a in r] for r in got] == [[a.tolist() for a in r] for r in fresh]
+        got[0][0][...] = 7.0  # `_signed` writes into them
+    big = ((fd.LARGE_INPUT + 1,),)
+    rng = np.random.default_rng(0)
+    assert [r[0].tolist() for r in fd._sign_patterns(big)] == [rng.choice([-1.0, 1.0], size=big[0]).tolist() for _ in range(2)]
+    assert big not in fd._SIGNS
+
+
 # ---------------------------------------------------------------- directional
 
 
