@@ -178,11 +178,11 @@ def test_by_default_one_hanging_rule_costs_the_service_no_other_verdict(make_set
     from fastapi.testclient import TestClient
 
     from gradguard.service.app import create_app
-    app = create_app(make_settings(local_workers=1, run_wall_s=40, default_max_examples=3))
+    app = create_app(make_settings(local_workers=1, run_wall_s=24, default_max_examples=3))
     with TestClient(app) as client:
         found = _three_rule_run(client, admin_headers, HANGS)
         assert found["a_double_rrule"] == found["c_after_rrule"] == ("pass", None)
-        assert "10 s per-rule time limit" in found["b_stuck_rrule"][1]  # a quarter of the 40 s wall limit
+        assert "6 s per-rule time limit" in found["b_stuck_rrule"][1]  # a quarter of the 24 s wall limit
 
 
 def test_a_stopped_runs_finished_rules_are_stored_and_served(client, project, migrated) -> None:
