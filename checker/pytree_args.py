@@ -128,9 +128,11 @@ def _jax() -> Any:
 
 
 def _one_draw(strategy: SearchStrategy) -> Any:
+    from gradguard.checker._hypothesis import first_draw
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return strategy.example()
+        return first_draw(strategy)
 
 
 def _leaf_name(param: str, path: Any) -> str:

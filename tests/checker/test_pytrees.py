@@ -16,6 +16,7 @@ from collections import namedtuple
 import numpy as np
 import pytest
 from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
 
 from gradguard.checker import arrays, check, jax_rule
 
@@ -108,3 +109,16 @@ def test_pytree_leaves_flatten_and_rebuild_in_jax_order():
     assert same_structure(tree, doubled) and not same_structure(tree, {"b": tree["b"], "c": tree["a"]})
     again = rebuild(tree, children(tree))
     assert list(again) == ["b", "a"] and all(x is y for x, y in zip(leaves(again), leaves(tree)))
+
+
+def test_the_structure_is_read_from_one_seeded_draw_the_same_on_every_call():
+    """A rule's declaration reads its pytree arguments' structure from one draw of their specs: the first
+    value a seeded search draws, not ``strategy.example()`` (random on every call, about ten times dearer)."""
+    from gradguard.checker._hypothesis import first_draw
+
+    spec = st.tuples(arrays(shape=(2,)), st.lists(st.floats(-3, 3), min_size=1, max_size=4))
+    drawn = [first_draw(spec) for _ in range(5)]
+    assert all(repr(d) == repr(drawn[0]) for d in drawn)
+    assert len({repr(spec.example()) for _ in range(20)}) > 1  # what example() would have given instead
+    with pytest.raises(Unsatisfiable):
+        first_draw(st.integers().filter(lambda _: False))
