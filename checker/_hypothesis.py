@@ -3,7 +3,9 @@
 Hypothesis (6.1xx) seeds part of its generation with constants found in the source of the local modules
 in ``sys.modules``; a rule's inputs for a seed would then depend on which other modules happen to be
 loaded (other rule files in the same run, the caller's code, other test modules). Both of the checker's
-searches (the runner's and the contexts' input draw) run inside :func:`own_constants_only`.
+searches (the runner's and the contexts' input draw) run inside :func:`own_constants_only`, and carry no
+example-database key (:func:`keyless`: they keep no database). :func:`first_draw` is the one draw a rule's
+declaration reads, the same on every call.
 """
 
 from __future__ import annotations
