@@ -87,6 +87,8 @@ def mismatches(pairs: Iterable[tuple[Any, Any, Any]], agree: Agree, *, as_python
         a, b = np.asarray(got), np.asarray(want)
         with np.errstate(all="ignore"):
             bad = ~np.asarray(agree(a, b), dtype=bool)
+        if not bad.any():  # the common case: no index to list (argwhere would build an empty one)
+            continue
         for idx in np.argwhere(bad):
             index = tuple(int(j) for j in idx)
             x, y = a[index], b[index]
