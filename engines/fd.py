@@ -195,7 +195,6 @@ def _richardson(g: Callable, h0: float, order: int, input_noise: float = 0.0) ->
             (hi, w_hi), (lo, w_lo) = table[k][j - 1], table[k - 1][j - 1]
             table[k].append((hi + (hi - lo) / factor, [a + (a - b) / factor for a, b in zip(w_hi, w_lo)]))
     best = (diffs[0], np.inf)
-    plain = all(type(r) is float for r in rounding)
     for j in range(1, order):
         for k in range(j, order):
             value, weights = table[k][j]
@@ -203,10 +202,7 @@ def _richardson(g: Callable, h0: float, order: int, input_noise: float = 0.0) ->
             # neighbours at the adjacent steps; two entries agreeing by coincidence rarely do.
             neighbours = [table[k - 1][j - 1][0]] + [table[i][j][0] for i in (k - 1, k + 1) if j <= i < order]
             truncation = _largest([abs(value - other) for other in neighbours])
-            if plain:
-                noise = _SAFETY * sum([abs(w) * r for w, r in zip(weights, rounding)])
-            else:
-                noise = _SAFETY * sum(_weighted(w, r) for w, r in zip(weights, rounding))
+            noise = _SAFETY * sum(_weighted(w, r) for w, r in zip(weights, rounding))
             total = truncation + noise
             error = float(total) if np.ndim(total) == 0 else float(np.max(total))
             if error < best[1]:
