@@ -78,7 +78,7 @@ QUICK = {
 # selected checks find (test_selecting_families_finds_what_the_full_check_finds_in_them), so checking the rule
 # again with `select` would repeat a third of the full check's work.
 ISOLATION_CASES = [
-    pytest.param(key, rule, label, id=key, marks=(pytest.mark.xdist_group(key),) if key in QUICK else (pytest.mark.slow, pytest.mark.xdist_group(key)))
+    pytest.param(key, rule, label, id=key, marks=(pytest.mark.xdist_group(key), *(() if key in QUICK else (pytest.mark.slow,))))
     for key, rule, label in CASES
 ]
 ALL_FAMILY_CASES = [pytest.param(key, rule, label, id=key, marks=pytest.mark.xdist_group(key)) for key, rule, label in CASES]
