@@ -335,10 +335,20 @@ def _flushed(x: np.ndarray) -> np.ndarray:
         out = np.empty_like(x)
         out.real, out.imag = _flushed(np.real(x)), _flushed(np.imag(x))
         return out
-    if x.dtype.kind != "f":
+    dtype = x.dtype
+    if dtype.kind != "f":
         return x
-    sub = (np.abs(x) < np.finfo(x.dtype).tiny) & (x != 0)
-    return np.where(sub, np.copysign(np.zeros((), x.dtype), x), x) if sub.any() else x
+    tiny = _TINY.get(dtype)
+    if tiny is None:
+        tiny = _TINY[dtype] = np.finfo(dtype).tiny
+    sub = np.abs(x) < tiny
+    if not sub.any():  # the common case, decided in two operations (every operand and result of the program)
+        return x
+    sub &= x != 0
+    return np.where(sub, np.copysign(np.zeros((), dtype), x), x) if sub.any() else x
+
+
+_TINY: dict[np.dtype, Any] = {}  # the smallest normal number per float dtype (np.finfo per call cost more than the test)
 
 
 def _conformed(name: str, value: Any, aval: Any) -> np.ndarray:
