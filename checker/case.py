@@ -478,7 +478,9 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
         dt = dt if dt.kind in "fc" else np.dtype("float64")
         real = _element(bound, 32 if dt in (np.float32, np.complex64) else 64)
         elements = st.builds(complex, real, real) if dt.kind == "c" else real
-        if np.size(value) <= SHRINKABLE_DRAW_SIZE:
+        if np.size(value) <= SHRINKABLE_DRAW_SIZE and dt.kind in "fc" and not scalar:
+            strat = _Elementwise(shape, dt, bound)
+        elif np.size(value) <= SHRINKABLE_DRAW_SIZE:
             strat = hnp.arrays(dt, shape, elements=elements, fill=st.nothing())
         else:
             strat = st.integers(0, 2**32 - 1).map(lambda s: _Seeded(s, shape, dt, bound))
@@ -506,6 +508,33 @@ def _element(bound: float, width: int = 64) -> SearchStrategy:
     bugs; one float draw per element keeps large cotangents cheap to draw and shrinks toward 0 and 1."""
     small = 1 / bound
     return st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=width).map(lambda v: 0.0 if abs(v) < small else v)
+
+
+class _Elementwise(SearchStrategy):
+    """A small cotangent or direction (up to SHRINKABLE_DRAW_SIZE elements): one float choice per real number
+    in it, each drawn and shrunk as `_element` draws one (between -bound and bound, magnitudes under 1/bound
+    made 0), then rounded to the array's dtype; a complex element is its real then its imaginary part.
+
+    The same values `hnp.arrays` with `_element` elements would hold, for a third of its cost: it validates
+    and casts element by element, and a check draws several such arrays per input (bench/RESULTS.md)."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, bound: float) -> None:
+        super().__init__()
+        self.shape, self.dtype, self.bound = shape, dtype, bound
+        self.count = int(np.prod(shape, dtype=np.int64)) * (2 if dtype.kind == "c" else 1)
+
+    def do_draw(self, data: Any) -> np.ndarray:
+        bound, small, draw = self.bound, 1 / self.bound, data.draw_float
+        values = [draw(-bound, bound, allow_nan=False) for _ in range(self.count)]
+        flat = np.array([0.0 if abs(v) < small else v for v in values], dtype=np.float64)
+        if self.dtype.kind == "c":
+            parts = flat.reshape(-1, 2)
+            flat = np.empty(len(parts), np.complex128)
+            flat.real, flat.imag = parts[:, 0], parts[:, 1]
+        return flat.astype(self.dtype).reshape(self.shape)
+
+    def __repr__(self) -> str:
+        return f"_Elementwise({self.shape}, {self.dtype}, {self.bound})"
 
 
 class _Seeded:

@@ -12,6 +12,7 @@ import textwrap
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +111,23 @@ def test_cotangents_are_never_all_zero_and_never_tiny(data, shape):
     sizes = np.abs(ybar[ybar != 0])
     assert np.all((sizes >= 0.25) & (sizes <= 4.0))
     assert case.record == [("cotangent", case.record[0][1])]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "complex128", "complex64"])
+def test_a_small_draw_keeps_its_dtype_and_shrinks_element_by_element(dtype):
+    """Small cotangents and directions are one float choice per real number: the array's own dtype, and a
+    failure shrinks each element on its own, here to a single -1 where the predicate needs a negative one."""
+    from hypothesis import find
+
+    from gradguard.checker.case import _like
+
+    like = np.zeros((2, 3), dtype)
+    found = find(_like(like, 4.0), lambda a: np.real(a)[1, 2] < 0, settings=settings(database=None))
+    assert found.dtype == like.dtype and found.shape == (2, 3)
+    want = np.zeros((2, 3), dtype)
+    want[1, 2] = -1
+    assert np.array_equal(found, want)
+    assert np.array_equal(find(_like(like, 4.0), lambda a: True, settings=settings(database=None)), np.ones((2, 3), dtype))
 
 
 @settings(max_examples=3, deadline=None, database=None)
