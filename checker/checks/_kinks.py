@@ -43,7 +43,8 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case
 from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
-from gradguard.checker.checks._vjp import DotTest, at_kink, dot_test, element_sides, finite_difference, near_kinks
+from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
+                                              near_kinks)
 from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
@@ -244,6 +245,8 @@ EXCUSES = {
     "not generic": "the test passes along a generic direction, or the primal is not differentiable there and "
     "every element lies between its own one-sided derivatives",
     "near kinks": "kinks pass closer to x than any usable step, and the rule's answers jump between pieces",
+    "not linear": "the derivative along the sum of two directions is not the sum of the derivatives along each: "
+    "the primal has directional derivatives here but no derivative (the median of tied entries)",
 }
 
 
@@ -253,7 +256,7 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     differentiable there and the rule's answer is one a (sub)gradient could give, None when the failure is
     a finding. Tried in order, cheapest first: the one-sided derivatives along ``v`` (:func:`_vjp.at_kink`),
     a second, generic direction (:func:`_fails_generically`), kinks nearer than any step
-    (:func:`_vjp.near_kinks`). An excused input is still judged along a positive direction as a whole where
+    (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`). An excused input is still judged along a positive direction as a whole where
     entries meet at the kink (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
     if at_kink(case, ybar, v, whole, tol):
         reason = "between sides"
@@ -261,10 +264,67 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
         reason = "not generic"
     elif near_kinks(case, ybar, v, whole, conv, tol):
         reason = "near kinks"
+    elif _not_linear(case, ybar, v, whole, tol):
+        reason = "not linear"
     else:
         return None
     coupled = coupled_kink(case, ybar, conv, tol)
     return KinkExcuse(reason, None if coupled is None else kink_problem(case, coupled))
+
+
+def _generic_direction(case: Case) -> tuple[Any, ...]:
+    """A dense direction fixed by a seed (standard normal; complex where the argument is), None for the
+    arguments that are not differentiable."""
+    rng = np.random.default_rng(0)
+    u = []
+    for i, a in enumerate(case.args):
+        if i not in case.diff_positions:
+            u.append(None)
+            continue
+        g = rng.standard_normal(np.shape(a))
+        if np.iscomplexobj(a):
+            g = g + 1j * rng.standard_normal(np.shape(a))
+        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
+    return tuple(u)
+
+
+def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: tolerances.Tolerance) -> bool:
+    """Whether the derivative of ``<ybar, primal>`` at x is not linear in the direction: along ``v + u`` (``u``
+    the generic direction) it differs from the sum of the derivatives along ``v`` and along ``u``.
+
+    Some kinks show on no line through x. The median of three tied entries moves along a direction d at the
+    rate median(d) on both sides of x (median(-d) = -median(d)), so every one-sided test sees a smooth
+    function, yet median(d) is no linear function of d: the primal has no derivative there, and a pullback
+    that gives the cotangent to one tied entry (a sort that keeps ties in a stable order) answers with a
+    valid subgradient that no single direction's finite difference matches. A differentiable primal's
+    derivative is linear, so a wrong pullback of one is still a finding.
+
+    Two probes: ``v + u`` (any size; it shows the kink where ``v`` and ``u`` fall in different linear pieces
+    of the derivative), then, for up to ELEMENTWISE_UP_TO real elements, the derivative along ``v`` against
+    the sum of ``v``'s elements times the derivatives along each element (the median's are all 0 at a tie).
+    Where a probe's finite differences cannot be taken, it gives no evidence and the finding stands."""
+    d_v = float(whole.lhs.value)
+    u = _generic_direction(case)
+    along_u = finite_difference(case, ybar, u)
+    along_both = finite_difference(case, ybar, tuple(None if a is None else a + b for a, b in zip(v, u)))
+    if along_u is not None and along_both is not None:
+        d_u, d_both = float(along_u.value), float(along_both.value)
+        if not tolerances.close(d_both, d_v + d_u, tol, scale=abs(d_v) + abs(d_u),
+                                fd_error=whole.lhs.error + along_u.error + along_both.error):
+            return True
+    positions = [i for i in case.diff_positions if v[i] is not None]
+    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
+        return False
+    summed, error, scale = 0.0, whole.lhs.error, abs(d_v)
+    for i in positions:
+        weights = np.asarray(v[i], dtype=float).reshape(-1)
+        for k in np.flatnonzero(weights):
+            found = element_derivative(case, ybar, i, int(k))
+            if found is None:
+                return False
+            part = float(weights[k]) * float(found[0])
+            summed, error, scale = summed + part, error + abs(float(weights[k])) * found[1], scale + abs(part)
+    return not tolerances.close(summed, d_v, tol, scale=scale, fd_error=error)
 
 
 def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
@@ -276,17 +336,7 @@ def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: to
     (<ybar, relu(t v)> = t for ybar = v = [1, -1]). Along a generic direction the one-sided derivatives
     then differ: the primal is not differentiable there and no finite difference can judge the rule. A
     wrong pullback of a differentiable primal still fails along a generic direction."""
-    rng = np.random.default_rng(0)
-    u = []
-    for i, a in enumerate(case.args):
-        if i not in case.diff_positions:
-            u.append(None)
-            continue
-        g = rng.standard_normal(np.shape(a))
-        if np.iscomplexobj(a):
-            g = g + 1j * rng.standard_normal(np.shape(a))
-        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
-    u = tuple(u)
+    u = _generic_direction(case)
     lhs = finite_difference(case, ybar, u)
     if lhs is None:
         return True  # no second opinion: keep the first

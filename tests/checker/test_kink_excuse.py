@@ -76,3 +76,30 @@ def test_ties_each_given_the_whole_cotangent_are_excused_with_the_coupled_kink_f
     assert found is not None
     assert found.problem is not None
     assert "at a kink where entries meet" in found.problem.message
+
+
+def middle(x):
+    return np.sort(x)[1]
+
+
+@rrule(middle, arrays(shape=(3,)))
+def middle_rule(x):
+    order = np.argsort(x, kind="stable")
+    return middle(x), lambda g: (np.eye(3)[order[1]] * g,)
+
+
+def test_a_subgradient_where_no_line_shows_the_kink_is_excused_because_the_derivative_is_not_linear():
+    # The median of three tied entries moves at the rate median(v) on both sides along every direction v, so no
+    # one-sided test sees a kink; the pullback's e_1 is a valid subgradient (the hull of e_0, e_1, e_2), yet along
+    # v = (2, 0, 1) finite differences give median(v) = 1 and the tangent 0. The seeded generic direction u has
+    # its median at entry 0: v + u falls in another linear piece than v (median 1.64, not 1 + 0.126).
+    found = excuse(middle_rule, [1.0, 1.0, 1.0], [0.0, 1.0, 0.0], v=[2.0, 0.0, 1.0])
+    assert found is not None and found.reason == "not linear" and found.problem is None
+    # v = (1, 0, 2) has its median at entry 0 as u does, so v + u stays in that piece and agrees; the
+    # element-by-element probe shows the kink (each element's derivative is 0 at the tie, median(v) is 1).
+    found = excuse(middle_rule, [1.0, 1.0, 1.0], [0.0, 1.0, 0.0], v=[1.0, 0.0, 2.0])
+    assert found is not None and found.reason == "not linear" and found.problem is None
+
+
+def test_a_wrong_tangent_of_the_median_away_from_ties_is_not_excused():
+    assert excuse(middle_rule, [0.0, 1.0, 2.0], [1.0, 0.0, 0.0], v=[0.0, 1.0, 0.0]) is None  # it is x[1] here
