@@ -476,14 +476,14 @@ def _like_strategy(value: Any, bound: float) -> SearchStrategy:
         shape, scalar = np.shape(value), isinstance(value, np.generic)
         dt = np.result_type(value)
         dt = dt if dt.kind in "fc" else np.dtype("float64")
-        real = _element(bound, 32 if dt in (np.float32, np.complex64) else 64)
-        elements = st.builds(complex, real, real) if dt.kind == "c" else real
-        if np.size(value) <= SHRINKABLE_DRAW_SIZE and dt.kind in "fc" and not scalar:
-            strat = _Elementwise(shape, dt, bound)
-        elif np.size(value) <= SHRINKABLE_DRAW_SIZE:
+        if np.size(value) > SHRINKABLE_DRAW_SIZE:
+            strat = st.integers(0, 2**32 - 1).map(lambda s: _Seeded(s, shape, dt, bound))
+        elif scalar:  # a NumPy scalar: one element, drawn as before the arrays' own strategy (the same reports)
+            real = _element(bound, 32 if dt in (np.float32, np.complex64) else 64)
+            elements = st.builds(complex, real, real) if dt.kind == "c" else real
             strat = hnp.arrays(dt, shape, elements=elements, fill=st.nothing())
         else:
-            strat = st.integers(0, 2**32 - 1).map(lambda s: _Seeded(s, shape, dt, bound))
+            strat = _Elementwise(shape, dt, bound)
         return strat.map(lambda a: a[()] if scalar else a)
     if isinstance(value, complex):
         real = _element(bound)
@@ -515,8 +515,9 @@ class _Elementwise(SearchStrategy):
     in it, each drawn and shrunk as `_element` draws one (between -bound and bound, magnitudes under 1/bound
     made 0), then rounded to the array's dtype; a complex element is its real then its imaginary part.
 
-    The same values `hnp.arrays` with `_element` elements would hold, for a third of its cost: it validates
-    and casts element by element, and a check draws several such arrays per input (bench/RESULTS.md)."""
+    `hnp.arrays` drew the elements the same way through a lists strategy, a map and a validating cast per
+    element, at three times the cost, and a check draws about eleven such arrays per input (bench/RESULTS.md,
+    issue 14's ninth pass)."""
 
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype, bound: float) -> None:
         super().__init__()

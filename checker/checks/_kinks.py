@@ -256,8 +256,9 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     differentiable there and the rule's answer is one a (sub)gradient could give, None when the failure is
     a finding. Tried in order, cheapest first: the one-sided derivatives along ``v`` (:func:`_vjp.at_kink`),
     a second, generic direction (:func:`_fails_generically`), kinks nearer than any step
-    (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`). An excused input is still judged along a positive direction as a whole where
-    entries meet at the kink (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
+    (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`). An
+    excused input is still judged along a positive direction as a whole where entries meet at the kink
+    (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
     if at_kink(case, ybar, v, whole, tol):
         reason = "between sides"
     elif not _fails_generically(case, ybar, tangents, tol):
@@ -313,7 +314,8 @@ def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: 
                                 fd_error=whole.lhs.error + along_u.error + along_both.error):
             return True
     positions = [i for i in case.diff_positions if v[i] is not None]
-    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
+    if any(np.iscomplexobj(case.args[i]) for i in positions) or \
+            sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
         return False
     summed, error, scale = 0.0, whole.lhs.error, abs(d_v)
     for i in positions:
