@@ -33,6 +33,7 @@ of a coupled kink, which still stands).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -259,13 +260,14 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`). An
     excused input is still judged along a positive direction as a whole where entries meet at the kink
     (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
+    generic = _Generic(case, ybar)
     if at_kink(case, ybar, v, whole, tol):
         reason = "between sides"
-    elif not _fails_generically(case, ybar, tangents, tol):
+    elif not _fails_generically(case, ybar, tangents, generic, tol):
         reason = "not generic"
     elif near_kinks(case, ybar, v, whole, conv, tol):
         reason = "near kinks"
-    elif _not_linear(case, ybar, v, whole, tol):
+    elif _not_linear(case, ybar, v, whole, generic, tol):
         reason = "not linear"
     else:
         return None
@@ -273,23 +275,35 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     return KinkExcuse(reason, None if coupled is None else kink_problem(case, coupled))
 
 
-def _generic_direction(case: Case) -> tuple[Any, ...]:
-    """A dense direction fixed by a seed (standard normal; complex where the argument is), None for the
-    arguments that are not differentiable."""
-    rng = np.random.default_rng(0)
-    u = []
-    for i, a in enumerate(case.args):
-        if i not in case.diff_positions:
-            u.append(None)
-            continue
-        g = rng.standard_normal(np.shape(a))
-        if np.iscomplexobj(a):
-            g = g + 1j * rng.standard_normal(np.shape(a))
-        u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
-    return tuple(u)
+class _Generic:
+    """A dense direction ``u`` fixed by a seed (standard normal; complex where the argument is; None for the
+    arguments that are not differentiable), and ``d/dt <ybar, primal(x + t u)>`` by finite differences (None
+    where they cannot be taken): made on first use, shared by the exemptions that read them."""
+
+    def __init__(self, case: Case, ybar: Any) -> None:
+        self.case, self.ybar = case, ybar
+
+    @functools.cached_property
+    def u(self) -> tuple[Any, ...]:
+        rng = np.random.default_rng(0)
+        u = []
+        for i, a in enumerate(self.case.args):
+            if i not in self.case.diff_positions:
+                u.append(None)
+                continue
+            g = rng.standard_normal(np.shape(a))
+            if np.iscomplexobj(a):
+                g = g + 1j * rng.standard_normal(np.shape(a))
+            u.append(np.asarray(g, dtype=np.asarray(a).dtype) if isinstance(a, np.ndarray) else g.item())
+        return tuple(u)
+
+    @functools.cached_property
+    def derivative(self) -> Any:
+        return finite_difference(self.case, self.ybar, self.u)
 
 
-def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: tolerances.Tolerance) -> bool:
+def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, generic: _Generic,
+                tol: tolerances.Tolerance) -> bool:
     """Whether the derivative of ``<ybar, primal>`` at x is not linear in the direction: along ``v + u`` (``u``
     the generic direction) it differs from the sum of the derivatives along ``v`` and along ``u``.
 
@@ -305,17 +319,15 @@ def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: 
     the sum of ``v``'s elements times the derivatives along each element (the median's are all 0 at a tie).
     Where a probe's finite differences cannot be taken, it gives no evidence and the finding stands."""
     d_v = float(whole.lhs.value)
-    u = _generic_direction(case)
-    along_u = finite_difference(case, ybar, u)
-    along_both = finite_difference(case, ybar, tuple(None if a is None else a + b for a, b in zip(v, u)))
+    along_u = generic.derivative
+    along_both = finite_difference(case, ybar, tuple(None if a is None else a + b for a, b in zip(v, generic.u)))
     if along_u is not None and along_both is not None:
         d_u, d_both = float(along_u.value), float(along_both.value)
         if not tolerances.close(d_both, d_v + d_u, tol, scale=abs(d_v) + abs(d_u),
                                 fd_error=whole.lhs.error + along_u.error + along_both.error):
             return True
     positions = [i for i in case.diff_positions if v[i] is not None]
-    if any(np.iscomplexobj(case.args[i]) for i in positions) or \
-            sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
+    if not _few_real_elements(case, positions):
         return False
     summed, error, scale = 0.0, whole.lhs.error, abs(d_v)
     for i in positions:
@@ -329,7 +341,8 @@ def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: 
     return not tolerances.close(summed, d_v, tol, scale=scale, fd_error=error)
 
 
-def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
+def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], generic: _Generic,
+                       tol: tolerances.Tolerance) -> bool:
     """Does the dot-product test also fail along a generic (dense, seeded) direction, at a point where the
     primal is differentiable?
 
@@ -338,8 +351,7 @@ def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: to
     (<ybar, relu(t v)> = t for ybar = v = [1, -1]). Along a generic direction the one-sided derivatives
     then differ: the primal is not differentiable there and no finite difference can judge the rule. A
     wrong pullback of a differentiable primal still fails along a generic direction."""
-    u = _generic_direction(case)
-    lhs = finite_difference(case, ybar, u)
+    u, lhs = generic.u, generic.derivative
     if lhs is None:
         return True  # no second opinion: keep the first
     dot = dot_test(lhs, tangents, u)
@@ -355,11 +367,18 @@ def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: to
 ELEMENTWISE_UP_TO = 16  # differentiable elements up to which a kink is judged element by element
 
 
+def _few_real_elements(case: Case, positions: list[int]) -> bool:
+    """Whether the arguments at ``positions`` are real and have ELEMENTWISE_UP_TO elements or fewer in all: where
+    probing each element alone is affordable."""
+    return not any(np.iscomplexobj(case.args[i]) for i in positions) and \
+        sum(np.size(case.args[i]) for i in positions) <= ELEMENTWISE_UP_TO
+
+
 def _outside_elementwise_subgradients(case: Case, ybar: Any, tangents: tuple[Any, ...], tol: tolerances.Tolerance) -> bool:
     """Whether some element's tangent lies outside the one-sided derivatives of ``<ybar, primal>`` along that
     element (or differs from the derivative where the primal is smooth along it)."""
     positions = [i for i in case.diff_positions if tangents[i] is not None]
-    if any(np.iscomplexobj(case.args[i]) for i in positions) or sum(np.size(case.args[i]) for i in positions) > ELEMENTWISE_UP_TO:
+    if not _few_real_elements(case, positions):
         return False
     for i in positions:
         got = np.asarray(tangents[i], dtype=float).reshape(-1)
