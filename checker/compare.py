@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from gradguard.checker.tolerances import Tolerance
+from gradguard.checker.trees import REAL_KINDS
 
 __all__ = [
     "Agree",
@@ -124,16 +125,13 @@ def close_elementwise(tol: Tolerance) -> Agree:
     return agree
 
 
-_REAL = frozenset("fiub")
-
-
 def close_to_reference(tol: Tolerance) -> Agree:
     """``|got - want| <= atol + rtol * |want|`` element by element (in complex arithmetic), equal values, or
     two NaNs; ``want`` is the reference."""
 
     def agree(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):  # inf - inf: equal infinities agree, as NaN against NaN does
-            if a.dtype.kind in _REAL and b.dtype.kind in _REAL:
+            if a.dtype.kind in REAL_KINDS and b.dtype.kind in REAL_KINDS:
                 # |x + 0j| is |x| exactly, so real arrays need no complex copies (two of each 1e6-element output)
                 diff = np.abs(a.astype(np.float64, copy=False) - b.astype(np.float64, copy=False))
             else:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
-           "same_structure", "describe", "max_abs"]
+           "same_structure", "describe", "max_abs", "REAL_KINDS"]
 
 
 def is_leaf(x: Any) -> bool:
@@ -109,7 +109,7 @@ def inner(a: Any, b: Any) -> float:
         if x is None or y is None:
             continue
         x, y = np.asarray(x), np.asarray(y)
-        if x.dtype.kind in _REAL and y.dtype.kind in _REAL:
+        if x.dtype.kind in REAL_KINDS and y.dtype.kind in REAL_KINDS:
             # The same products and sum as below, without complex copies (four float64 copies each on large arrays).
             total += float(np.sum(np.multiply(x, y, dtype=np.float64)))
             continue
@@ -117,7 +117,7 @@ def inner(a: Any, b: Any) -> float:
     return total
 
 
-_REAL = "biuf"  # dtype kinds whose values are real numbers
+REAL_KINDS = "biuf"  # dtype kinds whose values are real numbers
 
 
 def abs_inner(a: Any, b: Any) -> float:

@@ -151,7 +151,7 @@ def test_close_to_reference_on_real_arrays_is_the_complex_arithmetic_to_the_bit(
             with np.errstate(all="ignore"):
                 a = rng.choice(special, 64).astype(dtypes[0])
                 b = (rng.choice(special, 64) * rng.choice([1.0, -1.0, 1.0 + 1e-5], 64)).astype(dtypes[1])
-            a[::3] = b[::3].astype(dtypes[0]) if np.dtype(dtypes[0]).kind == "f" else a[::3]
+                a[::3] = b[::3].astype(dtypes[0]) if np.dtype(dtypes[0]).kind == "f" else a[::3]
             assert np.array_equal(agree(a, b), reference(a, b)), dtypes
     big = np.array([2**62 + 1, -(2**63)], dtype=np.int64)
     assert np.array_equal(agree(big, big - 1), reference(big, big - 1))

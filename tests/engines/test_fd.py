@@ -193,7 +193,6 @@ def test_inner_names_the_mismatched_leaf():
         inner((1.0, 2.0), (1.0,))
 
 
-
 def _bits(x) -> bytes:
     return np.asarray(x, dtype=np.float64).tobytes()
 
