@@ -27,7 +27,7 @@ from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
-__all__ = ["Case", "RuleRaised", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "ReplayExhausted", "Shared",
+__all__ = ["Case", "RuleRaised", "DeviceMemoryExhausted", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "ReplayExhausted", "Shared",
            "FirstCall", "FirstPullback", "UNKNOWN", "identical"]
 
 COTANGENT_BOUND = 4.0
@@ -51,6 +51,35 @@ class RuleRaised(Exception):
             actual=self.user_traceback.strip().splitlines()[-1],
             fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's domain.",
         )
+
+
+class DeviceMemoryExhausted(BaseException):
+    """The GPU ran out of memory while the rule ran: an environment's limit, established nothing about the rule.
+
+    The GPU is shared (other jobs' processes, other programs), so its memory running out is no finding: a
+    BaseException, like the runner's time limit, so that neither Hypothesis nor a check's ``except Exception``
+    takes it for the rule's own failure; the runner makes it the verdict "error" of type ``DeviceMemory``.
+    (The host's memory running out stays what it was: see :mod:`gradguard.checker._memory`.)
+    """
+
+    def __init__(self, phase: str, rule: str, exc: BaseException) -> None:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        super().__init__(
+            f"the GPU ran out of memory in the {phase} of {rule} ({type(exc).__name__}: {first}); nothing was "
+            "established about the rule. Other processes on the GPU may hold its memory: check it with fewer "
+            "jobs sharing the GPU (--jobs), with smaller inputs, or with more free GPU memory."
+        )
+
+
+def _device_out_of_memory(exc: BaseException) -> bool:
+    """XLA's out-of-memory error on a GPU run (``GRADGUARD_DEVICE=gpu``)."""
+    if not any(c.__name__ in ("XlaRuntimeError", "JaxRuntimeError") for c in type(exc).__mro__):
+        return False
+    if not str(exc).lstrip().startswith("RESOURCE_EXHAUSTED"):
+        return False
+    from gradguard.checker.jax_rules import requested_device
+
+    return requested_device() == "gpu"
 
 
 class UnsupportedOutput(BaseException):
@@ -292,6 +321,8 @@ class Case:
             raise
         except Exception as exc:  # the user's code failed: report it, do not crash the checker
             note_memory_error(exc)  # an allocation over the rule's memory budget stops it at the next safe point
+            if _device_out_of_memory(exc):
+                raise DeviceMemoryExhausted(phase, self.rule.name, exc) from exc
             raise RuleRaised(phase, self.rule.name, exc) from exc
 
     def forward(self, args: tuple[Any, ...] | None = None) -> Any:

@@ -12,6 +12,7 @@ safety matrix. Verdicts are deterministic for a seed.
 from __future__ import annotations
 
 import os
+import traceback
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
                                        _shrink_note, _SpecCannotGenerate, internal_error, severity)
-from gradguard.checker.case import Case, HypothesisDraws, Shared, UnsupportedOutput
+from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
@@ -84,6 +85,9 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except UnsupportedOutput as exc:  # this rule gets an error naming the value; the other rules are checked
         result.verdict = "error"
         result.error = {"type": "UnsupportedOutput", "message": str(exc), "traceback": ""}
+    except DeviceMemoryExhausted as exc:  # the shared GPU's memory ran out: no verdict, not a finding
+        result.verdict = "error"
+        result.error = {"type": "DeviceMemory", "message": str(exc), "traceback": _cause_traceback(exc)}
     except PlatformUnavailable as exc:  # e.g. --device gpu where JAX sees none: this JAX rule errors, others run
         result.verdict = "error"
         result.error = {"type": "PlatformUnavailable", "message": str(exc), "traceback": ""}
@@ -100,6 +104,11 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     if result.verdict != "error":
         result.verdict = "fail" if any(f.severity == "error" for f in result.findings) else "pass"
     return result
+
+
+def _cause_traceback(exc: BaseException) -> str:
+    cause = exc.__cause__
+    return "".join(traceback.format_exception(type(cause), cause, cause.__traceback__)) if cause else ""
 
 
 def _over_memory(result: RuleResult, exc: RuleMemoryLimit) -> None:

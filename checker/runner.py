@@ -29,6 +29,7 @@ from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMI
 from gradguard.checker.per_rule import check_rule, time_limit
 from gradguard.checker.report import Report, RuleResult
 from gradguard.checker.specs import validate_unused_cotangent
+from gradguard.engines.jax_engine._runtime import share_gpu_memory
 
 __all__ = ["check", "check_rule", "select_checks", "time_limit", "Options", "PerRule", "RuleTimeout"]
 
@@ -148,6 +149,7 @@ def check(
                          f"{', '.join(map(repr, JAX_COLUMN_MODES))} (how the JAX column runs a context program).")
     ids = select_checks(select, ignore)
     started = time.perf_counter()
+    share_gpu_memory()  # before the rules' modules load: one may start JAX's GPU backend at import
     rules, failures = collect(target)
     options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
                       memory_limit_mb=memory_limit_mb or None, root=os.getcwd(),

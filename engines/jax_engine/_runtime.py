@@ -17,17 +17,32 @@ from gradguard.engines.errors import PlatformUnavailable
 from gradguard.engines.jax_engine._relay import install_log_filter
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 
-__all__ = ["load", "configure", "environment", "use_compilation_cache", "DEVICES"]
+__all__ = ["load", "configure", "environment", "use_compilation_cache", "share_gpu_memory", "DEVICES"]
 
 DEVICES = ("cpu", "gpu")
+# JAX takes 75% of a GPU's memory when its GPU backend starts, in every process that loads it, even one that
+# computes on the CPU: the second process on the GPU then fails to start its backend ("no GPU") or runs out
+# of memory mid-check. gradguard's arrays are small and its processes many (one per job), so each takes
+# device memory as it needs it.
+GPU_MEMORY_SHARING = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 _lock = threading.Lock()
 _loaded = False
 
 
+def share_gpu_memory() -> None:
+    """Let the processes on one GPU share it (:data:`GPU_MEMORY_SHARING`), unless the user chose otherwise.
+
+    Read by JAX when its GPU backend starts: call it before anything computes with JAX (worker processes
+    inherit it). A backend started earlier in the process keeps what it took."""
+    for name, value in GPU_MEMORY_SHARING.items():
+        os.environ.setdefault(name, value)
+
+
 def load() -> Any:
     """Import JAX (once), enable float64 and register the within-gradient predicate; return the `jax` module."""
     global _loaded
+    share_gpu_memory()
     import jax
 
     if not _loaded:
@@ -56,10 +71,27 @@ def configure(device: str = "cpu") -> dict[str, Any]:
         seen = ", ".join(sorted({d.platform for d in jax.devices()})) or "none"
         raise PlatformUnavailable(
             f"{device.upper()} requested but JAX sees no {device.upper()} here (devices: {seen}). "
-            "Run on a GPU worker or use --device cpu."
+            f"{_backend_failure(jax, device)}Run on a GPU worker or use --device cpu."
         )
     jax.config.update("jax_default_device", devices[0])
     return environment()
+
+
+def _backend_failure(jax: Any, device: str) -> str:
+    """Why JAX's backend for ``device`` did not start, when JAX recorded it (a CUDA plugin is installed but
+    its backend failed: out of device memory, a driver mismatch), as a sentence; else ""."""
+    try:
+        from jax._src import xla_bridge  # JAX keeps the errors of backends that failed to start here
+
+        errors = dict(getattr(xla_bridge, "_backend_errors", {}) or {})
+    except Exception:  # noqa: BLE001 - a JAX without that record: say nothing more
+        return ""
+    platforms = ("cuda", "rocm", "gpu") if device == "gpu" else (device,)
+    for platform, error in errors.items():
+        if platform in platforms:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            return f"JAX's {platform} backend is installed but did not start: {first[:300]}. "
+    return ""
 
 
 def use_compilation_cache(folder: str | os.PathLike[str] | None) -> str | None:

@@ -108,7 +108,9 @@ def _limits_as_errors(report: dict[str, Any], reasons: dict[str, str]) -> tuple[
     rules = []
     for rule in report["rules"]:
         err = rule.get("error") or {}
-        kind = _limit_kind([f"{err.get('traceback') or ''}\n{err.get('type')}: {err.get('message')}"] if err else [])
+        # The GPU's memory running out (the checker's DeviceMemory error) is not the run's host memory limit.
+        host = err and err.get("type") != "DeviceMemory"
+        kind = _limit_kind([f"{err.get('traceback') or ''}\n{err.get('type')}: {err.get('message')}"] if host else [])
         caused = [f for f in rule["findings"] if _limit_kind([f.get("message") or ""])]
         kind = kind or (_limit_kind([caused[0]["message"]]) if caused else None)
         if kind is None:

@@ -519,6 +519,69 @@ def test_cli_device_gpu_without_a_gpu(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
 
 
+def _runs_out_of_gpu_memory(x):
+    return x * 2
+
+
+@rrule(_runs_out_of_gpu_memory, arrays(shape=(3,)))
+def gpu_out_of_memory_rrule(x):
+    raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.")
+
+
+def test_the_gpu_running_out_of_memory_is_an_error_not_a_finding(monkeypatch):
+    """The GPU is shared (other jobs, other programs): its memory running out says nothing about the rule.
+    On the CPU, XLA's out-of-memory is the host's, which stays the rule's exception (test_memory_limit.py)."""
+    monkeypatch.setenv("GRADGUARD_DEVICE", "gpu")
+    result = check(gpu_out_of_memory_rrule, select=["GG101", "GG201"]).rules[0]
+    assert result.verdict == "error" and result.findings == [] and result.error["type"] == "DeviceMemory"
+    assert result.error["message"] == (
+        "the GPU ran out of memory in the forward of gpu_out_of_memory_rrule (JaxRuntimeError: RESOURCE_EXHAUSTED: "
+        "Out of memory while trying to allocate 8589934592 bytes.); nothing was established about the rule. Other "
+        "processes on the GPU may hold its memory: check it with fewer jobs sharing the GPU (--jobs), with smaller "
+        "inputs, or with more free GPU memory."
+    )
+    assert "JaxRuntimeError" in result.error["traceback"]  # the rule's own traceback, for whoever reads further
+    monkeypatch.setenv("GRADGUARD_DEVICE", "cpu")
+    on_cpu = check(gpu_out_of_memory_rrule, select=["GG101"]).rules[0]
+    assert on_cpu.verdict == "fail" and "raised JaxRuntimeError: RESOURCE_EXHAUSTED" in on_cpu.findings[0].message
+
+
+def test_checks_leave_the_gpu_to_share_unless_the_user_chose(tmp_path):
+    """JAX takes 75% of a GPU when its backend starts, in every process, so the second process of a run
+    (`--jobs`) found no GPU; gradguard turns that off before any rule's module loads, unless the user set it."""
+    import subprocess
+    import sys
+
+    module = tmp_path / "rules.py"  # reads the setting as JAX would at its GPU backend's start: at import here
+    module.write_text("import os\nSEEN = os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')\n")
+    probe = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from gradguard import check; check({str(module)!r}); "
+             "import rules; print(rules.SEEN)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert seen.stdout.strip() == "false", seen.stderr[-2000:]
+    chosen = subprocess.run([sys.executable, "-c", probe], env={**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "true"},
+                            capture_output=True, text=True, cwd=ROOT)
+    assert chosen.stdout.strip() == "true", chosen.stderr[-2000:]
+
+
+@pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU: its backend started")
+def test_a_gpu_backend_that_failed_to_start_is_named(monkeypatch):
+    """A CUDA-enabled JAX whose backend failed to start (its device memory taken, a driver mismatch) says so,
+    instead of only "no GPU here"."""
+    from jax._src import xla_bridge
+
+    import gradguard.engines.jax_engine as ej
+    from gradguard.engines.errors import PlatformUnavailable
+
+    monkeypatch.setattr(xla_bridge, "_backend_errors", {"cuda": "INTERNAL: CUDA_ERROR_OUT_OF_MEMORY: out of memory"})
+    with pytest.raises(PlatformUnavailable) as raised:
+        ej.configure("gpu")
+    assert str(raised.value) == (
+        "GPU requested but JAX sees no GPU here (devices: cpu). JAX's cuda backend is installed but did not "
+        "start: INTERNAL: CUDA_ERROR_OUT_OF_MEMORY: out of memory. Run on a GPU worker or use --device cpu."
+    )
+
+
 def test_an_unknown_device_name_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("GRADGUARD_DEVICE", "tpu")
     result = check(softplus_ok, select=["GG102"]).rules[0]

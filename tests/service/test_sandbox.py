@@ -130,9 +130,12 @@ def test_environment_is_built_from_nothing():
 
     env = _run.env("gpu", pythonpath="/opt/gradguard/lib", tmp="/tmp")
     assert env["GRADGUARD_DEVICE"] == "gpu" and env["JAX_PLATFORMS"] == "cuda"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # runs sharing a GPU: none takes 75% of it
     assert env["HOME"] == env["TMPDIR"] == "/tmp"
-    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS", "MALLOC_ARENA_MAX"}
+    allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS", "MALLOC_ARENA_MAX",
+               "XLA_PYTHON_CLIENT_PREALLOCATE"}
     assert {k for k in env if not k.startswith("PYTHON")} <= allowed
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in _run.env("cpu", pythonpath="/x", tmp="/tmp")  # JAX_PLATFORMS=cpu
 
 
 def test_start_overhead_of_a_trivial_run(tmp_path, record_property):

@@ -102,6 +102,20 @@ def test_memory_running_out_inside_a_check_is_the_memory_limit() -> None:
     assert judged["rules"][1]["verdict"] == "pass"
 
 
+def test_the_gpu_running_out_of_memory_is_not_the_runs_memory_limit() -> None:
+    """The checker's DeviceMemory error quotes XLA's "RESOURCE_EXHAUSTED: Out of memory": the GPU's memory, not
+    the host memory limit of the run, which must not be blamed for it."""
+    err = {"type": "DeviceMemory", "traceback": "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory\n",
+           "message": "the GPU ran out of memory in the forward of big (JaxRuntimeError: RESOURCE_EXHAUSTED: Out of "
+                      "memory while trying to allocate 8589934592 bytes.); nothing was established about the rule."}
+    rules = [_rule("big", verdict="error", error=err), _rule("other")]
+    judged, reason = _judge.judge(_raw({"rules": ["big", "other"]}, *[{"rule": r} for r in rules],
+                                       {"report": {"schema": "gradguard.report/1"}}), Limits(memory_mb=2048), "bubblewrap")
+    assert reason is None
+    assert judged["rules"][0]["verdict"] == "error" and judged["rules"][0]["error"] == err
+    assert judged["rules"][1]["verdict"] == "pass"
+
+
 def test_the_stream_is_untrusted_input() -> None:
     limits = Limits()
     assert _judge.judge(_raw(tail=b'{"rule": 5}\n'), limits, "bubblewrap") == (
