@@ -36,7 +36,7 @@ MODULES = [
 ]
 
 
-def _child(device: str, modules: list[str], seed: int, jax_column: str | None) -> None:
+def _child(device: str, modules: list[str], seed: int, jax_column: str | None, select: str | None) -> None:
     """Check ``modules`` on ``device``; print one JSON object: the device as JAX names it and each module's
     time and rules."""
     os.environ["GRADGUARD_DEVICE"] = device
@@ -45,7 +45,8 @@ def _child(device: str, modules: list[str], seed: int, jax_column: str | None) -
     out: dict = {"modules": {}}
     for module in modules:
         start = time.perf_counter()
-        report = check(str(ROOT / module), seed=seed, jobs=1, use_cache=False, jax_column=jax_column)
+        report = check(str(ROOT / module), seed=seed, jobs=1, use_cache=False, jax_column=jax_column,
+                       select=select.split(",") if select else None)
         elapsed = time.perf_counter() - start
         rules = {}
         for r in report.rules:
@@ -57,10 +58,12 @@ def _child(device: str, modules: list[str], seed: int, jax_column: str | None) -
     print(json.dumps(out))
 
 
-def _start(device: str, modules: list[str], seed: int, jax_column: str | None) -> subprocess.Popen:
+def _start(device: str, modules: list[str], seed: int, jax_column: str | None, select: str | None) -> subprocess.Popen:
     cmd = [sys.executable, __file__, "--child", device, "--seed", str(seed), "--modules", ",".join(modules)]
     if jax_column:
         cmd += ["--jax-column", jax_column]
+    if select:
+        cmd += ["--select", select]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
@@ -77,20 +80,21 @@ def main() -> int:
     parser.add_argument("--modules", default=",".join(MODULES), help="comma-separated rule modules")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jax-column", default=None, choices=["auto", "jit", "eager", "traced"])
+    parser.add_argument("--select", default=None, help="only these checks (id prefixes, comma-separated); default every check")
     parser.add_argument("--json", default=None, help="also write both runs' raw results here")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     modules = [m for m in args.modules.split(",") if m]
     if args.child:
-        _child(args.child, modules, args.seed, args.jax_column)
+        _child(args.child, modules, args.seed, args.jax_column, args.select)
         return 0
     first, second = args.devices.split(",")
     # Both devices at once, in two processes: each module's times are comparable only between devices of
     # one run, and a GPU run's own CPU work is one core's.
-    procs = [(d, _start(d, modules, args.seed, args.jax_column)) for d in (first, second)]
+    procs = [(d, _start(d, modules, args.seed, args.jax_column, args.select)) for d in (first, second)]
     runs = {f"{d}#{i}": _result(d, p) for i, (d, p) in enumerate(procs, 1)}
     a, b = runs.values()
-    print(f"Devices: {a['device']} | {b['device']}; seed {args.seed}, every check, jax column "
+    print(f"Devices: {a['device']} | {b['device']}; seed {args.seed}, {args.select or 'every check'}, jax column "
           f"{args.jax_column or 'default'}\n")
     print(f"| module | rules | {first} (s) | {second} (s) | differing rules |")
     print("| --- | ---: | ---: | ---: | --- |")

@@ -175,3 +175,9 @@ def test_jax_column_tiny() -> None:
     assert "cells whose status differs from eager: 0" in out
     assert "JAX cells with eager's status and another message under traced: 0" in out
     assert "JAX contexts that ran eagerly instead: 0" in out
+
+
+def test_gpu_parity_compares_two_devices_runs() -> None:
+    """The comparison itself, on any machine (a GPU run of it is `bash .ci/gpu`)."""
+    out = run("gpu_parity.py", "--devices", "cpu,cpu", "--modules", "examples/jax_rules.py", "--select", "GG102,GG601")
+    assert "| examples/jax_rules.py | 7 |" in out and out.rstrip().endswith("| none |"), out
