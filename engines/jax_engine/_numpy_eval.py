@@ -30,6 +30,8 @@ JAX): the processor's modes cannot be set from Python.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -276,49 +278,162 @@ def evaluate(closed: Any, args: Sequence[Any]) -> list[Any]:
 
     Raises :class:`Unsupported` before running anything if the program holds a primitive that is not in
     `KNOWN`. What a host callback raises propagates as it was raised."""
-    missing = _unsupported(closed)
-    if missing:
-        raise Unsupported(f"the program holds primitives run here only by JAX: {', '.join(missing)}")
+    plan = _plan_of(closed.jaxpr)
     with np.errstate(all="ignore"):
-        return _run(closed.jaxpr, closed.consts, args)
+        return plan.run(closed.consts, args)
 
 
-def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
-    env: dict[Any, Any] = {}
+class _Step:
+    """One equation, resolved once: what runs, on which slots, into which slots, with what flushing."""
 
-    def read(v: Any) -> Any:
-        if type(v).__name__ == "Literal":
-            return np.asarray(v.val, dtype=v.aval.dtype)
-        return env[v]
+    __slots__ = ("name", "kind", "fn", "params", "ins", "flush_in", "outs", "avals", "multiple", "inner", "clean_out")
 
-    if len(args) != len(jaxpr.invars):
-        raise Unsupported(f"the program takes {len(jaxpr.invars)} arguments, {len(args)} were given")
-    for var, value in zip(jaxpr.constvars, consts):
-        env[var] = np.asarray(value)
-    for var, value in zip(jaxpr.invars, args):
-        env[var] = np.asarray(value)
-    for eqn in jaxpr.eqns:
-        name = eqn.primitive.name
-        operands = [read(v) for v in eqn.invars]
-        if name == _CALLBACK:
-            # JAX copies what a callback returns into buffers of its own: a rule that hands out a buffer it
-            # overwrites on its next call does not change the values an earlier call gave.
-            results = [np.array(r, copy=True) for r in eqn.params["callback"](*(_as_jax_hands_it(x) for x in operands))]
-        elif name in _CALLS:
-            inner = _called(eqn)
-            results = _run(inner.jaxpr, inner.consts, operands) if hasattr(inner, "consts") else _run(inner, (), operands)
-        elif name in _MOVES:
-            out = KNOWN[name](*operands, **eqn.params)
-            results = list(out) if eqn.primitive.multiple_results else [out]
-        else:  # arithmetic: XLA reads subnormal operands as zero and flushes subnormal results to zero
-            out = KNOWN[name](*(_flushed(x) for x in operands), **eqn.params)
-            results = [_flushed(np.asarray(r)) for r in (out if eqn.primitive.multiple_results else [out])]
-        if len(results) != len(eqn.outvars):
-            raise Unsupported(f"{name} gave {len(results)} results where the program has {len(eqn.outvars)}")
-        for var, value in zip(eqn.outvars, results):
-            if type(var).__name__ != "DropVar":
-                env[var] = _conformed(name, value, var.aval)
-    return [read(v) for v in jaxpr.outvars]
+    def __init__(self, **fields: Any) -> None:
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+_CALLBACK_STEP, _CALL_STEP, _MOVE_STEP, _ARITHMETIC_STEP = range(4)
+
+
+class _Plan:
+    """A jaxpr made ready to run many times: each variable a slot of a list, each literal made once (and its
+    flushed twin, for arithmetic), and known once which operands may hold subnormal numbers.
+
+    An arithmetic step's results are flushed here (as XLA flushes them), and a step that only moves such values
+    keeps them clean: flushing a clean operand again would give the same array, so only the program's inputs,
+    constants, callbacks' and calls' results (and what moves them) are tested when arithmetic reads them.
+    A result cast to a narrower dtype than NumPy computed it in can gain subnormal numbers: it is marked
+    unclean for the run (`dirty`) and tested where it is read."""
+
+    def __init__(self, jaxpr: Any) -> None:
+        missing = _unsupported(jaxpr)
+        if missing:
+            raise Unsupported(f"the program holds primitives run here only by JAX: {', '.join(missing)}")
+        slot_of: dict[Any, int] = {}
+        template: list[Any] = []
+        clean: set[int] = set()  # slots statically known to hold no subnormal number
+
+        def new_slot(value: Any = None) -> int:
+            template.append(value)
+            return len(template) - 1
+
+        for var in (*jaxpr.constvars, *jaxpr.invars):
+            slot_of[var] = new_slot()
+        self.const_slots = [slot_of[v] for v in jaxpr.constvars]
+        self.in_slots = [slot_of[v] for v in jaxpr.invars]
+        literals: dict[int, tuple[int, int]] = {}  # id(literal) -> (raw slot, flushed slot)
+
+        def literal(v: Any) -> tuple[int, int]:
+            if id(v) not in literals:
+                raw = np.asarray(v.val, dtype=v.aval.dtype)
+                raw.flags.writeable = False
+                flushed = _flushed(raw)
+                if flushed is not raw:
+                    flushed.flags.writeable = False
+                raw_slot = new_slot(raw)
+                flushed_slot = raw_slot if flushed is raw else new_slot(flushed)
+                literals[id(v)] = (raw_slot, flushed_slot)
+                clean.add(flushed_slot)
+            return literals[id(v)]
+
+        steps = []
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            if name == _CALLBACK:
+                kind = _CALLBACK_STEP
+            elif name in _CALLS:
+                kind = _CALL_STEP
+            elif name in _MOVES:
+                kind = _MOVE_STEP
+            else:
+                kind = _ARITHMETIC_STEP
+            ins, flush_in = [], []
+            for v in eqn.invars:
+                if type(v).__name__ == "Literal":
+                    raw_slot, flushed_slot = literal(v)
+                    slot = flushed_slot if kind == _ARITHMETIC_STEP else raw_slot
+                else:
+                    slot = slot_of[v]
+                ins.append(slot)
+                flush_in.append(kind == _ARITHMETIC_STEP and slot not in clean)
+            inner = None
+            if kind == _CALL_STEP:
+                called = _called(eqn)
+                inner = (_plan_of(getattr(called, "jaxpr", called)), getattr(called, "consts", ()))
+            outs = []
+            for var in eqn.outvars:
+                outs.append(-1 if type(var).__name__ == "DropVar" else new_slot())
+                if type(var).__name__ != "DropVar":
+                    slot_of[var] = outs[-1]
+            clean_out = kind == _ARITHMETIC_STEP or (kind == _MOVE_STEP and all(i in clean for i in ins))
+            if clean_out:
+                clean.update(o for o in outs if o >= 0)
+            steps.append(_Step(name=name, kind=kind, fn=KNOWN.get(name), params=eqn.params, ins=tuple(ins),
+                               flush_in=tuple(flush_in) if any(flush_in) else None, outs=tuple(outs),
+                               avals=tuple(v.aval for v in eqn.outvars), multiple=eqn.primitive.multiple_results,
+                               inner=inner, clean_out=clean_out))
+        self.steps = steps
+        self.n_in = len(jaxpr.invars)
+        self.out_slots = []
+        for v in jaxpr.outvars:
+            self.out_slots.append(literal(v)[0] if type(v).__name__ == "Literal" else slot_of[v])
+        self.template = template
+
+    def run(self, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        if len(args) != self.n_in:
+            raise Unsupported(f"the program takes {self.n_in} arguments, {len(args)} were given")
+        env = list(self.template)
+        for slot, value in zip(self.const_slots, consts):
+            env[slot] = np.asarray(value)
+        for slot, value in zip(self.in_slots, args):
+            env[slot] = np.asarray(value)
+        dirty: set[int] = set()  # clean by the plan, but cast into a narrower dtype in this run
+        for step in self.steps:
+            operands = [env[i] for i in step.ins]
+            kind = step.kind
+            if kind == _ARITHMETIC_STEP:  # XLA reads subnormal operands as zero and flushes subnormal results
+                flush_in = step.flush_in
+                if flush_in is not None or dirty:
+                    operands = [_flushed(x) if (flush_in is not None and flush_in[k]) or step.ins[k] in dirty else x
+                                for k, x in enumerate(operands)]
+                out = step.fn(*operands, **step.params)
+                results = [_flushed(np.asarray(r)) for r in (out if step.multiple else [out])]
+            elif kind == _MOVE_STEP:
+                out = step.fn(*operands, **step.params)
+                results = list(out) if step.multiple else [out]
+            elif kind == _CALL_STEP:
+                plan, inner_consts = step.inner
+                results = plan.run(inner_consts, operands)
+            else:
+                # JAX copies what a callback returns into buffers of its own: a rule that hands out a buffer it
+                # overwrites on its next call does not change the values an earlier call gave.
+                results = [np.array(r, copy=True) for r in step.params["callback"](*(_as_jax_hands_it(x) for x in operands))]
+            if len(results) != len(step.outs):
+                raise Unsupported(f"{step.name} gave {len(results)} results where the program has {len(step.outs)}")
+            for slot, value, aval in zip(step.outs, results, step.avals):
+                if slot >= 0:
+                    env[slot] = conformed = _conformed(step.name, value, aval)
+                    if step.clean_out and conformed.dtype != np.asarray(value).dtype:
+                        dirty.add(slot)
+                    elif kind == _MOVE_STEP and dirty and any(i in dirty for i in step.ins):
+                        dirty.add(slot)
+        # A result that is a plan's literal (or a view of one) is read-only and shared by every run: a copy.
+        return [x if x.flags.writeable else np.array(x) for x in (np.asarray(env[i]) for i in self.out_slots)]
+
+
+_PLANS: "weakref.WeakKeyDictionary[Any, _Plan]" = weakref.WeakKeyDictionary()
+_PLANS_LOCK = threading.Lock()
+
+
+def _plan_of(jaxpr: Any) -> _Plan:
+    """The plan of ``jaxpr`` (a Jaxpr), made on its first run and kept as long as the jaxpr lives."""
+    plan = _PLANS.get(jaxpr)
+    if plan is None:
+        plan = _Plan(jaxpr)
+        with _PLANS_LOCK:
+            _PLANS[jaxpr] = plan
+    return plan
 
 
 # Primitives that move, pick or relabel values, or read only their class: XLA leaves subnormal values as they

@@ -208,6 +208,20 @@ def test_a_result_of_another_shape_than_the_programs_is_refused(monkeypatch):
         evaluate(closed, [np.ones((2, 2))])
 
 
+def test_a_program_run_again_gives_fresh_results_and_keeps_no_state_between_runs():
+    """The program is made ready once and run many times: a literal it returns, or a view of one, comes back
+    as the caller's own array each time, and a subnormal input of one run does not leave a clean mark that
+    spares the next run's input its flush (nor the other way round)."""
+    closed = jax.make_jaxpr(lambda v: (v * 2.0, jnp.float64(1.5), jnp.zeros(2) + 0.0, v + 0.0))(np.ones(2))
+    first = evaluate(closed, [np.ones(2)])
+    first[1][...] = 99.0  # the caller's own: writing into it changes nothing of the program's
+    second = evaluate(closed, [np.array([3.0, 5e-324])])
+    assert second[0].tolist() == [6.0, 0.0] and float(second[1]) == 1.5 and second[2].tolist() == [0.0, 0.0]
+    assert second[3].tolist() == [3.0, 0.0]  # read as zero by XLA's arithmetic: flushed on this run too
+    third = evaluate(closed, [np.array([1e-300, 2.0])])
+    assert third[3].tolist() == [1e-300, 2.0] and float(third[1]) == 1.5
+
+
 def test_run_traced_gives_run_unders_jit_values_and_gradients_without_compiling():
     from jax import monitoring
 
