@@ -65,10 +65,13 @@ def configure(device: str = "cpu") -> dict[str, Any]:
     jax = load()
     try:
         devices = jax.devices(device)
-    except RuntimeError:
+    except (RuntimeError, AssertionError):  # AssertionError: no backend started at all (JAX_PLATFORMS=cuda, no GPU)
         devices = []
     if not devices:
-        seen = ", ".join(sorted({d.platform for d in jax.devices()})) or "none"
+        try:
+            seen = ", ".join(sorted({d.platform for d in jax.devices()})) or "none"
+        except (RuntimeError, AssertionError):
+            seen = "none"
         raise PlatformUnavailable(
             f"{device.upper()} requested but JAX sees no {device.upper()} here (devices: {seen}). "
             f"{_backend_failure(jax, device)}Run on a GPU worker or use --device cpu."

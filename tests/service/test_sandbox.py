@@ -101,6 +101,36 @@ def test_benign_bundle_gives_a_passing_report_at_every_level(tmp_path, level, mo
     assert report["rules"][0]["source_file"].endswith("benign.py")
 
 
+def _jax_sees_a_gpu() -> bool:
+    try:
+        import jax
+
+        return bool(jax.devices("gpu"))
+    except Exception:  # noqa: BLE001 - no GPU backend, or none at all
+        return False
+
+
+@pytest.mark.skipif(_jax_sees_a_gpu(), reason="this machine has a GPU: its runs find it (.ci/gpu checks that)")
+def test_a_gpu_run_where_there_is_no_gpu_errors_its_jax_rules_and_checks_the_others(tmp_path):
+    """A GPU run's sandbox allows only JAX's CUDA backend (JAX_PLATFORMS=cuda): without a GPU, JAX starts no
+    backend at all and asserts instead of raising. Each JAX rule gets an error naming the problem; the run
+    and its NumPy rules do not crash with it."""
+    bundle = bundle_of(tmp_path, "benign")
+    (bundle / "jax_rule.py").write_text(
+        "import jax, jax.numpy as jnp\nfrom gradguard import arrays, jax_rule\n\n"
+        "@jax.custom_vjp\ndef sp(x):\n    return jnp.logaddexp(0.0, x)\n\n"
+        "sp.defvjp(lambda x: (jnp.logaddexp(0.0, x), jax.nn.sigmoid(x)), lambda s, g: (g * s,))\n"
+        "sp_rule = jax_rule(sp, arrays(shape=(3,)))\n"
+    )
+    outcome = run_check(bundle, select=["GG1"], max_examples=3, device="gpu", limits=QUICK)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    rules = {r["name"]: r for r in outcome.report["rules"]}
+    assert rules["scale_rrule"]["verdict"] == "pass"
+    error = rules["sp"]["error"]
+    assert rules["sp"]["verdict"] == "error" and error["type"] == "PlatformUnavailable", error
+    assert error["message"].startswith("GPU requested but JAX sees no GPU here (devices: none)."), error
+
+
 def test_interpreter_crash_is_reported_with_its_signal(tmp_path):
     outcome = run_check(bundle_of(tmp_path, "crashes"), limits=QUICK)
     assert not outcome.ok and outcome.report is None
