@@ -224,6 +224,8 @@ def apply_plan(plan: dict, report_fd: int) -> None:
     if plan.get("supervisor") and os.getppid() != plan["supervisor"]:
         os._exit(4)  # it died before we could ask
     _set_limits(plan.get("limits", {}))
+    if plan.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, plan["cpus"])  # threads and children inherit it; pools size themselves by it
     if plan.get("isolate"):
         _unshare()
         _become_pid1(report_fd, plan["isolate"])

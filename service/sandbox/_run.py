@@ -86,13 +86,35 @@ def env(device: str, *, pythonpath: str, tmp: str) -> dict[str, str]:
         # RLIMIT_AS counts although it is never touched: JAX's and PyTorch's thread pools reserve about
         # 1.9 GB of it that way (0.5 GB with two arenas), which left a 2 GB run no room to work in.
         "MALLOC_ARENA_MAX": "2",
+        # Thread pools sized for a run, not for the machine: NumPy's BLAS and XLA's CPU client start one thread
+        # per core (NPROC sizes XLA's), and on a 16-core machine those alone passed the run's limit on processes
+        # and threads (Limits.processes), so every run there ended "exceeded 64 processes" before its first
+        # rule. The entry program also confines the run to a few CPUs (`cpus` in the plan), for the pools
+        # that size themselves by the CPUs a process may use.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NPROC": str(RUN_CPUS),
     }
+    flags = [os.environ["XLA_FLAGS"]] if os.environ.get("XLA_FLAGS") else []
     if device == "gpu":
         # JAX takes 75% of the GPU's memory by default: a second run on the same GPU would find none left.
         out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    if os.environ.get("XLA_FLAGS"):
-        out["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
+        cuda = _layout.cuda_data_dir()
+        if cuda and "xla_gpu_cuda_data_dir" not in " ".join(flags):
+            flags.append(f"--xla_gpu_cuda_data_dir={cuda}")  # bound inside at the same path (_layout.binds)
+    if flags:
+        out["XLA_FLAGS"] = " ".join(flags)
     return out
+
+
+RUN_CPUS = 4  # the CPUs a run may use at most (fewer where the worker has fewer)
+
+
+def run_cpus() -> list[int]:
+    """A few of the CPUs this process may use, drawn at random so that concurrent runs spread out."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return sorted(random.sample(allowed, min(RUN_CPUS, len(allowed)))) if allowed else []
 
 
 def rlimits(limits, device: str) -> dict[str, int]:
@@ -112,7 +134,8 @@ def rlimits(limits, device: str) -> dict[str, int]:
 
 def command(level: str, stage: _layout.Stage, main_args: list[str], limits, device: str, *, size_flag=True):
     """(argv, environment, cwd) for the entry program at ``level``."""
-    plan: dict = {"uid": stage.uid, "gid": stage.gid, "limits": rlimits(limits, device), "supervisor": os.getpid()}
+    plan: dict = {"uid": stage.uid, "gid": stage.gid, "limits": rlimits(limits, device), "supervisor": os.getpid(),
+                  "cpus": run_cpus()}
     try:
         plan["seccomp"] = _seccomp.program()
     except _seccomp.Unavailable:  # the level probe fails without it: the floor then refuses runs

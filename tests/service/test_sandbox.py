@@ -163,9 +163,35 @@ def test_environment_is_built_from_nothing():
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # runs sharing a GPU: none takes 75% of it
     assert env["HOME"] == env["TMPDIR"] == "/tmp"
     allowed = {"PATH", "HOME", "TMPDIR", "LANG", "GRADGUARD_DEVICE", "JAX_PLATFORMS", "XLA_FLAGS", "MALLOC_ARENA_MAX",
-               "XLA_PYTHON_CLIENT_PREALLOCATE"}
+               "XLA_PYTHON_CLIENT_PREALLOCATE", *THREAD_ENV}
     assert {k for k in env if not k.startswith("PYTHON")} <= allowed
+    assert {k: env[k] for k in THREAD_ENV} == THREAD_ENV  # pools sized for a run, not for the machine
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in _run.env("cpu", pythonpath="/x", tmp="/tmp")  # JAX_PLATFORMS=cpu
+
+
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NPROC": "4"}
+
+
+def test_a_run_uses_a_few_cpus_whatever_the_machine_has(tmp_path, monkeypatch):
+    """NumPy's BLAS and XLA's CPU client size their thread pools by the machine's cores: on a 16-core GPU
+    machine a run's JAX alone passed the default limit of 64 processes and threads, and every run ended
+    "exceeded 64 processes" before its first rule. A run now sees at most `RUN_CPUS` CPUs (here 1), and its
+    pools are sized for it."""
+    from gradguard.service.sandbox import _run
+
+    monkeypatch.setattr(_run, "RUN_CPUS", 1)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "counts.py").write_text(
+        "import json, os, sys\nimport jax.numpy as jnp\n\njnp.ones(3).block_until_ready()\n"
+        "print('GG-FACTS ' + json.dumps({'cpus': sorted(os.sched_getaffinity(0)), "
+        "'tasks': len(os.listdir('/proc/self/task'))}), file=sys.stderr)\n"
+    )
+    outcome = run_check(bundle, select=["GG101"], max_examples=1, limits=QUICK)
+    assert outcome.ok, (outcome.reason, outcome.stderr_tail)
+    facts = json.loads(next(x for x in outcome.stderr_tail.splitlines() if x.startswith("GG-FACTS "))[9:])
+    assert len(facts["cpus"]) == 1 and set(facts["cpus"]) <= __import__("os").sched_getaffinity(0), facts
+    assert facts["tasks"] < QUICK.processes // 2, facts
 
 
 def test_start_overhead_of_a_trivial_run(tmp_path, record_property):
