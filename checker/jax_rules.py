@@ -72,7 +72,16 @@ def ensure_device() -> str:
     with _device_lock:
         if _configured != device:
             jax_engine.configure(device)
-            _warm_up()
+            try:
+                _warm_up()
+            except Exception as exc:  # noqa: BLE001 - the device is there but runs nothing: no JAX rule can be checked
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                hint = ("Check the installation of JAX's GPU backend (the CUDA toolkit it compiles with), or use "
+                        "--device cpu." if device == "gpu" else "Check JAX's installation.")
+                raise PlatformUnavailable(
+                    f"{device.upper()} requested, and JAX sees it, but JAX cannot run a program on it "
+                    f"({type(exc).__name__}: {first}). {hint}"
+                ) from exc
             _configured = device
     return device
 

@@ -4,7 +4,6 @@ Inside the sandbox (bubblewrap and namespaces levels)::
 
     /usr, /bin, /lib...      the system, read-only
     <sys.prefix>, <site>     the Python installation, read-only, at the same paths
-    <the CUDA toolkit>       GPU runs: the folder holding nvvm/libdevice, read-only (cuda_data_dir)
     /opt/gradguard/lib       gradguard/ with its __init__.py, checker/ and engines/ only, read-only (PYTHONPATH)
     /opt/gradguard/main.py   the entry program (service/_sandbox_main.py)
     /bundle                  a private copy of the bundle, read-only; the cwd
@@ -135,31 +134,10 @@ def _system_entries() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return binds, links
 
 
-def cuda_data_dir() -> str | None:
-    """The CUDA toolkit folder (resolved) that holds ``nvvm/libdevice``, which XLA needs to compile any GPU
-    program, as this host has it: where ``CUDA_DIR``/``CUDA_HOME``/``CUDA_PATH`` point, ``/usr/local/cuda``,
-    ``/opt/cuda``, or the CUDA packages of the Python installation; None where there is none. A GPU run gets it
-    bound at the same path and named to XLA (``--xla_gpu_cuda_data_dir``): found on the host through a
-    variable the run does not inherit, or through a link out of the folders the run sees, XLA inside the
-    sandbox found none, and every GPU run failed its first compilation ("libdevice not found")."""
-    candidates = [os.environ.get(name) for name in ("CUDA_DIR", "CUDA_HOME", "CUDA_PATH")]
-    candidates += ["/usr/local/cuda", "/opt/cuda"]
-    for site_dir in site.getsitepackages():
-        for pattern in ("nvidia/cu[0-9]*", "nvidia/cuda_nvcc", "jax_plugins/xla_cuda*/cuda"):
-            candidates += sorted(glob.glob(os.path.join(site_dir, pattern)))
-    for folder in candidates:
-        if folder and glob.glob(os.path.join(folder, "nvvm", "libdevice", "libdevice*.bc")):
-            return os.path.realpath(folder)
-    return None
-
-
-def binds(stage: Stage, device: str = "cpu") -> list[tuple[str, str]]:
+def binds(stage: Stage) -> list[tuple[str, str]]:
     """Read-only binds (host, inside), system first."""
     out, _ = _system_entries()
     out += [(os.path.realpath(p), p) for p in installation()]
-    cuda = cuda_data_dir() if device != "cpu" else None
-    if cuda and not any(cuda == dst or cuda.startswith(dst.rstrip("/") + "/") for _, dst in out):
-        out.append((cuda, cuda))
     out += [(p, p) for p in _ETC if os.path.exists(p)]
     out += [(str(stage.root / "etc/passwd"), "/etc/passwd"), (str(stage.root / "etc/group"), "/etc/group")]
     out += [(public_init(), f"{LIB}/gradguard/__init__.py")]
@@ -196,7 +174,7 @@ def bwrap_argv(stage: Stage, device: str, tmpfs_mb: int, *, size_flag: bool = Tr
     else:
         argv += ["--unshare-user"]
     _, links = _system_entries()
-    mounts = binds(stage, device)
+    mounts = binds(stage)
     argv += ["--perms", "1777"]  # first: an installation under /tmp (a CI venv) is bound inside it
     if size_flag:
         argv += ["--size", str(tmpfs_mb * 2**20)]
@@ -221,7 +199,7 @@ def namespaces_spec(stage: Stage, device: str, tmpfs_mb: int) -> dict:
     _, links = _system_entries()
     return {
         "root": str(stage.root / "newroot"),
-        "binds": binds(stage, device),
+        "binds": binds(stage),
         "symlinks": links,
         "devices": ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", *devices(device)],
         "sys": device != "cpu",

@@ -96,15 +96,11 @@ def env(device: str, *, pythonpath: str, tmp: str) -> dict[str, str]:
         "MKL_NUM_THREADS": "1",
         "NPROC": str(RUN_CPUS),
     }
-    flags = [os.environ["XLA_FLAGS"]] if os.environ.get("XLA_FLAGS") else []
     if device == "gpu":
         # JAX takes 75% of the GPU's memory by default: a second run on the same GPU would find none left.
         out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        cuda = _layout.cuda_data_dir()
-        if cuda and "xla_gpu_cuda_data_dir" not in " ".join(flags):
-            flags.append(f"--xla_gpu_cuda_data_dir={cuda}")  # bound inside at the same path (_layout.binds)
-    if flags:
-        out["XLA_FLAGS"] = " ".join(flags)
+    if os.environ.get("XLA_FLAGS"):
+        out["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
     return out
 
 

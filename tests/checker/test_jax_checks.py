@@ -582,6 +582,27 @@ def test_a_gpu_backend_that_failed_to_start_is_named(monkeypatch):
     )
 
 
+def test_a_device_jax_sees_but_cannot_run_on_errors_the_jax_rules_only(monkeypatch):
+    """Seen on a GPU machine inside the service's sandbox: JAX started its CUDA backend, then its first
+    compilation failed ("libdevice not found"), which crashed the whole run. Each JAX rule now gets an error
+    naming the problem, and the NumPy rules are still checked."""
+    from gradguard.checker import jax_rules
+
+    def fails():
+        raise jax.errors.JaxRuntimeError("INTERNAL: libdevice not found at ./libdevice.10.bc")
+
+    monkeypatch.setattr(jax_rules, "_configured", None)
+    monkeypatch.setattr(jax_rules, "_warm_up", fails)
+    jax_result, numpy_result = check([softplus_ok, square_wrong_np], select=["GG102", "GG203"]).rules
+    assert jax_result.verdict == "error" and jax_result.error["type"] == "PlatformUnavailable"
+    assert jax_result.error["message"] == (
+        "CPU requested, and JAX sees it, but JAX cannot run a program on it (JaxRuntimeError: INTERNAL: libdevice "
+        "not found at ./libdevice.10.bc). Check JAX's installation."
+    )
+    assert numpy_result.verdict == "pass" and numpy_result.error is None
+    assert {s["id"]: s["reason"] for s in numpy_result.checks_skipped}["GG203"].startswith("CPU requested, and JAX")
+
+
 def test_an_unknown_device_name_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("GRADGUARD_DEVICE", "tpu")
     result = check(softplus_ok, select=["GG102"]).rules[0]
