@@ -56,6 +56,64 @@ def test_wrong_jvp_fails_gg207_with_its_message() -> None:
         rf"the primal\.", found.message), found.message
 
 
+def relu_with(at_zero, name, spec):
+    @jax.custom_jvp
+    def relu(x):
+        return jnp.maximum(x, 0.0)
+
+    @relu.defjvp
+    def relu_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return relu(x), jnp.where(x > 0, t, jnp.where(x == 0, at_zero * t, 0.0))
+
+    return jax_rule(relu, spec, name=name)
+
+
+@pytest.mark.parametrize("spec", [arrays(shape=(4,), min_value=0.0, max_value=0.0),
+                                  arrays(shape=(4,), min_value=-1e-4, max_value=1e-4)], ids=["at-the-kink", "beside-it"])
+def test_jax_own_relu_passes_gg207_at_and_beside_its_kink(spec) -> None:
+    """`jax.nn.relu` is a custom_jvp whose jvp gives 0 at 0, where relu has no derivative; central finite
+    differences there give the mean of the two sides, and a kink 1e-4 away lies within their steps. GG207
+    judged both as wrong jvps (a false error on the library's own relu, at seed 0). A value between the
+    one-sided derivatives is a valid one, as GG201 holds of a pullback."""
+    for rule in (jax_rule(jax.nn.relu, spec, name="relu"), relu_with(1.0, "relu_one_at_zero", spec)):
+        for seed in range(3):
+            report = check(rule, select=["GG207", "GG208"], seed=seed)
+            assert report.rules[0].verdict == "pass", (rule.name, seed, [f.message for f in report.findings])
+
+
+def jax_library_rules():
+    """JAX's own custom_jvp rules, on their domains: kinks (relu, relu6), edges of a domain (logit, log1mexp),
+    two arguments with zeros (xlogy), several outputs (sici)."""
+    import jax.scipy.special as jss
+
+    return [
+        jax_rule(jax.nn.relu, arrays(shape=(4,)), name="relu"),
+        jax_rule(jax.nn.relu6, arrays(shape=(4,)), name="relu6"),
+        jax_rule(jax.nn.log1mexp, arrays(shape=(3,), min_value=0.01, max_value=20.0), name="log1mexp"),
+        jax_rule(jss.logit, arrays(shape=(3,), min_value=0.01, max_value=0.99), name="logit"),
+        jax_rule(jss.xlogy, arrays(shape=(3,), min_value=-5.0, max_value=5.0),
+                 arrays(shape=(3,), min_value=0.01, max_value=10.0), name="xlogy"),
+        jax_rule(jss.sici, arrays(shape=(3,), min_value=0.1, max_value=10.0), name="sici"),
+    ]
+
+
+def test_jax_own_custom_jvp_rules_get_no_error_finding() -> None:
+    """Real rules, used by every JAX program that calls them: every check at seed 0 finds no error (relu and
+    relu6 drew GG207 false errors at their kinks before the jvp was judged against one-sided derivatives)."""
+    report = check(jax_library_rules(), seed=0, jobs=1)
+    assert {r.name: [f.message for f in r.findings if f.severity == "error"] for r in report.rules if r.verdict != "pass"} == {}
+
+
+def test_a_jvp_outside_the_one_sided_derivatives_at_a_kink_fails_gg207() -> None:
+    rule = relu_with(2.0, "relu_two_at_zero", arrays(shape=(4,), min_value=0.0, max_value=0.0))
+    (f,) = findings(rule, "GG207")
+    assert f.message == (
+        "the jvp of relu_two_at_zero disagrees with finite differences: along a random direction u, "
+        "<w, jvp(x; u)> = 8.0, but d/dt <w, relu_two_at_zero(x + t u)> = 2.0 by finite differences of the primal."
+    ), f.message
+
+
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
     assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
 
