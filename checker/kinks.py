@@ -40,6 +40,7 @@ __all__ = [
     "one_sided",
     "shifted",
     "unit_vector",
+    "unresolved",
 ]
 
 Scalar = Callable[[tuple], tuple[float, float]]  # g(args) -> (value, magnitude)
@@ -118,6 +119,38 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     except Exception:  # noqa: BLE001 - the function left its domain: the coarser estimates stand
         pass
     return min(found), max(found)
+
+
+GROWTH = 100.0  # unresolved: the least growth of the one-sided slopes per 1000-fold finer step
+RESOLVED = 1000.0  # ... and how far above its rounding each slope must stand
+
+
+def unresolved(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> bool:
+    """Whether ``g(x + t v)`` has no derivative at ``x`` that finite differences in float64 can establish: its
+    one-sided slopes at every step from ``eps**(1/3)`` down to 1e-9 of it grow at least GROWTH-fold per
+    1000-fold finer step, each far above its rounding. A jump or a singularity nearer to ``x`` than any step
+    float64 can take does that: ``log|det|`` of a 3x3 matrix whose determinant is 1e-261 has slopes
+    +-1e8, 1e11, 1e14, 1e17 at steps 6e-6 down to 6e-15, and a derivative of 1e259 at ``x`` itself, which no
+    finite difference reaches. A smooth function's slopes agree across the steps, and a kink's keep their two
+    values; neither grows."""
+    eps = _eps(args, directions)
+    h = eps ** (1 / 3)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g0, magnitude = g(tuple(copy_tree(args)))
+            slopes = []
+            for _ in range(FINE_STEPS + 1):
+                right = (g(tuple(shifted(args, directions, h)))[0] - g0) / h
+                left = (g0 - g(tuple(shifted(args, directions, -h)))[0]) / h
+                size = max(abs(left), abs(right))
+                if not (math.isfinite(size) and size > RESOLVED * 4 * eps * max(abs(magnitude), abs(g0)) / h):
+                    return False
+                slopes.append(size)
+                h /= 1000.0
+    except Exception:  # noqa: BLE001 - the function left its domain: nothing established
+        return False
+    return all(b >= GROWTH * a for a, b in zip(slopes, slopes[1:]))
 
 
 def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],

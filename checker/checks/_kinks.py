@@ -43,10 +43,10 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case
 from gradguard.checker.compare import first_index, where
-from gradguard.checker.checks._vjp import _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
+from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import shifted
+from gradguard.checker.kinks import shifted, unresolved
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -248,6 +248,8 @@ EXCUSES = {
     "near kinks": "kinks pass closer to x than any usable step, and the rule's answers jump between pieces",
     "not linear": "the derivative along the sum of two directions is not the sum of the derivatives along each: "
     "the primal has directional derivatives here but no derivative (the median of tied entries)",
+    "unresolved": "the primal's one-sided slopes grow as the step shrinks, at every step float64 can take: a jump "
+    "or a singularity nearer to x than any step, where finite differences establish no derivative",
 }
 
 
@@ -257,7 +259,8 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     differentiable there and the rule's answer is one a (sub)gradient could give, None when the failure is
     a finding. Tried in order, cheapest first: the one-sided derivatives along ``v`` (:func:`_vjp.at_kink`),
     a second, generic direction (:func:`_fails_generically`), kinks nearer than any step
-    (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`). An
+    (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`), slopes
+    that grow at every step float64 can take (:func:`kinks.unresolved`: a jump or a pole nearer than any). An
     excused input is still judged along a positive direction as a whole where entries meet at the kink
     (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
     generic = _Generic(case, ybar)
@@ -269,6 +272,8 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
         reason = "near kinks"
     elif _not_linear(case, ybar, v, whole, generic, tol):
         reason = "not linear"
+    elif unresolved(_contracted(case, ybar), case.args, v):
+        reason = "unresolved"
     else:
         return None
     coupled = coupled_kink(case, ybar, conv, tol)

@@ -19,10 +19,10 @@ import numpy as np
 from gradguard.checker import compare, tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
-from gradguard.checker.checks._vjp import _primal
+from gradguard.checker.checks._vjp import _contracted, _primal
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import element_sides
+from gradguard.checker.kinks import element_sides, unresolved
 from gradguard.checker.trees import inner, leaves
 from gradguard.engines import fd
 
@@ -100,7 +100,7 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty)))
     if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
         return
-    if _at_kink(case, u, ty):
+    if _at_kink(case, u, w, ty):
         return
     yield Problem(
         message=(
@@ -115,7 +115,7 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     )
 
 
-def _at_kink(case: Case, u: tuple[Any, ...], ty: Any) -> bool:
+def _at_kink(case: Case, u: tuple[Any, ...], w: Any, ty: Any) -> bool:
     """Whether every element of the jvp's output tangent lies between the one-sided derivatives of that output
     element along ``u`` (``f_k(x + t u)``, at steps from ``eps**(1/3)`` down), as GG201 holds a pullback's
     elements at a kink. Where the primal has a kink at ``x`` they differ and any value between is one a
@@ -123,7 +123,11 @@ def _at_kink(case: Case, u: tuple[Any, ...], ty: Any) -> bool:
     two sides. Where a kink lies within the finite differences' steps but not at ``x`` (relu at -6e-5) they
     agree with each other, and the jvp is judged against them. An element outside them (2 at relu's kink, or
     any wrong value where the primal is smooth) is still reported; so is every jvp whose output the sides
-    cannot be taken of (complex, or the primal leaves its domain beside ``x``)."""
+    cannot be taken of (complex, or the primal leaves its domain beside ``x``). Where the slopes of
+    ``<w, f(x + t u)>`` grow at every step float64 can take (`kinks.unresolved`: a jump, or a pole nearer than
+    any step, as log|det| of a nearly singular matrix), no derivative is established and the jvp is not judged."""
+    if unresolved(_contracted(case, w), case.args, u):
+        return True  # a jump or a pole nearer to x than any step float64 can take: no derivative to compare with
     sides = element_sides(_primal(case), case.fresh(), u, case.tol)
     got = leaves(ty)
     if sides is None or len(sides) != len(got):

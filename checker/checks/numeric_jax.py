@@ -47,7 +47,8 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.checker.kinks import unresolved
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
 __all__: list[str] = []  # GG203's reference (jax_tangents) lives in checker.checks._reference
@@ -235,6 +236,21 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
     return d
 
 
+def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
+    """Whether ``<w, pullback at (x + t u)(ybar)>`` has slopes that grow at every step float64 can take
+    (:func:`gradguard.checker.kinks.unresolved`): the pullback jumps at ``x`` (a pseudo-inverse where the rank
+    drops) or has a pole nearer than any step (log|det| of a nearly singular matrix), so it has no derivative
+    there for JAX's second order to be wrong about."""
+    rule = case.rule
+
+    def g(args: tuple[Any, ...]) -> tuple[float, float]:
+        _, pb = rule.rrule(*args)
+        t = pb(copy_tree(ybar))
+        return inner(w, t), abs_inner(w, t)
+
+    return unresolved(g, case.args, u)
+
+
 @check(
     "GG204",
     family="numeric",
@@ -315,6 +331,8 @@ not silently."""
     scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(jax_d)) if a is not None and b is not None)
     if tolerances.close(float(lhs.value), rhs, tol, scale=scale, fd_error=lhs.error):
         return
+    if _pullback_unresolved(case, ybar, u, w):
+        return  # the pullback jumps (pinv where the rank drops) or has a pole nearer than any step: no second order
     where = location = None
     if len(case.diff_positions) > 1:
         for i in case.diff_positions:

@@ -90,4 +90,10 @@ def kink_excuse(program: Callable[..., Any], answer: kinks.Answer, inputs: tuple
             "jumping as they close in (kinks nearer than any usable finite-difference step), and both its value "
             f"here ({slope:.6g}) and finite differences ({truth:.6g}) lie among those values"
         )
+    if kinks.unresolved(g, inputs, v):
+        return (
+            f"no verdict: the program's one-sided slopes along v grow at every step float64 can take (a jump, or a "
+            f"singularity nearer to the input than any step), so finite differences ({truth:.6g}) establish no "
+            f"derivative to hold <gradient, v> = {slope:.6g} to"
+        )
     return None

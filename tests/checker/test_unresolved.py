@@ -1,0 +1,75 @@
+"""No verdict where finite differences cannot establish a derivative: a jump, or a singularity nearer to the
+input than any step float64 can take (`gradguard.checker.kinks.unresolved`).
+
+Found on JAX's own `slogdet` at a matrix whose determinant is about 1e-261: its tangents (about 1e259) are
+the true derivative of log|det| there, which finite differences at steps of 1e-15 and up cannot see, and
+GG201, GG207, GG204 and the safety matrix called them wrong. Such an input is recognised by the function
+itself: its one-sided slopes grow at every step, where a smooth function's agree and a kink's keep two
+values. A wrong rule at an ordinary input is still reported."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from gradguard.checker import arrays, check, jax_rule, rrule
+from gradguard.checker.kinks import unresolved
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+NEAR_SINGULAR = np.array([[1.0, 0.0], [0.0, 1e-200]])  # det 1e-200 with entries of size 1: a pole 1e-200 away
+
+
+def _scalar(f):
+    return lambda args: (float(f(*args)), abs(float(f(*args))))
+
+
+@pytest.mark.parametrize("f, x, expected", [
+    (lambda a: np.log(abs(np.linalg.det(a))), NEAR_SINGULAR, True),  # a pole nearer than any step
+    (lambda x: np.sum(np.sign(x)), np.zeros(3), True),  # a jump at x
+    (lambda a: np.log(abs(np.linalg.det(a))), np.eye(2) + 0.5, False),  # the same function where it is smooth
+    (lambda x: np.sum(np.maximum(x, 0.0)), np.zeros(3), False),  # a kink: two slopes, neither growing
+    (lambda x: 1e6 + np.sum(x), np.ones(3), False),  # smooth, with a value whose rounding is large
+], ids=["pole", "jump", "smooth", "kink", "large-value"])
+def test_unresolved_tells_jumps_and_near_poles_from_kinks_and_smooth_functions(f, x, expected):
+    assert unresolved(_scalar(f), (x,), (np.ones_like(x),)) is expected
+
+
+def logabs(x):
+    return np.log(np.abs(x))
+
+
+@rrule(logabs, arrays(shape=(3,), min_value=1e-300, max_value=1e-300))
+def logabs_tiny_rrule(x):
+    return logabs(x), lambda g: (g / x,)
+
+
+@rrule(logabs, arrays(shape=(3,), min_value=0.5, max_value=4.0))
+def logabs_doubled_rrule(x):
+    return logabs(x), lambda g: (2 * g / x,)
+
+
+@jax.custom_jvp
+def jlogdet2(a):
+    return jnp.log(jnp.abs(a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]))
+
+
+@jlogdet2.defjvp
+def _jlogdet2_jvp(primals, tangents):
+    (a,), (t,) = primals, tangents
+    d = a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]
+    return jlogdet2(a), (a[1, 1] * t[0, 0] + a[0, 0] * t[1, 1] - a[1, 0] * t[0, 1] - a[0, 1] * t[1, 0]) / d
+
+
+def test_a_correct_rule_at_a_pole_nearer_than_any_step_gets_no_verdict_not_an_error():
+    """log|x| at x = 1e-300 (its derivative 1e300, right) and a custom_jvp log|det| at a 2x2 matrix with
+    determinant 1e-200: GG201 and the safety matrix, and GG207, called them wrong before."""
+    report = check([logabs_tiny_rrule, jax_rule(jlogdet2, st.just(NEAR_SINGULAR), name="jlogdet2")], seed=0)
+    assert {r.name: [f.message for f in r.findings if f.severity == "error"] for r in report.rules} == {
+        "logabs_tiny_rrule": [], "jlogdet2": []}
+
+
+def test_a_wrong_rule_at_an_ordinary_input_is_still_reported():
+    ids = {f.check_id for f in check(logabs_doubled_rrule, seed=0).findings if f.severity == "error"}
+    assert {"GG201", "GG501"} <= ids, ids
