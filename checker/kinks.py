@@ -34,6 +34,7 @@ __all__ = [
     "between_sides",
     "derivative_range",
     "element_sides",
+    "finer_steps_admit",
     "jumps_around",
     "kinked_near",
     "neighbours",
@@ -151,6 +152,15 @@ def unresolved(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) ->
     except Exception:  # noqa: BLE001 - the function left its domain: nothing established
         return False
     return all(b >= GROWTH * a for a, b in zip(slopes, slopes[1:]))
+
+
+def finer_steps_admit(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], value: float,
+                      tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether finite differences of ``g`` along ``v`` establish nothing that contradicts ``value``, once
+    finer steps are looked at: ``value`` lies between the one-sided derivatives from ``eps**(1/3)`` down
+    (:func:`derivative_range`: a kink, or a pole near ``x`` that made a table's coarse steps wrong), or the
+    slopes grow at every step (:func:`unresolved`: a jump, or a pole nearer than any step)."""
+    return between_sides(derivative_range(g, args, directions, tol, scale), value, tol, scale) or unresolved(g, args, directions)
 
 
 def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],

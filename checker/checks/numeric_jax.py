@@ -47,7 +47,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import unresolved
+from gradguard.checker.kinks import finer_steps_admit
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
@@ -236,11 +236,13 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
     return d
 
 
-def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
-    """Whether ``<w, pullback at (x + t u)(ybar)>`` has slopes that grow at every step float64 can take
-    (:func:`gradguard.checker.kinks.unresolved`): the pullback jumps at ``x`` (a pseudo-inverse where the rank
-    drops) or has a pole nearer than any step (log|det| of a nearly singular matrix), so it has no derivative
-    there for JAX's second order to be wrong about."""
+def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], rhs: float, scale: float) -> bool:
+    """Whether finite differences of ``<w, pullback at (x + t u)(ybar)>`` establish no value JAX's ``rhs``
+    contradicts: its one-sided derivatives at finer steps (down to where rounding allows) hold ``rhs`` between
+    them (a pole of the pullback near ``x``, as log|det| has beside a singular matrix, makes the first
+    table's steps too coarse), or its slopes grow at every step float64 can take
+    (:func:`gradguard.checker.kinks.unresolved`: the pullback jumps at ``x``, a pseudo-inverse where the rank
+    drops, or has a pole nearer than any step)."""
     rule = case.rule
 
     def g(args: tuple[Any, ...]) -> tuple[float, float]:
@@ -248,7 +250,7 @@ def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any
         t = pb(copy_tree(ybar))
         return inner(w, t), abs_inner(w, t)
 
-    return unresolved(g, case.args, u)
+    return finer_steps_admit(g, case.args, u, rhs, case.tol, scale)
 
 
 @check(
@@ -331,8 +333,8 @@ not silently."""
     scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(jax_d)) if a is not None and b is not None)
     if tolerances.close(float(lhs.value), rhs, tol, scale=scale, fd_error=lhs.error):
         return
-    if _pullback_unresolved(case, ybar, u, w):
-        return  # the pullback jumps (pinv where the rank drops) or has a pole nearer than any step: no second order
+    if _pullback_unresolved(case, ybar, u, w, rhs, scale):
+        return  # finite differences at finer steps agree, or the pullback jumps or has a pole nearer than any step
     where = location = None
     if len(case.diff_positions) > 1:
         for i in case.diff_positions:

@@ -70,6 +70,15 @@ def test_a_correct_rule_at_a_pole_nearer_than_any_step_gets_no_verdict_not_an_er
         "logabs_tiny_rrule": [], "jlogdet2": []}
 
 
+def test_a_pole_near_the_input_is_judged_at_finer_steps():
+    """At a 2x2 matrix with determinant 1e-5 the pole lies 1e-5 away: finite differences' first tables step
+    across it, while one-sided steps from 6e-6 down see the derivative (1e5) and the second order (1e10) the
+    rule gives. GG207 and GG204 called the custom_jvp log|det| wrong at every seed before."""
+    rule = jax_rule(jlogdet2, st.just(np.array([[1.0, 0.0], [0.0, 1e-5]])), name="jlogdet2")
+    for seed in range(3):
+        assert check(rule, seed=seed).rules[0].verdict == "pass", seed
+
+
 def test_a_wrong_rule_at_an_ordinary_input_is_still_reported():
     ids = {f.check_id for f in check(logabs_doubled_rrule, seed=0).findings if f.severity == "error"}
     assert {"GG201", "GG501"} <= ids, ids
