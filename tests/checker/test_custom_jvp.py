@@ -56,7 +56,8 @@ def test_wrong_jvp_fails_gg207_with_its_message() -> None:
         rf"the primal\.", found.message), found.message
 
 
-def relu_with(at_zero, name, spec):
+def relu_with_jvp(tangent, name, spec):
+    """A custom_jvp relu whose jvp returns ``tangent(x, t)``."""
     @jax.custom_jvp
     def relu(x):
         return jnp.maximum(x, 0.0)
@@ -64,9 +65,14 @@ def relu_with(at_zero, name, spec):
     @relu.defjvp
     def relu_jvp(primals, tangents):
         (x,), (t,) = primals, tangents
-        return relu(x), jnp.where(x > 0, t, jnp.where(x == 0, at_zero * t, 0.0))
+        return relu(x), tangent(x, t)
 
     return jax_rule(relu, spec, name=name)
+
+
+def relu_with(at_zero, name, spec):
+    """A custom_jvp relu whose jvp gives ``at_zero`` at 0 (any value in [0, 1] is a subgradient there)."""
+    return relu_with_jvp(lambda x, t: jnp.where(x > 0, t, jnp.where(x == 0, at_zero * t, 0.0)), name, spec)
 
 
 @pytest.mark.parametrize("spec", [arrays(shape=(4,), min_value=0.0, max_value=0.0),
@@ -147,17 +153,8 @@ def test_forward_checks_skip_custom_vjp_rules() -> None:
 
 
 def test_python_branch_on_a_value_fails_under_jit_and_vmap() -> None:
-    @jax.custom_jvp
-    def relu(x):
-        return jnp.maximum(x, 0.0)
-
-    @relu.defjvp
-    def relu_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        slope = 1.0 if float(x) > 0 else 0.0  # a value read at trace time
-        return relu(x), slope * t
-
-    rule = jax_rule(relu, arrays(shape=(), min_value=0.5, max_value=2.0), name="relu_branch")
+    rule = relu_with_jvp(lambda x, t: (1.0 if float(x) > 0 else 0.0) * t,  # a value read at trace time
+                         "relu_branch", arrays(shape=(), min_value=0.5, max_value=2.0))
     ids = sorted({f.check_id for f in findings(rule, "GG601", "GG602")})
     assert ids == ["GG601", "GG602"]
 
