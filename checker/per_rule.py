@@ -304,6 +304,17 @@ def _keep_matrix(shared: dict[str, Any], result: RuleResult) -> None:
         result.safety_matrix = shared[SAFETY_MATRIX].to_json()
 
 
+def draws_by_label(record: list[tuple[str, Any]]) -> dict[str, str]:
+    """The drawn values a counterexample shows, by label; a label drawn again gets its count ("batch input",
+    "batch input (2)"), so that no draw is lost from the report (GG602 draws one "batch input" per example)."""
+    out: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for label, value in record:
+        seen[label] = seen.get(label, 0) + 1
+        out[label if seen[label] == 1 else f"{label} ({seen[label]})"] = show(value)
+    return out
+
+
 def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Problem, options: Options,
              shrinking: str | None = None) -> Finding:
     counterexample = None
@@ -315,7 +326,7 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
         counterexample = {
             "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
             "args": [show(a) for a in case.args],
-            "draws": {label: show(value) for label, value in case.record},
+            "draws": draws_by_label(case.record),
         }
         if shrinking is not None:
             counterexample["shrinking"] = shrinking

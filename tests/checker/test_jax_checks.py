@@ -622,6 +622,15 @@ def test_jax_rules_are_checked_on_the_gpu(monkeypatch):
     assert [f.check_id for f in broken.findings] == ["GG204"]  # batched finite differences on the GPU
 
 
+def test_a_counterexample_shows_every_draw_of_a_label_drawn_more_than_once():
+    """GG602 draws one "batch input" per extra example and one "batch cotangent" per example: a report that
+    kept one value per label could not show the batch that failed."""
+    rules = {r.name: r for r in rules_in(load_module(ROOT / "examples" / "jax_rules.py"))}
+    (found,) = check(rules["host_norm"], select=["GG602"]).findings
+    assert list(found.counterexample["draws"]) == [
+        "batch input", "batch input (2)", "batch cotangent", "batch cotangent (2)", "batch cotangent (3)"]
+
+
 # -- examples and the corpus -------------------------------------------------------------------------
 EXAMPLES = {
     "softplus": [],
