@@ -181,3 +181,8 @@ def test_gpu_parity_compares_two_devices_runs() -> None:
     """The comparison itself, on any machine (a GPU run of it is `bash .ci/gpu`)."""
     out = run("gpu_parity.py", "--devices", "cpu,cpu", "--modules", "examples/jax_rules.py", "--select", "GG102,GG601")
     assert "| examples/jax_rules.py | 7 |" in out and out.rstrip().endswith("| none |"), out
+
+
+def test_jax_library_probe_tiny() -> None:
+    out = run("jax_library.py", "--rules", "relu,det", "--seeds", "0", "--select", "GG101,GG102")
+    assert "| relu | - |" in out and "| det | - |" in out, out
