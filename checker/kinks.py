@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.trees import copy_tree, leaves
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
 __all__ = [
     "FINE_STEPS",
@@ -32,6 +32,7 @@ __all__ = [
     "NEIGHBOURS",
     "UNIT_NEIGHBOURS_UP_TO",
     "between_sides",
+    "contracted",
     "derivative_range",
     "element_sides",
     "finer_steps_admit",
@@ -71,6 +72,17 @@ def shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> lis
 
 def _eps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> float:
     return max(float(np.finfo(np.asarray(args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None)
+
+
+def contracted(f: Callable[..., Any], covector: Any) -> Scalar:
+    """``args -> (<covector, f(*args)>, its magnitude)``: the scalar this module probes, of a primal or a
+    pullback."""
+
+    def g(args: tuple[Any, ...]) -> tuple[float, float]:
+        y = f(*args)
+        return inner(covector, y), abs_inner(covector, y)
+
+    return g
 
 
 def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> tuple[float, float] | None:

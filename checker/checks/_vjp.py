@@ -199,13 +199,7 @@ def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...]) -
 
 def _contracted(case: Case, cotangent: Any) -> kinks.Scalar:
     """``args -> (<cotangent, primal(args)>, its magnitude)``: the scalar :mod:`gradguard.checker.kinks` probes."""
-    f = _primal(case)
-
-    def g(args: tuple[Any, ...]) -> tuple[float, float]:
-        y = f(*args)
-        return inner(cotangent, y), abs_inner(cotangent, y)
-
-    return g
+    return kinks.contracted(_primal(case), cotangent)
 
 
 def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...]) -> tuple[float, float] | None:

@@ -47,8 +47,8 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import finer_steps_admit
-from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
+from gradguard.checker.kinks import contracted, finer_steps_admit
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
 __all__: list[str] = []  # GG203's reference (jax_tangents) lives in checker.checks._reference
@@ -211,6 +211,17 @@ def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: A
 
 
 # -- GG204 ------------------------------------------------------------------------------------------
+def _pulled(case: Case, ybar: Any) -> Any:
+    """``args -> pullback at args (ybar)``: what GG204's finite differences move along ``u``."""
+    rule = case.rule
+
+    def pulled(*a: Any) -> Any:
+        _, pb = rule.rrule(*a)
+        return pb(copy_tree(ybar))
+
+    return pulled
+
+
 def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
     """``d/dt <w, pullback at (x + t u)(ybar)>`` by finite differences; None where they cannot be taken."""
     if use_batched_fd(sum(int(np.size(case.args[i])) for i in case.diff_positions)):
@@ -219,16 +230,10 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
             return batched_directional(case.rule.jax_fn, case.fresh(), u, covector, cotangent=ybar, mode="pullback")
         except Exception:  # noqa: BLE001 - a probe failed or did not trace: the sequential path decides
             pass
-    rule = case.rule
-
-    def pulled(*a: Any) -> Any:
-        _, pb = rule.rrule(*a)
-        return pb(copy_tree(ybar))
-
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = fd.directional(pulled, case.fresh(), u, w, complex_step=False)
+            d = fd.directional(_pulled(case, ybar), case.fresh(), u, w, complex_step=False)
     except (ValueError, ArithmeticError, TypeError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
@@ -243,14 +248,7 @@ def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any
     table's steps too coarse), or its slopes grow at every step float64 can take
     (:func:`gradguard.checker.kinks.unresolved`: the pullback jumps at ``x``, a pseudo-inverse where the rank
     drops, or has a pole nearer than any step)."""
-    rule = case.rule
-
-    def g(args: tuple[Any, ...]) -> tuple[float, float]:
-        _, pb = rule.rrule(*args)
-        t = pb(copy_tree(ybar))
-        return inner(w, t), abs_inner(w, t)
-
-    return finer_steps_admit(g, case.args, u, rhs, case.tol, scale)
+    return finer_steps_admit(contracted(_pulled(case, ybar), w), case.args, u, rhs, case.tol, scale)
 
 
 @check(

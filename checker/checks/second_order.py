@@ -28,8 +28,8 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import finer_steps_admit
-from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
+from gradguard.checker.kinks import contracted, finer_steps_admit
+from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
 __all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked"]
@@ -198,12 +198,7 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
         return None
     if kinked(pulled, case.fresh(), u, w):
         return None
-
-    def g(args: tuple[Any, ...]) -> tuple[float, float]:
-        t = pulled(*args)
-        return inner(w, t), abs_inner(w, t)
-
-    if finer_steps_admit(g, case.args, u, rhs, case.tol, _scale(u, d.wrt_args)):
+    if finer_steps_admit(contracted(pulled, w), case.args, u, rhs, case.tol, _scale(u, d.wrt_args)):
         return None  # a pole of the pullback near x (log|det| beside a singular matrix): its tables' steps were too coarse
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
