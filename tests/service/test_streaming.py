@@ -89,14 +89,18 @@ def test_a_finding_made_of_a_limit_becomes_an_error_naming_the_limit() -> None:
     assert judged["summary"]["by_check"] == {"GG202": 1}
 
 
+def _judged(rules: list[dict], limits: Limits) -> tuple[dict | None, str | None]:
+    """A finished run that streamed ``rules`` and its final report, judged under ``limits``."""
+    return _judge.judge(_raw({"rules": [r["name"] for r in rules]}, *[{"rule": r} for r in rules],
+                             {"report": {"schema": "gradguard.report/1"}}), limits, "bubblewrap")
+
+
 def test_memory_running_out_inside_a_check_is_the_memory_limit() -> None:
     """The checker's own word for memory running out in a check (in Hypothesis' input drawing, say)."""
     err = {"type": "MemoryError", "traceback": "  + Exception Group Traceback (most recent call last):\n  | MemoryError\n",
            "message": "MemoryError: memory ran out in check GG501 on rule matmul_rrule; check it with smaller inputs "
                       "or give it more memory"}
-    rules = [_rule("matmul_rrule", verdict="error", error=err), _rule("other")]
-    judged, reason = _judge.judge(_raw({"rules": ["matmul_rrule", "other"]}, *[{"rule": r} for r in rules],
-                                       {"report": {"schema": "gradguard.report/1"}}), Limits(memory_mb=2048), "bubblewrap")
+    judged, reason = _judged([_rule("matmul_rrule", verdict="error", error=err), _rule("other")], Limits(memory_mb=2048))
     assert reason == "exceeded 2048 MB memory"
     assert judged["rules"][0]["error"]["type"] == "LimitExceeded"
     assert judged["rules"][1]["verdict"] == "pass"
@@ -108,9 +112,7 @@ def test_the_gpu_running_out_of_memory_is_not_the_runs_memory_limit() -> None:
     err = {"type": "DeviceMemory", "traceback": "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Out of memory\n",
            "message": "the GPU ran out of memory in the forward of big (JaxRuntimeError: RESOURCE_EXHAUSTED: Out of "
                       "memory while trying to allocate 8589934592 bytes.); nothing was established about the rule."}
-    rules = [_rule("big", verdict="error", error=err), _rule("other")]
-    judged, reason = _judge.judge(_raw({"rules": ["big", "other"]}, *[{"rule": r} for r in rules],
-                                       {"report": {"schema": "gradguard.report/1"}}), Limits(memory_mb=2048), "bubblewrap")
+    judged, reason = _judged([_rule("big", verdict="error", error=err), _rule("other")], Limits(memory_mb=2048))
     assert reason is None
     assert judged["rules"][0]["verdict"] == "error" and judged["rules"][0]["error"] == err
     assert judged["rules"][1]["verdict"] == "pass"
