@@ -207,8 +207,10 @@ def counting_softplus_rule(n: int, calls: Counter | None = None) -> RuleSpec:
     calls = Counter() if calls is None else calls
 
     def primal(x):
+        # np.logaddexp in the primal's own body, not through softplus(): GG203 traces the primal with its
+        # module's numpy run as jax.numpy, which does not reach into a helper, so a helper left GG203 skipped
         calls["primal"] += 1
-        return softplus(x)
+        return np.logaddexp(0.0, x)
 
     @rrule(primal, arrays(shape=(n,), min_value=-30.0, max_value=30.0), name=f"softplus_{n}")
     def softplus_large_rrule(x):
