@@ -41,6 +41,7 @@ __all__ = [
     "constant",
     "is_constant",
     "structure_of",
+    "bounds_of",
     "UNUSED_COTANGENTS",
     "DEFAULT_UNUSED_COTANGENT",
     "unused_cotangent_of",
@@ -71,6 +72,9 @@ COMPLEX_CONVENTIONS = ("chainrules", "jax")
 
 _CONSTANTS: "weakref.WeakSet[SearchStrategy]" = weakref.WeakSet()
 _STRUCTURED: "weakref.WeakKeyDictionary[SearchStrategy, str]" = weakref.WeakKeyDictionary()
+# The [min_value, max_value] each `arrays` strategy that draws its own elements was declared with: the domain an
+# argument may be given (a context that passes one argument's array in another's place stays inside it).
+_BOUNDS: "weakref.WeakKeyDictionary[SearchStrategy, tuple[float, float]]" = weakref.WeakKeyDictionary()
 
 
 def constant(value: Any) -> SearchStrategy:
@@ -139,6 +143,7 @@ def arrays(
     else:
         raise SpecError(f"Got shape={shape!r}; pass a tuple of ints, an int, or a strategy of tuples.")
 
+    declared_elements = elements
     if elements is None:
         elements = _elements(dt, min_value, max_value)
 
@@ -158,7 +163,18 @@ def arrays(
     strategy = shapes.flatmap(for_shape)
     if structure is not None:
         _STRUCTURED[strategy] = structure
+    if declared_elements is None:
+        _BOUNDS[strategy] = (float(min_value), float(max_value))
     return strategy
+
+
+def bounds_of(strategy: SearchStrategy) -> tuple[float, float] | None:
+    """The ``(min_value, max_value)`` an :func:`arrays` strategy draws every element (every real and imaginary
+    part) from; None for a strategy with its own ``elements=`` and for any other strategy (domain not known)."""
+    try:
+        return _BOUNDS.get(strategy)
+    except TypeError:  # an unhashable strategy was never registered
+        return None
 
 
 def structure_of(strategy: SearchStrategy) -> str | None:

@@ -225,6 +225,8 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
     transposed use shares, breaks that sum (seed: gradients with aliased variables and tied weights)."""
     outcome = outcome_for(ctx)
     if not any(r.context.aliasing for r in outcome.rows):
+        if outcome.outside_domain:
+            raise Skip("no aliasing context applies: " + "; ".join(f"{name}: {why}" for name, why in outcome.outside_domain.items()))
         raise Skip("no aliasing context applies (needs two array arguments of one shape, x and x.T, or a 2-D W)")
     fix = (
         "Return each slot's own partial derivative, computed as if the slots were distinct arrays; engines sum "

@@ -36,7 +36,8 @@ from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, sha
 from gradguard.checker.contexts._ops import numpy_ops
 from gradguard.checker.contexts._call_kinks import call_kinks_excuse
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
-from gradguard.checker.contexts._programs import CONTEXTS, Context, NotApplicable, Plan, Signature, by_name, weights_like
+from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
+                                                 ValuesDoNotFit,                                                  by_name, weights_like)
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
@@ -71,6 +72,9 @@ class Outcome:
     tol: tolerances.Tolerance
     primitive_name: str
     descriptions: dict[str, str]
+    # Contexts skipped because no drawn array lay in the declared domain of the argument it would stand for
+    # (the reason, by context name): the aliasing check names them rather than a shape it did not find.
+    outside_domain: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,13 +118,18 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
     # wrong for a right rule.
     view = RuleView(rule, name, args, output, settings)
     planned: dict[str, tuple[Plan, np.random.Generator] | str] = {}  # a plan and its generator, or why none
+    values_unfit: set[str] = set()  # contexts these shapes fit but these values do not (other draws may)
     for ctx in chosen:
         rng = _generator(seed, ctx)
         try:
             planned[ctx.name] = (ctx.plan(sig, rng), rng)
         except NotApplicable as exc:
             planned[ctx.name] = str(exc)
-    _search_shapes(rule, seed, [c for c in chosen if isinstance(planned[c.name], str)], planned, outcome)
+            if isinstance(exc, ValuesDoNotFit):
+                values_unfit.add(ctx.name)
+            if isinstance(exc, (ValuesDoNotFit, OutsideDomain)):
+                outcome.outside_domain[ctx.name] = str(exc)
+    _search_shapes(rule, seed, [c for c in chosen if isinstance(planned[c.name], str)], planned, outcome, values_unfit)
     for ctx in chosen:
         if isinstance(planned[ctx.name], str):
             outcome.skipped.append({"context": ctx.name, "reason": planned[ctx.name]})
@@ -135,11 +144,15 @@ def _generator(seed: int, ctx: Context) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(ctx.name.encode())])
 
 
-def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dict[str, Any], outcome: Outcome) -> None:
+def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dict[str, Any], outcome: Outcome,
+                   values_unfit: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Plans for the contexts the first draws did not fit, from further draws of the rule's own specs (where
-    those draw their shapes); the report says how many draws were tried either way."""
+    those draw their shapes, or where only the drawn values did not fit); the report says how many draws were
+    tried either way."""
     unfit = [c for c in unfit if c.search]
-    if not unfit or not shapes_vary(rule, seed):
+    if unfit and not shapes_vary(rule, seed):
+        unfit = [c for c in unfit if c.name in values_unfit]  # the same shapes will never fit the others
+    if not unfit:
         return
 
     def fits(ctx: Context) -> Callable[[tuple[Any, ...], Any], bool]:
@@ -153,6 +166,7 @@ def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dic
             continue
         rng = _generator(seed, ctx)
         planned[ctx.name] = (ctx.plan(Signature(rule, f.args, None, f.output), rng), rng)
+        outcome.outside_domain.pop(ctx.name, None)
         outcome.descriptions[ctx.name] += (
             f" (the first draws did not fit; inputs: the richest of {f.fitting} fitting draws among {f.tried} "
             "further draws from the argument specs)"

@@ -17,15 +17,24 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker.contexts._ops import LossWeights, Ops
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RuleSpec, bounds_of, structure_of
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, is_leaf, tree_map
 
-__all__ = ["Context", "Plan", "Signature", "NotApplicable", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
+__all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
 
 class NotApplicable(Exception):
     """The context does not type-check for this rule's signature; the message says why."""
+
+
+class OutsideDomain(NotApplicable):
+    """The context fits the rule's shapes, but would pass one argument's array where another argument's
+    declared domain does not hold it, and no draw can fit (the declared domains share no array)."""
+
+
+class ValuesDoNotFit(OutsideDomain):
+    """As `OutsideDomain` for these drawn values only: other draws of the same shapes may fit."""
 
 
 @dataclass
@@ -230,13 +239,57 @@ def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
     return Plan(sig.inputs(), (c1, c2, c3), program)
 
 
-def _same_pair(sig: Signature) -> tuple[int, int]:
+def _same_pairs(sig: Signature) -> list[tuple[int, int]]:
+    pairs = []
     for k, i in enumerate(sig.arrays):
         for j in sig.arrays[k + 1 :]:
             a, b = sig.args[i], sig.args[j]
             if a.shape == b.shape and a.dtype == b.dtype:
-                return i, j
-    raise NotApplicable("the rule has no two differentiable array arguments of the same shape and dtype")
+                pairs += [(i, j), (j, i)]  # argument i's array in both slots, else argument j's
+    if not pairs:
+        raise NotApplicable("the rule has no two differentiable array arguments of the same shape and dtype")
+    return pairs
+
+
+def _misfit(sig: Signature, i: int, j: int, transposed: bool) -> tuple[str, bool] | None:
+    """Why argument ``i``'s array (transposed, or not) may not be passed as argument ``j`` (its declared domain
+    does not hold it), and whether another draw could fit; None where it may. Where argument ``j``'s domain is
+    not known (a strategy of the user's own, one strategy for all arguments), any array of its shape may."""
+    specs = sig.rule.arg_specs
+    if not specs or max(i, j) >= len(specs):
+        return None
+    want, have = structure_of(specs[j]), structure_of(specs[i])
+    if want is not None and (want != have or (transposed and want in ("lower", "upper"))):
+        return f"argument {j} is declared {want} and argument {i}'s array{' transposed' if transposed else ''} is not", False
+    bounds = bounds_of(specs[j])
+    if bounds is None:
+        return None
+    lo, hi = bounds
+    x = np.asarray(sig.args[i])
+    parts = (x.real, x.imag) if np.iscomplexobj(x) else (x,)
+    if all(bool(np.all((part >= lo) & (part <= hi))) for part in parts):
+        return None
+    own = bounds_of(specs[i])
+    return (f"argument {i}'s drawn values lie outside argument {j}'s declared range [{lo:g}, {hi:g}]",
+            own is None or (own[0] <= hi and lo <= own[1]))
+
+
+def _fitting(sig: Signature, pairs: list[tuple[int, int]], transposed: bool) -> tuple[int, int]:
+    """The first ``(i, j)`` of ``pairs`` whose argument ``i`` may be passed (transposed) as argument ``j``.
+
+    An aliasing context passes one drawn array in two places; where that array lies outside the other
+    argument's declared domain (a concentration declared positive, given a location's negative values), the
+    program runs the rule where it was never meant to be right, and a wrong gradient there is no finding."""
+    why = []
+    for i, j in pairs:
+        misfit = _misfit(sig, i, j, transposed)
+        if misfit is None:
+            return i, j
+        why.append(misfit)
+    reasons = "; ".join(dict.fromkeys(text for text, _ in why))
+    if any(searchable for _, searchable in why):
+        raise ValuesDoNotFit(reasons)
+    raise OutsideDomain(f"{reasons} (the declared domains share no array, so no draw can fit)")
 
 
 def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: Any) -> Plan:
@@ -253,20 +306,24 @@ def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: An
 
 
 def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
-    return _aliased(sig, rng, *_same_pair(sig), lambda x: x)  # the very same array in both slots
+    return _aliased(sig, rng, *_fitting(sig, _same_pairs(sig), False), lambda x: x)  # the very same array in both slots
 
 
-def _transposed_pair(sig: Signature) -> tuple[int, int]:
+def _transposed_pairs(sig: Signature) -> list[tuple[int, int]]:
+    pairs = []
     for i in sig.arrays:
         for j in sig.arrays:
             a, b = sig.args[i], sig.args[j]
             if i != j and a.ndim == 2 and b.shape == a.shape[::-1] and a.dtype == b.dtype:
-                return i, j
-    raise NotApplicable("the rule has no two 2-D array arguments with transposed shapes (for x and x.T)")
+                pairs.append((i, j))
+    if not pairs:
+        raise NotApplicable("the rule has no two 2-D array arguments with transposed shapes (for x and x.T)")
+    return pairs
 
 
 def _transposed_alias(sig: Signature, rng: np.random.Generator) -> Plan:
-    return _aliased(sig, rng, *_transposed_pair(sig), lambda x: x.T)  # x and its transpose, sharing memory
+    # x and its transpose, sharing memory
+    return _aliased(sig, rng, *_fitting(sig, _transposed_pairs(sig), True), lambda x: x.T)
 
 
 def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:

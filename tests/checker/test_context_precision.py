@@ -420,3 +420,67 @@ def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
         rf"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
         finding.message,
     ), finding.message
+
+
+# -- aliasing contexts stay inside each argument's declared domain ---------------------------------------------------
+# distrax's von Mises CDF (a location and a concentration > 0, both arrays of one shape) was reported GG502: the
+# same-array-twice context passed the location's negative values as the concentration, where the rule was never
+# meant to be right. A scale taken by its absolute value shows the same: the pullback uses k where the primal
+# uses |k|, right on the declared domain k > 0 only.
+def scale_by(x, k):
+    return x * np.abs(k)
+
+
+@rrule(scale_by, arrays(shape=(3,), min_value=-2.0, max_value=-0.5), arrays(shape=(3,), min_value=0.5, max_value=2.0))
+def scale_by_disjoint_rrule(x, k):
+    return x * np.abs(k), lambda g: (None, None) if g is None else (g * k, g * x)  # |k| = k for k > 0
+
+
+@rrule(scale_by, arrays(shape=(3,), min_value=-2.0, max_value=2.0), arrays(shape=(3,), min_value=0.5, max_value=2.0))
+def scale_by_overlapping_rrule(x, k):
+    return x * np.abs(k), lambda g: (None, None) if g is None else (g * k, g * x)
+
+
+@rrule(scale_by, arrays(shape=(3,), min_value=-2.0, max_value=2.0), arrays(shape=(3,), min_value=0.5, max_value=2.0))
+def scale_by_aliasing_bug_rrule(x, k):
+    def pullback(g):
+        if g is None:
+            return None, None
+        if x is k:  # BUG: special-cases aliasing, so rule(x, x) loses the second slot's share
+            return g * k, np.zeros_like(x)
+        return g * k, g * x
+
+    return x * np.abs(k), pullback
+
+
+def test_an_aliasing_context_never_passes_an_array_outside_the_other_arguments_declared_range():
+    m = safety_matrix(scale_by_disjoint_rrule, seed=0)
+    reasons = {s["context"]: s["reason"] for s in m["skipped"]}
+    assert reasons["same-array-twice"] == (
+        "argument 0's drawn values lie outside argument 1's declared range [0.5, 2]; argument 1's drawn values lie "
+        "outside argument 0's declared range [-2, -0.5] (the declared domains share no array, so no draw can fit)"
+    )
+    result = check(scale_by_disjoint_rrule, select="GG5", seed=0).rules[0]
+    assert result.verdict == "pass", [f.message for f in result.findings]
+    assert {s["id"]: s["reason"] for s in result.checks_skipped}["GG502"] == (
+        "no aliasing context applies: same-array-twice: " + reasons["same-array-twice"]
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_where_the_declared_ranges_overlap_the_aliasing_context_draws_an_array_inside_both(seed):
+    m = safety_matrix(scale_by_overlapping_rrule, seed=seed)
+    assert "same-array-twice" in m["contexts"], m["skipped"]
+    assert set(_statuses(m, "same-array-twice").values()) == {"right"}
+    result = check(scale_by_overlapping_rrule, select="GG5", seed=seed).rules[0]
+    assert result.verdict == "pass", [f.message for f in result.findings]
+
+
+def test_an_aliasing_bug_is_still_found_inside_overlapping_declared_ranges():
+    result = _context_findings(scale_by_aliasing_bug_rrule)
+    finding = next(f for f in result.findings if f.location == "context same-array-twice")
+    assert finding.check_id == "GG502"
+    assert finding.message.startswith(
+        "in context `same-array-twice` (the same array in two argument slots: rule(x, x)) the gradient of the "
+        f"program is wrong under {', '.join(['tape[zero]', 'tape[skip]', *TORCH])} (relative error "
+    ), finding.message
