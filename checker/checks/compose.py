@@ -203,9 +203,11 @@ def _signature(case: Case, args: Sequence[Any]) -> tuple[Any, ...] | None:
         return None
 
 
-def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
-    """``(*xs, ct) -> (fn(*xs), vjp(ct))`` vmapped over the leading axis of every argument and the cotangent."""
-    key = (fn, jit)
+def _batched_vjp(fn: Any, jit: bool, batched: bool = True) -> Callable[..., Any]:
+    """``(*xs, ct) -> (fn(*xs), vjp(ct))`` vmapped over the leading axis of every argument and the cotangent
+    (with ``batched=False``, the same function on one example: the output is the one ``jax.vjp`` gives, which
+    for a ``custom_jvp`` is its jvp's primal output, not necessarily ``fn(*xs)``)."""
+    key = (fn, jit, batched)
     if key in _vmapped:
         return _vmapped[key]
     from gradguard.engines.jax_engine._runtime import load
@@ -218,7 +220,7 @@ def _batched_vjp(fn: Any, jit: bool) -> Callable[..., Any]:
         out, vjp = jax.vjp(fn, *xs)
         return out, vjp(jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), ct, out))
 
-    mapped = jax.vmap(one)
+    mapped = jax.vmap(one) if batched else one
     built = jax.jit(mapped) if jit else mapped
     _vmapped[key] = built
     while len(_vmapped) > _MAX_VMAPPED:
@@ -329,6 +331,11 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
     tangents = tuple(np.asarray(t) for t in tangents)
     for k in range(len(batch)):
         bad = first_difference(_unstack(out, k), per_value[k], case)
+        if bad is not None and _same_without_vmap(fn, jit, batch[k], ybars[k], _unstack(out, k), case):
+            # jax.vjp gives this value for the example alone too: the rule's forward under differentiation
+            # (a custom_jvp's primal output) differs from the function itself whether or not vmap runs it,
+            # which is GG102's finding, not vmap's
+            bad = None
         if bad is not None:
             path, idx, got, want_value = bad
             where = compare.where(f"output{path}", idx)
@@ -360,6 +367,20 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
                 fix=_VMAP_FIX,
             )
             return
+
+
+def _same_without_vmap(fn: Any, jit: bool, xs: tuple[Any, ...], ybar: Any, batched_out: Any, case: Case) -> bool:
+    """Whether ``jax.vjp`` of one example alone gives ``batched_out`` (that example's output under vmap)."""
+    from gradguard.engines.jax_engine import _relay
+
+    try:
+        with _relay.relaying():
+            alone, _ = _quiet(lambda: _batched_vjp(fn, jit, batched=False)(*copy_tree(xs), copy_tree(ybar)))
+    except Exception:  # noqa: BLE001 - raises alone: no evidence that vmap is not to blame
+        return False
+    import jax
+
+    return first_difference(batched_out, jax.tree_util.tree_map(np.asarray, alone), case) is None
 
 
 def _same(a: Any, b: Any) -> bool:

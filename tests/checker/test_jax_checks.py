@@ -681,3 +681,28 @@ def test_a_second_check_of_the_same_rule_gives_the_same_report():
         for r in first + second:
             r.pop("duration_s")
         assert first == second, rule.name
+
+
+# -- GG602 judges vmap only ------------------------------------------------------------------------------------------
+# ott-jax's norm has a custom_jvp whose primal output at x = 0 is norm(ones): jax.vjp gives 1.732 where the function
+# gives 0. GG602 compared vmap(jax.vjp(f))'s values with plain f(x) calls and reported "differs under vmap", though
+# jax.vjp of one example alone gives the same 1.732: that is GG102's finding, and vmap plays no part in it.
+@jax.custom_jvp
+def sin_shifted_primal(x):
+    return jnp.sin(x)
+
+
+@sin_shifted_primal.defjvp
+def _sin_shifted_primal_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    return jnp.sin(x) + 1.0, jnp.cos(x) * dx  # BUG: the primal output differs from the function's
+
+
+shifted_primal_rule = jax_rule(sin_shifted_primal, arrays(shape=(3,)))
+
+
+def test_a_forward_that_differs_from_the_primal_without_vmap_is_gg102_not_gg602():
+    result = check(shifted_primal_rule, select=["GG102", "GG602"]).rules[0]
+    assert result.error is None, result.error
+    assert [f.check_id for f in result.findings] == ["GG102"], [f.message for f in result.findings]
+    assert result.checks_run == ["GG102", "GG602"]
