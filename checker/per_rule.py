@@ -33,6 +33,7 @@ from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.report import Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec
 from gradguard.engines.errors import PlatformUnavailable
+from gradguard.engines.jax_engine._relay import callbacks_quiet
 
 __all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO"]
 
@@ -62,7 +63,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     try:
         # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
         # own programs on its values: none is a finding, and they would bury the report.
-        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings():
+        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings(), callbacks_quiet():
             warnings.simplefilter("ignore", RuntimeWarning)
             _prepare_engine(rule, ids, options.jax_cache_dir)
             with memory:  # its growth counts from here: loading JAX above is not the rule's

@@ -21,7 +21,7 @@ import re
 import threading
 from typing import Iterator, NoReturn
 
-__all__ = ["RelayedError", "relay", "relaying", "install_log_filter"]
+__all__ = ["RelayedError", "relay", "relaying", "install_log_filter", "callbacks_quiet"]
 
 _KEEP = 64
 _TOKEN = re.compile(r"\[gradguard-relay:(\d+)\]")
@@ -73,12 +73,33 @@ def relaying() -> Iterator[None]:
         raise_original(exc)
 
 
+_quiet = [0]  # how many `callbacks_quiet` blocks are open
+
+
+@contextlib.contextmanager
+def callbacks_quiet() -> Iterator[None]:
+    """Within this block JAX does not log what a rule's own host callback raised ("jax.pure_callback failed"
+    and its traceback, once per call): the checker runs the rule on adversarial inputs and judges what it
+    raised (the exception reaches the check as JAX's runtime error), and dozens of tracebacks on stderr would
+    bury the report. Outside it, a user's own program keeps JAX's log."""
+    _quiet[0] += 1
+    try:
+        yield
+    finally:
+        _quiet[0] -= 1
+
+
 class _DropRelayed(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        if _quiet[0] > 0:
+            return False
         exc = record.exc_info[1] if record.exc_info else None
         return not isinstance(exc, RelayedError)
 
 
 def install_log_filter() -> None:
-    """Silence JAX's "pure_callback failed" log for errors we relay (they reach the caller anyway)."""
-    logging.getLogger("jax._src.callback").addFilter(_DropRelayed())
+    """Silence JAX's "pure_callback failed" log for errors we relay (they reach the caller anyway), and for any
+    callback error inside `callbacks_quiet`."""
+    logger = logging.getLogger("jax._src.callback")
+    if not any(isinstance(f, _DropRelayed) for f in logger.filters):
+        logger.addFilter(_DropRelayed())

@@ -706,3 +706,33 @@ def test_a_forward_that_differs_from_the_primal_without_vmap_is_gg102_not_gg602(
     assert result.error is None, result.error
     assert [f.check_id for f in result.findings] == ["GG102"], [f.message for f in result.findings]
     assert result.checks_run == ["GG102", "GG602"]
+
+
+# -- a rule's own host callback that raises does not flood stderr ------------------------------------------------------
+@jax.custom_vjp
+def host_square(x):
+    return x * x
+
+
+def _host_square_bwd(x, g):
+    def host(x, g):
+        if np.any(np.abs(x) > 5):
+            raise ValueError("this host code refuses inputs above 5")
+        return 2 * x * g
+
+    return (jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, g, vmap_method="sequential"),)
+
+
+host_square.defvjp(lambda x: (x * x, x), _host_square_bwd)
+host_square_rule = jax_rule(host_square, arrays(shape=(3,)))
+
+
+def test_what_a_rules_host_callback_raises_is_not_logged_during_a_check_but_is_outside_it(caplog):
+    with caplog.at_level("ERROR", logger="jax._src.callback"):
+        result = check(host_square_rule, select=["GG101", "GG601", "GG602"]).rules[0]
+    assert result.error is None or result.error["type"] != "InternalError", result.error
+    assert not [r for r in caplog.records if r.name == "jax._src.callback"], [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    with caplog.at_level("ERROR", logger="jax._src.callback"), pytest.raises(Exception):
+        jax.grad(lambda x: host_square(x).sum())(jnp.full(3, 6.0))  # a user's own program keeps JAX's log
+    assert [r.getMessage() for r in caplog.records if r.name == "jax._src.callback"] == ["jax.pure_callback failed"]
