@@ -187,6 +187,8 @@ def structure_of(strategy: SearchStrategy) -> str | None:
 
 def _elements(dt: np.dtype, lo: float, hi: float) -> SearchStrategy:
     width = 32 if dt in (np.float32, np.complex64) else 64
+    if width == 32:  # Hypothesis takes only bounds a float32 holds exactly: the float32 values inside them
+        lo, hi = _inside_float32(lo, hi)
     real = st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False, width=width)
     if dt.kind == "c":
         return st.builds(complex, real, real)
@@ -199,6 +201,20 @@ def _random_array(seed: int, shape: tuple[int, ...], dt: np.dtype, lo: float, hi
     if dt.kind == "c":
         out = out + 1j * rng.uniform(lo, hi, size=shape)
     return out.astype(dt)
+
+
+def _inside_float32(lo: float, hi: float) -> tuple[float, float]:
+    """The smallest and largest float32 values in ``[lo, hi]`` (a bound like 1e-4 has no float32 twin)."""
+    with np.errstate(over="ignore"):  # a bound past float32's range becomes its largest finite value below
+        low, high = np.float32(lo), np.float32(hi)
+    if float(low) < lo:
+        low = np.nextafter(low, np.float32(np.inf))
+    if float(high) > hi:
+        high = np.nextafter(high, np.float32(-np.inf))
+    if not (np.isfinite(low) and np.isfinite(high)) or low > high:
+        raise SpecError(f"Got min_value={lo!r}, max_value={hi!r} for float32 elements, but no finite float32 value "
+                        "lies between them; widen the bounds or use float64.")
+    return float(low), float(high)
 
 
 def _check_bounds(lo: float, hi: float) -> None:

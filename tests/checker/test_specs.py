@@ -100,3 +100,19 @@ def test_large_arrays_are_filled_from_a_seed_and_vary(x):
 def test_complex_arrays_and_floats(z, f):
     assert z.dtype == np.complex128 and np.all(np.abs(z.real) <= 1) and np.all(np.abs(z.imag) <= 1)
     assert isinstance(f, float) and -2 <= f <= 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_float32_bounds_that_float32_cannot_hold_exactly_draw_the_float32_values_inside_them(data):
+    # Hypothesis refuses a float32 bound it cannot represent (1e-4 is not a float32); the spec takes the float32
+    # values inside the declared range instead of failing at the first draw.
+    x = data.draw(arrays(shape=(4,), dtype="float32", min_value=-1e-4, max_value=1e-4))
+    assert x.dtype == np.float32
+    assert np.all(x >= -1e-4) and np.all(x <= 1e-4)
+
+
+def test_a_float32_range_that_holds_no_float32_value_fails_at_declaration():
+    with pytest.raises(SpecError, match=r"^Got min_value=1e-46, max_value=1\.1e-46 for float32 elements, but no finite "
+                                        r"float32 value lies between them; widen the bounds or use float64\.$"):
+        arrays(dtype="float32", min_value=1e-46, max_value=1.1e-46)
