@@ -373,6 +373,7 @@ def with_kwargs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Callable[...,
     def bound(*args: Any) -> Any:
         return fn(*args, **kwargs)
 
+    bound.bound_kwargs = dict(kwargs)  # type: ignore[attr-defined]  # GG203 re-binds them to a jax.numpy copy of fn
     return bound
 
 

@@ -296,6 +296,15 @@ def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
 
     from gradguard.engines.jax_engine._runtime import load
 
+    bound = getattr(fn, "bound_kwargs", None)
+    if bound is not None and callable(getattr(fn, "__wrapped__", None)):
+        # declared with kwargs=: the copy is of the primal itself, called with the same keyword arguments
+        inner = _as_jax_numpy(fn.__wrapped__)
+        if inner is None:
+            return None
+        rebound = functools.wraps(fn.__wrapped__)(lambda *args: inner(*args, **bound))
+        setattr(rebound, TRANSLATED, True)
+        return rebound
     if isinstance(fn, np.ufunc) or (callable(fn) and getattr(fn, "__module__", None) in ("numpy", "numpy.linalg")):
         # np.sin, np.exp, np.linalg.norm...: JAX has the same function under the same name
         jnp = load().numpy

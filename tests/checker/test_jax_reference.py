@@ -142,3 +142,36 @@ def test_a_small_wrong_tangent_is_still_a_gg203_finding():
         r"Finite differences of the primal agree with JAX\.",
         f.message,
     ), f.message
+
+
+# -- a primal declared with kwargs= still gets a JAX reference -------------------------------------------------------
+# The keyword arguments were bound by a wrapper whose globals are gradguard's, so the numpy-as-jax.numpy copy of the
+# primal found no `np` to replace and GG203 skipped every input ("not traceable"); a primal with a default argument
+# was checked. (MyGrad's softmax, logsoftmax, batchnorm translated as rrules with kwargs=.)
+def softmax_axis(x, *, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+@rrule(softmax_axis, arrays(shape=(2, 3)), kwargs={"axis": 1})
+def softmax_axis_rrule(x, *, axis):
+    y = softmax_axis(x, axis=axis)
+    return y, lambda g: (y * (g - np.sum(g * y, axis=axis, keepdims=True)),)
+
+
+@rrule(softmax_axis, arrays(shape=(2, 3)), kwargs={"axis": 1})
+def softmax_axis_missing_term_rrule(x, *, axis):
+    y = softmax_axis(x, axis=axis)
+    return y, lambda g: (y * g,)  # BUG: drops the -y * sum(g * y) term
+
+
+def test_a_primal_declared_with_kwargs_gets_the_jax_reference():
+    result = check(softmax_axis_rrule, select="GG203").rules[0]
+    assert result.checks_run == ["GG203"], result.checks_skipped
+    assert result.verdict == "pass"
+    broken = check(softmax_axis_missing_term_rrule, select="GG203").rules[0]
+    assert [f.check_id for f in broken.findings] == ["GG203"]
+    assert broken.findings[0].message.startswith(
+        "the pullback of softmax_axis_missing_term_rrule disagrees with the JAX reference gradient (jax.vjp of the "
+        "primal, its NumPy calls run as jax.numpy): cotangent for argument 0 at "
+    ), broken.findings[0].message
