@@ -52,7 +52,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
-           "no_derivative_along"]
+           "no_derivative_along", "NoDerivative"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -196,11 +196,44 @@ def kink_problem(case: Case, found: KinkViolation) -> Problem:
     )
 
 
-def no_derivative_along(case: Case, i: int, k: int) -> tuple[str, float, float] | None:
-    """``(output, left, right)``: an output element whose one-sided derivatives along element ``k`` of argument
-    ``i`` differ (the real direction, then the imaginary one for complex arguments), so the primal has no
-    derivative along that element; None where every output element's agree (or they cannot be taken: then
-    finite differences alone stand)."""
+@dataclass(frozen=True)
+class NoDerivative:
+    """Where :func:`no_derivative_along` found that the primal has no derivative along an element: at output
+    element ``output``, one-sided derivatives ``left`` (from below) and ``right`` (from above) that differ (a
+    cone point), or, where they agree at every step, one-sided difference quotients that grow at every step
+    finite differences can take (``growing``: (step, quotient) pairs; a vertical tangent, ``cbrt`` at 0)."""
+
+    output: str
+    left: float | None
+    right: float | None
+    growing: tuple[tuple[float, float], ...] = ()
+
+    def established(self) -> str:
+        """What finite differences established, for a finding's message."""
+        if self.growing:
+            quotients = ", ".join(f"{show(q)} at step {h:.1g}" for h, q in self.growing)
+            return (f"the one-sided difference quotients of {self.output} along this element grow at every step "
+                    f"finite differences can take ({quotients}), so they establish no finite derivative there")
+        return (f"the one-sided derivatives of {self.output} are {show(self.left)} (from below) and {show(self.right)} "
+                "(from above) by finite differences")
+
+    def expected(self) -> str:
+        if self.growing or self.left is None or self.right is None:
+            return "a finite value"
+        return f"a finite subgradient between {show(min(self.left, self.right))} and {show(max(self.left, self.right))}"
+
+
+INFINITE_GROWTH = 10.0  # a vertical tangent: the least growth of the one-sided quotients per 1000-fold finer step
+
+
+def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
+    """A :class:`NoDerivative` for an output element whose one-sided derivatives along element ``k`` of argument
+    ``i`` differ (the real direction, then the imaginary one for complex arguments), or whose one-sided
+    difference quotients agree but grow without settling at every step from ``eps**(1/3)`` down to 1e-9 of it
+    (at least INFINITE_GROWTH-fold per 1000-fold finer step, each far above its rounding: ``cbrt`` and
+    ``x**(1/3)`` at 0 grow 100-fold, a smooth function's settle), so the primal has no derivative along that
+    element; None where every output element's agree and settle (or they cannot be taken: then finite
+    differences alone stand)."""
     arg = case.args[i]
     f = _primal(case)
     eps = float(np.finfo(np.asarray(arg).dtype).eps)
@@ -227,7 +260,53 @@ def no_derivative_along(case: Case, i: int, k: int) -> tuple[str, float, float] 
                 idx = first_index(jump)
                 if idx is not None:
                     name = where("output " + str(n) if several else "the output", idx)
-                    return name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx])
+                    return NoDerivative(name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx]))
+        found = _growing(f, case.args, d, at[0], h, eps)
+        if found is not None:
+            n, idx, growing = found
+            return NoDerivative(where("output " + str(n) if several else "the output", idx), None, None, growing)
+    return None
+
+
+def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,
+             eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...]] | None:
+    """``(output, index, (step, quotient) pairs)`` for the first real output element whose one-sided difference
+    quotients along ``d``, from below and from above, share a sign and each grow at least INFINITE_GROWTH-fold
+    per 1000-fold finer step over every step from ``h`` down to 1e-9 of it, each far above its rounding
+    (``kinks.RESOLVED``; rounding alone gives quotients that fall to 0 once the step is below the value's
+    spacing); None where none does, for complex outputs, or where the primal leaves its domain."""
+    from gradguard.checker.kinks import FINE_STEPS, RESOLVED
+
+    if any(np.iscomplexobj(y) for y in y0):
+        return None
+    steps = [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
+    quotients = []  # per step: per output, (from below, from above)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for step in steps:
+                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
+                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
+                if len(ahead) != len(y0) or len(behind) != len(y0):
+                    return None
+                quotients.append([((y - b) / step, (a - y) / step) for a, b, y in zip(ahead, behind, y0)])
+    except Exception:  # noqa: BLE001 - the primal left its domain beside x: nothing established
+        return None
+    for n, y in enumerate(y0):
+        y = np.asarray(y, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            ok = np.isfinite(y)
+            for j, step in enumerate(steps):
+                below, above = quotients[j][n]
+                floor = RESOLVED * 4 * eps * np.abs(y) / step
+                ok &= np.isfinite(below) & np.isfinite(above) & (below * above > 0)
+                ok &= (np.abs(below) > floor) & (np.abs(above) > floor)
+                if j:
+                    before, after = quotients[j - 1][n]
+                    ok &= (np.abs(below) >= INFINITE_GROWTH * np.abs(before)) & (np.abs(above) >= INFINITE_GROWTH * np.abs(after))
+        idx = first_index(ok)
+        if idx is not None:
+            return n, idx, tuple((step, float(np.asarray(quotients[j][n][1])[idx])) for j, step in enumerate(steps))
     return None
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
-from gradguard.checker.checks._kinks import no_derivative_along
+from gradguard.checker.checks._kinks import NoDerivative, no_derivative_along
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -67,9 +67,10 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     output the program never used with a zero cotangent; a rule that returns ``ones``, adds a constant, or
     computes ``0 * inf = NaN`` there puts a gradient into the program that no use of the output justifies.
     Where every such tangent is NaN or Inf at a point where the primal has no derivative along its element
-    (a cone point: a 2-norm at 0, the standard deviation of a constant row; its one-sided derivatives differ),
-    the finding is a warning that suggests a subgradient, as GG206's is there; it stays an error wherever the
-    primal's one-sided derivatives agree or cannot be taken."""
+    (a cone point: a 2-norm at 0, the standard deviation of a constant row, where its one-sided derivatives
+    differ; a vertical tangent: ``cbrt`` at 0, where they grow at every step), the finding is a warning, as
+    GG206's is there; it stays an error wherever the primal's one-sided derivatives agree and settle, or
+    cannot be taken."""
     y, pb = case.pair()
     zero = zeros_like_tree(y)
     tangents = case.tangents(pb, zero)
@@ -78,18 +79,20 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
         return
     cone = _only_at_points_without_derivative(case, tangents)
     if cone is not None:
-        i, idx, value, (output, left, right) = cone
+        i, idx, value, sides = cone
         yield Problem(
             message=(
                 f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
                 f"{where(i, idx)} is {show(value)}, at a point where the primal has no derivative along this element: "
-                f"the one-sided derivatives of {output} are {show(left)} (from below) and {show(right)} (from above) by "
-                "finite differences. A program that does not use the output still gets this value in its gradient."
+                f"{sides.established()}. A program that does not use the output still gets this value in its gradient."
             ),
             location=where(i, idx),
             expected="0 (or None)",
             actual=show(value),
             fix=(
+                "Keep inf and NaN factors out of the tangent where the cotangent is 0 (guard the point, e.g. "
+                "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)) for a cube root), so that "
+                "0 * factor stays 0." if sides.growing else
                 "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
                 "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0."
             ),
@@ -112,11 +115,12 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     )
 
 
-def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, tuple[str, float, float]] | None:
-    """``(argument, index, value, (output, left, right))`` for the first nonzero tangent element, where every
+def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, NoDerivative] | None:
+    """``(argument, index, value, what was established)`` for the first nonzero tangent element, where every
     nonzero element is NaN or Inf in a differentiable argument and each one judged (up to
-    NONFINITE_CANDIDATES, as GG206) lies where the primal's one-sided derivatives along it differ; None
-    otherwise (a finite nonzero element, or one where the primal has a derivative or it cannot be told)."""
+    NONFINITE_CANDIDATES, as GG206) lies where the primal has no derivative along it (its one-sided derivatives
+    differ, or grow at every step: :func:`no_derivative_along`); None otherwise (a finite nonzero element, or
+    one where the primal has a derivative or it cannot be told)."""
     atol = case.tol.atol
     first = None
     tried = 0

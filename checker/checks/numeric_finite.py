@@ -17,7 +17,7 @@ import numpy as np
 
 from gradguard.checker import compare, kinks
 from gradguard.checker.case import Case, is_finite_tree
-from gradguard.checker.checks._kinks import no_derivative_along
+from gradguard.checker.checks._kinks import NoDerivative, no_derivative_along
 from gradguard.checker.checks._vjp import (
     NONFINITE_CANDIDATES,
     _contracted,
@@ -65,7 +65,9 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
     element must agree (a zero cotangent on an output does not make that output differentiable). At a
     cone point (a 2-norm at 0, the standard deviation of a constant row) the symmetric difference is 0 but the
     one-sided derivatives differ and the function has no derivative; a non-finite tangent there is reported
-    as a warning only, suggesting a subgradient (a value between the one-sided derivatives)."""
+    as a warning only, suggesting a subgradient (a value between the one-sided derivatives). So is one at a
+    vertical tangent (``cbrt`` or ``x**(1/3)`` at 0), where the one-sided difference quotients agree but grow
+    at every step finite differences can take, and no finite derivative exists."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     if not is_finite_tree(case.first_call().output):
@@ -92,7 +94,7 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             if sides is None and kinks.kinked_near(_contracted(case, ybar), case.args,
                                                    only_argument(case, i, unit_vector(case.args[i], int(k))), case.tol,
                                                    undetermined=False):
-                sides = ("<ybar, primal(x)>", None, None)  # smooth along this element, but not differentiable at x
+                sides = NoDerivative("<ybar, primal(x)>", None, None)  # smooth along this element, not differentiable at x
             if sides is not None:
                 if kink is None:
                     kink = _no_derivative_problem(case, where, value, sides, bad.size)
@@ -120,33 +122,36 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
         yield kink
 
 
-def _no_derivative_problem(case: Case, where: str, value: Any, sides: tuple[str, float | None, float | None],
-                           count: int) -> Problem:
-    output, left, right = sides
-    if left is None or right is None:
-        established = (
-            f"finite but has no derivative at this input: along directions through it, the one-sided derivatives "
-            f"of {output} differ, or its directional derivative is not linear in the direction, by finite differences"
+def _no_derivative_problem(case: Case, where: str, value: Any, sides: NoDerivative, count: int) -> Problem:
+    if sides.growing:
+        established = f"finite, but {sides.established()}"
+        fix = (
+            "Programs that meet this point (a cube root or a fractional power at 0) still need a finite gradient "
+            "where the output is weighted by zero or masked: guard the point, e.g. "
+            "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)), so that 0 * factor stays 0."
         )
-        expected = "a finite subgradient"
     else:
-        established = (
-            f"finite but has no derivative along this element: the one-sided derivatives of {output} are "
-            f"{show(left)} (from below) and {show(right)} (from above) by finite differences"
+        if sides.left is None or sides.right is None:
+            established = (
+                f"finite but has no derivative at this input: along directions through it, the one-sided derivatives "
+                f"of {sides.output} differ, or its directional derivative is not linear in the direction, by finite "
+                "differences"
+            )
+        else:
+            established = f"finite but has no derivative along this element: {sides.established()}"
+        fix = (
+            "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "
+            "finite gradient: return a subgradient there, a value between the one-sided derivatives (0 for a norm "
+            "or standard deviation at its cone point), e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n))."
         )
-        expected = f"a finite subgradient between {show(min(left, right))} and {show(max(left, right))}"
     return Problem(
         message=(
             f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the primal is "
             f"{established}; {count} element(s) of this tangent are not finite."
         ),
         location=where,
-        expected=expected,
+        expected=sides.expected() if sides.left is not None or sides.growing else "a finite subgradient",
         actual=show(value),
-        fix=(
-            "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "
-            "finite gradient: return a subgradient there, a value between the one-sided derivatives (0 for a norm "
-            "or standard deviation at its cone point), e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n))."
-        ),
+        fix=fix,
         severity="warning",
     )
