@@ -19,10 +19,10 @@ import numpy as np
 from gradguard.checker import compare, tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
-from gradguard.checker.checks._vjp import _contracted, _primal
+from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import element_sides, unresolved
+from gradguard.checker.kinks import between_sides, element_sides, unresolved
 from gradguard.checker.trees import inner, leaves
 from gradguard.engines import fd
 
@@ -101,6 +101,25 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
         return
     if _at_kink(case, u, w, ty):
+        return
+    sides = one_sided(case, w, u)
+    if (sides is not None and not tolerances.close(sides[0], sides[1], case.tol, scale=scale)
+            and not between_sides((min(sides), max(sides)), got, case.tol, scale)):
+        # A kink at x (a tie of isotonic regression's blocks, a max's tie): d/dt has no value there, and the
+        # central difference above only averages the sides; what was established is the two sides.
+        left, right = sides
+        yield Problem(
+            message=(
+                f"the jvp of {case.rule.name} disagrees with finite differences: along a random direction u, "
+                f"<w, jvp(x; u)> = {show(got)}, outside the one-sided derivatives of <w, {case.rule.name}(x + t u)> "
+                f"at t = 0, {show(left)} (from below) and {show(right)} (from above) by finite differences of the "
+                "primal, which has a kink there: no (sub)gradient gives this value."
+            ),
+            expected=f"a value between {show(min(left, right))} and {show(max(left, right))}",
+            actual=show(got),
+            fix=("Return, as the tangent output of the jvp rule, the derivative of the primal applied to the input "
+                 "tangents (at a kink, a one-sided derivative or a value between them)."),
+        )
         return
     yield Problem(
         message=(

@@ -114,10 +114,14 @@ def test_jax_own_custom_jvp_rules_get_no_error_finding() -> None:
 def test_a_jvp_outside_the_one_sided_derivatives_at_a_kink_fails_gg207() -> None:
     rule = relu_with(2.0, "relu_two_at_zero", arrays(shape=(4,), min_value=0.0, max_value=0.0))
     (f,) = findings(rule, "GG207")
+    # At the kink d/dt has no value (central differences give 2.0, the sides' average): the message gives the sides.
     assert f.message == (
         "the jvp of relu_two_at_zero disagrees with finite differences: along a random direction u, "
-        "<w, jvp(x; u)> = 8.0, but d/dt <w, relu_two_at_zero(x + t u)> = 2.0 by finite differences of the primal."
+        "<w, jvp(x; u)> = 8.0, outside the one-sided derivatives of <w, relu_two_at_zero(x + t u)> at t = 0, 0.0 "
+        "(from below) and 4.0 (from above) by finite differences of the primal, which has a kink there: no "
+        "(sub)gradient gives this value."
     ), f.message
+    assert f.expected == "a value between 0.0 and 4.0"
 
 
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
