@@ -194,3 +194,56 @@ def test_a_tie_no_subgradient_explains_is_still_wrong(pullback, inside_along_v):
         rf"of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
         found[0].message,
     ), found[0].message
+
+
+# -- ties in several output elements of one call, bent opposite ways by the loss ---------------------------------------
+# MyGrad's max over axes (0, 2) gives each group's cotangent to its first maximum. At seed 2 two groups hold ties and
+# the random loss weighs them -0.975 and 0.911: their one-hot answers sum to 4.60354, outside the program's one-sided
+# derivatives along v (3.69, 4.48) but inside what valid subgradients give (3.57142 to 4.60354). The weights of the
+# two tied elements were taken as not smooth because their finite differences, let down to steps whose rounding
+# is within the tolerance at the cell's scale, were then judged at the weight's own, smaller scale.
+TIED = st.sampled_from([-1.0, 0.0, 1.5, 3.0])
+
+
+def max_over_0_2(x):
+    return np.max(x, axis=(0, 2), keepdims=True)
+
+
+def _first_maximum_pullback(x):
+    z = x.transpose(1, 0, 2).reshape(x.shape[1], -1)
+    first = np.argmax(z, axis=-1)
+
+    def pullback(g):
+        out = np.zeros_like(z)
+        out[np.arange(z.shape[0]), first] = g.reshape(-1)
+        return (out.reshape(x.shape[1], x.shape[0], x.shape[2]).transpose(1, 0, 2),)
+
+    return pullback
+
+
+@rrule(max_over_0_2, arrays(shape=(2, 3, 2), elements=TIED))
+def max_first_tie_rrule(x):
+    return max_over_0_2(x), _first_maximum_pullback(x)
+
+
+@rrule(max_over_0_2, arrays(shape=(2, 3, 2), elements=TIED))
+def max_every_tie_rrule(x):
+    def pullback(g):
+        return (np.where(x == max_over_0_2(x), g, 0.0),)  # BUG: every tied maximum gets the whole cotangent
+
+    return max_over_0_2(x), pullback
+
+
+def test_ties_of_one_call_weighted_opposite_ways_are_no_verdict():
+    outcome = run_matrix(max_first_tie_rrule, seed=2)
+    wrong = {(r.context.name, e) for r in outcome.rows for e, c in r.cells.items() if c.status == "wrong"}
+    assert wrong == set(), wrong
+    cell = next(r for r in outcome.rows if r.context.name == "captured-before").cells["tape[zero]"]
+    assert re.search(r"no verdict: the rule's primal has kinks at 1 of its 1 calls here \(2 output elements .*\) gives "
+                     r"<gradient, v> from 3\.57142 to 4\.60354, and both <gradient, v> = 4\.60354 and finite differences "
+                     r"of the program \(4\.08748\) lie among them", cell.message or ""), cell.message
+
+
+def test_every_tied_maximum_given_the_whole_cotangent_is_still_wrong():
+    result = check(max_every_tie_rrule, select="GG501", seed=2).rules[0]
+    assert [(f.check_id, f.location) for f in result.findings] == [("GG501", "context fan-out")], result.findings
