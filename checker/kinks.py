@@ -171,8 +171,33 @@ def finer_steps_admit(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, .
     """Whether finite differences of ``g`` along ``v`` establish nothing that contradicts ``value``, once
     finer steps are looked at: ``value`` lies between the one-sided derivatives from ``eps**(1/3)`` down
     (:func:`derivative_range`: a kink, or a pole near ``x`` that made a table's coarse steps wrong), or the
-    slopes grow at every step (:func:`unresolved`: a jump, or a pole nearer than any step)."""
-    return between_sides(derivative_range(g, args, directions, tol, scale), value, tol, scale) or unresolved(g, args, directions)
+    slopes grow at every step (:func:`unresolved`: a jump, or a pole nearer than any step), or no step both
+    stays clear of the function's bend and resolves its slope above rounding (:func:`_no_settled_step`)."""
+    return (between_sides(derivative_range(g, args, directions, tol, scale), value, tol, scale)
+            or unresolved(g, args, directions)
+            or _no_settled_step(g, args, directions, tol, scale))
+
+
+def _no_settled_step(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance,
+                     scale: float) -> bool:
+    """Whether finite differences can take no step at which ``g`` looks smooth: at the coarsest step its
+    one-sided derivatives disagree (the step reaches across a pole or a bend), and every finer step is within
+    rounding of ``g``'s own size (an output element of 5e18 beside the one whose curvature is asked: ``safe_sqrt``
+    at 1e-38 and at 6e-8). Such finite differences establish no derivative."""
+    sides = one_sided(g, args, directions)
+    if sides is None:
+        return False
+    left, right = sides
+    if tolerances.close(left, right, tol, scale=max(abs(left), abs(right), scale)):
+        return False
+    eps = _eps(args, directions)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, magnitude = g(tuple(copy_tree(args)))
+    except Exception:  # noqa: BLE001
+        return False
+    return 4 * eps * magnitude / (eps ** (1 / 3) / 1000.0) > tol.atol + tol.rtol * scale
 
 
 def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],

@@ -82,3 +82,57 @@ def test_a_pole_near_the_input_is_judged_at_finer_steps():
 def test_a_wrong_rule_at_an_ordinary_input_is_still_reported():
     ids = {f.check_id for f in check(logabs_doubled_rrule, seed=0).findings if f.severity == "error"}
     assert {"GG201", "GG501"} <= ids, ids
+
+
+# -- no step of finite differences both clears a pole and resolves the slope above rounding ----------------------------
+# jax-md's safe_sqrt, seed 7 of the real-world corpus: at x = [83.9, 6e-8, 5.5e-43, 1.2e-38] the contracted pullback
+# is 5.1e18 (the element at 1.2e-38), so any step fine enough to stay clear of the pole of the element at 6e-8
+# (whose curvature gives JAX's -5.40076e11) changes it by less than its rounding, and the coarse steps reach across
+# the pole: finite differences gave 0.0 and GG204 called JAX's true second derivative wrong.
+@jax.custom_jvp
+def safe_sqrt(x):
+    return jnp.sqrt(x)
+
+
+@safe_sqrt.defjvp
+def _safe_sqrt_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = safe_sqrt(x)
+    return y, 0.5 * dx / jnp.where(x > 0, y, jnp.inf)
+
+
+@jax.custom_jvp
+def stopped_sqrt(x):
+    return jnp.sqrt(x)
+
+
+@stopped_sqrt.defjvp
+def _stopped_sqrt_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    y = stopped_sqrt(x)
+    return y, 0.5 * dx / jax.lax.stop_gradient(y)  # BUG: the second order loses d(1/sqrt(x))
+
+
+SQRT_DOMAIN = arrays(shape=(4,), min_value=0.0, max_value=100.0)
+safe_sqrt_rule = jax_rule(safe_sqrt, SQRT_DOMAIN)
+stopped_sqrt_rule = jax_rule(stopped_sqrt, SQRT_DOMAIN)
+
+
+def test_a_pole_finite_differences_cannot_both_clear_and_resolve_gets_no_verdict():
+    from gradguard.checker import checks  # noqa: F401 - registers the checks
+    from gradguard.checker.case import Case
+    from gradguard.checker.checks.registry import CHECKS
+    from gradguard.checker.reproducer import ReplayDraws
+
+    x = np.array([8.386760e01, 5.960464e-08, 5.536997e-43, 1.175494e-38])
+    draws = [np.array([0.0, 3.438485, 0.0, 0.842411]), (np.array([0.0, 3.751258, 1.1, 0.0]),),
+             (np.array([3.272302, 2.437198, 0.0, 1.313828]),)]
+    with np.errstate(all="ignore"):
+        assert list(CHECKS["GG204"].fn(Case(safe_sqrt_rule, (x,), ReplayDraws(draws))) or ()) == []
+
+
+def test_a_wrong_second_order_of_the_same_rule_is_still_reported():
+    result = check(stopped_sqrt_rule, select="GG204", seed=0).rules[0]
+    assert [f.check_id for f in result.findings] == ["GG204"], result.checks_skipped
+    assert result.findings[0].message.startswith(
+        "the second order of stopped_sqrt is wrong: along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = ")
