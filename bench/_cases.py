@@ -137,7 +137,7 @@ def load_realworld_cases(folder: Path = REALWORLD, *, names: list[str] | None = 
             else:
                 bug, expect = "correct", []
                 if rule.name in flaws:
-                    ids, evidence = flaws[rule.name]
+                    ids, evidence = flaws[rule.name][:2]
                     label["upstream_flaw"] = {"ids": sorted(ids), "evidence": evidence}
             case = BenchCase(path.stem, rule.name, rule, bug, expect, label)
             if names is None or case.name in names or case.key in names:

@@ -49,7 +49,11 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after this stop's fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
+    "jaxmd_safe_acos_rule": (frozenset({9}), "GG204 at the clip x = 1 - 1e-7, a kink beside a pole: finite "
+                             "differences' one-sided quotients approach JAX's 1.24834e11 too slowly to admit it"),
+    "brax_safe_arcsin_rule": (frozenset({9}), "GG204 at the clip x = 1 - 1e-7, as jaxmd_safe_acos_rule"),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,10 +62,15 @@ def _module(path: Path) -> object:
 
 
 # Error findings that are real flaws of the upstream rule: rule -> (checks, evidence in one line), from the
-# modules' own UPSTREAM_FLAWS (where bench/detection.py reads them too).
+# modules' own UPSTREAM_FLAWS (where bench/detection.py reads them too). An entry may name, third, the seeds of
+# the ten-seed run where the flaw showed, when the default seeds do not draw it (FLAW_SEEDS).
 UPSTREAM_FLAWS: dict[str, tuple[frozenset[str], str]] = {
-    name: (frozenset(ids), evidence) for path in _module_paths()
-    for name, (ids, evidence) in getattr(_module(path), "UPSTREAM_FLAWS", {}).items()
+    name: (frozenset(entry[0]), entry[1]) for path in _module_paths()
+    for name, entry in getattr(_module(path), "UPSTREAM_FLAWS", {}).items()
+}
+FLAW_SEEDS: dict[str, frozenset[int]] = {
+    name: frozenset(entry[2]) for path in _module_paths()
+    for name, entry in getattr(_module(path), "UPSTREAM_FLAWS", {}).items() if len(entry) > 2
 }
 
 
@@ -158,5 +167,5 @@ def test_upstream_flaw_is_found_exactly(name: str) -> None:
         assert seen == checks, f"{name} ({evidence}): error findings over seeds 0..9 are {sorted(seen)}, documented {sorted(checks)}"
     else:  # fewer seeds may not reach every documented finding (nor, away from the default seeds, the flaw)
         assert seen <= checks, f"{name} ({evidence}): error findings over seeds {SEEDS} are {sorted(seen)}, documented {sorted(checks)}"
-        if set(SEEDS) >= {0, 1}:  # the default seeds draw every documented flaw
+        if set(SEEDS) >= {0, 1} and set(SEEDS) & FLAW_SEEDS.get(name, set(SEEDS)):  # seeds that drew it before
             assert seen, f"{name} ({evidence}): no error finding over seeds {SEEDS}, where the flaw was found before"
