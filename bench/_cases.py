@@ -183,7 +183,14 @@ def draw_inputs(rule: RuleSpec, seed: int = 0, n: int = 12) -> tuple[tuple[Any, 
 
 
 def _shape_of(args: tuple[Any, ...]) -> tuple:
-    return tuple((np.shape(a), getattr(a, "dtype", type(a))) for a in args)
+    return tuple(_one_shape(a) for a in args)
+
+
+def _one_shape(a: Any) -> Any:
+    """An argument's shape and dtype; for a ragged sequence (a tuple of arrays of several shapes), its elements'."""
+    if isinstance(a, (list, tuple)) and not isinstance(a, np.ndarray):
+        return (type(a).__name__, tuple(_one_shape(x) for x in a))
+    return np.shape(a), getattr(a, "dtype", type(a))
 
 
 def copy_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
