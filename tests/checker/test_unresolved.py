@@ -136,3 +136,56 @@ def test_a_wrong_second_order_of_the_same_rule_is_still_reported():
     assert [f.check_id for f in result.findings] == ["GG204"], result.checks_skipped
     assert result.findings[0].message.startswith(
         "the second order of stopped_sqrt is wrong: along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = ")
+
+
+# -- a kink beside a pole: the second-order one-sided derivative reaches what first-order quotients only approach ------
+# jax-md's safe_acos clips its argument at 1 - 1e-7; drawn exactly there (seed 9 of the real-world corpus), its
+# pullback is flat on one side and 1e-7 from a pole on the other. JAX's second order, 1.24834e11 along the check's
+# direction, is the inner one-sided derivative; the first-order quotients give 1.16955e11 at step 6e-9 and
+# 1.24825e11 at 6e-12, and the finest step rounding allows never came within the tolerance.
+EPS = 1e-7
+
+
+@jax.custom_jvp
+def safe_acos(x):
+    return jnp.arccos(x)
+
+
+@safe_acos.defjvp
+def _safe_acos_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    clipped = jnp.clip(x, -1 + EPS, 1 - EPS)
+    return safe_acos(x), -dx / jnp.sqrt(1 - clipped**2)
+
+
+safe_acos_rule = jax_rule(safe_acos, arrays(shape=(4,), min_value=-1 + EPS, max_value=1 - EPS))
+AT_CLIP = np.array([-9.999999e-01, 1.797557e-175, 8.482594e-01, 9.999999e-01])
+CLIP_DRAWS = (np.array([0.0, 0.0, -1.91642, -3.428783]), (np.array([-3.578343, 0.0, 0.0, -1.508025]),),
+              (np.array([0.0, 0.0, 0.0, -2.159387]),))
+
+
+def _clip_pullback():
+    from gradguard.checker.case import Case
+    from gradguard.checker.checks.numeric_jax import _pulled
+    from gradguard.checker.kinks import contracted
+    from gradguard.checker.reproducer import ReplayDraws
+
+    ybar, u, w = CLIP_DRAWS
+    case = Case(safe_acos_rule, (AT_CLIP,), ReplayDraws(list(CLIP_DRAWS)))
+    return contracted(_pulled(case, ybar), w), u, case.tol
+
+
+def test_the_inner_one_sided_derivative_beside_a_pole_is_admitted():
+    from gradguard.checker.kinks import finer_steps_admit
+
+    g, u, tol = _clip_pullback()
+    with np.errstate(all="ignore"):
+        assert finer_steps_admit(g, (AT_CLIP,), u, 1.24834e11, tol, 1.25e11)
+
+
+def test_a_second_order_off_by_a_few_percent_there_is_not_admitted():
+    from gradguard.checker.kinks import finer_steps_admit
+
+    g, u, tol = _clip_pullback()
+    with np.errstate(all="ignore"):
+        assert not finer_steps_admit(g, (AT_CLIP,), u, 1.30e11, tol, 1.30e11)

@@ -49,11 +49,7 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after this stop's fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
-    "jaxmd_safe_acos_rule": (frozenset({9}), "GG204 at the clip x = 1 - 1e-7, a kink beside a pole: finite "
-                             "differences' one-sided quotients approach JAX's 1.24834e11 too slowly to admit it"),
-    "brax_safe_arcsin_rule": (frozenset({9}), "GG204 at the clip x = 1 - 1e-7, as jaxmd_safe_acos_rule"),
-}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
 
 
 @functools.lru_cache(maxsize=None)
