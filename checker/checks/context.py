@@ -222,7 +222,9 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
     """When one array reaches a rule through several slots (``f(x, x)``, ``f(x, x.T)``, tied weights ``W`` and
     ``W.T``), the gradient with respect to that array is the sum of the per-slot tangents, and engines add them.
     A rule that special-cases aliasing, writes into one argument while reading another, or mutates ``W`` that a
-    transposed use shares, breaks that sum (seed: gradients with aliased variables and tied weights)."""
+    transposed use shares, breaks that sum (seed: gradients with aliased variables and tied weights). One array
+    is passed in two slots only where each slot's declared range (``arrays(min_value=, max_value=)``) and
+    structure hold it; the skip says so where no draw can."""
     outcome = outcome_for(ctx)
     if not any(r.context.aliasing for r in outcome.rows):
         if outcome.outside_domain:
