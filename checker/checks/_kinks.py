@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import shifted, unresolved
+from gradguard.checker.kinks import FINE_STEPS, RESOLVED, shifted, unresolved
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -218,8 +218,11 @@ class NoDerivative:
                 "(from above) by finite differences")
 
     def expected(self) -> str:
-        if self.growing or self.left is None or self.right is None:
+        """What a valid tangent there is, for a finding's expected value."""
+        if self.growing:
             return "a finite value"
+        if self.left is None or self.right is None:
+            return "a finite subgradient"
         return f"a finite subgradient between {show(min(self.left, self.right))} and {show(max(self.left, self.right))}"
 
 
@@ -275,8 +278,6 @@ def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndar
     per 1000-fold finer step over every step from ``h`` down to 1e-9 of it, each far above its rounding
     (``kinks.RESOLVED``; rounding alone gives quotients that fall to 0 once the step is below the value's
     spacing); None where none does, for complex outputs, or where the primal leaves its domain."""
-    from gradguard.checker.kinks import FINE_STEPS, RESOLVED
-
     if any(np.iscomplexobj(y) for y in y0):
         return None
     steps = [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]

@@ -150,7 +150,7 @@ def _no_derivative_problem(case: Case, where: str, value: Any, sides: NoDerivati
             f"{established}; {count} element(s) of this tangent are not finite."
         ),
         location=where,
-        expected=sides.expected() if sides.left is not None or sides.growing else "a finite subgradient",
+        expected=sides.expected(),
         actual=show(value),
         fix=fix,
         severity="warning",
