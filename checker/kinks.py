@@ -102,7 +102,7 @@ def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> 
 
 
 def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance,
-                     scale: float) -> tuple[float, float] | None:
+                     scale: float, coarse: tuple[float, float] | None = None) -> tuple[float, float] | None:
     """The smallest and largest one-sided derivative of ``g(x + t v)`` at 0, over steps from ``eps**(1/3)``
     down to where rounding would exceed the tolerance.
 
@@ -115,8 +115,10 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     step and twice it: beside a pole a first-order quotient is off by about its step over the pole's distance
     (``safe_acos`` clipped at 1 - 1e-7: 1.24825e11 at step 6e-12 against the inner derivative 1.24834e11), the
     second-order one by its square.
+
+    ``coarse``: :func:`one_sided`'s answer for the same arguments, where the caller has it already.
     """
-    sides = one_sided(g, args, directions)
+    sides = one_sided(g, args, directions) if coarse is None else coarse
     if sides is None:
         return None
     found = list(sides)
@@ -128,7 +130,7 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
             h = eps ** (1 / 3)
             for _ in range(FINE_STEPS):
                 h /= 1000.0
-                if 4 * eps * magnitude / h > tol.atol + tol.rtol * scale:
+                if _rounding_swamps(eps, magnitude, h, tol, scale):
                     break  # rounding would swamp the slope at this step and below
                 ahead = g(tuple(shifted(args, directions, h)))[0]
                 behind = g(tuple(shifted(args, directions, -h)))[0]
@@ -144,6 +146,12 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     except Exception:  # noqa: BLE001 - the function left its domain: the coarser estimates stand
         pass
     return min(found), max(found)
+
+
+def _rounding_swamps(eps: float, magnitude: float, h: float, tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether a quotient at step ``h`` of a function of size ``magnitude`` holds more rounding than the
+    tolerance at ``scale`` allows: :func:`derivative_range` takes no step this fine or finer."""
+    return 4 * eps * magnitude / h > tol.atol + tol.rtol * scale
 
 
 GROWTH = 100.0  # unresolved: the least growth of the one-sided slopes per 1000-fold finer step
@@ -185,21 +193,22 @@ def finer_steps_admit(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, .
     (:func:`derivative_range`: a kink, or a pole near ``x`` that made a table's coarse steps wrong), or the
     slopes grow at every step (:func:`unresolved`: a jump, or a pole nearer than any step), or no step both
     stays clear of the function's bend and resolves its slope above rounding (:func:`_no_settled_step`)."""
-    return (between_sides(derivative_range(g, args, directions, tol, scale), value, tol, scale)
+    coarse = one_sided(g, args, directions)  # the first step of both tests below
+    return (between_sides(derivative_range(g, args, directions, tol, scale, coarse), value, tol, scale)
             or unresolved(g, args, directions)
-            or _no_settled_step(g, args, directions, tol, scale))
+            or _no_settled_step(g, args, directions, tol, scale, coarse))
 
 
 def _no_settled_step(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance,
-                     scale: float) -> bool:
+                     scale: float, coarse: tuple[float, float] | None) -> bool:
     """Whether finite differences can take no step at which ``g`` looks smooth: at the coarsest step its
-    one-sided derivatives disagree (the step reaches across a pole or a bend), and every finer step is within
-    rounding of ``g``'s own size (an output element of 5e18 beside the one whose curvature is asked: ``safe_sqrt``
-    at 1e-38 and at 6e-8). Such finite differences establish no derivative."""
-    sides = one_sided(g, args, directions)
-    if sides is None:
+    one-sided derivatives ``coarse`` disagree (the step reaches across a pole or a bend), and every finer step is
+    within rounding of ``g``'s own size (an output element of 5e18 beside the one whose curvature is asked:
+    ``safe_sqrt`` at 1e-38 and at 6e-8), so :func:`derivative_range` took none. Such finite differences establish
+    no derivative."""
+    if coarse is None:
         return False
-    left, right = sides
+    left, right = coarse
     if tolerances.close(left, right, tol, scale=max(abs(left), abs(right), scale)):
         return False
     eps = _eps(args, directions)
@@ -209,7 +218,7 @@ def _no_settled_step(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
             _, magnitude = g(tuple(copy_tree(args)))
     except Exception:  # noqa: BLE001
         return False
-    return 4 * eps * magnitude / (eps ** (1 / 3) / 1000.0) > tol.atol + tol.rtol * scale
+    return _rounding_swamps(eps, magnitude, eps ** (1 / 3) / 1000.0, tol, scale)
 
 
 def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],

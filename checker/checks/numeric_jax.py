@@ -46,6 +46,7 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
+from gradguard.checker.checks.second_order import numpy_second_order, pullback_at
 from gradguard.checker.inputs import show
 from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
@@ -211,17 +212,6 @@ def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: A
 
 
 # -- GG204 ------------------------------------------------------------------------------------------
-def _pulled(case: Case, ybar: Any) -> Any:
-    """``args -> pullback at args (ybar)``: what GG204's finite differences move along ``u``."""
-    rule = case.rule
-
-    def pulled(*a: Any) -> Any:
-        _, pb = rule.rrule(*a)
-        return pb(copy_tree(ybar))
-
-    return pulled
-
-
 def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> fd.Derivative | None:
     """``d/dt <w, pullback at (x + t u)(ybar)>`` by finite differences; None where they cannot be taken."""
     if use_batched_fd(sum(int(np.size(case.args[i])) for i in case.diff_positions)):
@@ -233,7 +223,7 @@ def _pullback_fd(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) 
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = fd.directional(_pulled(case, ybar), case.fresh(), u, w, complex_step=False)
+            d = fd.directional(pullback_at(case, ybar), case.fresh(), u, w, complex_step=False)
     except (ValueError, ArithmeticError, TypeError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
@@ -248,7 +238,7 @@ def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any
     table's steps too coarse), or its slopes grow at every step float64 can take
     (:func:`gradguard.checker.kinks.unresolved`: the pullback jumps at ``x``, a pseudo-inverse where the rank
     drops, or has a pole nearer than any step)."""
-    return finer_steps_admit(contracted(_pulled(case, ybar), w), case.args, u, rhs, case.tol, scale)
+    return finer_steps_admit(contracted(pullback_at(case, ybar), w), case.args, u, rhs, case.tol, scale)
 
 
 @check(
@@ -291,8 +281,6 @@ not silently."""
     from gradguard.engines import jax_engine
 
     if case.rule.kind == "numpy":  # the tape differentiates NumPy rules: checks/second_order.py
-        from gradguard.checker.checks.second_order import numpy_second_order
-
         yield from numpy_second_order(case)
         return
     if not case.diff_positions:

@@ -32,7 +32,7 @@ from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
-__all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked"]
+__all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked", "pullback_at"]
 
 _UNTRACEABLE = "gg204_tape_untraceable"  # RuleSpec.run_state key: why the tape cannot run this rule (found once)
 
@@ -182,12 +182,19 @@ def _scale(a: Any, b: Any) -> float:
                if x is not None and y is not None)
 
 
-def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d: Any) -> Problem | None:
+def pullback_at(case: Case, ybar: Any) -> Any:
+    """``args -> pullback at args (ybar)``: what GG204's finite differences move along ``u`` (NumPy and JAX
+    rules alike)."""
     rule = case.rule
 
     def pulled(*a: Any) -> Any:
         return rule.rrule(*a)[1](copy_tree(ybar))
 
+    return pulled
+
+
+def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d: Any) -> Problem | None:
+    pulled = pullback_at(case, ybar)
     rhs = inner(u, d.wrt_args)
 
     def agrees(lhs: fd.Derivative) -> bool:

@@ -166,13 +166,13 @@ CLIP_DRAWS = (np.array([0.0, 0.0, -1.91642, -3.428783]), (np.array([-3.578343, 0
 
 def _clip_pullback():
     from gradguard.checker.case import Case
-    from gradguard.checker.checks.numeric_jax import _pulled
+    from gradguard.checker.checks.second_order import pullback_at
     from gradguard.checker.kinks import contracted
     from gradguard.checker.reproducer import ReplayDraws
 
     ybar, u, w = CLIP_DRAWS
     case = Case(safe_acos_rule, (AT_CLIP,), ReplayDraws(list(CLIP_DRAWS)))
-    return contracted(_pulled(case, ybar), w), u, case.tol
+    return contracted(pullback_at(case, ybar), w), u, case.tol
 
 
 def test_the_inner_one_sided_derivative_beside_a_pole_is_admitted():
