@@ -3,6 +3,8 @@ then every example) and one run per module in ``examples/`` on its own branch.""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -13,7 +15,7 @@ from gradguard.service.errors import NotFound
 from gradguard.service.models import Project
 from gradguard.service.schemas import ProjectCreate, RunOptions
 
-__all__ = ["find_examples", "seed_demo", "DEMO_SLUG"]
+__all__ = ["find_examples", "missing_packages", "seed_demo", "DEMO_SLUG"]
 
 DEMO_SLUG = "demo"
 
@@ -27,10 +29,28 @@ def find_examples(start: Path | None = None) -> Path | None:
     return None
 
 
-def seed_demo(factory: sessionmaker[Session], examples: Path) -> tuple[str | None, list[tuple[int, str]]]:
-    """Create the demo project if missing and queue one run per example module.
+def missing_packages(module: Path) -> list[str]:
+    """The top-level packages ``module`` imports at its top level that this environment cannot import.
 
-    Returns the project's token (None if the project already existed) and ``[(run_id, device)]``.
+    The demo leaves such a module out (``examples/torch_rules.py`` where PyTorch is not installed) rather than queue
+    a run that can only end in an import error; a module of the examples folder itself is not a package to find.
+    """
+    names: set[str] = set()
+    for node in ast.parse(module.read_bytes(), filename=str(module)).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    local = {path.stem for path in module.parent.glob("*.py")}
+    return sorted(name for name in names - local if importlib.util.find_spec(name) is None)
+
+
+def seed_demo(factory: sessionmaker[Session],
+              examples: Path) -> tuple[str | None, list[tuple[int, str]], dict[str, list[str]]]:
+    """Create the demo project if missing and queue one run per example module whose imports are installed.
+
+    Returns the project's token (None if the project already existed), ``[(run_id, device)]`` and the modules
+    left out, each with the packages it needs.
     """
     token = None
     with session_scope(factory) as session:
@@ -39,7 +59,14 @@ def seed_demo(factory: sessionmaker[Session], examples: Path) -> tuple[str | Non
         except NotFound:
             project, token = crud.create_project(session, data=ProjectCreate(slug=DEMO_SLUG, name="gradguard demo"))
         runs = []
-        modules = [m for m in sorted(examples.glob("*.py")) if not m.name.startswith("_")]
+        modules, skipped = [], {}
+        for module in sorted(examples.glob("*.py")):
+            if module.name.startswith("_"):
+                continue
+            if missing := missing_packages(module):
+                skipped[module.name] = missing
+            else:
+                modules.append(module)
         # The default branch first, so the project page, its badge and its history show verdicts at first
         # sight: a passing commit (the correct rules), then one with every example (the seeded bugs).
         correct = [m for m in modules if m.stem.startswith("correct")] or modules[:1]
@@ -52,4 +79,4 @@ def seed_demo(factory: sessionmaker[Session], examples: Path) -> tuple[str | Non
             options = RunOptions(branch=f"examples/{module.stem}", commit="demo")
             run = crud.create_run(session, project=project, options=options, files={module.name: module.read_bytes()})
             runs.append((run.id, run.device))
-    return token, runs
+    return token, runs, skipped

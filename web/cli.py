@@ -47,7 +47,7 @@ def _seed(settings, factory, base: str) -> None:  # type: ignore[no-untyped-def]
     examples = find_examples()
     if examples is None:
         raise click.UsageError("--demo needs an examples/ folder with rule modules (run from a source checkout).")
-    token, runs = seed_demo(factory, examples)
+    token, runs, skipped = seed_demo(factory, examples)
     if settings.executor == "celery":
         from gradguard.service.executors.celery import CeleryExecutor
 
@@ -56,6 +56,9 @@ def _seed(settings, factory, base: str) -> None:  # type: ignore[no-untyped-def]
             executor.submit(run_id, device)
     if token:
         click.echo(f"demo project token (shown once): {token}")
+    for name, packages in skipped.items():
+        click.echo(f"demo: {name} left out: it imports {', '.join(packages)}, not installed here "
+                   "(install it and restart to see that module checked too)")
     click.echo(f"demo: {len(runs)} runs of {examples} queued; verdicts appear within a minute at")
     click.echo(f"  {base}/p/{DEMO_SLUG}   (API: {base}/api/v1/projects/{DEMO_SLUG}/branches)")
     for run_id, _ in runs:

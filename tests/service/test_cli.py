@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import inspect
+from sqlalchemy import inspect, select
 
 from gradguard.service.cli import migrate, worker
 from gradguard.service.db import get_engine
@@ -48,6 +48,31 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_demo_leaves_out_a_module_whose_imports_are_missing(tmp_path: Path) -> None:
+    """A fresh install without an optional package (PyTorch) must not greet its user with an "error" verdict."""
+    from gradguard.service.db import make_sessionmaker
+    from gradguard.service.demo import missing_packages, seed_demo
+    from gradguard.service.migrate import upgrade
+    from gradguard.service.models import RunFile
+
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "correct_rules.py").write_text("import numpy as np\nfrom _shared import helper\n")
+    (examples / "_shared.py").write_text("helper = 1\n")
+    (examples / "needs_extra.py").write_text("import numpy\nimport os.path\nfrom gg_not_installed.sub import f\n"
+                                            "def g():\n    import gg_also_absent_but_lazy\n")
+    assert missing_packages(examples / "needs_extra.py") == ["gg_not_installed"]
+    assert missing_packages(examples / "correct_rules.py") == []
+    url = f"sqlite:///{tmp_path / 'gg.sqlite3'}"
+    upgrade(url)
+    factory = make_sessionmaker(url)
+    token, runs, skipped = seed_demo(factory, examples)
+    assert token and skipped == {"needs_extra.py": ["gg_not_installed"]}
+    with factory() as session:
+        queued = [sorted(session.scalars(select(RunFile.path).where(RunFile.run_id == run_id))) for run_id, _ in runs]
+    assert queued == [["correct_rules.py"]] * 3  # demo-1, demo-2 and its own branch: never the left-out module
 
 
 @pytest.mark.slow
