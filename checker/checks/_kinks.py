@@ -200,20 +200,29 @@ def kink_problem(case: Case, found: KinkViolation) -> Problem:
 class NoDerivative:
     """Where :func:`no_derivative_along` found that the primal has no derivative along an element: at output
     element ``output``, one-sided derivatives ``left`` (from below) and ``right`` (from above) that differ (a
-    cone point), or, where they agree at every step, one-sided difference quotients that grow at every step
-    finite differences can take (``growing``: (step, quotient) pairs; a vertical tangent, ``cbrt`` at 0)."""
+    cone point), or one-sided difference quotients that grow without settling at every step finite differences
+    can take (``growing``: (step, quotient) pairs; a vertical tangent, ``cbrt`` at 0, or a logarithmic one,
+    ``x * log(x)`` at 0). ``side`` is "above" or "below" where the primal is finite on that side of the point
+    only (the edge of its domain: ``x * log(x)`` is NaN below 0), else None (both sides, sharing a sign)."""
 
     output: str
     left: float | None
     right: float | None
     growing: tuple[tuple[float, float], ...] = ()
+    side: str | None = None
 
     def established(self) -> str:
         """What finite differences established, for a finding's message."""
         if self.growing:
             quotients = ", ".join(f"{show(q)} at step {h:.1g}" for h, q in self.growing)
-            return (f"the one-sided difference quotients of {self.output} along this element grow at every step "
-                    f"finite differences can take ({quotients}), so they establish no finite derivative there")
+            if self.side is None:
+                which = f"the one-sided difference quotients of {self.output} along this element"
+            else:
+                other = "below" if self.side == "above" else "above"
+                which = (f"the difference quotients of {self.output} from {self.side} along this element (the primal "
+                         f"is not finite {other} this point)")
+            return (f"{which} grow at every step finite differences can take ({quotients}), so they establish no "
+                    "finite derivative there")
         return (f"the one-sided derivatives of {self.output} are {show(self.left)} (from below) and {show(self.right)} "
                 "(from above) by finite differences")
 
@@ -226,17 +235,20 @@ class NoDerivative:
         return f"a finite subgradient between {show(min(self.left, self.right))} and {show(max(self.left, self.right))}"
 
 
-INFINITE_GROWTH = 10.0  # a vertical tangent: the least growth of the one-sided quotients per 1000-fold finer step
+# Quotients that grow without settling: each step's growth at least this fraction of the last one's. A derivative's
+# one-sided quotients settle (their growth shrinks about 1000-fold per 1000-fold finer step); those of a vertical
+# tangent grow by a constant (log h: x * log(x) at 0) or more (h**(-2/3): cbrt at 0) at every step.
+NOT_SETTLING = 0.9
 
 
 def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
     """A :class:`NoDerivative` for an output element whose one-sided derivatives along element ``k`` of argument
     ``i`` differ (the real direction, then the imaginary one for complex arguments), or whose one-sided
-    difference quotients agree but grow without settling at every step from ``eps**(1/3)`` down to 1e-9 of it
-    (at least INFINITE_GROWTH-fold per 1000-fold finer step, each far above its rounding: ``cbrt`` and
-    ``x**(1/3)`` at 0 grow 100-fold, a smooth function's settle), so the primal has no derivative along that
-    element; None where every output element's agree and settle (or they cannot be taken: then finite
-    differences alone stand)."""
+    difference quotients grow without settling at every step from ``eps**(1/3)`` down to 1e-9 of it (each far
+    above its rounding, from both sides with one sign, or from the one side where the primal is finite at the
+    edge of its domain: ``cbrt`` and ``x**(1/3)`` at 0 grow 100-fold per step, ``x * log(x)`` at 0 by log(1000)
+    per step, a smooth function's settle), so the primal has no derivative along that element; None where every
+    output element's agree and settle (or they cannot be taken: then finite differences alone stand)."""
     arg = case.args[i]
     f = _primal(case)
     eps = float(np.finfo(np.asarray(arg).dtype).eps)
@@ -266,18 +278,18 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
                     return NoDerivative(name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx]))
         found = _growing(f, case.args, d, at[0], h, eps)
         if found is not None:
-            n, idx, growing = found
-            return NoDerivative(where("output " + str(n) if several else "the output", idx), None, None, growing)
+            n, idx, growing, side = found
+            return NoDerivative(where("output " + str(n) if several else "the output", idx), None, None, growing, side)
     return None
 
 
 def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,
-             eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...]] | None:
-    """``(output, index, (step, quotient) pairs)`` for the first real output element whose one-sided difference
-    quotients along ``d``, from below and from above, share a sign and each grow at least INFINITE_GROWTH-fold
-    per 1000-fold finer step over every step from ``h`` down to 1e-9 of it, each far above its rounding
-    (``kinks.RESOLVED``; rounding alone gives quotients that fall to 0 once the step is below the value's
-    spacing); None where none does, for complex outputs, or where the primal leaves its domain."""
+             eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...], str | None] | None:
+    """``(output, index, (step, quotient) pairs, side)`` for the first real output element whose one-sided
+    difference quotients along ``d`` grow without settling (:func:`_diverging`) over every step from ``h`` down
+    to 1e-9 of it: from below and from above with one sign (``side`` None), or from one side only where the
+    primal is not finite on the other at every step (``side`` "above" or "below": the edge of its domain). None
+    where none does, for complex outputs, or where the primal raises beside x."""
     if any(np.iscomplexobj(y) for y in y0):
         return None
     steps = [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
@@ -296,19 +308,37 @@ def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndar
     for n, y in enumerate(y0):
         y = np.asarray(y, dtype=np.float64)
         with np.errstate(all="ignore"):
-            ok = np.isfinite(y)
-            for j, step in enumerate(steps):
-                below, above = quotients[j][n]
-                floor = RESOLVED * 4 * eps * np.abs(y) / step
-                ok &= np.isfinite(below) & np.isfinite(above) & (below * above > 0)
-                ok &= (np.abs(below) > floor) & (np.abs(above) > floor)
-                if j:
-                    before, after = quotients[j - 1][n]
-                    ok &= (np.abs(below) >= INFINITE_GROWTH * np.abs(before)) & (np.abs(above) >= INFINITE_GROWTH * np.abs(after))
-        idx = first_index(ok)
-        if idx is not None:
-            return n, idx, tuple((step, float(np.asarray(quotients[j][n][1])[idx])) for j, step in enumerate(steps))
+            floors = [RESOLVED * 4 * eps * np.abs(y) / step for step in steps]
+            below = [quotients[j][n][0] for j in range(len(steps))]
+            above = [quotients[j][n][1] for j in range(len(steps))]
+            undefined_below = np.logical_and.reduce([~np.isfinite(q) for q in below])
+            undefined_above = np.logical_and.reduce([~np.isfinite(q) for q in above])
+            up, down = _diverging(above, floors), _diverging(below, floors)
+            both = up & down & (below[0] * above[0] > 0)
+            only_above = up & undefined_below
+            only_below = down & undefined_above
+            finite = np.isfinite(y)
+        for ok, side, q in ((both, None, above), (only_above, "above", above), (only_below, "below", below)):
+            idx = first_index(finite & ok)
+            if idx is not None:
+                return n, idx, tuple((step, float(np.asarray(q[j])[idx])) for j, step in enumerate(steps)), side
     return None
+
+
+def _diverging(q: list[np.ndarray], floors: list[np.ndarray]) -> np.ndarray:
+    """Element-wise: quotients ``q`` (coarsest step first) that share one sign, each far above its rounding
+    (``floors``), and grow in magnitude at every step, each growth far above rounding and at least NOT_SETTLING
+    times the one before (rounding alone gives quotients that fall to 0 once the step is below the value's
+    spacing; a derivative's settle)."""
+    ok = np.isfinite(q[0]) & (np.abs(q[0]) > floors[0])
+    before = None
+    for j in range(1, len(q)):
+        growth = np.abs(q[j]) - np.abs(q[j - 1])
+        ok &= np.isfinite(q[j]) & (q[j] * q[0] > 0) & (np.abs(q[j]) > floors[j]) & (growth > floors[j])
+        if before is not None:
+            ok &= growth >= NOT_SETTLING * before
+        before = growth
+    return ok
 
 
 # -- GG201's exemptions, behind one call ----------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
+from gradguard.checker.case import Case, RuleRaised, is_finite_tree, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
 from gradguard.checker.checks._kinks import NoDerivative, no_derivative_along
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
@@ -70,7 +70,10 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     (a cone point: a 2-norm at 0, the standard deviation of a constant row, where its one-sided derivatives
     differ; a vertical tangent: ``cbrt`` at 0, where they grow at every step), the finding is a warning, as
     GG206's is there; it stays an error wherever the primal's one-sided derivatives agree and settle, or
-    cannot be taken."""
+    cannot be taken. Where the primal's own output is not finite (``slogdet`` of a singular matrix, ``log`` at 0),
+    there is no derivative to be right about and, as for GG206, nothing is reported at that input."""
+    if not is_finite_tree(case.first_call().output):
+        return
     y, pb = case.pair()
     zero = zeros_like_tree(y)
     tangents = case.tangents(pb, zero)

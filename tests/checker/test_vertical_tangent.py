@@ -6,6 +6,12 @@ difference quotients ``h**(-2/3)`` grow at every step), so GG206 and GG301 hold 
 as they do at a cone point; they used to call it an error (the one-sided quotients agree, so the point passed for
 a differentiable one), and GG206's message then claimed a derivative there. A NaN where the primal is smooth
 stays an error.
+
+JAX's own ``entr`` (``x * log(x)``, pulled back as ``g * (log(x) + 1)``) is the same at the edge of its domain:
+at 0 its difference quotients from above grow like log(h) at every step (only logarithmically, so a 10-fold growth
+per step was once required and missed it) and the primal is NaN below 0; the NaN it gives a zero cotangent there
+is a warning too. A rule NaN at the edge of its domain where the one-sided derivative is finite
+(``x**1.5`` at 0) stays an error, and so does a zero-cotangent NaN wherever the primal is finite.
 """
 
 import re
@@ -36,15 +42,56 @@ def cube_nan_at_zero_rrule(x):
     return x**3, lambda g: (3 * x**3 * g / x,)  # BUG: 0/0 at x = 0, where the cube is smooth
 
 
+def xlogx(x):  # 0 at 0, as scipy's and JAX's xlogy(x, x)
+    return x * np.log(np.where(x == 0, 1.0, x))
+
+
+@rrule(xlogx, arrays(shape=(2,), min_value=0.0, max_value=2.0))
+def xlogx_rrule(x):  # jax.scipy.special's _xlogx rule: x_dot * (log(x) + 1)
+    return xlogx(x), lambda g: (g * (np.log(x) + 1),)
+
+
+def x_log_abs(x):
+    return x * np.log(np.abs(np.where(x == 0, 1.0, x)))
+
+
+@rrule(x_log_abs, arrays(shape=(2,), min_value=-2.0, max_value=2.0))
+def x_log_abs_rrule(x):
+    return x_log_abs(x), lambda g: (g * (np.log(np.abs(x)) + 1),)
+
+
+def x_to_1_5(x):
+    return x * np.sqrt(x)
+
+
+@rrule(x_to_1_5, arrays(shape=(2,), min_value=0.0, max_value=2.0))
+def x_to_1_5_rrule(x):
+    return x * np.sqrt(x), lambda g: (1.5 * x * g / np.sqrt(x),)  # BUG: 0/0 at 0, where the derivative is 0
+
+
+def log(x):
+    return np.log(x)
+
+
+@rrule(log, arrays(shape=(2,), min_value=0.0, max_value=2.0))
+def log_rrule(x):
+    return np.log(x), lambda g: (g / x,)  # 0/0 for a zero cotangent at 0, where log itself is -inf
+
+
+@rrule(log, arrays(shape=(2,), min_value=0.0, max_value=2.0))
+def log_ones_rrule(x):
+    return np.log(x), lambda g: (np.ones_like(x) / x,)  # BUG: ignores the cotangent
+
+
 AT_ZERO = (np.array([0.0, 1.0]),)
 GROWING = (r"the one-sided difference quotients of the output at \[0\] along this element grow at every step finite "
            r"differences can take \(3010\.02 at step 6e-06, 301002 at step 6e-09, 3\.01002e\+07 at step 6e-12, "
            r"3\.01002e\+09 at step 6e-15\), so they establish no finite derivative there")
 
 
-def _problems(rule, check_id, draws):
+def _problems(rule, check_id, draws, at=AT_ZERO):
     with np.errstate(all="ignore"):
-        return list(CHECKS[check_id].fn(Case(rule, AT_ZERO, ReplayDraws(draws))) or ())
+        return list(CHECKS[check_id].fn(Case(rule, at, ReplayDraws(draws))) or ())
 
 
 def test_a_zero_cotangent_at_a_vertical_tangent_is_a_warning_that_says_what_was_established():
@@ -77,3 +124,48 @@ def test_a_nan_where_the_primal_is_smooth_stays_an_error():
                         r"where the primal is finite and has a derivative along this element \(its one-sided derivatives "
                         r"agree; finite differences give (-?1e-40|0)\); 1 element\(s\) of this tangent are not "
                         r"finite\.", problem.message), problem.message
+
+
+def _log_growth(side: str) -> str:
+    quotients = r"-12\.0146 at step 6e-06, -18\.9223 at step 6e-09, -25\.8301 at step 6e-12, -32\.7378 at step 6e-15"
+    which = (r"the one-sided difference quotients of the output at \[0\] along this element" if side == "both" else
+             r"the difference quotients of the output at \[0\] from above along this element \(the primal is not "
+             r"finite below this point\)")
+    return which + r" grow at every step finite differences can take \(" + quotients + r"\), so they establish no " \
+        r"finite derivative there"
+
+
+def test_a_logarithmic_vertical_tangent_at_the_edge_of_the_domain_is_a_warning():
+    [problem] = _problems(xlogx_rrule, "GG301", [])
+    assert problem.severity == "warning"
+    assert re.fullmatch(
+        r"the pullback of xlogx_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 "
+        r"at \[0\] is nan, at a point where the primal has no derivative along this element: " + _log_growth("above")
+        + r"\. A program that does not use the output still gets this value in its gradient\.", problem.message)
+    # -inf for a unit cotangent: finite differences cannot straddle the edge, so GG206 establishes nothing there
+    assert _problems(xlogx_rrule, "GG206", [np.array([1.0, 1.0])]) == []
+
+
+def test_a_logarithmic_vertical_tangent_inside_the_domain_is_a_warning():
+    [problem] = _problems(x_log_abs_rrule, "GG301", [])
+    assert problem.severity == "warning"
+    assert re.search(_log_growth("both"), problem.message), problem.message
+    [problem] = _problems(x_log_abs_rrule, "GG206", [np.array([1.0, 1.0])])
+    assert problem.severity == "warning" and problem.expected == "a finite value"
+    assert re.fullmatch(r"the pullback of x_log_abs_rrule returned -inf in the tangent for argument 0 at \[0\], where "
+                        r"the primal is finite, but " + _log_growth("both") + r"; 1 element\(s\) of this tangent are "
+                        r"not finite\.", problem.message), problem.message
+
+
+def test_a_nan_at_the_edge_of_the_domain_where_the_derivative_is_finite_stays_an_error():
+    [problem] = _problems(x_to_1_5_rrule, "GG301", [])
+    assert problem.severity is None
+    assert problem.message == ("the pullback of x_to_1_5_rrule must return zero tangents for a zero cotangent, but the "
+                               "tangent for argument 0 at [0] is nan.")
+
+
+def test_a_zero_cotangent_where_the_primal_is_not_finite_is_not_judged():
+    assert _problems(log_rrule, "GG301", []) == []  # log(0) = -inf: no derivative to be right about
+    [problem] = _problems(log_ones_rrule, "GG301", [], at=(np.array([0.5, 1.0]),))
+    assert problem.message == ("the pullback of log_ones_rrule must return zero tangents for a zero cotangent, but the "
+                               "tangent for argument 0 at [0] is 2.0.")
