@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker.case import Case, RuleRaised, is_finite_tree, zeros_like_tree
+from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
 from gradguard.checker.checks._kinks import NoDerivative, no_derivative_along
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
@@ -70,15 +70,33 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     (a cone point: a 2-norm at 0, the standard deviation of a constant row, where its one-sided derivatives
     differ; a vertical tangent: ``cbrt`` at 0, where they grow at every step), the finding is a warning, as
     GG206's is there; it stays an error wherever the primal's one-sided derivatives agree and settle, or
-    cannot be taken. Where the primal's own output is not finite (``slogdet`` of a singular matrix, ``log`` at 0),
-    there is no derivative to be right about and, as for GG206, nothing is reported at that input."""
-    if not is_finite_tree(case.first_call().output):
-        return
+    cannot be taken. So it is where the primal's own output is not finite (``slogdet`` of a singular matrix, whose
+    log|det| is -inf): no derivative exists there either, but a program that uses only the sign still gets the
+    NaN. A finite nonzero tangent for a zero cotangent stays an error everywhere."""
     y, pb = case.pair()
     zero = zeros_like_tree(y)
     tangents = case.tangents(pb, zero)
     bad = _first_nonzero(case, tangents, range(case.nargs))
     if bad is None:
+        return
+    infinite = _non_finite_output(case, tangents)
+    if infinite is not None:
+        i, idx, value, output = infinite
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
+                f"{where(i, idx)} is {show(value)}, at a point where the primal's {output}, so it has no derivative "
+                "there. A program that does not use the output still gets this value in its gradient."
+            ),
+            location=where(i, idx),
+            expected="0 (or None)",
+            actual=show(value),
+            fix=(
+                "Keep inf and NaN factors out of the tangent where the cotangent is 0 (e.g. np.where(ybar == 0, 0.0, "
+                "...)), so that a program that uses another output, or none, gets 0 from this one."
+            ),
+            severity="warning",
+        )
         return
     cone = _only_at_points_without_derivative(case, tangents)
     if cone is not None:
@@ -116,6 +134,38 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "factors out of it so 0 * factor stays 0."
         ),
     )
+
+
+def _non_finite_output(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, str] | None:
+    """``(argument, index, value, what the output is)`` for the first nonzero tangent element where the primal's
+    output is not finite and every nonzero tangent element is NaN or Inf; None otherwise."""
+    outputs = leaves(case.first_call().output)
+    found = None
+    for n, leaf in enumerate(outputs):
+        arr = np.asarray(leaf)
+        if arr.dtype.kind in "fc":
+            idx = first_index(~np.isfinite(arr))
+            if idx is not None:
+                name = where(f"output {n}" if len(outputs) > 1 else "output", idx)
+                found = f"{name} is {show(arr[idx].item())}"
+                break
+    if found is None:
+        return None
+    first = None
+    for i in range(case.nargs):
+        if tangents[i] is None:
+            continue
+        arr = np.asarray(tangents[i])
+        if arr.dtype.kind not in "fc":
+            return None
+        with np.errstate(all="ignore"):
+            nonzero = ~(np.abs(arr) <= case.tol.atol)
+        if np.any(nonzero & np.isfinite(arr)):
+            return None
+        k = first_index(nonzero)
+        if first is None and k is not None:
+            first = (i, k, arr[k].item(), found)
+    return first
 
 
 def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, NoDerivative] | None:
