@@ -6,6 +6,7 @@ passes. A rule the tape cannot run is skipped with the reason, never an error.""
 import re
 
 import numpy as np
+from hypothesis import strategies as st
 import pytest
 
 from gradguard.checker import arrays, check, rrule
@@ -109,6 +110,44 @@ def test_cotangent_read_out_of_the_trace_passes_first_order_and_fails_second_ord
 def test_linear_pullback_passes() -> None:
     report, found = findings(square_plain)
     assert found == [] and skipped(report) == []
+
+
+# -- a huge tangent beside the cotangent's direction: its rounding is not a second derivative ----------
+HUGE = np.array([[0.0, 0.0, 0.0], [301.25957, 0.0, 0.0]])  # exp(301) = 1e130 where the cotangent direction is 0
+
+
+def exp(x):
+    return np.exp(x)
+
+
+@rrule(exp, st.just(HUGE))
+def exp_at_huge(x):  # Chainer's exp backward, y * gy
+    y = np.exp(x)
+    return y, lambda ybar: (y * ybar,)
+
+
+@rrule(exp, st.sampled_from([HUGE, np.ones((2, 3))]))  # at HUGE only rounding is resolved: the bug shows at ones
+def exp_cotangent_detached(x):
+    y = np.exp(x)
+
+    def pullback(ybar):
+        size = 1.0 + np.sqrt(np.sum(ybar * ybar))
+        return (y * (ybar / size) * float(size),)  # BUG: float() reads the scale out of the trace
+
+    return y, pullback
+
+
+def test_rounding_of_a_huge_tangent_is_not_a_second_order_error() -> None:
+    # (ahead - behind) / 2 of two inner products of 1e130 is their rounding: it was compared as exact (0.0
+    # against the tape's right 1.21766) and drew a GG204 error on a linear pullback.
+    report, found = findings(exp_at_huge)
+    assert found == [] and skipped(report) == []
+
+
+def test_a_cotangent_copied_out_of_the_trace_still_fails_where_it_can_be_resolved() -> None:
+    _, found = findings(exp_cotangent_detached)
+    assert found and found[0].location == "the cotangent", found
+    assert "Traced values were read as plain ones (float()" in found[0].message
 
 
 # -- near a pole: the finite differences must not reach across it -------------------------------------
