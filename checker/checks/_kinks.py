@@ -86,8 +86,8 @@ def _positive_direction(case: Case) -> tuple[Any, ...]:
 def coupled_kink(case: Case, ybar: Any, conv: str, tol: tolerances.Tolerance) -> KinkViolation | None:
     """A :class:`KinkViolation` where the rule's tangent, taken along a positive direction as a whole, lies
     outside the one-sided directional derivatives at a coupled kink of the primal; None otherwise (no kink,
-    a separable kink, a kink of mixed bend, complex values, too many elements, or finite differences that
-    fail)."""
+    a separable kink, a kink of mixed bend, complex values, too many elements, finite differences that
+    fail, or one-sided slopes that grow at every step, :func:`kinks.unresolved`: a pole beside x is no kink)."""
     positions = list(case.diff_positions)
     y = case.first_call().output
     if has_complex(case, y) or sum(int(np.size(case.args[i])) for i in positions) > COUPLED_UP_TO:
@@ -97,6 +97,8 @@ def coupled_kink(case: Case, ybar: Any, conv: str, tol: tolerances.Tolerance) ->
     along = one_sided(case, cot, u)
     if along is None:
         return None
+    if unresolved(_contracted(case, cot), case.args, u):
+        return None  # a pole or a jump nearer than any step (1/x at -1e-15): its one-sided "derivatives" are no kink's
     left, right = along
     lefts, rights, weights = [], [], []
     for i in positions:

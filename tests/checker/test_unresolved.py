@@ -189,3 +189,32 @@ def test_a_second_order_off_by_a_few_percent_there_is_not_admitted():
     g, u, tol = _clip_pullback()
     with np.errstate(all="ignore"):
         assert not finer_steps_admit(g, (AT_CLIP,), u, 1.30e11, tol, 1.30e11)
+
+
+# -- a pole beside the input is no kink where entries meet ---------------------------------------------
+BESIDE_POLE = np.array([-1e-15, 2.0])  # 1/x has its pole 1e-15 away: every step straddles it
+
+
+def reciprocal(x):
+    return 1.0 / x
+
+
+@rrule(reciprocal, st.just(BESIDE_POLE))
+def reciprocal_rrule(x):  # Chainer's reciprocal backward, -gy / x**2: -1e30 at -1e-15, the true derivative
+    return 1.0 / x, lambda g: (-g / x**2,)
+
+
+@rrule(reciprocal, st.sampled_from([BESIDE_POLE, np.array([0.5, 2.0])]))
+def reciprocal_sign_slip_rrule(x):
+    return 1.0 / x, lambda g: (g / x**2,)  # BUG: the sign
+
+
+def test_a_pole_beside_the_input_is_not_called_a_kink_where_entries_meet():
+    # Found on Chainer's digamma, 6e-16 from its pole at 0: GG201 took the one-sided "derivatives" of steps that
+    # straddle the pole (-2.5e20 and 2.5e20) for a coupled kink and called the true -1.27e30 outside them.
+    assert check(reciprocal_rrule, select=["GG201"]).findings == []
+
+
+def test_a_wrong_reciprocal_is_still_reported_where_its_derivative_can_be_resolved():
+    [finding] = check(reciprocal_sign_slip_rrule, select=["GG201"]).findings
+    assert finding.severity == "error" and "kink" not in finding.message, finding.message
