@@ -39,7 +39,7 @@ from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 
-__all__ = ["call_kinks_excuse", "MAX_KINKED"]
+__all__ = ["call_kinks_excuse", "non_finite_call", "MAX_KINKED"]
 
 MAX_KINKED = 64  # kinked output elements in all beyond which the range is not worked out (one program per element)
 
@@ -84,6 +84,25 @@ def _run(plan: Plan, calls: _Calls, xs: tuple[Any, ...]) -> float:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(np.real(np.asarray(plan.program(Ops("numpy", np, calls), plan.consts, *copy_tree(xs)))))
+
+
+def non_finite_call(primal: Callable[..., Any], plan: Plan) -> str | None:
+    """Where the rule's primal gives a value that is not finite at one of its calls in the program at the
+    plan's inputs (under plain NumPy): "call k gives inf"; None where every call's output is finite, or where
+    the program cannot be run so."""
+    calls = _Calls(primal)
+    try:
+        _run(plan, calls, plan.inputs)
+    except Exception:  # noqa: BLE001 - the program cannot be taken apart here: nothing established
+        return None
+    for k, out in enumerate(calls.outputs):
+        for leaf in leaves(out):
+            arr = np.asarray(leaf)
+            if arr.dtype.kind in "fc":
+                bad = np.flatnonzero(~np.isfinite(arr))
+                if bad.size:
+                    return f"call {k + 1} of the rule gives {arr.reshape(-1)[bad[0]].item()!r}"
+    return None
 
 
 def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> tuple[list, list, list] | None:

@@ -34,7 +34,7 @@ from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as
 from gradguard.checker.contexts._engines import ENGINES, check_settings, engine as engine_named, engines_for
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
-from gradguard.checker.contexts._call_kinks import call_kinks_excuse
+from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit,                                                  by_name, weights_like)
@@ -193,12 +193,16 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
 
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)))
-        fd = confirmed(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
-        row.slope, row.fd_step = float(np.real(fd.value)), fd.step
-        row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step))
+        if not np.isfinite(row.value):
+            # 1/x at 5e-324, lgamma at a pole: the program has no value, let alone a derivative, to hold engines to
+            row.truth_error = f"the program's value is {row.value!r} at this input under plain NumPy"
+        else:
+            fd = confirmed(program, plan.inputs, v, **{"complex_step": False, **budget(plan.inputs)})
+            row.slope, row.fd_step = float(np.real(fd.value)), fd.step
+            row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step))
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         note_memory_error(exc)
-        row.truth_error = _text(exc.__cause__ or exc)
+        row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
     for engine in engines:
         cell = engine.run(view, plan)
         if cell.status == "ran":
@@ -215,10 +219,20 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
            program: Callable[..., Any], scale: float, grads: Any = None) -> None:
     if row.slope is None:
         cell.status = "skipped"
-        cell.message = f"no ground truth: the program raised under plain NumPy ({row.truth_error})"
+        cell.message = f"no ground truth: {row.truth_error}"
         return
     a, b = cell.slope, row.slope
     cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
+    if cell.status == "wrong" and not np.isfinite(a):
+        where = non_finite_call(view.rule.primal, plan)
+        if where is not None:
+            # The rule has no derivative where its own value is not finite (1/x at 5e-324): a NaN its pullback
+            # gives there, even for an unused output, is GG301's and GG206's to judge, where it is a warning.
+            cell.status, cell.message = "skipped", (
+                f"no verdict: the gradient is not finite (<gradient, v> = {a!r}) where the rule itself has no "
+                f"derivative: {where} at this input under plain NumPy"
+            )
+            return
     if np.isfinite(a):
         cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
     if cell.status == "wrong" and np.isfinite(a):

@@ -45,9 +45,15 @@ def compare(slope: float, truth: float, fd_error: float, tol: tolerances.Toleran
             scale: float) -> tuple[str, str | None]:
     """``(status, message)`` for an engine's ``slope`` against the finite difference ``truth``: "right",
     "wrong" or "skipped" (no verdict)."""
-    if not math.isfinite(slope):
-        return "wrong", f"the gradient is not finite (<gradient, v> = {slope!r})"
     bound = tolerances.SAFETY * fd_error
+    if not math.isfinite(slope):
+        if math.isfinite(truth) and math.isfinite(fd_error) and tolerances.resolves(truth, fd_error, tol):
+            return "wrong", f"the gradient is not finite (<gradient, v> = {slope!r})"
+        # digamma at -1e-286: its value 1e286 is finite, its derivative (1e572) is not a float64
+        return "skipped", (
+            f"no verdict: the gradient is not finite (<gradient, v> = {slope!r}), and finite differences of the "
+            f"program ({truth:.6g} ± {bound:.2g}) cannot resolve a derivative at this input to hold it to"
+        )
     wide = bound > tol.atol + tol.rtol * max(scale, abs(slope), abs(truth))
     given = f"finite differences of the program give {truth:.6g}" + (f" ± {bound:.2g}" if wide else "")
     if not tolerances.close(slope, truth, tol, scale=scale, fd_error=fd_error):

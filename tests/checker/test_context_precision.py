@@ -309,7 +309,60 @@ def test_nan_against_nan_is_not_a_different_value():
     assert [f.check_id for f in result.findings] == []
     used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
     assert len(used) == 3 + len(TORCH) and all(c["status"] == "skipped" for c in used)  # NaN under NumPy: no ground truth
-    assert all(c["message"].startswith("no ground truth: the program raised under plain NumPy") for c in used)
+    assert all(c["message"].startswith("no ground truth: the program's value is nan at this input") for c in used)
+
+
+# -- no value, or a derivative beyond float64: nothing to hold a non-finite gradient to -------------------
+def reciprocal(x):
+    return 1.0 / x
+
+
+@rrule(reciprocal, st.just(np.array([5e-324, 2.0])))  # 1/x is inf there: Chainer's digamma/lgamma drew such points
+def reciprocal_at_subnormal_rrule(x):
+    with np.errstate(all="ignore"):
+        return 1.0 / x, lambda g: (-g / x**2,)
+
+
+@rrule(reciprocal, st.just(np.array([1e-200, 2.0])))  # 1/x is 1e200; its derivative, -1e400, is not a float64
+def reciprocal_derivative_overflows_rrule(x):
+    with np.errstate(all="ignore"):
+        return 1.0 / x, lambda g: (-g / x**2,)
+
+
+@rrule(reciprocal, st.just(np.array([0.5, 2.0])))
+def reciprocal_nan_rrule(x):
+    with np.errstate(all="ignore"):
+        return 1.0 / x, lambda g: (-g / x**2 * np.array([np.nan, 1.0]),)  # BUG: NaN where 1/x is smooth
+
+
+def test_a_program_without_a_value_gives_no_ground_truth():
+    result = _context_findings(reciprocal_at_subnormal_rrule)
+    assert [f.check_id for f in result.findings] == []
+    used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
+    assert used and all(c["status"] == "skipped" for c in used)
+    assert all(re.fullmatch(r"no ground truth: the program's value is (inf|nan) at this input under plain NumPy",
+                            c["message"]) for c in used), used
+    unused = [c for c in result.safety_matrix["cells"] if c["context"] == "output-unused" and c["status"] != "right"]
+    assert [c["engine"] for c in unused] == ["tape[zero]"], unused  # the program is finite; the rule's value is not
+    assert all(re.fullmatch(r"no verdict: the gradient is not finite \(<gradient, v> = nan\) where the rule itself "
+                            r"has no derivative: call 1 of the rule gives inf at this input under plain NumPy",
+                            c["message"]) for c in unused), unused
+
+
+def test_a_non_finite_gradient_where_finite_differences_resolve_nothing_is_no_verdict():
+    result = _context_findings(reciprocal_derivative_overflows_rrule)
+    used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used" and c["engine"] == "jax"]
+    assert used[0]["status"] == "skipped", used
+    assert re.fullmatch(r"no verdict: the gradient is not finite \(<gradient, v> = -?inf\), and finite differences of "
+                        r"the program \(\S+ ± \S+\) cannot resolve a derivative at this input to hold it to",
+                        used[0]["message"]), used
+    assert not any(f.location == "context output-used" for f in result.findings)
+
+
+def test_a_non_finite_gradient_where_the_program_is_smooth_is_still_wrong():
+    result = _context_findings(reciprocal_nan_rrule)
+    assert "GG501" in [f.check_id for f in result.findings]
+    assert any("a non-finite gradient" in f.message for f in result.findings if f.check_id == "GG501")
 
 
 def test_a_finite_value_against_nan_is_a_different_value():

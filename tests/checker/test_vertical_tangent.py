@@ -176,3 +176,20 @@ def test_a_zero_cotangent_where_the_primal_is_not_finite_is_a_warning_and_ignori
         assert problem.severity is None
         assert re.fullmatch(r"the pullback of log_ones_rrule must return zero tangents for a zero cotangent, but the "
                             r"tangent for argument 0 at \[0\] is (inf|2\.0)\.", problem.message), problem.message
+
+
+# -- beside a pole, not at a cone point: nothing established, so no claim ----------------------------
+def reciprocal(x):
+    return 1.0 / x
+
+
+@rrule(reciprocal, arrays(shape=(2,)))
+def reciprocal_rrule(x):  # -g / x**2: x**2 underflows to 0 at 1e-200, so a zero cotangent gives NaN
+    return 1.0 / x, lambda g: (-g / x**2,)
+
+
+def test_steps_that_straddle_a_pole_establish_no_cone_point():
+    # 1/x at 1e-200 is smooth (derivative -1e400, beyond float64); steps of 6e-6 straddle its pole at 0, and their
+    # one-sided "derivatives" (-1.7e5 and 1.7e5) change 1000-fold at a finer step: no claim of a missing derivative.
+    [problem] = _problems(reciprocal_rrule, "GG301", [], at=(np.array([1e-200, 1.0]),))
+    assert problem.severity is None and "no derivative" not in problem.message, problem.message
