@@ -16,7 +16,7 @@ import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
-from gradguard.checker.checks._kinks import NoDerivative, no_derivative_along
+from gradguard.checker.checks._kinks import NoDerivative, beyond_float64, no_derivative_along
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -104,8 +104,10 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
         yield Problem(
             message=(
                 f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-                f"{where(i, idx)} is {show(value)}, at a point where the primal has no derivative along this element: "
-                f"{sides.established()}. A program that does not use the output still gets this value in its gradient."
+                f"{where(i, idx)} is {show(value)}, "
+                + ("where " if sides.unit is not None else "at a point where the primal has no derivative along this "
+                   "element: ")
+                + f"{sides.established()}. A program that does not use the output still gets this value in its gradient."
             ),
             location=where(i, idx),
             expected="0 (or None)",
@@ -113,7 +115,7 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             fix=(
                 "Keep inf and NaN factors out of the tangent where the cotangent is 0 (guard the point, e.g. "
                 "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)) for a cube root), so that "
-                "0 * factor stays 0." if sides.growing else
+                "0 * factor stays 0." if sides.growing or sides.unit is not None else
                 "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
                 "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0."
             ),
@@ -191,7 +193,7 @@ def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, 
             return None
         for k in np.flatnonzero(nonzero)[:max(NONFINITE_CANDIDATES - tried, 0)]:
             tried += 1
-            sides = no_derivative_along(case, i, int(k))
+            sides = no_derivative_along(case, i, int(k)) or beyond_float64(case, i, int(k))
             if sides is None:
                 return None
             if first is None:

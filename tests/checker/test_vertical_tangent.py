@@ -188,8 +188,36 @@ def reciprocal_rrule(x):  # -g / x**2: x**2 underflows to 0 at 1e-200, so a zero
     return 1.0 / x, lambda g: (-g / x**2,)
 
 
-def test_steps_that_straddle_a_pole_establish_no_cone_point():
+def test_steps_that_straddle_a_pole_establish_no_cone_point_and_a_derivative_beyond_float64_is_a_warning():
     # 1/x at 1e-200 is smooth (derivative -1e400, beyond float64); steps of 6e-6 straddle its pole at 0, and their
-    # one-sided "derivatives" (-1.7e5 and 1.7e5) change 1000-fold at a finer step: no claim of a missing derivative.
+    # one-sided "derivatives" (-1.7e5 and 1.7e5) change 1000-fold at a finer step: no claim of a missing
+    # derivative. The pullback's own tangent for a unit cotangent is -inf, and no step resolves one: as Chainer's
+    # digamma at 2.5e-175 (trigamma 1.6e349), 0 * inf there is a warning that says only that.
     [problem] = _problems(reciprocal_rrule, "GG301", [], at=(np.array([1e-200, 1.0]),))
-    assert problem.severity is None and "no derivative" not in problem.message, problem.message
+    assert problem.severity == "warning"
+    assert problem.message == (
+        "the pullback of reciprocal_rrule must return zero tangents for a zero cotangent, but the tangent for argument "
+        "0 at [0] is nan, where finite differences establish no derivative of the output at [0] along this element (its "
+        "one-sided slopes grow at every step float64 can take: a singularity nearer than any step), and the "
+        "pullback's own tangent there for a unit cotangent is -inf. A program that does not use the output still "
+        "gets this value in its gradient.")
+
+
+@rrule(reciprocal, arrays(shape=(2,)))
+def reciprocal_nan_unused_rrule(x):
+    return 1.0 / x, lambda g: (-g / (x * x) if np.any(g) else np.full(x.shape, np.nan),)  # BUG: NaN when unused
+
+
+def test_a_nan_for_a_zero_cotangent_beside_a_pole_whose_unit_tangent_is_finite_stays_an_error():
+    [problem] = _problems(reciprocal_nan_unused_rrule, "GG301", [], at=(np.array([1e-100, 1.0]),))
+    assert problem.severity is None, problem.message  # -1e200 for a unit cotangent: the derivative is a float64
+    assert problem.message.endswith("is nan."), problem.message
+
+
+def test_a_slope_that_overflows_float64_is_a_derivative_beyond_it():
+    # 1/x at 2.2e-308 is 4.5e307; a step of 6e-6 to 1.7e5 gives a slope of 7e312, which is inf in float64
+    [problem] = _problems(reciprocal_rrule, "GG301", [], at=(np.array([2.2250738585072014e-308, 1.0]),))
+    assert problem.severity == "warning"
+    assert ("finite differences establish no derivative of the output at [0] along this element (its one-sided "
+            "slopes overflow float64 though its values are finite), and the pullback's own tangent there for a unit "
+            "cotangent is -inf.") in problem.message, problem.message
