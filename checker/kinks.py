@@ -24,6 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker import tolerances
+from gradguard.checker.compare import first_index, where
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "element_sides",
     "finer_steps_admit",
     "jumps_around",
+    "unresolved_at",
     "kinked_near",
     "neighbours",
     "one_sided",
@@ -184,6 +186,50 @@ def unresolved(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) ->
     except Exception:  # noqa: BLE001 - the function left its domain: nothing established
         return False
     return all(b >= GROWTH * a for a, b in zip(slopes, slopes[1:]))
+
+
+def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[str, str] | None:
+    """``(output element, why)`` for the first real output element of ``f`` whose one-sided slopes along ``d``
+    establish no derivative: they grow at least GROWTH-fold per 1000-fold finer step at every step from
+    ``eps**(1/3)`` down to 1e-9 of it, each far above its rounding (a pole nearer than any step: 1/x at
+    1e-200), or its values at x and x +- h are finite and a slope between them overflows at some step (digamma
+    at 2.2e-308, or at -5.6e-297, whose slopes grow to 3e307 and then overflow).
+    Element by element, so that another element's large value does not hide it. None where none does."""
+    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
+    steps = [eps ** (1 / 3) / 1000.0 ** j for j in range(FINE_STEPS + 1)]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y0 = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, 0.0)))]
+            sizes, outside = [], []
+            for step in steps:
+                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
+                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
+                if len(ahead) != len(y0) or len(behind) != len(y0):
+                    return None
+                sizes.append([np.maximum(np.abs(a - y), np.abs(y - b)) / step for a, b, y in zip(ahead, behind, y0)])
+                outside.append([np.isfinite(a) & np.isfinite(b) for a, b in zip(ahead, behind)])
+    except Exception:  # noqa: BLE001 - the primal left its domain beside x: nothing established
+        return None
+    several = len(y0) > 1
+    for n, y in enumerate(y0):
+        with np.errstate(all="ignore"):
+            finite = np.isfinite(y)
+            overflow = np.zeros_like(finite)
+            for j in range(len(steps)):
+                overflow |= finite & outside[j][n] & ~np.isfinite(sizes[j][n])
+            growing = finite.copy()
+            for j, step in enumerate(steps):
+                growing &= np.isfinite(sizes[j][n]) & (sizes[j][n] > RESOLVED * 4 * eps * np.abs(y) / step)
+                if j:
+                    growing &= sizes[j][n] >= GROWTH * sizes[j - 1][n]
+        for ok, why in ((growing, "its one-sided slopes grow at every step float64 can take: a singularity nearer "
+                                  "than any step"),
+                        (overflow, "its one-sided slopes overflow float64 though its values are finite")):
+            idx = first_index(ok)
+            if idx is not None:
+                return where("output " + str(n) if several else "the output", idx), why
+    return None
 
 
 def finer_steps_admit(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], value: float,

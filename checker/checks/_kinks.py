@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import FINE_STEPS, GROWTH, RESOLVED, shifted, unresolved
+from gradguard.checker.kinks import FINE_STEPS, RESOLVED, shifted, unresolved, unresolved_at
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -307,7 +307,7 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
 def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
     """A :class:`NoDerivative` where the derivative along element ``k`` of argument ``i`` is beyond what float64
     holds or resolves: the pullback's own tangent there for a unit cotangent is not finite (digamma at 2.5e-175:
-    trigamma is 1.6e349) and finite differences establish none at some output element (:func:`_unresolved_at`);
+    trigamma is 1.6e349) and finite differences establish none at some output element (:func:`kinks.unresolved_at`);
     None otherwise."""
     y, pb = case.pair()
     if any(np.asarray(leaf).dtype.kind not in "f" for leaf in leaves(y)):
@@ -324,52 +324,11 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
     value = np.asarray(tangent).reshape(-1)[k]
     if np.isfinite(value):
         return None
-    found = _unresolved_at(_primal(case), case.args, only_argument(case, i, unit_vector(case.args[i], k)))
+    found = unresolved_at(_primal(case), case.args, only_argument(case, i, unit_vector(case.args[i], k)))
     if found is None:
         return None
     output, slopes = found
     return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes)
-
-
-def _unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[str, str] | None:
-    """``(output element, why)`` for the first real output element of ``f`` whose one-sided slopes along ``d``
-    establish no derivative: they grow at least GROWTH-fold per 1000-fold finer step at every step from
-    ``eps**(1/3)`` down to 1e-9 of it, each far above its rounding (a pole nearer than any step: 1/x at
-    1e-200), or its values at x and x +- h are finite and a slope between them overflows (digamma at 2.2e-308).
-    Element by element, so that another element's large value does not hide it. None where none does."""
-    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
-    steps = [eps ** (1 / 3) / 1000.0 ** j for j in range(FINE_STEPS + 1)]
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y0 = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, 0.0)))]
-            sizes, outside = [], []
-            for step in steps:
-                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
-                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
-                if len(ahead) != len(y0) or len(behind) != len(y0):
-                    return None
-                sizes.append([np.maximum(np.abs(a - y), np.abs(y - b)) / step for a, b, y in zip(ahead, behind, y0)])
-                outside.append([np.isfinite(a) & np.isfinite(b) for a, b in zip(ahead, behind)])
-    except Exception:  # noqa: BLE001 - the primal left its domain beside x: nothing established
-        return None
-    several = len(y0) > 1
-    for n, y in enumerate(y0):
-        with np.errstate(all="ignore"):
-            finite = np.isfinite(y)
-            overflow = finite & outside[0][n] & ~np.isfinite(sizes[0][n])
-            growing = finite.copy()
-            for j, step in enumerate(steps):
-                growing &= np.isfinite(sizes[j][n]) & (sizes[j][n] > RESOLVED * 4 * eps * np.abs(y) / step)
-                if j:
-                    growing &= sizes[j][n] >= GROWTH * sizes[j - 1][n]
-        for ok, why in ((growing, "its one-sided slopes grow at every step float64 can take: a singularity nearer "
-                                  "than any step"),
-                        (overflow, "its one-sided slopes overflow float64 though its values are finite")):
-            idx = first_index(ok)
-            if idx is not None:
-                return where("output " + str(n) if several else "the output", idx), why
-    return None
 
 
 def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,

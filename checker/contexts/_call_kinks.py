@@ -86,11 +86,13 @@ def _run(plan: Plan, calls: _Calls, xs: tuple[Any, ...]) -> float:
         return float(np.real(np.asarray(plan.program(Ops("numpy", np, calls), plan.consts, *copy_tree(xs)))))
 
 
-def non_finite_call(primal: Callable[..., Any], plan: Plan) -> str | None:
-    """Where the rule's primal gives a value that is not finite at one of its calls in the program at the
-    plan's inputs (under plain NumPy): "call k gives inf"; None where every call's output is finite, or where
-    the program cannot be run so."""
-    calls = _Calls(primal)
+def non_finite_call(rule: Any, plan: Plan) -> str | None:
+    """Where the rule has no derivative float64 can hold at one of its calls in the program at the plan's
+    inputs (under plain NumPy): its value there is not finite ("call k gives inf"), or its pullback's tangent for
+    a unit cotangent is not finite where finite differences of the primal resolve no derivative (digamma at
+    2.5e-175, whose derivative is 1.6e349: ``checks._kinks.beyond_float64``, as GG301 judges it). None otherwise, or
+    where the program cannot be run so."""
+    calls = _Calls(rule.primal)
     try:
         _run(plan, calls, plan.inputs)
     except Exception:  # noqa: BLE001 - the program cannot be taken apart here: nothing established
@@ -102,6 +104,27 @@ def non_finite_call(primal: Callable[..., Any], plan: Plan) -> str | None:
                 bad = np.flatnonzero(~np.isfinite(arr))
                 if bad.size:
                     return f"call {k + 1} of the rule gives {arr.reshape(-1)[bad[0]].item()!r}"
+    for k, (args, out) in enumerate(zip(calls.args, calls.outputs)):
+        if any(np.asarray(leaf).dtype.kind != "f" for leaf in leaves(out)):
+            continue
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, pullback = rule.rrule(*copy_tree(args))
+                tangents = pullback(tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), out))
+        except Exception:  # noqa: BLE001 - the pullback raised here: other checks report it
+            continue
+        tangents = tangents if isinstance(tangents, tuple) else (tangents,)
+        for i, t in enumerate(tangents[:len(args)]):
+            if t is None or not isinstance(args[i], np.ndarray) or np.asarray(t).shape != args[i].shape:
+                continue
+            for e in np.flatnonzero(~np.isfinite(np.asarray(t)))[:4]:
+                unit = np.zeros_like(args[i])
+                unit.reshape(-1)[e] = 1
+                d = tuple(unit if j == i else None for j in range(len(args)))
+                if kinks.unresolved_at(rule.primal, tuple(args), d) is not None:
+                    return f"the derivative at call {k + 1} of the rule is beyond float64 (its pullback's tangent for a " \
+                           "unit cotangent is not finite and finite differences resolve none)"
     return None
 
 

@@ -224,13 +224,14 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
     a, b = cell.slope, row.slope
     cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
     if cell.status == "wrong" and not np.isfinite(a):
-        where = non_finite_call(view.rule.primal, plan)
+        where = non_finite_call(view.rule, plan)
         if where is not None:
-            # The rule has no derivative where its own value is not finite (1/x at 5e-324): a NaN its pullback
-            # gives there, even for an unused output, is GG301's and GG206's to judge, where it is a warning.
+            # The rule has no derivative float64 holds where its own value is not finite (1/x at 5e-324) or its
+            # derivative overflows: a NaN its pullback gives there, even for an unused output, is GG301's and
+            # GG206's to judge, where it is a warning.
             cell.status, cell.message = "skipped", (
                 f"no verdict: the gradient is not finite (<gradient, v> = {a!r}) where the rule itself has no "
-                f"derivative: {where} at this input under plain NumPy"
+                f"derivative float64 holds: {where} at this input under plain NumPy"
             )
             return
     if np.isfinite(a):

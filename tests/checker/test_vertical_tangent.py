@@ -221,3 +221,11 @@ def test_a_slope_that_overflows_float64_is_a_derivative_beyond_it():
     assert ("finite differences establish no derivative of the output at [0] along this element (its one-sided "
             "slopes overflow float64 though its values are finite), and the pullback's own tangent there for a unit "
             "cotangent is -inf.") in problem.message, problem.message
+
+
+def test_gg206_claims_no_derivative_where_finite_differences_resolve_none_beyond_float64():
+    # Chainer's polygamma(1, x) at 1.8e-113 (its derivative -1.8e339): a NaN from 0 * inf where the cotangent
+    # element is 0 drew a GG206 error saying "finite differences give 0.0" for a derivative they never resolved.
+    assert _problems(reciprocal_rrule, "GG206", [np.array([0.0, 1.0])], at=(np.array([1e-200, 1.0]),)) == []
+    [problem] = _problems(cube_nan_at_zero_rrule, "GG206", [np.array([0.0, 1.0])])  # smooth there: still an error
+    assert problem.severity is None
