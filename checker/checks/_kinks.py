@@ -52,7 +52,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
-           "no_derivative_along", "beyond_float64", "NoDerivative"]
+           "no_derivative_along", "beyond_float64", "vertical_tangent", "NoDerivative"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -329,6 +329,19 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
         return None
     output, slopes = found
     return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes)
+
+
+def vertical_tangent(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> bool:
+    """Whether some real output element of ``f`` has a vertical tangent along ``d`` at ``args`` (its one-sided
+    quotients grow without settling at every step, :func:`_growing`): ``sqrt`` at 0, ``cbrt`` at 0."""
+    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y0 = [np.asarray(v) for v in leaves(f(*shifted(args, d, 0.0)))]
+    except Exception:  # noqa: BLE001 - nothing established
+        return False
+    return _growing(f, args, d, y0, eps ** (1 / 3), eps) is not None
 
 
 def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,

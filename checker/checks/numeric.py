@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
 from hypothesis import strategies as st
 
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
@@ -178,7 +179,9 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     ``pullback(ybar1 + ybar2) == pullback(ybar1) + pullback(ybar2)``. A pullback returning ``ones(n)`` instead
     of ``full(n, ybar)`` passes every test that uses a unit cotangent (scalar losses, ``gradcheck`` on
     ``sum``) and is wrong in every program where the output is scaled, squared or used twice. This check
-    needs no finite differences, so it also covers rules whose primal cannot be differenced."""
+    needs no finite differences, so it also covers rules whose primal cannot be differenced. An element where
+    the right-hand side is not finite (``inf - inf`` of two tangents that overflow: rsqrt's derivative at 6.6e-231
+    is -4.7e344) says nothing about linearity: GG206 judges non-finite tangents."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     pulled, base = case.first_tangents()  # the first pullback: pullback(ybar1)
@@ -188,7 +191,11 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     # One combined test on the passing path (three pullbacks); the failing path says which law broke.
     other = _tangents_for(case, ybar2)
     combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
-    agree = close_at_leaf_scale(case.tol)
+    close = close_at_leaf_scale(case.tol)
+
+    def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+        return close(got, want) | ~np.isfinite(want)
+
     bad = first_mismatch(tangent_pairs(case, combined, _add(scale_tree(base, alpha), other)), agree)
     if bad is None:
         return

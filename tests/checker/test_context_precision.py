@@ -544,3 +544,24 @@ def test_an_aliasing_bug_is_still_found_inside_overlapping_declared_ranges():
         "in context `same-array-twice` (the same array in two argument slots: rule(x, x)) the gradient of the "
         f"program is wrong under {', '.join(['tape[zero]', 'tape[skip]', *TORCH])} (relative error "
     ), finding.message
+
+
+def sqrt_(x):
+    return np.sqrt(x)
+
+
+@rrule(sqrt_, st.just(np.array([0.0, 2.0])))  # Chainer's sqrt backward at 0: gy / (2 y) = 0 / 0 for an unused output
+def sqrt_at_zero_rrule(x):
+    y = np.sqrt(x)
+    with np.errstate(all="ignore"):
+        return y, lambda g: (g / (y * 2.0),)
+
+
+def test_an_unused_output_at_a_vertical_tangent_is_no_verdict_as_gg301_warns():
+    result = _context_findings(sqrt_at_zero_rrule)
+    assert [f.check_id for f in result.findings] == []
+    unused = [c for c in result.safety_matrix["cells"] if c["context"] == "output-unused" and c["status"] != "right"]
+    assert unused and all(c["message"].endswith(
+        "where the rule itself has no derivative float64 holds: call 1 of the rule is at a vertical tangent (its "
+        "pullback's tangent for a unit cotangent is not finite and its one-sided difference quotients grow at every "
+        "step) at this input under plain NumPy") for c in unused), unused

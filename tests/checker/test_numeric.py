@@ -665,3 +665,30 @@ def test_gg202_is_not_fooled_by_a_nan_elsewhere_in_the_tangent():
     reported a linear pullback as nonlinear."""
     found = {f.check_id for f in check(cube_through_output, ignore=["GG5"]).findings}
     assert "GG206" in found and "GG202" not in found
+
+
+# -- linearity where the tangents overflow float64 -----------------------------------------------------
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@rrule(rsqrt, st.just(np.array([6.564061e-231, 1.5])))  # d/dx = -0.5 x**-1.5 = -4.7e344: beyond float64
+def rsqrt_rrule(x):  # Chainer's rsqrt backward: -gy / s**2 / (2 s), s = sqrt(x)
+    s = np.sqrt(x)
+    return 1.0 / s, lambda g: (-g / s**2 / (s * 2.0),)
+
+
+@rrule(rsqrt, st.just(np.array([6.564061e-231, 1.5])))
+def rsqrt_abs_rrule(x):
+    s = np.sqrt(x)
+    return 1.0 / s, lambda g: (-np.abs(g) / s**2 / (s * 2.0),)  # BUG: abs(ybar)
+
+
+def test_inf_minus_inf_of_overflowing_tangents_is_not_a_linearity_violation():
+    # Chainer's rsqrt at 6.6e-231 drew GG202: pullback(-ybar1 + ybar2) = -0.0 where -inf - (-inf) = nan
+    assert [f.message for f in check(rsqrt_rrule, select=["GG202"], seed=7).findings] == []
+
+
+def test_a_nonlinear_pullback_beside_an_overflowing_element_still_fails_gg202():
+    [finding] = check(rsqrt_abs_rrule, select=["GG202"]).findings
+    assert finding.location == "argument 0 at [1]", finding.message
