@@ -82,45 +82,22 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     infinite = _non_finite_output(case, tangents)
     if infinite is not None:
         i, idx, value, output = infinite
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-                f"{where(i, idx)} is {show(value)}, at a point where the primal's {output}, so it has no derivative "
-                "there. A program that does not use the output still gets this value in its gradient."
-            ),
-            location=where(i, idx),
-            expected="0 (or None)",
-            actual=show(value),
-            fix=(
-                "Keep inf and NaN factors out of the tangent where the cotangent is 0 (e.g. np.where(ybar == 0, 0.0, "
-                "...)), so that a program that uses another output, or none, gets 0 from this one."
-            ),
-            severity="warning",
-        )
+        yield _no_derivative_warning(
+            case, i, idx, value, f"at a point where the primal's {output}, so it has no derivative there",
+            "Keep inf and NaN factors out of the tangent where the cotangent is 0 (e.g. np.where(ybar == 0, 0.0, "
+            "...)), so that a program that uses another output, or none, gets 0 from this one.")
         return
     cone = _only_at_points_without_derivative(case, tangents)
     if cone is not None:
         i, idx, value, sides = cone
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-                f"{where(i, idx)} is {show(value)}, "
-                + ("where " if sides.unit is not None else "at a point where the primal has no derivative along this "
-                   "element: ")
-                + f"{sides.established()}. A program that does not use the output still gets this value in its gradient."
-            ),
-            location=where(i, idx),
-            expected="0 (or None)",
-            actual=show(value),
-            fix=(
-                "Keep inf and NaN factors out of the tangent where the cotangent is 0 (guard the point, e.g. "
-                "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)) for a cube root), so that "
-                "0 * factor stays 0." if sides.growing or sides.unit is not None else
-                "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
-                "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0."
-            ),
-            severity="warning",
-        )
+        where_ = "where " if sides.unit is not None else "at a point where the primal has no derivative along this element: "
+        yield _no_derivative_warning(
+            case, i, idx, value, where_ + sides.established(),
+            "Keep inf and NaN factors out of the tangent where the cotangent is 0 (guard the point, e.g. "
+            "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)) for a cube root), so that "
+            "0 * factor stays 0." if sides.growing or sides.unit is not None else
+            "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
+            "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0.")
         return
     i, idx, value = bad
     yield Problem(
@@ -135,6 +112,22 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "Multiply every tangent by the cotangent (np.full(x.shape, ybar), not np.ones), and keep inf/NaN "
             "factors out of it so 0 * factor stays 0."
         ),
+    )
+
+
+def _no_derivative_warning(case: Case, i: int, idx: tuple[int, ...], value: Any, why: str, fix: str) -> Problem:
+    """GG301's warning for a non-finite tangent of a zero cotangent where the primal has no derivative (``why``)."""
+    return Problem(
+        message=(
+            f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
+            f"{where(i, idx)} is {show(value)}, {why}. A program that does not use the output still gets this value "
+            "in its gradient."
+        ),
+        location=where(i, idx),
+        expected="0 (or None)",
+        actual=show(value),
+        fix=fix,
+        severity="warning",
     )
 
 
