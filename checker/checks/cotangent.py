@@ -146,7 +146,18 @@ def _non_finite_output(case: Case, tangents: Any) -> tuple[int, tuple[int, ...],
                 break
     if found is None:
         return None
-    first = None
+    parts = _non_finite_parts(case, tangents)
+    if not parts:
+        return None
+    i, arr, nonzero = parts[0]
+    k = first_index(nonzero)
+    return i, k, arr[k].item(), found
+
+
+def _non_finite_parts(case: Case, tangents: Any) -> list[tuple[int, np.ndarray, np.ndarray]] | None:
+    """``(argument, tangent, mask of its nonzero elements)`` for each tangent with a nonzero element, where
+    every nonzero element is NaN or Inf; None where one is finite, or a tangent is no float array."""
+    parts = []
     for i in range(case.nargs):
         if tangents[i] is None:
             continue
@@ -155,12 +166,12 @@ def _non_finite_output(case: Case, tangents: Any) -> tuple[int, tuple[int, ...],
             return None
         with np.errstate(all="ignore"):
             nonzero = ~(np.abs(arr) <= case.tol.atol)
+        if not np.any(nonzero):
+            continue
         if np.any(nonzero & np.isfinite(arr)):
             return None
-        k = first_index(nonzero)
-        if first is None and k is not None:
-            first = (i, k, arr[k].item(), found)
-    return first
+        parts.append((i, arr, nonzero))
+    return parts
 
 
 def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, NoDerivative] | None:
@@ -169,20 +180,13 @@ def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, 
     NONFINITE_CANDIDATES, as GG206) lies where the primal has no derivative along it (its one-sided derivatives
     differ, or grow at every step: :func:`no_derivative_along`); None otherwise (a finite nonzero element, or
     one where the primal has a derivative or it cannot be told)."""
-    atol = case.tol.atol
+    parts = _non_finite_parts(case, tangents)
+    if parts is None:
+        return None
     first = None
     tried = 0
-    for i in range(case.nargs):
-        if tangents[i] is None:
-            continue
-        arr = np.asarray(tangents[i])
-        if arr.dtype.kind not in "fc":
-            return None
-        with np.errstate(all="ignore"):
-            nonzero = ~(np.abs(arr) <= atol)
-        if not np.any(nonzero):
-            continue
-        if i not in case.diff_positions or np.any(nonzero & np.isfinite(arr)):
+    for i, arr, nonzero in parts:
+        if i not in case.diff_positions:
             return None
         for k in np.flatnonzero(nonzero)[:max(NONFINITE_CANDIDATES - tried, 0)]:
             tried += 1
