@@ -58,6 +58,9 @@ class Row:
     # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, gradient, why no verdict or
     # None). Engines that agree on the gradient (the tape under its three policies, often JAX) share it.
     kink_evidence: list[tuple[float, Any, str | None]] = field(default_factory=list)
+    # Where the rule itself has no derivative float64 holds at one of its calls (`non_finite_call`: it runs the
+    # program again), asked once per row for its first non-finite wrong gradient: [] until asked, then [why or None].
+    singular_call: list[str | None] = field(default_factory=list)
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
 
@@ -224,7 +227,9 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
     a, b = cell.slope, row.slope
     cell.status, cell.message = compare(a, b, row.fd_error, row.tol, scale)
     if cell.status == "wrong" and not np.isfinite(a):
-        where = non_finite_call(view.rule, plan)
+        if not row.singular_call:
+            row.singular_call.append(non_finite_call(view.rule, plan))
+        where = row.singular_call[0]
         if where is not None:
             # The rule has no derivative float64 holds where its own value is not finite (1/x at 5e-324) or its
             # derivative overflows: a NaN its pullback gives there, even for an unused output, is GG301's and
