@@ -39,6 +39,9 @@ __all__ = [
     "finer_steps_admit",
     "jumps_around",
     "unresolved_at",
+    "growing",
+    "vertical_tangent",
+    "NOT_SETTLING",
     "kinked_near",
     "neighbours",
     "one_sided",
@@ -188,6 +191,30 @@ def unresolved(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) ->
     return all(b >= GROWTH * a for a, b in zip(slopes, slopes[1:]))
 
 
+def _around(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], steps: list[float],
+            outputs: int) -> list[tuple[list[np.ndarray], list[np.ndarray]]] | None:
+    """Per step, the real output elements of ``f`` at ``x - step d`` and ``x + step d`` (float64, ``(behind,
+    ahead)``); None where ``f`` raises beside x (it left its domain: nothing established) or gives another number
+    of outputs than ``outputs``."""
+    values = []
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for step in steps:
+                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
+                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
+                if len(ahead) != outputs or len(behind) != outputs:
+                    return None
+                values.append((behind, ahead))
+    except Exception:  # noqa: BLE001 - the function left its domain beside x: nothing established
+        return None
+    return values
+
+
+def _fine_steps(h: float) -> list[float]:
+    return [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
+
+
 def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[str, str] | None:
     """``(output element, why)`` for the first real output element of ``f`` whose one-sided slopes along ``d``
     establish no derivative: they grow at least GROWTH-fold per 1000-fold finer step at every step from
@@ -195,34 +222,31 @@ def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[st
     1e-200), or its values at x and x +- h are finite and a slope between them overflows at some step (digamma
     at 2.2e-308, or at -5.6e-297, whose slopes grow to 3e307 and then overflow).
     Element by element, so that another element's large value does not hide it. None where none does."""
-    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
-    steps = [eps ** (1 / 3) / 1000.0 ** j for j in range(FINE_STEPS + 1)]
+    eps = _direction_eps(args, d)
+    steps = _fine_steps(eps ** (1 / 3))
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             y0 = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, 0.0)))]
-            sizes, outside = [], []
-            for step in steps:
-                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
-                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
-                if len(ahead) != len(y0) or len(behind) != len(y0):
-                    return None
-                sizes.append([np.maximum(np.abs(a - y), np.abs(y - b)) / step for a, b, y in zip(ahead, behind, y0)])
-                outside.append([np.isfinite(a) & np.isfinite(b) for a, b in zip(ahead, behind)])
-    except Exception:  # noqa: BLE001 - the primal left its domain beside x: nothing established
+    except Exception:  # noqa: BLE001 - the primal left its domain at x: nothing established
+        return None
+    values = _around(f, args, d, steps, len(y0))
+    if values is None:
         return None
     several = len(y0) > 1
     for n, y in enumerate(y0):
         with np.errstate(all="ignore"):
+            sizes = [np.maximum(np.abs(ahead[n] - y), np.abs(y - behind[n])) / step
+                     for step, (behind, ahead) in zip(steps, values)]
             finite = np.isfinite(y)
             overflow = np.zeros_like(finite)
-            for j in range(len(steps)):
-                overflow |= finite & outside[j][n] & ~np.isfinite(sizes[j][n])
+            for j, (behind, ahead) in enumerate(values):
+                overflow |= finite & np.isfinite(ahead[n]) & np.isfinite(behind[n]) & ~np.isfinite(sizes[j])
             growing = finite.copy()
             for j, step in enumerate(steps):
-                growing &= np.isfinite(sizes[j][n]) & (sizes[j][n] > RESOLVED * 4 * eps * np.abs(y) / step)
+                growing &= np.isfinite(sizes[j]) & (sizes[j] > RESOLVED * 4 * eps * np.abs(y) / step)
                 if j:
-                    growing &= sizes[j][n] >= GROWTH * sizes[j - 1][n]
+                    growing &= sizes[j] >= GROWTH * sizes[j - 1]
         for ok, why in ((growing, "its one-sided slopes grow at every step float64 can take: a singularity nearer "
                                   "than any step"),
                         (overflow, "its one-sided slopes overflow float64 though its values are finite")):
@@ -230,6 +254,78 @@ def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[st
             if idx is not None:
                 return where("output " + str(n) if several else "the output", idx), why
     return None
+
+
+def _direction_eps(args: tuple[Any, ...], d: tuple[Any, ...]) -> float:
+    return max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
+
+
+# Quotients that grow without settling: each step's growth at least this fraction of the last one's. A derivative's
+# one-sided quotients settle (their growth shrinks about 1000-fold per 1000-fold finer step); those of a vertical
+# tangent grow by a constant (log h: x * log(x) at 0) or more (h**(-2/3): cbrt at 0) at every step.
+NOT_SETTLING = 0.9
+
+
+def vertical_tangent(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> bool:
+    """Whether some real output element of ``f`` has a vertical tangent along ``d`` at ``args`` (its one-sided
+    quotients grow without settling at every step, :func:`growing`): ``sqrt`` at 0, ``cbrt`` at 0."""
+    eps = _direction_eps(args, d)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y0 = [np.asarray(v) for v in leaves(f(*shifted(args, d, 0.0)))]
+    except Exception:  # noqa: BLE001 - nothing established
+        return False
+    return growing(f, args, d, y0, eps ** (1 / 3), eps) is not None
+
+
+def growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,
+            eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...], str | None] | None:
+    """``(output, index, (step, quotient) pairs, side)`` for the first real output element whose one-sided
+    difference quotients along ``d`` grow without settling (:func:`_diverging`) over every step from ``h`` down
+    to 1e-9 of it: from below and from above with one sign (``side`` None), or from one side only where the
+    primal is not finite on the other at every step (``side`` "above" or "below": the edge of its domain). None
+    where none does, for complex outputs, or where the primal raises beside x."""
+    if any(np.iscomplexobj(y) for y in y0):
+        return None
+    steps = _fine_steps(h)
+    values = _around(f, args, d, steps, len(y0))
+    if values is None:
+        return None
+    for n, y in enumerate(y0):
+        y = np.asarray(y, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            floors = [RESOLVED * 4 * eps * np.abs(y) / step for step in steps]
+            below = [(y - behind[n]) / step for step, (behind, _) in zip(steps, values)]
+            above = [(ahead[n] - y) / step for step, (_, ahead) in zip(steps, values)]
+            undefined_below = np.logical_and.reduce([~np.isfinite(q) for q in below])
+            undefined_above = np.logical_and.reduce([~np.isfinite(q) for q in above])
+            up, down = _diverging(above, floors), _diverging(below, floors)
+            both = up & down & (below[0] * above[0] > 0)
+            only_above = up & undefined_below
+            only_below = down & undefined_above
+            finite = np.isfinite(y)
+        for ok, side, q in ((both, None, above), (only_above, "above", above), (only_below, "below", below)):
+            idx = first_index(finite & ok)
+            if idx is not None:
+                return n, idx, tuple((step, float(np.asarray(q[j])[idx])) for j, step in enumerate(steps)), side
+    return None
+
+
+def _diverging(q: list[np.ndarray], floors: list[np.ndarray]) -> np.ndarray:
+    """Element-wise: quotients ``q`` (coarsest step first) that share one sign, each far above its rounding
+    (``floors``), and grow in magnitude at every step, each growth far above rounding and at least NOT_SETTLING
+    times the one before (rounding alone gives quotients that fall to 0 once the step is below the value's
+    spacing; a derivative's settle)."""
+    ok = np.isfinite(q[0]) & (np.abs(q[0]) > floors[0])
+    before = None
+    for j in range(1, len(q)):
+        growth = np.abs(q[j]) - np.abs(q[j - 1])
+        ok &= np.isfinite(q[j]) & (q[j] * q[0] > 0) & (np.abs(q[j]) > floors[j]) & (growth > floors[j])
+        if before is not None:
+            ok &= growth >= NOT_SETTLING * before
+        before = growth
+    return ok
 
 
 def finer_steps_admit(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], value: float,

@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import FINE_STEPS, RESOLVED, shifted, unresolved, unresolved_at
+from gradguard.checker.kinks import growing, shifted, unresolved, unresolved_at, vertical_tangent
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -242,12 +242,6 @@ class NoDerivative:
         return f"a finite subgradient between {show(min(self.left, self.right))} and {show(max(self.left, self.right))}"
 
 
-# Quotients that grow without settling: each step's growth at least this fraction of the last one's. A derivative's
-# one-sided quotients settle (their growth shrinks about 1000-fold per 1000-fold finer step); those of a vertical
-# tangent grow by a constant (log h: x * log(x) at 0) or more (h**(-2/3): cbrt at 0) at every step.
-NOT_SETTLING = 0.9
-
-
 SETTLED = 0.01  # how far (relatively) a cone point's one-sided derivatives may move at a 1000-fold finer step
 
 
@@ -297,10 +291,10 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
                 if idx is not None:
                     name = where("output " + str(n) if several else "the output", idx)
                     return NoDerivative(name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx]))
-        found = _growing(f, case.args, d, at[0], h, eps)
+        found = growing(f, case.args, d, at[0], h, eps)
         if found is not None:
-            n, idx, growing, side = found
-            return NoDerivative(where("output " + str(n) if several else "the output", idx), None, None, growing, side)
+            n, idx, quotients, side = found
+            return NoDerivative(where("output " + str(n) if several else "the output", idx), None, None, quotients, side)
     return None
 
 
@@ -329,77 +323,6 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
         return None
     output, slopes = found
     return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes)
-
-
-def vertical_tangent(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> bool:
-    """Whether some real output element of ``f`` has a vertical tangent along ``d`` at ``args`` (its one-sided
-    quotients grow without settling at every step, :func:`_growing`): ``sqrt`` at 0, ``cbrt`` at 0."""
-    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y0 = [np.asarray(v) for v in leaves(f(*shifted(args, d, 0.0)))]
-    except Exception:  # noqa: BLE001 - nothing established
-        return False
-    return _growing(f, args, d, y0, eps ** (1 / 3), eps) is not None
-
-
-def _growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarray], h: float,
-             eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...], str | None] | None:
-    """``(output, index, (step, quotient) pairs, side)`` for the first real output element whose one-sided
-    difference quotients along ``d`` grow without settling (:func:`_diverging`) over every step from ``h`` down
-    to 1e-9 of it: from below and from above with one sign (``side`` None), or from one side only where the
-    primal is not finite on the other at every step (``side`` "above" or "below": the edge of its domain). None
-    where none does, for complex outputs, or where the primal raises beside x."""
-    if any(np.iscomplexobj(y) for y in y0):
-        return None
-    steps = [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
-    quotients = []  # per step: per output, (from below, from above)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for step in steps:
-                ahead = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, step)))]
-                behind = [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, -step)))]
-                if len(ahead) != len(y0) or len(behind) != len(y0):
-                    return None
-                quotients.append([((y - b) / step, (a - y) / step) for a, b, y in zip(ahead, behind, y0)])
-    except Exception:  # noqa: BLE001 - the primal left its domain beside x: nothing established
-        return None
-    for n, y in enumerate(y0):
-        y = np.asarray(y, dtype=np.float64)
-        with np.errstate(all="ignore"):
-            floors = [RESOLVED * 4 * eps * np.abs(y) / step for step in steps]
-            below = [quotients[j][n][0] for j in range(len(steps))]
-            above = [quotients[j][n][1] for j in range(len(steps))]
-            undefined_below = np.logical_and.reduce([~np.isfinite(q) for q in below])
-            undefined_above = np.logical_and.reduce([~np.isfinite(q) for q in above])
-            up, down = _diverging(above, floors), _diverging(below, floors)
-            both = up & down & (below[0] * above[0] > 0)
-            only_above = up & undefined_below
-            only_below = down & undefined_above
-            finite = np.isfinite(y)
-        for ok, side, q in ((both, None, above), (only_above, "above", above), (only_below, "below", below)):
-            idx = first_index(finite & ok)
-            if idx is not None:
-                return n, idx, tuple((step, float(np.asarray(q[j])[idx])) for j, step in enumerate(steps)), side
-    return None
-
-
-def _diverging(q: list[np.ndarray], floors: list[np.ndarray]) -> np.ndarray:
-    """Element-wise: quotients ``q`` (coarsest step first) that share one sign, each far above its rounding
-    (``floors``), and grow in magnitude at every step, each growth far above rounding and at least NOT_SETTLING
-    times the one before (rounding alone gives quotients that fall to 0 once the step is below the value's
-    spacing; a derivative's settle)."""
-    ok = np.isfinite(q[0]) & (np.abs(q[0]) > floors[0])
-    before = None
-    for j in range(1, len(q)):
-        growth = np.abs(q[j]) - np.abs(q[j - 1])
-        ok &= np.isfinite(q[j]) & (q[j] * q[0] > 0) & (np.abs(q[j]) > floors[j]) & (growth > floors[j])
-        if before is not None:
-            ok &= growth >= NOT_SETTLING * before
-        before = growth
-    return ok
 
 
 # -- GG201's exemptions, behind one call ----------------------------------------------------------

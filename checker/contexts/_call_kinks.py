@@ -91,10 +91,8 @@ def non_finite_call(rule: Any, plan: Plan) -> str | None:
     inputs (under plain NumPy): its value there is not finite ("call k gives inf"), or its pullback's tangent for
     a unit cotangent is not finite where finite differences of the primal resolve no derivative (digamma at
     2.5e-175, whose derivative is 1.6e349: ``checks._kinks.beyond_float64``, as GG301 judges it) or grow without
-    settling (sqrt at 0: a vertical tangent, ``checks._kinks.vertical_tangent``). None otherwise, or
+    settling (sqrt at 0: a vertical tangent, ``kinks.vertical_tangent``). None otherwise, or
     where the program cannot be run so."""
-    from gradguard.checker.checks._kinks import vertical_tangent  # the isolation checks' test, shared
-
     calls = _Calls(rule.primal)
     try:
         _run(plan, calls, plan.inputs)
@@ -128,7 +126,7 @@ def non_finite_call(rule: Any, plan: Plan) -> str | None:
                 if kinks.unresolved_at(rule.primal, tuple(args), d) is not None:
                     return f"the derivative at call {k + 1} of the rule is beyond float64 (its pullback's tangent for a " \
                            "unit cotangent is not finite and finite differences resolve none)"
-                if vertical_tangent(rule.primal, tuple(args), d):
+                if kinks.vertical_tangent(rule.primal, tuple(args), d):
                     return f"call {k + 1} of the rule is at a vertical tangent (its pullback's tangent for a unit " \
                            "cotangent is not finite and its one-sided difference quotients grow at every step)"
     return None
