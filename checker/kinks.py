@@ -39,6 +39,7 @@ __all__ = [
     "finer_steps_admit",
     "jumps_around",
     "unresolved_at",
+    "unresolved_element",
     "growing",
     "vertical_tangent",
     "NOT_SETTLING",
@@ -253,6 +254,112 @@ def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[st
             idx = first_index(ok)
             if idx is not None:
                 return where("output " + str(n) if several else "the output", idx), why
+    return None
+
+
+# unresolved_element: multiples of the finest step (powers of the square root of the golden ratio, so that no two
+# are in a ratio of small integers, which a periodic sawtooth would see alike), where a smooth function's one-sided
+# slopes move one way, or turn once; jumps or noise finer than the steps turn them at random
+NOISE_STEPS = tuple(((1 + 5 ** 0.5) / 2) ** (j / 2) for j in range(8))
+TURNS = 2  # ... so this many turns, each move far above rounding, say the slopes scatter,
+REVERSAL = 0.25  # ... as does one turn where they rise and fall each by this fraction of their size or more
+NOISE = 0.01  # ... and a move counts only beyond this fraction of the slopes' size
+
+
+def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[str, str] | None:
+    """``(output element, why)`` for the first real output element of ``f`` whose derivative along element ``k``
+    (flat) of argument ``i`` finite differences do not establish at the finest steps they take, or None.
+
+    The finest steps are ``step`` = 1e-9 of ``eps**(1/3)`` (or RESOLVED times the element's spacing where that is
+    coarser) times 1 to 5.4 (NOISE_STEPS), on each side; each slope divides by the step the argument really took. Not
+    established where, on one side:
+
+    * the slopes there, in the order of the steps, turn back and forth (TURNS times or more, each move far above
+      rounding and NOISE of their size), or rise and fall each by REVERSAL of their size: a smooth function's
+      ``f' + f'' t / 2 + ...``, a power law's ``c t**p`` (``x**1.5`` at 0) and a kink's side's move one way, or
+      turn once by little, over so short a range, while jumps or noise finer than the steps scatter them (``fmod(x, d)`` along d at x = -3.48, d = 2e-256, whose pieces are
+      narrower than the spacing of floats at d);
+    * or the element is small enough that steps RESOLVED times its own spacing are 1000-fold finer still, and
+      the slopes there (at that step and twice it) agree with each other but not with those at ``step`` carried
+      to a step of 0 (give or take four times their trend): the function has structure between
+      the two scales, finer than every step finite differences take (``fmod(x, d)`` along d at x = 7.15,
+      d = -1.19e-7 jumps every 2e-15: slope 9.0e5 at steps of 6e-15 and beyond, its derivative 6.0e7 at 2.6e-20).
+
+    Moves and disagreement must stand far above the values' rounding (relative, or the spacing of subnormal
+    numbers where a value underflows) and NOISE of the slopes' size. None
+    also where ``f`` raises beside x, or for a complex argument."""
+    arg = np.asarray(args[i])
+    if arg.dtype.kind != "f":
+        return None
+    info = np.finfo(arg.dtype)
+    eps = float(info.eps)
+    x = float(arg.reshape(-1)[k])
+    step = max(eps ** (1 / 3) / 1000.0 ** FINE_STEPS, RESOLVED * eps * abs(x))
+    if not step < eps ** (1 / 3):
+        return None
+    micro = max(RESOLVED * eps * abs(x), RESOLVED * float(info.tiny))
+    micro_steps = (micro, 2 * micro) if micro * 1000.0 <= step else ()
+    d = tuple(unit_vector(arg, k) if j == i else None for j in range(len(args)))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            at = [np.asarray(v) for v in leaves(f(*shifted(args, d, 0.0)))]
+            y0 = [np.asarray(v, dtype=np.float64) for v in at]
+            sides: list[list[tuple[float, list[np.ndarray]]]] = []
+            for sign in (1.0, -1.0):
+                side = []
+                for t in [m * step for m in NOISE_STEPS] + list(micro_steps):
+                    moved = shifted(args, d, sign * t)
+                    taken = float(np.asarray(moved[i]).reshape(-1)[k]) - x
+                    values = [np.asarray(v, dtype=np.float64) for v in leaves(f(*moved))]
+                    if len(values) != len(y0) or taken == 0.0:
+                        return None
+                    side.append((taken, values))
+                sides.append(side)
+    except Exception:  # noqa: BLE001 - the function left its domain beside x: nothing established
+        return None
+    several, coarse = len(y0) > 1, len(NOISE_STEPS)
+    for n, y in enumerate(y0):
+        # A value rounds by eps of its size, or by the spacing of subnormal numbers where it underflows (x * x at
+        # x = 6e-198 is 0): in the argument's dtype or the output's, whichever is coarser.
+        kind = at[n].dtype if at[n].dtype.kind == "f" else arg.dtype
+        rel = max(eps, float(np.finfo(kind).eps))
+        spacing = max(float(info.smallest_subnormal), float(np.finfo(kind).smallest_subnormal))
+        with np.errstate(all="ignore"):
+            unsettled = np.zeros(np.shape(y), dtype=bool)
+            for side in sides:
+                t = np.array([taken for taken, _ in side])
+                q = np.stack([(values[n] - y) / taken for taken, values in side])  # (steps, *shape)
+                floors = np.stack([RESOLVED * 4 * (rel * np.abs(y) + spacing) / abs(taken) for taken in t])
+                finite = np.logical_and.reduce(np.isfinite(q), axis=0) & np.isfinite(y)
+                size = np.max(np.abs(q[:coarse]), axis=0)
+                # the moves between the slopes at successive finest steps that stand out, and how often they turn
+                moves = np.diff(q[:coarse], axis=0)
+                signs = np.sign(moves) * (np.abs(moves) > floors[0] + NOISE * size)
+                turns = np.zeros(np.shape(y), dtype=int)
+                last = signs[0]
+                for sign in signs[1:]:
+                    turns += (sign != 0) & (last != 0) & (sign != last)
+                    last = np.where(sign != 0, sign, last)
+                rise = np.sum(np.where(signs > 0, moves, 0.0), axis=0)
+                fall = -np.sum(np.where(signs < 0, moves, 0.0), axis=0)
+                reversal = np.minimum(rise, fall)
+                unsettled |= finite & ((turns >= TURNS) | ((reversal > 0) & (reversal >= REVERSAL * size)))
+                if micro_steps:
+                    # the finest steps' slopes carried along their line to a step of 0, give or take four times
+                    # that line's change (a power law's c t**p is no line), against the slopes 1000-fold finer still
+                    change = (q[1] - q[0]) * (t[0] / (t[1] - t[0]))
+                    near, trend = q[0] - change, 4 * np.abs(change)
+                    tiny = np.maximum(np.abs(q[coarse]), np.abs(q[coarse + 1]))
+                    agree = np.abs(q[coarse] - q[coarse + 1]) <= floors[coarse] + NOISE * tiny
+                    apart = np.abs(q[coarse] - near) > floors[coarse] + 3 * floors[0] + trend + \
+                        NOISE * np.maximum(tiny, size)
+                    unsettled |= finite & agree & apart
+        idx = first_index(unsettled)
+        if idx is not None:
+            return (where("output " + str(n) if several else "the output", idx),
+                    "its one-sided slopes at the finest steps scatter from step to step, or differ from its slopes "
+                    "at steps finer still: jumps or noise finer than the steps finite differences take")
     return None
 
 

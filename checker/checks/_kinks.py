@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import growing, shifted, unresolved, unresolved_at, vertical_tangent
+from gradguard.checker.kinks import growing, unresolved_element, shifted, unresolved, unresolved_at, vertical_tangent
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -301,8 +301,8 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
 def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
     """A :class:`NoDerivative` where the derivative along element ``k`` of argument ``i`` is beyond what float64
     holds or resolves: the pullback's own tangent there for a unit cotangent is not finite (digamma at 2.5e-175:
-    trigamma is 1.6e349) and finite differences establish none at some output element (:func:`kinks.unresolved_at`);
-    None otherwise."""
+    trigamma is 1.6e349; fmod at a divisor of 5e-324, where x / d overflows) and finite differences establish none
+    at some output element (:func:`kinks.unresolved_at`, :func:`kinks.unresolved_element`); None otherwise."""
     y, pb = case.pair()
     if any(np.asarray(leaf).dtype.kind not in "f" for leaf in leaves(y)):
         return None
@@ -318,7 +318,9 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
     value = np.asarray(tangent).reshape(-1)[k]
     if np.isfinite(value):
         return None
-    found = unresolved_at(_primal(case), case.args, only_argument(case, i, unit_vector(case.args[i], k)))
+    f = _primal(case)
+    found = unresolved_at(f, case.args, only_argument(case, i, unit_vector(case.args[i], k))) or \
+        unresolved_element(f, case.args, i, k)
     if found is None:
         return None
     output, slopes = found
@@ -342,8 +344,9 @@ EXCUSES = {
     "near kinks": "kinks pass closer to x than any usable step, and the rule's answers jump between pieces",
     "not linear": "the derivative along the sum of two directions is not the sum of the derivatives along each: "
     "the primal has directional derivatives here but no derivative (the median of tied entries)",
-    "unresolved": "the primal's one-sided slopes grow as the step shrinks, at every step float64 can take: a jump "
-    "or a singularity nearer to x than any step, where finite differences establish no derivative",
+    "unresolved": "the primal's one-sided slopes grow, or never settle, as the step shrinks, at every step float64 can "
+    "take: a jump or a singularity nearer to x than any step, or jumps denser than every step, where finite differences "
+    "establish no derivative",
 }
 
 
@@ -354,7 +357,9 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     a finding. Tried in order, cheapest first: the one-sided derivatives along ``v`` (:func:`_vjp.at_kink`),
     a second, generic direction (:func:`_fails_generically`), kinks nearer than any step
     (:func:`_vjp.near_kinks`), a derivative that is not linear in the direction (:func:`_not_linear`), slopes
-    that grow at every step float64 can take (:func:`kinks.unresolved`: a jump or a pole nearer than any). An
+    that grow at every step float64 can take (:func:`kinks.unresolved`: a jump or a pole nearer than any), or an
+    output element the cotangent weighs whose derivative the steps do not establish (:func:`_unresolved_element`:
+    jumps finer than every step). An
     excused input is still judged along a positive direction as a whole where entries meet at the kink
     (:func:`coupled_kink`): its finding is the excuse's ``problem``."""
     generic = _Generic(case, ybar)
@@ -366,12 +371,35 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
         reason = "near kinks"
     elif _not_linear(case, ybar, v, whole, generic, tol):
         reason = "not linear"
-    elif unresolved(_contracted(case, ybar), case.args, v):
+    elif unresolved(_contracted(case, ybar), case.args, v) or _unresolved_element(case, ybar, v):
         reason = "unresolved"
     else:
         return None
     coupled = coupled_kink(case, ybar, conv, tol)
     return KinkExcuse(reason, None if coupled is None else kink_problem(case, coupled))
+
+
+def _unresolved_element(case: Case, ybar: Any, v: tuple[Any, ...]) -> bool:
+    """Whether some real output element that ``ybar`` weighs has no derivative along ``v`` that finite
+    differences establish, judged element by element (in ``<ybar, primal>`` the rounding of the other elements'
+    values can hide it): its slopes along ``v`` grow or overflow (:func:`kinks.unresolved_at`), or, for up to
+    ELEMENTWISE_UP_TO real input elements, its slopes along one element that ``v`` moves scatter at the finest
+    steps (:func:`kinks.unresolved_element`: ``fmod(x, d)`` at d = 2e-256, whose pieces are narrower than the spacing
+    of floats at d, beside elements of size 1)."""
+    if has_complex(case, ybar):
+        return False
+    f = _primal(case)
+
+    def weighted(*args: Any) -> Any:
+        return tree_map(lambda w, y: None if w is None or y is None else np.asarray(w) * np.asarray(y), ybar, f(*args))
+
+    if unresolved_at(weighted, case.args, v) is not None:
+        return True
+    positions = [i for i in case.diff_positions if v[i] is not None]
+    if not _few_real_elements(case, positions):
+        return False
+    return any(unresolved_element(weighted, case.args, i, int(k)) is not None
+               for i in positions for k in np.flatnonzero(np.asarray(v[i]).reshape(-1)))
 
 
 class _Generic:

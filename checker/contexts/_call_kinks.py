@@ -39,7 +39,7 @@ from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 
-__all__ = ["call_kinks_excuse", "non_finite_call", "MAX_KINKED"]
+__all__ = ["call_kinks_excuse", "non_finite_call", "unresolved_call", "MAX_KINKED", "UNRESOLVED_UP_TO"]
 
 MAX_KINKED = 64  # kinked output elements in all beyond which the range is not worked out (one program per element)
 
@@ -90,9 +90,9 @@ def non_finite_call(rule: Any, plan: Plan) -> str | None:
     """Where the rule has no derivative float64 can hold at one of its calls in the program at the plan's
     inputs (under plain NumPy): its value there is not finite ("call k gives inf"), or its pullback's tangent for
     a unit cotangent is not finite where finite differences of the primal resolve no derivative (digamma at
-    2.5e-175, whose derivative is 1.6e349: ``checks._kinks.beyond_float64``, as GG301 judges it) or grow without
-    settling (sqrt at 0: a vertical tangent, ``kinks.vertical_tangent``). None otherwise, or
-    where the program cannot be run so."""
+    2.5e-175, whose derivative is 1.6e349; fmod at a divisor of 5e-324: ``checks._kinks.beyond_float64``, as GG301
+    judges it) or grow without settling (sqrt at 0: a vertical tangent, ``kinks.vertical_tangent``). None
+    otherwise, or where the program cannot be run so."""
     calls = _Calls(rule.primal)
     try:
         _run(plan, calls, plan.inputs)
@@ -129,6 +129,39 @@ def non_finite_call(rule: Any, plan: Plan) -> str | None:
                 if kinks.vertical_tangent(rule.primal, tuple(args), d):
                     return f"call {k + 1} of the rule is at a vertical tangent (its pullback's tangent for a unit " \
                            "cotangent is not finite and its one-sided difference quotients grow at every step)"
+                if kinks.unresolved_element(rule.primal, tuple(args), i, int(e)) is not None:
+                    return f"the derivative at call {k + 1} of the rule is finer than finite differences resolve (its " \
+                           "pullback's tangent for a unit cotangent is not finite and the primal's slopes there " \
+                           "scatter at the finest steps, or differ from those at finer steps still)"
+    return None
+
+
+UNRESOLVED_UP_TO = 32  # moving argument elements, over all calls, up to which each is probed alone
+
+
+def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...]) -> str | None:
+    """Where finite differences establish no derivative of one of the rule's calls in the program along an
+    element its arguments move with ``v`` (:func:`kinks.unresolved_element`: slopes that scatter at the finest
+    steps, or differ from those at steps finer still): there the program's finite differences are no ground
+    truth (fmod's pieces 2e-15 wide at a divisor of 1.2e-7, which every step straddles). None otherwise, where
+    the arguments do not move affinely with the input, or where they move more than UNRESOLVED_UP_TO elements."""
+    try:
+        found = _directions(plan, primal, v)
+    except Exception:  # noqa: BLE001 - the program cannot be taken apart here: nothing established
+        return None
+    if found is None:
+        return None
+    args, _, moves = found
+    probes = [(k, i, int(e)) for k, d in enumerate(moves) for i, m in enumerate(d) if isinstance(m, np.ndarray)
+              for e in np.flatnonzero(m.reshape(-1))]
+    if not probes or len(probes) > UNRESOLVED_UP_TO:
+        return None
+    for k, i, e in probes:
+        where = kinks.unresolved_element(primal, tuple(args[k]), i, e)
+        if where is not None:
+            element, why = where
+            return (f"call {k + 1} of the rule has no derivative finite differences establish along element {e} of its "
+                    f"argument {i} ({element}: {why})")
     return None
 
 

@@ -34,7 +34,7 @@ from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as
 from gradguard.checker.contexts._engines import ENGINES, check_settings, engine as engine_named, engines_for
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
-from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call
+from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call, unresolved_call
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit,                                                  by_name, weights_like)
@@ -270,6 +270,11 @@ def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Pla
             # each call to a value outside the whole program's one-sided derivatives.
             excuse = call_kinks_excuse(view.rule.primal, plan, v, slope=a, truth=b, fd_error=row.fd_error,
                                        tol=row.tol, scale=scale, gradient=grads)
+            if excuse is None:
+                where = unresolved_call(view.rule.primal, plan, v)
+                if where is not None:
+                    excuse = (f"no verdict: {where}, so finite differences of the program ({b:.6g}) are no ground "
+                              f"truth for <gradient, v> = {a:.6g}")
         row.kink_evidence.append((a, grads, excuse))
     return excuse
 

@@ -10,8 +10,8 @@ The translation was checked against Chainer's own code (its source run with NumP
 rule: every value and gradient equal, all but one to the bit (one at 5.6e-17).
 
 ``LABELS`` maps each rule to its source; ``UPSTREAM_FLAWS`` lists the error findings that are real flaws of
-Chainer's rules, with evidence in INDEX.md. ``chainer_fmod_rrule`` still draws false errors at divisors below
-1e-100 (tests/realworld/test_realworld_correct.py's ``KNOWN_FALSE_ERRORS``, with the diagnosis in INDEX.md).
+Chainer's rules, with evidence in INDEX.md. ``chainer_fmod_rrule`` drew false errors at tiny divisors, where fmod's
+pieces are finer than every finite-difference step, until the thirteenth pass (INDEX.md).
 """
 
 import math

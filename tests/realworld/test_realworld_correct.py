@@ -56,11 +56,7 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after the last fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
-    "chainer_fmod_rrule": (frozenset(range(10)), "GG201 (and GG206, GG301, GG501) at divisors below 1e-100, where fmod's jumps are "
-                           "denser than any finite-difference step and the rule's tangents are exact (INDEX.md; "
-                           "false_errors/fmod_tiny_divisor_gg201.py)"),
-}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
 
 
 @functools.lru_cache(maxsize=None)

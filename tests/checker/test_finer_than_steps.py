@@ -1,0 +1,85 @@
+"""No verdict where a function's pieces are finer than every finite-difference step (`kinks.unresolved_element`).
+
+Found on Chainer's fmod backward (tests/realworld/correct_chainer.py), a correct rule: ``fmod(x, d)`` jumps by
+``|d|`` wherever ``x / d`` crosses an integer, so along ``d`` its pieces are ``d**2 / |x|`` wide (2e-15 at
+x = 7.15, d = -1.2e-7; narrower than the spacing of floats at d = 2e-256), and along ``x`` at ``x = 0`` they are
+``|d|`` wide. Its tangents (1 along x, ``-trunc(x / d)`` along d) are the exact derivatives, which no step from
+6e-6 down to 6e-15 sees: finite differences there average the sawtooth. GG201, GG206, GG301 and the safety
+matrix called the rule wrong at every seed of the real-world corpus. Such an element is recognised by the
+function itself, one element at a time: at the finest steps its one-sided slopes scatter from step to step where
+a smooth function's lie on a line, or, for a small element, they differ from its slopes at steps 1000 times its
+own spacing. A wrong fmod rule at an ordinary input is still reported.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.kinks import unresolved_element
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def fmod_(x, d):
+    return np.fmod(x, d)
+
+
+def _one(v):
+    return np.array([v])
+
+
+@pytest.mark.parametrize("f, args, i, unresolved", [
+    (fmod_, (_one(-3.4782552850749573), _one(2.0466727397420063e-256)), 1, True),  # pieces finer than floats at d
+    (fmod_, (_one(-8.42032710098587), _one(5.960464477539063e-08)), 1, True),  # pieces 4e-16 wide: slopes scatter
+    (fmod_, (_one(7.1476530282373645), _one(-1.1920928960000001e-07)), 1, True),  # regular at 6e-15, 6e7 at 2.6e-20
+    (fmod_, (_one(0.0), _one(-3.8643076835899907e-212)), 0, True),  # along x: pieces 3.9e-212 wide
+    (fmod_, (_one(-8.42), _one(2.5)), 1, False),  # an ordinary divisor: pieces far wider than the steps
+    (fmod_, (_one(-8.42), _one(2.5)), 0, False),
+    (lambda x: np.diff(x), (np.array([8.4, 8.4 + 1e-9, 3.0]),), 0, False),  # a cancelling difference
+    (np.sin, (np.array([np.pi, 1e5]),), 0, False),  # smooth, at a root and at a large argument
+    (np.exp, (_one(700.0),), 0, False),  # smooth and huge
+    (lambda x: np.maximum(x, 0.0), (_one(0.0),), 0, False),  # a kink at x: each side's slopes settle
+    (np.floor, (_one(2.5),), 0, False),  # flat between jumps far from x
+    (np.tanh, (np.array([0.3], dtype=np.float32),), 0, False),
+    (np.multiply, (_one(5.85e-198), _one(5.85e-198)), 0, False),  # a product that underflows to 0 at finer steps
+], ids=["fmod-d-subfloat", "fmod-d-6e-8", "fmod-d-micro", "fmod-x-at-0", "fmod-d-ordinary", "fmod-x-ordinary",
+        "diff", "sin", "exp", "relu-at-kink", "floor", "tanh-float32",
+        "underflow"])
+def test_unresolved_element_tells_pieces_finer_than_the_steps_from_smooth_functions_and_kinks(f, args, i, unresolved):
+    assert (unresolved_element(f, args, i, 0) is not None) is unresolved
+
+
+# The inputs at which the real-world corpus's fmod rule drew its false errors (seeds 0, 2 and 9 of the ten-seed run),
+# each with elements whose pieces are finer than the steps beside ordinary ones.
+PIECES_FINER_THAN_STEPS = [
+    (np.array([-8.42032710098587, 0.0]), np.array([5.960464477539063e-08, -3.8643076835899907e-212])),
+    (np.array([-3.4782552850749573, 0.66387005459506554]), np.array([2.0466727397420063e-256, 1.1920928960000001e-07])),
+    (np.array([7.1476530282373645, 10.0]), np.array([-1.1920928960000001e-07, -2.00001])),
+]
+
+
+@rrule(fmod_, st.sampled_from([x for x, _ in PIECES_FINER_THAN_STEPS]),
+       st.sampled_from([d for _, d in PIECES_FINER_THAN_STEPS]))
+def fmod_rrule(x, d):  # chainer/functions/math/fmod.py:28-32: gw, -fix(x / divisor) * gw
+    return np.fmod(x, d), lambda g: (g, -np.fix(x / d) * g)
+
+
+@rrule(fmod_, arrays(shape=(2, 3), min_value=-10.0, max_value=10.0),
+       arrays(shape=(2, 3), min_value=0.5, max_value=10.0))
+def fmod_sign_flipped_rrule(x, d):
+    return np.fmod(x, d), lambda g: (g, np.fix(x / d) * g)  # BUG: d/dd fmod(x, d) is -trunc(x / d)
+
+
+def test_a_correct_fmod_where_its_pieces_are_finer_than_the_steps_gets_no_error():
+    for seed in range(3):
+        result = check(fmod_rrule, seed=seed, rule_timeout_s=0).rules[0]
+        assert [f.message for f in result.findings if f.severity == "error"] == [], seed
+
+
+def test_a_wrong_fmod_at_ordinary_inputs_is_still_reported():
+    result = check(fmod_sign_flipped_rrule, seed=0, select=["GG201"]).rules[0]
+    assert [f.check_id for f in result.findings] == ["GG201"]
+    assert result.findings[0].message.startswith(
+        "the pullback of fmod_sign_flipped_rrule disagrees with finite differences of the primal: cotangent for "
+        "argument 1 at ")
