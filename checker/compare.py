@@ -41,6 +41,7 @@ __all__ = [
     "at",
     "close_at_leaf_scale",
     "close_elementwise",
+    "finite_max",
     "close_to_reference",
     "exact",
     "first_index",
@@ -142,7 +143,8 @@ def close_to_reference(tol: Tolerance) -> Agree:
     return agree
 
 
-def _finite_max(x: np.ndarray) -> float:
+def finite_max(x: np.ndarray) -> float:
+    """The largest magnitude among the finite elements of ``x`` (0 where there are none)."""
     finite = np.abs(x[np.isfinite(x)])
     return float(np.max(finite, initial=0.0))
 
@@ -160,9 +162,9 @@ def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree") -> Agree:
     def agree(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             if nonfinite == "agree":
-                scale = max(_finite_max(a), _finite_max(b))
+                scale = max(finite_max(a), finite_max(b))
                 return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b))
-            scale = max(_finite_max(a), _finite_max(b))
+            scale = max(finite_max(a), finite_max(b))
             return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b))
 
     return agree

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
-from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
+from gradguard.checker.compare import finite_max, first_mismatch, where
 from gradguard.checker.checks._kinks import kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
@@ -155,6 +155,46 @@ def _add(a: Any, b: Any) -> Any:
     return tree_map(lambda x, y: None if x is None and y is None else (0 if x is None else x) + (0 if y is None else y), a, b)
 
 
+def _wide(x: Any) -> Any:
+    """``x`` in float64 (complex128) where it is a narrower float: the reference is formed without the rounding of
+    the tangents' own dtype."""
+    if x is None:
+        return None
+    arr = np.asarray(x)
+    return arr.astype(np.result_type(arr.dtype, np.float64)) if arr.dtype.kind in "fc" else x
+
+
+def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[Any, ...]]]) -> Any:
+    """The first element where ``got`` is not ``sum(c * t for c, t in terms)`` (the linear combination of earlier
+    pullbacks), or None. The combination is formed in float64 and judged at the scale of its terms, not of its
+    sum: the cotangent the pullback was handed (``alpha * ybar1 + ybar2`` in the cotangent's dtype) rounds at
+    that scale, and where the terms cancel (alpha = -0.99999 and ybar2 = ybar1) the sum is far smaller than the
+    rounding that a float32 pullback rightly carries. An element whose right-hand side is not finite says
+    nothing about linearity (GG206 judges non-finite tangents)."""
+    combos = [tuple(_wide(t) for t in tangents) for _, tangents in terms]
+    want = tuple(
+        None if all(c[i] is None for c in combos) else sum(coef * (0 if c[i] is None else c[i]) for (coef, _), c in zip(terms, combos))
+        for i in range(len(got))
+    )
+    size = tuple(
+        None if all(c[i] is None for c in combos) else sum(abs(coef) * (0 if c[i] is None else np.abs(c[i])) for (coef, _), c in zip(terms, combos))
+        for i in range(len(got))
+    )
+    tol = case.tol
+    for i, a, b in tangent_pairs(case, got, want):
+        terms_size = 0.0 if size[i] is None else float(np.max(np.where(np.isfinite(size[i]), size[i], 0.0), initial=0.0))
+
+        def agree(x: np.ndarray, y: np.ndarray, terms_size: float = terms_size) -> np.ndarray:
+            with np.errstate(all="ignore"):
+                scale = max(finite_max(x), finite_max(y), terms_size)
+                return (x == y) | (np.abs(x - y) <= tol.atol + tol.rtol * scale) | ~np.isfinite(y)
+
+        found = first_mismatch([(i, a, b)], agree)
+        if found is not None:
+            return found
+    return None
+
+
 @check(
     "GG202",
     family="numeric",
@@ -191,18 +231,13 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     # One combined test on the passing path (three pullbacks); the failing path says which law broke.
     other = _tangents_for(case, ybar2)
     combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
-    close = close_at_leaf_scale(case.tol)
-
-    def agree(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-        return close(got, want) | ~np.isfinite(want)
-
-    bad = first_mismatch(tangent_pairs(case, combined, _add(scale_tree(base, alpha), other)), agree)
+    bad = _nonlinear(case, combined, [(alpha, base), (1.0, other)])
     if bad is None:
         return
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
     fix = "Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, sign)."
-    scaled = first_mismatch(tangent_pairs(case, _tangents_for(case, scale_tree(ybar, alpha)), scale_tree(base, alpha)), agree)
+    scaled = _nonlinear(case, _tangents_for(case, scale_tree(ybar, alpha)), [(alpha, base)])
     if scaled is not None:
         bad = scaled
         law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
@@ -211,7 +246,7 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
             "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
         )
     else:
-        summed = first_mismatch(tangent_pairs(case, _tangents_for(case, _add(ybar, ybar2)), _add(base, other)), agree)
+        summed = _nonlinear(case, _tangents_for(case, _add(ybar, ybar2)), [(1.0, base), (1.0, other)])
         if summed is not None:
             bad = summed
             law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"

@@ -337,6 +337,39 @@ def test_gg202_not_additive():
     ), f.message
 
 
+def scale32(x):
+    return x * np.float32(1000.3)
+
+
+@rrule(scale32, arrays(shape=(3,), dtype="float32"))
+def scale32_rrule(x):
+    return scale32(x), lambda ybar: (ybar * np.float32(1000.3),)
+
+
+@rrule(scale32, arrays(shape=(3,), dtype="float32"))
+def scale32_ones_rrule(x):
+    return scale32(x), lambda ybar: (np.full(x.shape, np.float32(1000.3)),)
+
+
+# thinc's Embed rule at seed 4 of a precision probe (float32 tangents): GG202 drew alpha = -0.99999 and a second
+# cotangent equal to the first, so alpha * pullback(ybar1) + pullback(ybar2), formed in float32, cancelled to 1e-5 of
+# its terms and kept their float32 rounding, 1e-3 of the result, beyond float32's tolerance at the result's scale.
+CANCELLING = [np.array([2.00001, 1.1, -3.386682], dtype=np.float32), -0.999999,
+              np.array([2.00001, 1.1, -3.386682], dtype=np.float32)]
+
+
+def test_gg202_judges_cancelling_cotangents_at_the_scale_of_their_terms():
+    from gradguard.checker.reproducer import replay
+
+    x = (np.array([1.0, 2.0, 3.0], dtype=np.float32),)
+    assert replay(scale32_rrule, "GG202", x, list(CANCELLING)) == []
+    with pytest.raises(AssertionError, match=re.escape(
+            "GG202 pullback is not linear in the cotangent: the pullback of scale32_ones_rrule is not linear in the "
+            "cotangent: for argument 0 at [0], pullback(-0.999999 * ybar) = 1000.3, but -0.999999 * pullback(ybar) = "
+            "-1000.3.")):
+        replay(scale32_ones_rrule, "GG202", x, list(CANCELLING))
+
+
 RULE_MODULE = '''
 import numpy as np
 from gradguard.checker import arrays, rrule
