@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +41,8 @@ __all__ = [
     "jumps_around",
     "unresolved_at",
     "unresolved_element",
+    "staircase",
+    "Staircase",
     "growing",
     "vertical_tangent",
     "NOT_SETTLING",
@@ -360,6 +363,126 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
             return (where("output " + str(n) if several else "the output", idx),
                     "its one-sided slopes at the finest steps scatter from step to step, or differ from its slopes "
                     "at steps finer still: jumps or noise finer than the steps finite differences take")
+    return None
+
+
+STAIRS = 3  # staircase: at least this many jumps of one sign, with more flat samples than jumps, make a staircase
+STAIR_SAMPLES = 24  # ... among this many samples either side of x,
+STAIR_SPACINGS = (1 / 8, 1 / 2, 2.0)  # ... this many times the flat run around x apart (stairs of several widths)
+STAIR_REACH = 0.05  # ... the run looked for out to this fraction of max(1, |x|) on each side
+
+
+@dataclass
+class Staircase:
+    """An output element whose values along one input element climb (or fall) in stairs about ``width`` wide
+    (in that input element) and ``height`` high: rounded inside the primal far beyond its own rounding."""
+
+    element: str
+    width: float
+    height: float
+    leaf: int = 0  # which output leaf, and the element's index in it
+    index: tuple[int, ...] = ()
+
+    def blur(self, v: float, step: float) -> float:
+        """How far finite differences at ``step`` along a direction moving the input element by ``v`` per unit
+        can be from the slope of the function the primal computes to within its stairs: at most one stair per
+        evaluation (``height / step``) where the step spans several, the whole slope (``|v| height / width``)
+        where the stairs are wider than the step and may hide every jump."""
+        if abs(v) * step >= self.width:
+            return self.height / step
+        return max(self.height / step, abs(v) * self.height / self.width)
+
+
+def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None:
+    """The first output element of ``f`` whose values along element ``k`` (flat) of argument ``i`` climb (or fall)
+    in a staircase, or None: flat at the finest steps (1e-9 of ``eps**(1/3)``, or RESOLVED times the element's
+    spacing where that is coarser, times 1, 2, 3) on both sides; the
+    flat run around x measured on each side (the step doubled until the element moves, within STAIR_REACH of
+    max(1, |x|)); then STAIR_SAMPLES samples either side of x, an eighth, half or twice the run apart,
+    holding at least STAIRS jumps of one sign and no more jumps than flat steps (:func:`_stairs_at`; the
+    roundings of two operations make stairs of several widths, and x may sit on a narrow one), each jump far
+    above the output's own rounding (RESOLVED times 4 eps of its value: float32's rounding of a float32 output is
+    no staircase). DeZero's ``-log(1 - sigmoid(x))``, with sigmoid as ``tanh(x / 2) / 2 + 1 / 2``, at x = 32:
+    ``1 - sigmoid(x)`` is a few hundred multiples of 2**-53, so the loss is flat over 0.0085 in x and jumps by
+    0.0083, and finite differences at smaller steps see a constant where its slope is 1. A constant moves nowhere
+    within reach; a kink beyond the steps (relu at -1e-3) moves on one side only; a dead zone's sides move at
+    every sample, not in stairs. None also for complex arguments or where ``f`` raises."""
+    arg = np.asarray(args[i])
+    if arg.dtype.kind != "f":
+        return None
+    info = np.finfo(arg.dtype)
+    eps = float(info.eps)
+    x = float(arg.reshape(-1)[k])
+    d = tuple(unit_vector(arg, k) if j == i else None for j in range(len(args)))
+    # the finest step, or RESOLVED times the element's spacing where that is coarser: below it a flat run is the
+    # argument's own rounding (float32), not the primal's
+    finest = max(eps ** (1 / 3) / 1000.0 ** FINE_STEPS, RESOLVED * eps * abs(x))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+
+            def values(t: float) -> list[np.ndarray]:
+                return [np.asarray(v, dtype=np.float64) for v in leaves(f(*shifted(args, d, t)))]
+
+            at = [np.asarray(v) for v in leaves(f(*shifted(args, d, 0.0)))]
+            y0 = [np.asarray(v, dtype=np.float64) for v in at]
+            flat = [np.isfinite(y) for y in y0]
+            for t in (finest, 2 * finest, 3 * finest):
+                for sign in (1.0, -1.0):
+                    moved = values(sign * t)
+                    if len(moved) != len(y0):
+                        return None
+                    flat = [m & (v == y) for m, v, y in zip(flat, moved, y0)]
+            if not any(np.any(m) for m in flat):
+                return None
+            reach = STAIR_REACH * max(1.0, abs(x))
+            # per side and output: the first doubled step at which the element moved (inf: not yet; nan: not flat)
+            run = {sign: [np.where(m, np.inf, np.nan) for m in flat] for sign in (1.0, -1.0)}
+            h = finest
+            while h <= reach and any(np.any(np.isinf(r)) for side in run.values() for r in side):
+                for sign, side in run.items():
+                    for r, v, y in zip(side, values(sign * h), y0):
+                        r[np.isinf(r) & (v != y)] = h
+                h *= 2.0
+            tried = 0
+            several = len(y0) > 1
+            for n, (up, down) in enumerate(zip(run[1.0], run[-1.0])):
+                both = up + down
+                for idx in (tuple(int(j) for j in row) for row in np.argwhere(np.isfinite(both))):  # 0-d too
+                    if tried >= 4:
+                        return None
+                    tried += 1
+                    # stairs are the primal's own rounding far beyond its output's: each jump far above eps of
+                    # the value (float32's rounding of a float32 output is no staircase)
+                    kind = np.finfo(np.result_type(arg.dtype, at[n].dtype) if at[n].dtype.kind == "f" else arg.dtype)
+                    rounding = RESOLVED * 4 * (float(kind.eps) * abs(float(y0[n][idx])) + float(kind.smallest_subnormal))
+                    for spacing in (float(both[idx]) * r for r in STAIR_SPACINGS):
+                        found = _stairs_at(values, n, idx, spacing)
+                        if found is not None and found[1] > rounding:
+                            index = tuple(int(j) for j in idx)
+                            return Staircase(where("output " + str(n) if several else "the output", index), *found,
+                                             leaf=n, index=index)
+    except Exception:  # noqa: BLE001 - the function left its domain: nothing established
+        return None
+    return None
+
+
+def _stairs_at(values: Callable[[float], list[np.ndarray]], n: int, idx: tuple[int, ...],
+               spacing: float) -> tuple[float, float] | None:
+    """``(width, height)`` where STAIR_SAMPLES samples of output ``n`` at ``idx`` either side of x, ``spacing``
+    apart, hold a staircase in some window around x (8, 12, 16 or all samples either side: stairs may narrow
+    away from x), within the stretch where the samples are finite (the primal may leave its range further out:
+    log(0) at the top of the loss above); None otherwise."""
+    samples = np.array([values(j * spacing)[n][idx] for j in range(-STAIR_SAMPLES, STAIR_SAMPLES + 1)])
+    bad = np.flatnonzero(~np.isfinite(samples))
+    lo = int(bad[bad < STAIR_SAMPLES].max()) + 1 if np.any(bad < STAIR_SAMPLES) else 0
+    hi = int(bad[bad > STAIR_SAMPLES].min()) if np.any(bad > STAIR_SAMPLES) else len(samples)
+    for reach in (8, 12, 16, STAIR_SAMPLES):
+        steps = np.diff(samples[max(lo, STAIR_SAMPLES - reach):min(hi, STAIR_SAMPLES + reach + 1)])
+        jumps = np.flatnonzero(steps)
+        if (len(jumps) >= STAIRS and (np.all(steps[jumps] > 0) or np.all(steps[jumps] < 0))
+                and len(steps) - len(jumps) >= len(jumps)):
+            return spacing * len(steps) / len(jumps), float(np.mean(np.abs(steps[jumps])))
     return None
 
 

@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import growing, unresolved_element, shifted, unresolved, unresolved_at, vertical_tangent
+from gradguard.checker.kinks import growing, shifted, staircase, unresolved, unresolved_at, unresolved_element, vertical_tangent
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -347,6 +347,8 @@ EXCUSES = {
     "unresolved": "the primal's one-sided slopes grow, or never settle, as the step shrinks, at every step float64 can "
     "take: a jump or a singularity nearer to x than any step, or jumps denser than every step, where finite differences "
     "establish no derivative",
+    "stairs": "the primal's values climb in stairs (rounded inside it far beyond its output's rounding), and the "
+    "disagreement lies within what those stairs make of finite differences at their step",
 }
 
 
@@ -373,6 +375,8 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
         reason = "not linear"
     elif unresolved(_contracted(case, ybar), case.args, v) or _unresolved_element(case, ybar, v):
         reason = "unresolved"
+    elif _within_stairs(case, ybar, v, whole, tol):
+        reason = "stairs"
     else:
         return None
     coupled = coupled_kink(case, ybar, conv, tol)
@@ -400,6 +404,37 @@ def _unresolved_element(case: Case, ybar: Any, v: tuple[Any, ...]) -> bool:
         return False
     return any(unresolved_element(weighted, case.args, i, int(k)) is not None
                for i in positions for k in np.flatnonzero(np.asarray(v[i]).reshape(-1)))
+
+
+STAIR_SLACK = 4.0  # how many stairs' worth of blur (Richardson's weights sum to about that) a disagreement may be
+
+
+def _within_stairs(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: tolerances.Tolerance) -> bool:
+    """Whether the dot-product test's disagreement lies within what stairs in the primal's values can make of
+    finite differences at their step: for up to ELEMENTWISE_UP_TO real input elements, each element ``v`` moves is
+    probed alone for an output element (weighted by ``ybar``) whose values climb in stairs
+    (:func:`kinks.staircase`: rounded inside the primal, as ``-log(1 - sigmoid(x))`` at x = 32), and each such
+    element's blur (:meth:`kinks.Staircase.blur`) adds to the finite differences' error. A wrong rule where the
+    stairs are far finer than the step is still a finding."""
+    if has_complex(case, ybar):
+        return False
+    positions = [i for i in case.diff_positions if v[i] is not None]
+    if not _few_real_elements(case, positions):
+        return False
+    f = _primal(case)
+
+    def weighted(*args: Any) -> Any:
+        return tree_map(lambda w, y: None if w is None or y is None else np.asarray(w) * np.asarray(y), ybar, f(*args))
+
+    step, blur = float(whole.lhs.step), 0.0
+    for i in positions:
+        moves = np.asarray(v[i]).reshape(-1)
+        for k in np.flatnonzero(moves):
+            stairs = staircase(weighted, case.args, i, int(k))
+            if stairs is not None:
+                blur += stairs.blur(float(moves[k]), step)
+    return blur > 0 and tolerances.close(float(whole.lhs.value), whole.rhs, tol, scale=whole.scale,
+                                         fd_error=whole.lhs.error + STAIR_SLACK * blur)
 
 
 class _Generic:

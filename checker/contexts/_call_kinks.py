@@ -139,30 +139,50 @@ def non_finite_call(rule: Any, plan: Plan) -> str | None:
 UNRESOLVED_UP_TO = 32  # moving argument elements, over all calls, up to which each is probed alone
 
 
-def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...]) -> str | None:
-    """Where finite differences establish no derivative of one of the rule's calls in the program along an
-    element its arguments move with ``v`` (:func:`kinks.unresolved_element`: slopes that scatter at the finest
-    steps, or differ from those at steps finer still): there the program's finite differences are no ground
-    truth (fmod's pieces 2e-15 wide at a divisor of 1.2e-7, which every step straddles). None otherwise, where
-    the arguments do not move affinely with the input, or where they move more than UNRESOLVED_UP_TO elements."""
+def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], *, slope: float, truth: float,
+                    fd_error: float, step: float, tol: tolerances.Tolerance, scale: float) -> str | None:
+    """Where finite differences of the program at ``step`` cannot judge ``slope`` against ``truth`` because of one
+    of the rule's calls, along an element its arguments move with ``v``: the call's slopes there scatter at the
+    finest steps, or differ from those at finer steps still (:func:`kinks.unresolved_element`: fmod's pieces
+    2e-15 wide at a divisor of 1.2e-7, which every step straddles); or its values climb in stairs
+    (:func:`kinks.staircase`: ``-log(1 - sigmoid(x))`` at x = 32, flat over 0.0085) whose blur, times the
+    program's weight for that output element, covers the disagreement. None otherwise, where the arguments do
+    not move affinely with the input, or where they move more than UNRESOLVED_UP_TO elements."""
     try:
         found = _directions(plan, primal, v)
     except Exception:  # noqa: BLE001 - the program cannot be taken apart here: nothing established
         return None
     if found is None:
         return None
-    args, _, moves = found
-    probes = [(k, i, int(e)) for k, d in enumerate(moves) for i, m in enumerate(d) if isinstance(m, np.ndarray)
-              for e in np.flatnonzero(m.reshape(-1))]
+    args, outputs, moves = found
+    probes = [(k, i, int(e), float(np.abs(m.reshape(-1)[e]))) for k, d in enumerate(moves) for i, m in enumerate(d)
+              if isinstance(m, np.ndarray) for e in np.flatnonzero(m.reshape(-1))]
     if not probes or len(probes) > UNRESOLVED_UP_TO:
         return None
-    for k, i, e in probes:
+    ranges, blur, where_stairs = _Ranges(primal, plan, tol, scale), 0.0, None
+    for k, i, e, move in probes:
         where = kinks.unresolved_element(primal, tuple(args[k]), i, e)
         if where is not None:
             element, why = where
             return (f"call {k + 1} of the rule has no derivative finite differences establish along element {e} of its "
                     f"argument {i} ({element}: {why})")
-    return None
+        stairs = kinks.staircase(primal, tuple(args[k]), i, e)
+        if stairs is not None:
+            weight = ranges.weight_of(outputs, k, stairs.leaf, stairs.index)
+            if weight is None:
+                return None
+            blur += abs(weight) * stairs.blur(move, step)
+            where_stairs = where_stairs or (k, i, e, stairs)
+    if where_stairs is None or not tolerances.close(slope, truth, tol, scale=scale, fd_error=fd_error + STAIR_SLACK * blur):
+        return None
+    k, i, e, stairs = where_stairs
+    return (f"call {k + 1} of the rule has values that climb in stairs along element {e} of its argument {i} "
+            f"({stairs.element}: about {stairs.width:.2g} wide and {stairs.height:.2g} high; rounded inside the primal "
+            "far beyond its output's rounding), and what such stairs make of the program's finite differences at "
+            f"their step ({STAIR_SLACK:g} stairs' worth, {STAIR_SLACK * blur:.2g} in all) covers the disagreement")
+
+
+STAIR_SLACK = 4.0  # as GG201's: how many stairs' worth of blur a disagreement may be
 
 
 def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> tuple[list, list, list] | None:
@@ -301,11 +321,7 @@ class _Ranges:
         if self.outputs is None:
             if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
                 return None  # complex outputs: the weights would be complex too; not worked out here
-            self.outputs = outputs
-            self.zeros = [[np.zeros(np.shape(z), dtype=np.asarray(z).dtype) for z in leaves(out) if _real_float(z)]
-                          for out in outputs]
-            self.flat = [z for per_call in self.zeros for z in per_call]
-            self.starts = np.cumsum([0] + [len(per_call) for per_call in self.zeros])
+            self._prepare(outputs)
         elif len(outputs) != len(self.outputs):
             return None
         # Each output element's one-sided derivatives along its call's direction.
@@ -343,6 +359,37 @@ class _Ranges:
             spread += abs(w) * half
             error += w_error * half
         return mid - spread, mid + spread, error, len(kinked), len({k for k, _, _ in kinked}), len(outputs)
+
+    def weight_of(self, outputs: list[Any], k: int, leaf: int, index: tuple[int, ...]) -> float | None:
+        """The size of the program's weight for the element at ``index`` of leaf ``leaf`` of call ``k``'s output: the
+        larger one-sided derivative of the program along that element's offset (a bound, not the smooth weight
+        :meth:`_weight` insists on). None where it is not a real float leaf or cannot be taken."""
+        try:
+            if self.outputs is None:
+                if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
+                    return None
+                self._prepare(outputs)
+            real = [n for n, z in enumerate(leaves(self.outputs[k])) if _real_float(z)]
+            if leaf not in real:
+                return None
+            unit: list[Any] = [None] * len(self.flat)
+            e = np.zeros_like(self.flat[self.starts[k] + real.index(leaf)])
+            e[index] = 1
+            unit[self.starts[k] + real.index(leaf)] = e
+            found = kinks.derivative_range(self._g, tuple(self.plan.inputs) + tuple(self.flat),
+                                           (None,) * len(self.plan.inputs) + tuple(unit), self.tol, self.scale)
+        except Exception:  # noqa: BLE001 - the primal or the program failed beside the input: nothing established
+            return None
+        if found is None or not all(math.isfinite(b) for b in found):
+            return None
+        return max(abs(found[0]), abs(found[1]))
+
+    def _prepare(self, outputs: list[Any]) -> None:
+        self.outputs = outputs
+        self.zeros = [[np.zeros(np.shape(z), dtype=np.asarray(z).dtype) for z in leaves(out) if _real_float(z)]
+                      for out in outputs]
+        self.flat = [z for per_call in self.zeros for z in per_call]
+        self.starts = np.cumsum([0] + [len(per_call) for per_call in self.zeros])
 
     def _g(self, values: tuple[Any, ...]) -> tuple[float, float]:
         """The program with each call's output replaced by its value at x plus offsets (the inputs, then the

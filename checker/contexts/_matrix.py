@@ -271,7 +271,8 @@ def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Pla
             excuse = call_kinks_excuse(view.rule.primal, plan, v, slope=a, truth=b, fd_error=row.fd_error,
                                        tol=row.tol, scale=scale, gradient=grads)
             if excuse is None:
-                where = unresolved_call(view.rule.primal, plan, v)
+                where = unresolved_call(view.rule.primal, plan, v, slope=a, truth=b, fd_error=row.fd_error,
+                                        step=row.fd_step, tol=row.tol, scale=scale)
                 if where is not None:
                     excuse = (f"no verdict: {where}, so finite differences of the program ({b:.6g}) are no ground "
                               f"truth for <gradient, v> = {a:.6g}")

@@ -83,3 +83,65 @@ def test_a_wrong_fmod_at_ordinary_inputs_is_still_reported():
     assert result.findings[0].message.startswith(
         "the pullback of fmod_sign_flipped_rrule disagrees with finite differences of the primal: cotangent for "
         "argument 1 at ")
+
+
+# -- stairs: values rounded inside the primal far beyond its output's rounding --------------------------------------
+# DeZero's sigmoid cross-entropy (a precision probe of oreilly-japan/deep-learning-from-scratch-3): sigmoid is
+# tanh(x / 2) / 2 + 1 / 2, so at x = 32 the loss term -log(1 - sigmoid(x)) sees 1 - sigmoid(x) as a few hundred
+# multiples of 2**-53: flat over 0.0085 in x, then a jump. DeZero's backward gives sigmoid(x), the slope of the
+# function the primal computes to within those stairs; GG201 (finite differences of 0 with an error of 1e-10) and
+# the safety matrix called it wrong at most seeds.
+def _sigmoid(x):
+    return np.tanh(x * 0.5) * 0.5 + 0.5
+
+
+def neg_log_one_minus_sigmoid(x):
+    return -np.log(1 - _sigmoid(x))
+
+
+@pytest.mark.parametrize("f, x, stairs", [
+    (neg_log_one_minus_sigmoid, 32.0, True),  # flat over 0.0085 at every step finite differences take
+    (neg_log_one_minus_sigmoid, 30.0, True),  # x on a narrow stair between wide ones
+    (neg_log_one_minus_sigmoid, 36.0, True),  # two stairs below log(0) = inf
+    (neg_log_one_minus_sigmoid, 21.18, True),  # stairs 2e-7 wide, finer than the steps
+    (lambda x: np.sum(neg_log_one_minus_sigmoid(x)) / 2, 32.0, True),  # a scalar output
+    (neg_log_one_minus_sigmoid, 5.0, False),  # 1 - sigmoid(x) is far from its last bits
+    (lambda x: np.logaddexp(0.0, x), 32.0, False),  # the same loss computed stably
+    (lambda x: np.maximum(x, 0.0), -1e-3, False),  # a kink beyond the steps: it moves on one side only
+    (lambda x: np.maximum(np.abs(x) - 1e-9, 0.0), 0.0, False),  # a dead zone: its sides move at every sample
+    (np.floor, 2.5, False),  # a staircase by design, its stairs far wider than any step looks
+    (lambda x: np.clip(x, -1.0, 1.0), 5.0, False),  # flat
+    (np.exp, 3.0, False),
+], ids=["loss-32", "loss-30", "loss-36", "loss-21", "loss-sum", "loss-5", "stable-32", "relu-beyond", "dead-zone", "floor",
+        "clip-flat", "exp"])
+def test_staircase_tells_values_rounded_inside_the_primal_from_flat_and_smooth_ones(f, x, stairs):
+    from gradguard.checker.kinks import staircase
+
+    assert (staircase(f, (_one(x),), 0, 0) is not None) is stairs
+
+
+@rrule(neg_log_one_minus_sigmoid, arrays(shape=(1,), min_value=30.0, max_value=36.0))
+def dezero_loss_rrule(x):  # DeZero's backward through Neg, Log, Sub and Sigmoid: gy * p
+    p = _sigmoid(x)
+    d = 1 - p
+    return -np.log(d), lambda gy: (gy / d * p * (1 - p),)
+
+
+@rrule(neg_log_one_minus_sigmoid, arrays(shape=(2,), min_value=18.0, max_value=22.0))
+def dezero_loss_doubled_rrule(x):
+    p = _sigmoid(x)
+    return -np.log(1 - p), lambda gy: (2 * gy * p,)  # BUG: twice the slope
+
+
+def test_a_correct_rule_of_a_primal_in_stairs_gets_no_error():
+    for seed in range(3):
+        result = check(dezero_loss_rrule, seed=seed, rule_timeout_s=0).rules[0]
+        assert [f.message for f in result.findings if f.severity == "error"] == [], seed
+
+
+def test_a_wrong_rule_where_the_stairs_are_finer_than_the_steps_is_still_reported():
+    result = check(dezero_loss_doubled_rrule, seed=0, select=["GG201"]).rules[0]
+    assert [f.message for f in result.findings] == [
+        "the pullback of dezero_loss_doubled_rrule disagrees with finite differences of the primal: cotangent for "
+        "argument 0 at [0]: expected 1 (finite differences), got 2 (dot-product test: <ybar, J v> = 2 by finite "
+        "differences, <pullback(ybar), v> = 4)."]
