@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["show", "literal", "format_call", "arg_names"]
+__all__ = ["show", "show_apart", "literal", "format_call", "arg_names"]
 
 
 def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
@@ -32,6 +32,18 @@ def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
         text = repr(value)
         return text if len(text) <= precision + 6 else f"{value:.{precision}g}"
     return repr(value)
+
+
+def show_apart(a: Any, b: Any, *, precision: int = 6) -> tuple[str, str]:
+    """``show(a)`` and ``show(b)``, with more significant digits (up to 17) where two different numbers would
+    otherwise read alike: a finding that says "expected -0.138254, got -0.138254" shows no disagreement."""
+    texts = show(a, precision=precision), show(b, precision=precision)
+    scalar = (float, complex, np.floating, np.complexfloating)
+    if isinstance(a, scalar) and isinstance(b, scalar) and a != b:
+        while texts[0] == texts[1] and precision < 17:
+            precision += 2
+            texts = show(a, precision=precision), show(b, precision=precision)
+    return texts
 
 
 def literal(value: Any) -> str:

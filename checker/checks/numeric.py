@@ -36,7 +36,7 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
-from gradguard.checker.inputs import show
+from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.trees import copy_tree, tree_map
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
@@ -111,11 +111,12 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             location, expected, actual = None, show(float(lhs.value)), show(whole.rhs)
         elif w.idx is not None:
             place = where(w.arg, w.idx)
+            expected, actual = show_apart(w.expected, w.got)
             message = (
                 f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {place}: "
-                f"expected {show(w.expected)} (finite differences), got {show(w.got)} (dot-product test: {test})."
+                f"expected {expected} (finite differences), got {actual} (dot-product test: {test})."
             )
-            location, expected, actual = place, show(w.expected), show(w.got)
+            location = place
         else:
             place = where(w.arg)
             message = (
@@ -251,15 +252,16 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
             bad = summed
             law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"
     i, idx, got, want = bad
+    want_text, got_text = show_apart(want, got)
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} is not linear in the cotangent: for {where(i, idx)}, "
-            + law.format(got=show(got), want=show(want))
+            + law.format(got=got_text, want=want_text)
             + "."
         ),
         location=where(i, idx),
-        expected=show(want),
-        actual=show(got),
+        expected=want_text,
+        actual=got_text,
         fix=fix,
     )
 

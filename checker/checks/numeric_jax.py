@@ -47,7 +47,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.checks.second_order import numpy_second_order, pullback_at
-from gradguard.checker.inputs import show
+from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
@@ -174,14 +174,15 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
     else:
         reference = "jax.vjp of the primal"
+    want_text, got_text = show_apart(want, got)
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} disagrees with the JAX reference gradient ({reference}): "
-            f"cotangent for {place}: expected {show(want)} (JAX), got {show(got)}.{sides}"
+            f"cotangent for {place}: expected {want_text} (JAX), got {got_text}.{sides}"
         ),
         location=place,
-        expected=show(want),
-        actual=show(got),
+        expected=want_text,
+        actual=got_text,
         fix=(
             f"Re-derive the tangent for argument {i}: the primal's own jax.numpy code differentiates to the "
             "expected value at this input. If the rule is meant to differ from it (a deliberately different "

@@ -725,3 +725,11 @@ def test_inf_minus_inf_of_overflowing_tangents_is_not_a_linearity_violation():
 def test_a_nonlinear_pullback_beside_an_overflowing_element_still_fails_gg202():
     [finding] = check(rsqrt_abs_rrule, select=["GG202"]).findings
     assert finding.location == "argument 0 at [1]", finding.message
+
+
+def test_a_disagreement_is_shown_with_enough_digits_to_see_it():
+    from gradguard.checker.inputs import show_apart
+
+    assert show_apart(-0.13825412, -0.13825436) == ("-0.13825412", "-0.13825436")
+    assert show_apart(1.0, 2.0) == ("1.0", "2.0")
+    assert show_apart(0.1 + 0.2, 0.3) == ("0.30000000000000004", "0.3")
