@@ -269,6 +269,20 @@ REVERSAL = 0.25  # ... as does one turn where they rise and fall each by this fr
 NOISE = 0.01  # ... and a move counts only beyond this fraction of the slopes' size
 
 
+def _element_probe(args: tuple[Any, ...], i: int, k: int) -> tuple[np.ndarray, Any, float, tuple[Any, ...], float] | None:
+    """For probing element ``k`` (flat) of argument ``i`` alone: the argument, its dtype's float info, the element's
+    value, the unit direction along it, and the finest step (1e-9 of ``eps**(1/3)``, or RESOLVED times the element's
+    spacing where that is coarser: below it the argument's own rounding, not the function, decides what moves).
+    None for an argument that is not a real float array."""
+    arg = np.asarray(args[i])
+    if arg.dtype.kind != "f":
+        return None
+    info = np.finfo(arg.dtype)
+    x = float(arg.reshape(-1)[k])
+    d = tuple(unit_vector(arg, k) if j == i else None for j in range(len(args)))
+    return arg, info, x, d, max(float(info.eps) ** (1 / 3) / 1000.0 ** FINE_STEPS, RESOLVED * float(info.eps) * abs(x))
+
+
 def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[str, str] | None:
     """``(output element, why)`` for the first real output element of ``f`` whose derivative along element ``k``
     (flat) of argument ``i`` finite differences do not establish at the finest steps they take, or None.
@@ -291,18 +305,15 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
     Moves and disagreement must stand far above the values' rounding (relative, or the spacing of subnormal
     numbers where a value underflows) and NOISE of the slopes' size. None
     also where ``f`` raises beside x, or for a complex argument."""
-    arg = np.asarray(args[i])
-    if arg.dtype.kind != "f":
+    probe = _element_probe(args, i, k)
+    if probe is None:
         return None
-    info = np.finfo(arg.dtype)
+    arg, info, x, d, step = probe
     eps = float(info.eps)
-    x = float(arg.reshape(-1)[k])
-    step = max(eps ** (1 / 3) / 1000.0 ** FINE_STEPS, RESOLVED * eps * abs(x))
     if not step < eps ** (1 / 3):
         return None
     micro = max(RESOLVED * eps * abs(x), RESOLVED * float(info.tiny))
     micro_steps = (micro, 2 * micro) if micro * 1000.0 <= step else ()
-    d = tuple(unit_vector(arg, k) if j == i else None for j in range(len(args)))
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -407,16 +418,11 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
     0.0083, and finite differences at smaller steps see a constant where its slope is 1. A constant moves nowhere
     within reach; a kink beyond the steps (relu at -1e-3) moves on one side only; a dead zone's sides move at
     every sample, not in stairs. None also for complex arguments or where ``f`` raises."""
-    arg = np.asarray(args[i])
-    if arg.dtype.kind != "f":
+    probe = _element_probe(args, i, k)
+    if probe is None:
         return None
-    info = np.finfo(arg.dtype)
+    arg, info, x, d, finest = probe
     eps = float(info.eps)
-    x = float(arg.reshape(-1)[k])
-    d = tuple(unit_vector(arg, k) if j == i else None for j in range(len(args)))
-    # the finest step, or RESOLVED times the element's spacing where that is coarser: below it a flat run is the
-    # argument's own rounding (float32), not the primal's
-    finest = max(eps ** (1 / 3) / 1000.0 ** FINE_STEPS, RESOLVED * eps * abs(x))
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
