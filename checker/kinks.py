@@ -442,6 +442,12 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
             if not any(np.any(m) for m in flat):
                 return None
             reach = STAIR_REACH * max(1.0, abs(x))
+            # a staircase climbs within reach: outputs that do not move there (those that do not depend on this
+            # element at all, in an elementwise rule) are dropped before the doubling walks out to them
+            ends = [values(reach), values(-reach)]
+            flat = [m & ((up != y) | (down != y)) for m, up, down, y in zip(flat, ends[0], ends[1], y0)]
+            if not any(np.any(m) for m in flat):
+                return None
             # per side and output: the first doubled step at which the element moved (inf: not yet; nan: not flat)
             run = {sign: [np.where(m, np.inf, np.nan) for m in flat] for sign in (1.0, -1.0)}
             h = finest
