@@ -71,10 +71,14 @@ def fmod_sign_flipped_rrule(x, d):
     return np.fmod(x, d), lambda g: (g, np.fix(x / d) * g)  # BUG: d/dd fmod(x, d) is -trunc(x / d)
 
 
+def _errors_at_seeds(rule, seeds=range(3)) -> dict[int, list[str]]:
+    """Every check of ``rule`` at each seed: its error findings' messages, by seed."""
+    return {seed: [f.message for f in check(rule, seed=seed, rule_timeout_s=0).rules[0].findings if f.severity == "error"]
+            for seed in seeds}
+
+
 def test_a_correct_fmod_where_its_pieces_are_finer_than_the_steps_gets_no_error():
-    for seed in range(3):
-        result = check(fmod_rrule, seed=seed, rule_timeout_s=0).rules[0]
-        assert [f.message for f in result.findings if f.severity == "error"] == [], seed
+    assert _errors_at_seeds(fmod_rrule) == {0: [], 1: [], 2: []}
 
 
 def test_a_wrong_fmod_at_ordinary_inputs_is_still_reported():
@@ -134,9 +138,7 @@ def dezero_loss_doubled_rrule(x):
 
 
 def test_a_correct_rule_of_a_primal_in_stairs_gets_no_error():
-    for seed in range(3):
-        result = check(dezero_loss_rrule, seed=seed, rule_timeout_s=0).rules[0]
-        assert [f.message for f in result.findings if f.severity == "error"] == [], seed
+    assert _errors_at_seeds(dezero_loss_rrule) == {0: [], 1: [], 2: []}
 
 
 def test_a_wrong_rule_where_the_stairs_are_finer_than_the_steps_is_still_reported():
