@@ -41,7 +41,6 @@ __all__ = [
     "at",
     "close_at_leaf_scale",
     "close_elementwise",
-    "finite_max",
     "close_to_reference",
     "exact",
     "first_index",
@@ -143,14 +142,14 @@ def close_to_reference(tol: Tolerance) -> Agree:
     return agree
 
 
-def finite_max(x: np.ndarray) -> float:
-    """The largest magnitude among the finite elements of ``x`` (0 where there are none)."""
+def _finite_max(x: np.ndarray) -> float:
     finite = np.abs(x[np.isfinite(x)])
     return float(np.max(finite, initial=0.0))
 
 
-def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree") -> Agree:
-    """``|a - b| <= atol + rtol * scale``, where ``scale`` is the largest magnitude in either whole array.
+def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree", at_least: float = 0.0) -> Agree:
+    """``|a - b| <= atol + rtol * scale``, where ``scale`` is the largest magnitude in either whole array (or
+    ``at_least``, where the values compared are the sum of terms that large: their rounding is at that scale).
 
     ``nonfinite="agree"``: the scale of the finite elements (one NaN elsewhere must not make every bound
     NaN); equal values agree, and two non-finite values agree (inf against inf, NaN against NaN, inf
@@ -162,9 +161,9 @@ def close_at_leaf_scale(tol: Tolerance, *, nonfinite: str = "agree") -> Agree:
     def agree(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             if nonfinite == "agree":
-                scale = max(finite_max(a), finite_max(b))
+                scale = max(_finite_max(a), _finite_max(b), at_least)
                 return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (~np.isfinite(a) & ~np.isfinite(b))
-            scale = max(finite_max(a), finite_max(b))
+            scale = max(_finite_max(a), _finite_max(b), at_least)
             return (a == b) | (np.abs(a - b) <= tol.atol + tol.rtol * scale) | (np.isnan(a) & np.isnan(b))
 
     return agree

@@ -43,6 +43,7 @@ __all__ = [
     "unresolved_element",
     "staircase",
     "Staircase",
+    "STAIR_SLACK",
     "growing",
     "vertical_tangent",
     "NOT_SETTLING",
@@ -381,6 +382,9 @@ STAIRS = 3  # staircase: at least this many jumps of one sign, with more flat sa
 STAIR_SAMPLES = 24  # ... among this many samples either side of x,
 STAIR_SPACINGS = (1 / 8, 1 / 2, 2.0)  # ... this many times the flat run around x apart (stairs of several widths)
 STAIR_REACH = 0.05  # ... the run looked for out to this fraction of max(1, |x|) on each side
+
+
+STAIR_SLACK = 4.0  # how many stairs' worth of blur (Richardson's weights sum to about that) a disagreement may be
 
 
 @dataclass

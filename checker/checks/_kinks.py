@@ -46,7 +46,7 @@ from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
-from gradguard.checker.kinks import growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
+from gradguard.checker.kinks import STAIR_SLACK, growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, leaves, tree_map
@@ -392,11 +392,7 @@ def _unresolved_element(case: Case, ybar: Any, v: tuple[Any, ...]) -> bool:
     of floats at d, beside elements of size 1)."""
     if has_complex(case, ybar):
         return False
-    f = _primal(case)
-
-    def weighted(*args: Any) -> Any:
-        return tree_map(lambda w, y: None if w is None or y is None else np.asarray(w) * np.asarray(y), ybar, f(*args))
-
+    weighted = _weighted(case, ybar)
     if unresolved_at(weighted, case.args, v) is not None:
         return True
     positions = [i for i in case.diff_positions if v[i] is not None]
@@ -406,7 +402,15 @@ def _unresolved_element(case: Case, ybar: Any, v: tuple[Any, ...]) -> bool:
                for i in positions for k in np.flatnonzero(np.asarray(v[i]).reshape(-1)))
 
 
-STAIR_SLACK = 4.0  # how many stairs' worth of blur (Richardson's weights sum to about that) a disagreement may be
+def _weighted(case: Case, ybar: Any) -> Any:
+    """The primal with each real output element weighed by its cotangent element, kept apart (not summed as in
+    ``<ybar, primal>``), so that one element's probe is not hidden by the rounding of the others' values."""
+    f = _primal(case)
+
+    def weighted(*args: Any) -> Any:
+        return tree_map(lambda w, y: None if w is None or y is None else np.asarray(w) * np.asarray(y), ybar, f(*args))
+
+    return weighted
 
 
 def _within_stairs(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, tol: tolerances.Tolerance) -> bool:
@@ -421,11 +425,7 @@ def _within_stairs(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, to
     positions = [i for i in case.diff_positions if v[i] is not None]
     if not _few_real_elements(case, positions):
         return False
-    f = _primal(case)
-
-    def weighted(*args: Any) -> Any:
-        return tree_map(lambda w, y: None if w is None or y is None else np.asarray(w) * np.asarray(y), ybar, f(*args))
-
+    weighted = _weighted(case, ybar)
     step, blur = float(whole.lhs.step), 0.0
     for i in positions:
         moves = np.asarray(v[i]).reshape(-1)

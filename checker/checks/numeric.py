@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
-from gradguard.checker.compare import finite_max, first_mismatch, where
+from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
 from gradguard.checker.checks._kinks import kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
@@ -172,25 +172,16 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     that scale, and where the terms cancel (alpha = -0.99999 and ybar2 = ybar1) the sum is far smaller than the
     rounding that a float32 pullback rightly carries. An element whose right-hand side is not finite says
     nothing about linearity (GG206 judges non-finite tangents)."""
-    combos = [tuple(_wide(t) for t in tangents) for _, tangents in terms]
-    want = tuple(
-        None if all(c[i] is None for c in combos) else sum(coef * (0 if c[i] is None else c[i]) for (coef, _), c in zip(terms, combos))
-        for i in range(len(got))
-    )
-    size = tuple(
-        None if all(c[i] is None for c in combos) else sum(abs(coef) * (0 if c[i] is None else np.abs(c[i])) for (coef, _), c in zip(terms, combos))
-        for i in range(len(got))
-    )
-    tol = case.tol
-    for i, a, b in tangent_pairs(case, got, want):
-        terms_size = 0.0 if size[i] is None else float(np.max(np.where(np.isfinite(size[i]), size[i], 0.0), initial=0.0))
-
-        def agree(x: np.ndarray, y: np.ndarray, terms_size: float = terms_size) -> np.ndarray:
-            with np.errstate(all="ignore"):
-                scale = max(finite_max(x), finite_max(y), terms_size)
-                return (x == y) | (np.abs(x - y) <= tol.atol + tol.rtol * scale) | ~np.isfinite(y)
-
-        found = first_mismatch([(i, a, b)], agree)
+    combos = [(coef, tuple(_wide(t) for t in tangents)) for coef, tangents in terms]
+    want, size = [], []
+    for i in range(len(got)):
+        parts = [(coef, tangents[i]) for coef, tangents in combos if tangents[i] is not None]
+        want.append(sum(coef * t for coef, t in parts) if parts else None)
+        size.append(sum(abs(coef) * np.abs(t) for coef, t in parts) if parts else None)
+    for i, a, b in tangent_pairs(case, got, tuple(want)):
+        terms = 0.0 if size[i] is None else float(np.max(np.where(np.isfinite(size[i]), size[i], 0.0), initial=0.0))
+        close = close_at_leaf_scale(case.tol, at_least=terms)
+        found = first_mismatch([(i, a, b)], lambda x, y: close(x, y) | ~np.isfinite(y))
         if found is not None:
             return found
     return None

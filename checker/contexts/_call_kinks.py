@@ -173,16 +173,13 @@ def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], 
                 return None
             blur += abs(weight) * stairs.blur(move, step)
             where_stairs = where_stairs or (k, i, e, stairs)
-    if where_stairs is None or not tolerances.close(slope, truth, tol, scale=scale, fd_error=fd_error + STAIR_SLACK * blur):
+    if where_stairs is None or not tolerances.close(slope, truth, tol, scale=scale, fd_error=fd_error + kinks.STAIR_SLACK * blur):
         return None
     k, i, e, stairs = where_stairs
     return (f"call {k + 1} of the rule has values that climb in stairs along element {e} of its argument {i} "
             f"({stairs.element}: about {stairs.width:.2g} wide and {stairs.height:.2g} high; rounded inside the primal "
             "far beyond its output's rounding), and what such stairs make of the program's finite differences at "
-            f"their step ({STAIR_SLACK:g} stairs' worth, {STAIR_SLACK * blur:.2g} in all) covers the disagreement")
-
-
-STAIR_SLACK = 4.0  # as GG201's: how many stairs' worth of blur a disagreement may be
+            f"their step ({kinks.STAIR_SLACK:g} stairs' worth, {kinks.STAIR_SLACK * blur:.2g} in all) covers the disagreement")
 
 
 def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> tuple[list, list, list] | None:
@@ -319,9 +316,8 @@ class _Ranges:
             return None
         args, outputs, moves = found
         if self.outputs is None:
-            if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
-                return None  # complex outputs: the weights would be complex too; not worked out here
-            self._prepare(outputs)
+            if not self._prepare(outputs):
+                return None
         elif len(outputs) != len(self.outputs):
             return None
         # Each output element's one-sided derivatives along its call's direction.
@@ -365,31 +361,40 @@ class _Ranges:
         larger one-sided derivative of the program along that element's offset (a bound, not the smooth weight
         :meth:`_weight` insists on). None where it is not a real float leaf or cannot be taken."""
         try:
-            if self.outputs is None:
-                if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
-                    return None
-                self._prepare(outputs)
+            if self.outputs is None and not self._prepare(outputs):
+                return None
             real = [n for n, z in enumerate(leaves(self.outputs[k])) if _real_float(z)]
             if leaf not in real:
                 return None
-            unit: list[Any] = [None] * len(self.flat)
-            e = np.zeros_like(self.flat[self.starts[k] + real.index(leaf)])
-            e[index] = 1
-            unit[self.starts[k] + real.index(leaf)] = e
-            found = kinks.derivative_range(self._g, tuple(self.plan.inputs) + tuple(self.flat),
-                                           (None,) * len(self.plan.inputs) + tuple(unit), self.tol, self.scale)
+            i = real.index(leaf)
+            j = int(np.ravel_multi_index(index, np.shape(self.flat[self.starts[k] + i]))) if index else 0
+            found = kinks.derivative_range(self._g, tuple(self.plan.inputs) + tuple(self.flat), self._offset(k, i, j),
+                                           self.tol, self.scale)
         except Exception:  # noqa: BLE001 - the primal or the program failed beside the input: nothing established
             return None
         if found is None or not all(math.isfinite(b) for b in found):
             return None
         return max(abs(found[0]), abs(found[1]))
 
-    def _prepare(self, outputs: list[Any]) -> None:
+    def _prepare(self, outputs: list[Any]) -> bool:
+        """Take the calls' outputs at x (False for complex outputs: their weights would be complex too; not worked
+        out here)."""
+        if any(np.asarray(z).dtype.kind == "c" for out in outputs for z in leaves(out) if z is not None):
+            return False
         self.outputs = outputs
         self.zeros = [[np.zeros(np.shape(z), dtype=np.asarray(z).dtype) for z in leaves(out) if _real_float(z)]
                       for out in outputs]
         self.flat = [z for per_call in self.zeros for z in per_call]
         self.starts = np.cumsum([0] + [len(per_call) for per_call in self.zeros])
+        return True
+
+    def _offset(self, k: int, i: int, j: int) -> tuple[Any, ...]:
+        """The direction that moves only the offset of element ``j`` (flat) of real leaf ``i`` of call ``k``'s output."""
+        unit: list[Any] = [None] * len(self.flat)
+        e = np.zeros_like(self.flat[self.starts[k] + i])
+        e.reshape(-1)[j] = 1
+        unit[self.starts[k] + i] = e
+        return (None,) * len(self.plan.inputs) + tuple(unit)
 
     def _g(self, values: tuple[Any, ...]) -> tuple[float, float]:
         """The program with each call's output replaced by its value at x plus offsets (the inputs, then the
@@ -419,11 +424,7 @@ class _Ranges:
     def _weight(self, k: int, i: int, j: int) -> tuple[float, float] | None:
         """The program's weight for element ``j`` of real leaf ``i`` of call ``k``'s output, and its error."""
         if (k, i, j) not in self.weights:
-            unit: list[Any] = [None] * len(self.flat)
-            e = np.zeros_like(self.flat[self.starts[k] + i])
-            e.reshape(-1)[j] = 1
-            unit[self.starts[k] + i] = e
-            self.weights[k, i, j] = self._derivative((None,) * len(self.plan.inputs) + tuple(unit))
+            self.weights[k, i, j] = self._derivative(self._offset(k, i, j))
         return self.weights[k, i, j]
 
 
