@@ -16,7 +16,9 @@ described by data plus two functions:
   it shares ("chainrules", "jax": a rule's own, by its kind or its declaration, `complex_convention_of`);
   on complex values a rule of another convention is skipped, with ``complex_note`` as the reason;
 * ``diagnose(view, plan)``: optional, an account of a wrong cell (the tape's watch mode);
-* ``settings``: the run settings it reads from ``view.settings``, each with its allowed values.
+* ``settings``: the run settings it reads from ``view.settings``, each with its allowed values;
+* ``flushes_subnormals``: whether it reads subnormal numbers as zeros (XLA does), so that its program is
+  another function than plain NumPy's where an input holds one.
 
 `RuleView` is the rule as the engines see it within one matrix, with a per-engine-family cache for the
 adapted rule and the run's engine settings (how JAX runs a program: `_jax_engine.MODES`). The registry of engines is `gradguard.checker.contexts._engines`.
@@ -99,6 +101,7 @@ class Engine:
     available: Callable[[], str | None] = field(default=_nothing_missing, repr=False)
     diagnose: Callable[[RuleView, Plan], str | None] | None = field(default=None, repr=False)
     settings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # its settings and their values
+    flushes_subnormals: bool = False
 
     def applies_to(self, rule: RuleSpec) -> bool:
         """Whether this engine is a column of ``rule``'s matrix by default."""

@@ -297,4 +297,5 @@ ENGINE = Engine(
     complex_conventions=frozenset({"jax"}),
     complex_note="does not convert between the ChainRules and JAX conventions for complex tangents",
     settings={SETTING: MODES},
+    flushes_subnormals=True,
 )

@@ -210,12 +210,57 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
         cell = engine.run(view, plan)
         if cell.status == "ran":
             cell.value, grads = cell.value
+            flushed = _flushed_reading(row, cell, engine, plan, users)
+            if flushed is not None:
+                cell.status, cell.message = "skipped", flushed
+                row.cells[engine.name] = cell
+                continue
             cell.slope = inner(grads, v)
             _judge(cell, row, engine, view, plan, v, program, abs_inner(grads, v), grads)
             if cell.status == "wrong" and engine.diagnose is not None:
                 cell.diagnosis = engine.diagnose(view, plan)
         row.cells[engine.name] = cell
     return row
+
+
+def _flushed_reading(row: Row, cell: Cell, engine: Engine, plan: Plan, users: Any) -> str | None:
+    """Why the value an engine that reads subnormal numbers as zeros gives is no verdict on the rule (None where
+    it is one): where the plain program on the plan's inputs and weights with their subnormal numbers read as
+    zeros gives the engine's value, the engine computed another function than the one users run (fmod(x, d)
+    at d = 2e-309 is fmod(x, 0), NaN), whatever the rule does."""
+    if not engine.flushes_subnormals or row.value is None or _same_value(cell.value, row.value, row.tol):
+        return None
+    held = (plan.inputs, plan.consts)
+    if not any(_has_subnormal(x) for x in leaves(held)):
+        return None
+    from gradguard.engines.jax_engine._numpy_eval import flushed_to_zero
+
+    inputs, consts = (tuple(flushed_to_zero(x) for x in xs) for xs in held)
+    try:
+        with np.errstate(all="ignore"):
+            zeroed = _scalar(plan.program(users, copy_tree(consts), *copy_tree(inputs)))
+    except Exception:  # noqa: BLE001 - the program raised there: no account of the engine's value
+        return None
+    if not _same_value(cell.value, zeroed, row.tol):
+        return None
+    return (f"no verdict: {engine.label} gives the program's value {cell.value:.6g}, which plain NumPy gives "
+            f"with the subnormal numbers among its inputs read as zeros ({zeroed:.6g}; {row.value:.6g} with them "
+            f"as they are): {engine.label} flushes subnormal numbers to zero, so it computes another function "
+            "here than the one users run, whatever the rule does")
+
+
+def _has_subnormal(x: Any) -> bool:
+    a = np.asarray(x) if x is not None else None
+    if a is None or a.dtype.kind not in "fc" or not a.size:
+        return False
+    parts = (a.real, a.imag) if a.dtype.kind == "c" else (a,)
+    tiny = np.finfo(a.dtype).tiny
+    return any(bool(np.any((np.abs(p) < tiny) & (p != 0))) for p in parts)
+
+
+def _same_value(a: float, b: float, tol: tolerances.Tolerance) -> bool:
+    """Two values of a program that agree (NaN against NaN is the same result)."""
+    return (np.isnan(a) and np.isnan(b)) or tolerances.close(a, b, tol)
 
 
 def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: tuple,

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["evaluate", "Unsupported", "KNOWN", "primitives_of"]
+__all__ = ["evaluate", "Unsupported", "KNOWN", "primitives_of", "flushed_to_zero"]
 
 
 class Unsupported(Exception):
@@ -464,6 +464,19 @@ def _flushed(x: np.ndarray) -> np.ndarray:
 
 
 _TINY: dict[np.dtype, Any] = {}  # the smallest normal number per float dtype (np.finfo per call cost more than the test)
+
+
+def flushed_to_zero(x: Any) -> Any:
+    """``x`` (an array or a Python or NumPy number) as XLA on CPU reads it: subnormal numbers replaced by zeros
+    of the same sign; anything that is not a float or complex array or number comes back as it is."""
+    if isinstance(x, (float, complex)) or (isinstance(x, np.ndarray) and x.dtype.kind in "fc") \
+            or isinstance(x, (np.floating, np.complexfloating)):
+        a = np.asarray(x)
+        out = _flushed(a)
+        if out is a:
+            return x
+        return type(x)(out) if not isinstance(x, np.ndarray) else out
+    return x
 
 
 def _conformed(name: str, value: Any, aval: Any) -> np.ndarray:

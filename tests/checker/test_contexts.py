@@ -319,3 +319,55 @@ def test_context_inputs_are_drawn_without_constants_harvested_from_loaded_module
     assert len(providers._get_local_constants()) > 0
     draw_inputs(double_rrule, seed=11)
     assert seen and set(seen) == {0}
+
+
+# ---- engines that read subnormal numbers as zeros ------------------------------------------------
+
+
+def fmod_(x, d):
+    return np.fmod(x, d)
+
+
+@rrule(fmod_, arrays(shape=(2,)), arrays(shape=(2,), min_value=1.0, max_value=3.0))
+def fmod_rrule(x, d):  # Chainer's fmod: correct, and NaN under XLA at a subnormal divisor, which XLA reads as 0
+    return np.fmod(x, d), lambda g: (None, None) if g is None else (g, -np.trunc(x / d) * g)
+
+
+def mul_(x, d):
+    return x * d
+
+
+@rrule(mul_, arrays(shape=(2,)), arrays(shape=(2,), min_value=1.0, max_value=3.0))
+def doubled_mul_rrule(x, d):  # BUG: the forward is twice the primal, so AD differentiates another function
+    return 2 * x * d, lambda g: (None, None) if g is None else (2 * g * d, 2 * g * x)
+
+
+def _subnormal_divisor_context():
+    def make(sig, rng):
+        def program(ops, consts, x, d):
+            return ops.xp.sum(ops.call(x, d))
+
+        return Plan((np.array([-9.81888, 1.5]), np.array([2.225074e-309, 3.0])), (), program)
+
+    return Context("subnormal-divisor", "the rule's output summed, at a divisor holding a subnormal number", make)
+
+
+def test_a_value_that_only_flushing_subnormal_inputs_explains_is_no_verdict_on_the_rule():
+    row = run_matrix(fmod_rrule, contexts=[_subnormal_divisor_context()], engines=["jax", "tape[zero]"]).rows[0]
+    assert np.isfinite(row.value)  # plain NumPy: fmod(-9.81888, 2.2e-309) is a number
+    jax = row.cells["jax"]
+    assert jax.status == "skipped" and np.isnan(jax.value)
+    assert jax.message == (
+        f"no verdict: JAX gives the program's value nan, which plain NumPy gives with the subnormal numbers among "
+        f"its inputs read as zeros (nan; {row.value:.6g} with them as they are): JAX flushes subnormal numbers to "
+        "zero, so it computes another function here than the one users run, whatever the rule does")
+    tape = row.cells["tape[zero]"]  # the tape computes what NumPy computes: no such excuse
+    assert tape.value == row.value and "subnormal numbers among" not in tape.message
+
+
+def test_a_forward_that_is_not_the_primal_is_still_a_different_value_at_a_subnormal_input():
+    outcome = run_matrix(doubled_mul_rrule, contexts=[_subnormal_divisor_context()], engines=["jax"])
+    jax = outcome.rows[0].cells["jax"]
+    assert jax.status in ("right", "wrong") and jax.slope is not None  # judged, not excused by the flush
+    assert jax.value == pytest.approx(2 * -9.81888 * 0.0 + 2 * 1.5 * 3.0)  # XLA's value: twice the flushed primal
+    assert outcome.rows[0].value == pytest.approx(-9.81888 * 2.225074e-309 + 1.5 * 3.0)

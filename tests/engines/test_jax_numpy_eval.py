@@ -267,3 +267,17 @@ def test_a_reverse_cumulative_sum_agrees_with_xla_up_to_the_order_of_its_roundin
     eager, ours, _ = _both(lambda v: lax.cumsum(v, axis=1, reverse=True), x)
     assert abs(float(ours[0][1, 0] - eager[0][1, 0])) <= 8 * np.finfo(np.float64).eps * float(np.sum(np.abs(x)))
     _assert_same(eager, ours, atol=8 * np.finfo(np.float64).eps * float(np.sum(np.abs(x))))
+
+
+def test_flushed_to_zero_reads_subnormal_numbers_as_signed_zeros_and_leaves_the_rest():
+    from gradguard.engines.jax_engine._numpy_eval import flushed_to_zero
+
+    tiny = np.finfo(np.float64).tiny
+    out = flushed_to_zero(np.array([-tiny / 4, tiny / 4, tiny, -2.5, 0.0]))
+    assert out.tolist() == [0.0, 0.0, tiny, -2.5, 0.0] and np.signbit(out[0]) and not np.signbit(out[1])
+    z = flushed_to_zero(np.array([complex(tiny / 8, 3.0)]))
+    assert z[0] == 3.0j
+    assert flushed_to_zero(5e-324) == 0.0 and isinstance(flushed_to_zero(5e-324), float)
+    assert flushed_to_zero(np.float32(1e-40)) == 0 and flushed_to_zero(np.float32(1e-40)).dtype == np.float32
+    kept = np.arange(3)
+    assert flushed_to_zero(kept) is kept and flushed_to_zero("x") == "x"
