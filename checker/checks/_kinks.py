@@ -65,6 +65,7 @@ class KinkViolation:
     left: float
     right: float
     got: float
+    direction: tuple[Any, ...] = ()  # u, one entry per differentiable argument (the message shows it)
 
 
 def _positive_cotangent(ybar: Any) -> Any:
@@ -131,7 +132,7 @@ def coupled_kink(case: Case, ybar: Any, conv: str, tol: tolerances.Tolerance) ->
     scale = max(scale, abs(got))
     if lo <= got <= hi or any(tolerances.close(got, s, tol, scale=scale) for s in (lo, hi)):
         return None
-    return KinkViolation(left, right, got)
+    return KinkViolation(left, right, got, tuple(u[i] for i in positions))
 
 
 def _bend(case: Case, cot: Any, slope_scale: float) -> str | None:
@@ -179,10 +180,11 @@ def _bend(case: Case, cot: Any, slope_scale: float) -> str | None:
 def kink_problem(case: Case, found: KinkViolation) -> Problem:
     """The finding for a tangent outside the one-sided directional derivatives at a coupled kink."""
     lo, hi = sorted((found.left, found.right))
+    u = found.direction[0] if len(found.direction) == 1 else found.direction
     return Problem(
         message=(
             f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink where entries "
-            f"meet: with the cotangent |ybar| and a positive direction u, the one-sided derivatives of "
+            f"meet: with the cotangent |ybar| and the positive direction u = {show(u)}, the one-sided derivatives of "
             f"<|ybar|, primal(x + t u)> at t = 0 are "
             f"{show(found.left)} (t < 0) and {show(found.right)} (t > 0) by finite differences, but "
             f"<pullback(|ybar|), u> = {show(found.got)} lies outside them. Each tangent element alone lies within "

@@ -49,7 +49,7 @@ def amax_ties_share(x):
 
 KINK_MESSAGE = (
     r"the pullback of {name} disagrees with finite differences of the primal at a kink where entries meet: with "
-    r"the cotangent \|ybar\| and a positive direction u, the one-sided derivatives of <\|ybar\|, primal\(x \+ t u\)> "
+    r"the cotangent \|ybar\| and the positive direction u = (array\(\[[^]]*\]\)), the one-sided derivatives of <\|ybar\|, primal\(x \+ t u\)> "
     rf"at t = 0 are {NUM} \(t < 0\) and {NUM} \(t > 0\) by finite differences, but <pullback\(\|ybar\|\), u> = {NUM} "
     r"lies outside them\. Each tangent element alone lies within its own one-sided derivatives; taken together "
     r"along u they do not\."
@@ -61,9 +61,11 @@ def test_every_tied_entry_given_the_whole_cotangent_fails(check_id):
     (f,) = findings(amax_every_tie_gets_all, check_id)
     match = re.fullmatch(KINK_MESSAGE.format(name="amax_every_tie_gets_all"), f.message)
     assert match, f.message
-    left, right, got = (float(v) for v in match.groups())
+    u, (left, right, got) = match.group(1), (float(v) for v in match.groups()[1:])
     assert got > max(left, right)  # several tied entries, each with the whole rate: the sum overshoots
-    assert f.severity == "error" and f.actual == match.group(3)
+    assert f.severity == "error" and f.actual == match.group(4)
+    direction = np.array([float(v) for v in u[len("array(["):-len("])")].split(",")])
+    assert direction.shape == (4,) and np.all((0.5 <= direction) & (direction <= 2.0))
     assert f.expected.startswith("between ") and "divide by the number of ties" in f.fix
 
 
