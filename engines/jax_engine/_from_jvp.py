@@ -14,6 +14,7 @@ the primal's signature, as `jax.custom_jvp` resolves them.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -145,13 +146,43 @@ def _held(a: Any) -> Any:
 
 
 def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Sequence[int] = ()) -> tuple[Any, Any]:
-    """``(output, output tangent)`` of ``jax.jvp`` of ``fn`` at ``args`` along ``tangents`` (None: not moving), as NumPy."""
+    """``(output, output tangent)`` of ``jax.jvp`` of ``fn`` at ``args`` along ``tangents`` (None: not moving), as NumPy.
+
+    Compiled once per (fn, moving positions, fixed arguments, shapes, dtypes) and checked against eager JAX on
+    its first run (`Compiled`: eager where jit cannot run it or gives another answer), so a jvp is not run
+    primitive by primitive on every call: the forward checks call it several times per drawn input."""
     jax = load()
     parts = custom_jvp_parts(fn) if isinstance(fn, jax.custom_jvp) else None
     static = set(nondiff) | set(parts.nondiff_argnums if parts else ())
-    diff = [i for i, t in enumerate(tangents) if t is not None and i not in static]
-    call = _closed(fn, list(args), diff)
+    diff = tuple(i for i, t in enumerate(tangents) if t is not None and i not in static)
     primals = [jax.numpy.asarray(args[i]) for i in diff]
-    tans = [jax.numpy.asarray(tangents[i], dtype=p.dtype) for i, p in zip(diff, primals)]
-    y, t = jax.jvp(call, primals, tans)
+    tans = [np.asarray(tangents[i], dtype=p.dtype) for i, p in zip(diff, primals)]
+    compiled = _compiled_jvp(fn)
+    if compiled is None:  # a function jit cannot key on (not weakly referable): eager, as JAX runs it
+        y, t = jax.jvp(_closed(fn, list(args), diff), primals, [jax.numpy.asarray(t) for t in tans])
+    else:
+        fixed = {0, 1, *(2 + i for i in (parts.nondiff_argnums if parts else ()))}
+        y, t = compiled((diff, len(args), *args, *tans), fixed)
     return _to_numpy(y), _to_numpy(t)
+
+
+# jvp_of's compiled jvps, per function (weakly: a rule's jvp goes with the rule).
+_JVPS: "weakref.WeakKeyDictionary[Any, Compiled]" = weakref.WeakKeyDictionary()
+
+
+def _compiled_jvp(fn: Any) -> Compiled | None:
+    try:
+        found = _JVPS.get(fn)
+    except TypeError:
+        return None
+    if found is None:
+        jax = load()
+        held = weakref.ref(fn)  # the compiled function must not keep fn alive through the cache's value
+
+        def tangent_map(diff: tuple[int, ...], nargs: int, *flat: Any) -> Any:
+            args, tans = flat[:nargs], flat[nargs:]
+            return jax.jvp(_closed(held(), args, diff), [jax.numpy.asarray(args[i]) for i in diff], list(tans))
+
+        name = getattr(getattr(fn, "fun", fn), "__name__", "function")
+        found = _JVPS[fn] = Compiled(tangent_map, f"{name} (jvp)")
+    return found

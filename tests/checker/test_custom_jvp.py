@@ -245,3 +245,48 @@ def test_examples_fail_the_checks_they_illustrate() -> None:
     for name, ids in EXAMPLES.items():
         got = {f.check_id for f in check(rules[name], ignore=["GG5"], max_examples=10).findings}
         assert got == set(ids), (name, got)
+
+
+def test_jvp_of_compiles_once_per_shape_and_gives_eager_jaxs_values():
+    from gradguard.engines.jax_engine import _from_jvp
+
+    @partial(jax.custom_jvp, nondiff_argnums=(1,))
+    def scaled_softplus(x, k):
+        return jnp.logaddexp(0.0, k * x)
+
+    @scaled_softplus.defjvp
+    def scaled_softplus_jvp(k, primals, tangents):
+        (x,), (t,) = primals, tangents
+        return scaled_softplus(x, k), k * t * jax.nn.sigmoid(k * x)
+
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x, t = rng.standard_normal(4), rng.standard_normal(4)
+        y, ty = _from_jvp.jvp_of(scaled_softplus, (x, 2), (t, None))
+        want_y, want_t = jax.jvp(lambda v: scaled_softplus(v, 2), (jnp.asarray(x),), (jnp.asarray(t),))
+        np.testing.assert_allclose(y, want_y, rtol=1e-14)
+        np.testing.assert_allclose(ty, want_t, rtol=1e-14)
+    _from_jvp.jvp_of(scaled_softplus, (rng.standard_normal(5), 2), (rng.standard_normal(5), None))
+    compiled = _from_jvp._compiled_jvp(scaled_softplus)
+    assert len(compiled._state.verified) == 2 and not compiled.eager_keys  # one key per shape, both compiled
+
+
+def test_a_jvp_jit_cannot_run_runs_eagerly_and_is_remembered():
+    from gradguard.engines.jax_engine import _from_jvp
+
+    @jax.custom_jvp
+    def branchy(x):
+        return jnp.sin(x)
+
+    @branchy.defjvp
+    def branchy_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        scale = 1.0 if float(x[0]) > -10.0 else 0.0  # a Python branch on a value: eager only
+        return branchy(x), scale * jnp.cos(x) * t
+
+    x, t = np.array([0.3, 1.0]), np.array([1.0, -2.0])
+    for _ in range(2):
+        _, ty = _from_jvp.jvp_of(branchy, (x,), (t,))
+        np.testing.assert_allclose(ty, np.cos(x) * t, rtol=1e-14)
+    (reason,) = _from_jvp._compiled_jvp(branchy).eager_keys.values()
+    assert "ConcretizationTypeError" in reason or "TracerBoolConversionError" in reason
