@@ -268,6 +268,11 @@ NOISE_STEPS = tuple(((1 + 5 ** 0.5) / 2) ** (j / 2) for j in range(8))
 TURNS = 2  # ... so this many turns, each move far above rounding, say the slopes scatter,
 REVERSAL = 0.25  # ... as does one turn where they rise and fall each by this fraction of their size or more
 NOISE = 0.01  # ... and a move counts only beyond this fraction of the slopes' size
+# The steps finer still that a small element is probed at: this many times RESOLVED times its spacing, so that a
+# power law's slope there, c x**p moving y by about p times the step's share of x, stands above the floors that
+# compare slopes (RESOLVED * 4 roundings of y) for |p| >= 1/16: at RESOLVED spacings cbrt's slope at 7e-224 was
+# below them, and the element passed as resolved where steps of 6e-15 cannot see its derivative of 2e148.
+MICRO = 64.0
 
 
 def _element_probe(args: tuple[Any, ...], i: int, k: int) -> tuple[np.ndarray, Any, float, tuple[Any, ...], float] | None:
@@ -297,7 +302,7 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
       ``f' + f'' t / 2 + ...``, a power law's ``c t**p`` (``x**1.5`` at 0) and a kink's side's move one way, or
       turn once by little, over so short a range, while jumps or noise finer than the steps scatter them (``fmod(x, d)`` along d at x = -3.48, d = 2e-256, whose pieces are
       narrower than the spacing of floats at d);
-    * or the element is small enough that steps RESOLVED times its own spacing are 1000-fold finer still, and
+    * or the element is small enough that steps MICRO * RESOLVED times its own spacing are 1000-fold finer still, and
       the slopes there (at that step and twice it) agree with each other but not with those at ``step`` carried
       to a step of 0 (give or take four times their trend): the function has structure between
       the two scales, finer than every step finite differences take (``fmod(x, d)`` along d at x = 7.15,
@@ -313,7 +318,7 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
     eps = float(info.eps)
     if not step < eps ** (1 / 3):
         return None
-    micro = max(RESOLVED * eps * abs(x), RESOLVED * float(info.tiny))
+    micro = MICRO * RESOLVED * max(eps * abs(x), float(info.smallest_subnormal))  # its spacing, subnormal ones included
     micro_steps = (micro, 2 * micro) if micro * 1000.0 <= step else ()
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -374,7 +379,7 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
         if idx is not None:
             return (where("output " + str(n) if several else "the output", idx),
                     "its one-sided slopes at the finest steps scatter from step to step, or differ from its slopes "
-                    "at steps finer still: jumps or noise finer than the steps finite differences take")
+                    "at steps finer still: the function changes on a finer scale than the steps finite differences take")
     return None
 
 

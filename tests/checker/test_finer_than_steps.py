@@ -43,9 +43,12 @@ def _one(v):
     (np.floor, (_one(2.5),), 0, False),  # flat between jumps far from x
     (np.tanh, (np.array([0.3], dtype=np.float32),), 0, False),
     (np.multiply, (_one(5.85e-198), _one(5.85e-198)), 0, False),  # a product that underflows to 0 at finer steps
+    (np.cbrt, (_one(7.026045e-224),), 0, True),  # smooth, but curving within 1e-223 of x: slope 2e148 there, 3e9 at 6e-15
+    (np.cbrt, (_one(1.0),), 0, False),
+    (np.sin, (_one(1e-200),), 0, False),  # a small element of a function that is straight on the steps' scale
 ], ids=["fmod-d-subfloat", "fmod-d-6e-8", "fmod-d-micro", "fmod-x-at-0", "fmod-d-ordinary", "fmod-x-ordinary",
         "diff", "sin", "exp", "relu-at-kink", "floor", "tanh-float32",
-        "underflow"])
+        "underflow", "cbrt-tiny", "cbrt-one", "sin-tiny"])
 def test_unresolved_element_tells_pieces_finer_than_the_steps_from_smooth_functions_and_kinks(f, args, i, unresolved):
     assert (unresolved_element(f, args, i, 0) is not None) is unresolved
 
@@ -87,6 +90,46 @@ def test_a_wrong_fmod_at_ordinary_inputs_is_still_reported():
     assert result.findings[0].message.startswith(
         "the pullback of fmod_sign_flipped_rrule disagrees with finite differences of the primal: cotangent for "
         "argument 1 at ")
+
+
+# -- elements far smaller than the steps, beside huge ones --------------------------------------------------------
+# ChainRules.jl's cbrt rule (tests/realworld/correct_chainrules.py), correct to 2e-16 (mpmath): at inputs mixing entries
+# near 1e-200 with entries near 1e+200, steps of 6e-15 and more cross cbrt's vertical tangent at 0 beside the tiny
+# entries, and the contraction's rounding (the huge entries' values) hides what they do there. GG201 reported
+# "expected 0.0 (finite differences)" at an element of 7e-224 whose derivative is 2e148, and a kink where entries
+# meet with one-sided "derivatives" of -1.2e50 and 1.2e50 where both are 5.2e123; GG501 the same in `output-used`.
+TINY_BESIDE_HUGE = [
+    np.array([[3.261973e+182, 1.0e+007, 1.0], [1.375780e-186, 1.0, 1.0]]),
+    np.array([[-1.269223e+292, 7.013330e+016, 6.600475e+016], [-4.203213e+016, 7.026045e-224, -1.435656e+290]]),
+]
+
+
+def cbrt_(x):
+    return np.cbrt(x)
+
+
+@rrule(cbrt_, st.sampled_from(TINY_BESIDE_HUGE))
+def cbrt_rrule(x):  # JuliaDiff/ChainRules.jl fastmath_able.jl: inv(3 * Ω ^ 2)
+    omega = np.cbrt(x)
+    return omega, lambda dy: (dy * (1 / (3 * omega ** 2)),)
+
+
+@rrule(cbrt_, arrays(shape=(2, 3), min_value=0.5, max_value=10.0))
+def cbrt_missing_third_rrule(x):
+    omega = np.cbrt(x)
+    return omega, lambda dy: (dy / omega ** 2,)  # BUG: the derivative is 1 / (3 cbrt(x)**2)
+
+
+def test_a_correct_cbrt_at_tiny_entries_beside_huge_ones_gets_no_error():
+    assert _errors_at_seeds(cbrt_rrule) == {0: [], 1: [], 2: []}
+
+
+def test_a_wrong_cbrt_at_ordinary_inputs_is_still_reported():
+    result = check(cbrt_missing_third_rrule, seed=0).rules[0]
+    assert {f.check_id for f in result.findings if f.severity == "error"} >= {"GG201", "GG501"}
+    gg201 = next(f for f in result.findings if f.check_id == "GG201")
+    assert gg201.message.startswith("the pullback of cbrt_missing_third_rrule disagrees with finite differences of the "
+                                    "primal: cotangent for argument 0 at ")
 
 
 # -- stairs: values rounded inside the primal far beyond its output's rounding --------------------------------------
