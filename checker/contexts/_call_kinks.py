@@ -214,11 +214,13 @@ def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> t
             a0, a1, a2 = (np.asarray(x, dtype=np.complex128 if np.iscomplexobj(a) else np.float64) for x in (a, up, down))
             if a1.shape != a0.shape or a2.shape != a0.shape:
                 return None
-            forward, backward = a1 - a0, a0 - a2
-            rounding = 8 * eps * (np.abs(a0) + np.abs(a1) + np.abs(a2))
-            if not np.all(np.abs(forward - backward) <= rounding + 1e-300):
-                return None  # the arguments bend with the input: not taken apart here
-            step = (a1 - a2) / (2 * h)
+            held = (a1 == a0) & (a2 == a0)  # a constant, infinite ones included (norm(x, p) at p = inf: inf - inf is NaN)
+            with np.errstate(invalid="ignore"):
+                forward, backward = np.where(held, 0, a1 - a0), np.where(held, 0, a0 - a2)
+                rounding = 8 * eps * np.where(held, 0, np.abs(a0) + np.abs(a1) + np.abs(a2))
+                if not np.all(np.abs(forward - backward) <= rounding + 1e-300):
+                    return None  # the arguments bend with the input: not taken apart here
+                step = np.where(held, 0, (a1 - a2) / (2 * h))
             d.append(None if not np.any(step) else step.astype(np.asarray(a).dtype) if isinstance(a, np.ndarray)
                      else step.item())
         moves.append(tuple(d))

@@ -90,6 +90,27 @@ def test_an_answer_no_choice_of_subgradients_gives_is_not_excused(slope):
     assert _excuse(slope) is None  # -2: the tie's cotangent doubled in both calls
 
 
+def max_norm(x, p):  # norm(x, p) at p = inf, the constant passed to every call
+    assert p == np.inf
+    return np.max(np.abs(x))
+
+
+def test_an_infinite_constant_argument_is_held_not_a_direction_of_nan():
+    """ChainRules.jl's norm(x, Inf) (tests/realworld/correct_chainrules.py) called twice at ties: p = inf is passed
+    to each call, and inf - inf made its move NaN, so the calls were never taken apart and valid subgradients of
+    each call summed to a GG501. The same range as the cancelling plan's: -1 to 1."""
+
+    def program(ops, consts, a, b):
+        return ops.call(a, np.inf) - ops.call(b, np.inf)
+
+    plan = Plan((np.zeros(1), np.zeros(1)), (), program)
+    found = call_kinks_excuse(max_norm, plan, (np.ones(1), np.ones(1)), slope=1.0, truth=0.0, fd_error=0.0, tol=TOL,
+                              scale=1.0)
+    assert found is not None and "gives <gradient, v> from -2 to 2" in found, found
+    assert call_kinks_excuse(max_norm, plan, (np.ones(1), np.ones(1)), slope=2.5, truth=0.0, fd_error=0.0, tol=TOL,
+                             scale=1.0) is None
+
+
 def test_a_rule_whose_arguments_bend_with_the_input_is_not_taken_apart():
     def program(ops, consts, a, b):  # the second call's arguments are not affine in the inputs
         return ops.xp.sum(ops.call(a, b)) - ops.xp.sum(ops.call(b * b, a))
