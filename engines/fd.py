@@ -621,7 +621,7 @@ def _complex_directional(call: Callable, contract: Callable, args: Sequence, mov
 
 
 def confirmed(f: Callable, args: Sequence, directions: Sequence, cotangent: Any = None, *,
-              refinements: int = _REFINEMENTS, **options: Any) -> Derivative:
+              refinements: int = _REFINEMENTS, first: Derivative | None = None, **options: Any) -> Derivative:
     """:func:`directional`, confirmed by Richardson tables started at steps 32, 32**2, ... times smaller.
 
     One table's error estimate trusts that its steps resolve ``f``: a function that oscillates on a finer
@@ -635,14 +635,15 @@ def confirmed(f: Callable, args: Sequence, directions: Sequence, cotangent: Any 
     oscillation finer than they are, which no later table confirmed either way). A complex-step
     value (exact to rounding, and already checked against a table) is not refined. ``options`` are
     :func:`directional`'s (``max_step`` bounds every table). Costs one more table on a function the first
-    table resolves.
+    table resolves. ``first``: that first table where the caller already has it (:func:`directional` with the
+    same arguments and options); it is not computed again, nor counted in ``evaluations``.
     """
     if not isinstance(refinements, int) or isinstance(refinements, bool) or refinements < 0:
         raise ValueError(f"Got {refinements=}, but refinements must be an int >= 0")
-    coarse = directional(f, args, directions, cotangent, **options)
+    coarse = directional(f, args, directions, cotangent, **options) if first is None else first
     if coarse.method == "complex-step":
         return coarse
-    tables, calls, best, finest = [coarse], coarse.evaluations, None, 0
+    tables, calls, best, finest = [coarse], 0 if first is not None else coarse.evaluations, None, 0
     for _ in range(refinements):
         limit = coarse.step / _REFINE
         try:

@@ -21,6 +21,7 @@ the convention the rule does *not* claim to see whether that one matches.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -179,15 +180,17 @@ def _primal(case: Case) -> Callable[..., Any]:
     return lambda *args: tree_map(_numpy, primal(*args))
 
 
-def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...], *, confirm: bool = False) -> fd.Derivative | None:
+def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...], *,
+                      confirming: fd.Derivative | None = None) -> fd.Derivative | None:
     """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge).
-    With ``confirm``, by `fd.confirmed`: tables at 32-fold finer steps until two agree.
+    ``confirming``: this function's earlier answer for the same arguments, confirmed by `fd.confirmed` (tables at
+    32-fold finer steps until two agree; that first table is not computed again).
 
     The primal's value at ``x`` itself is not computed again where an earlier check of this drawn input
     established it (:meth:`Case.known_primal`)."""
     known = case.known_primal()
     base = fd.NOT_GIVEN if known is UNKNOWN else tree_map(_numpy, known)
-    estimate = fd.confirmed if confirm else fd.directional
+    estimate = fd.directional if confirming is None else functools.partial(fd.confirmed, first=confirming)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

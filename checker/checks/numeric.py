@@ -91,7 +91,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     # One table's steps (0.018 down to 6e-4 times v) can reach across what finer steps resolve: cbrt's vertical
     # tangent at 0 beside an entry of 1e-5, hidden among entries of 3e16 (its derivative there is 718, the table
     # said 25.75). A disagreement stands only where tables at finer steps bear it out (`fd.confirmed`).
-    finer = finite_difference(case, ybar, v, confirm=True)
+    finer = finite_difference(case, ybar, v, confirming=lhs)
     if finer is not None and dot_test(finer, tangents, v).agrees(tol):
         return
     # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.

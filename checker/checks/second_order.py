@@ -18,6 +18,7 @@ is never an error. Registered under GG204 in numeric_jax.py, which hands NumPy r
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any, Iterable
@@ -113,12 +114,13 @@ def _sites(escapes: list[Any]) -> str:
 
 
 def fd_directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...], *,
-                   confirm: bool = False, levels: int | None = None) -> fd.Derivative | None:
+                   confirm: bool = False, levels: int | None = None, first: fd.Derivative | None = None) -> fd.Derivative | None:
     """d/dt <w, f(args + t along)> by finite differences (None where they fail or are not finite); with
     ``confirm``, by `fd.confirmed`: tables at 32-fold finer steps until two agree, so that steps which reach
-    across a singularity (a pole of the pullback nearer than the first table's steps) cannot claim a value.
+    across a singularity (a pole of the pullback nearer than the first table's steps) cannot claim a value
+    (``first``: this function's earlier answer with the same ``levels``, not computed again).
     ``levels``: the depth of the Richardson table (`fd.directional`'s default when None)."""
-    estimate = fd.confirmed if confirm else fd.directional
+    estimate = functools.partial(fd.confirmed, first=first) if confirm else fd.directional
     depth = {} if levels is None else {"levels": levels}
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -149,7 +151,7 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
     first = fd_directional(f, args, along, w)
     if first is not None and agrees(first):
         return first
-    return fd_directional(f, args, along, w, confirm=True)
+    return fd_directional(f, args, along, w, confirm=True, first=first)
 
 
 def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:

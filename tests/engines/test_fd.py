@@ -559,6 +559,24 @@ def test_confirmed_costs_one_more_table_on_a_function_the_first_resolves(name):
     assert_within_estimate(sure, float(np.dot(df(x), v)))
 
 
+def test_confirmed_given_its_first_table_gives_the_same_answer_without_computing_it_again():
+    x, v = np.array([3.00803383, 4.9236441, 5.96518055]), np.array([0.3, -0.7, 0.5])
+    calls = []
+
+    def f(a):
+        calls.append(1)
+        return _sin_of_self_power(a)
+
+    one = directional(f, (x,), (v,), complex_step=False)
+    calls.clear()
+    alone = fd.confirmed(f, (x,), (v,), complex_step=False)
+    everything = len(calls)
+    calls.clear()
+    given = fd.confirmed(f, (x,), (v,), complex_step=False, first=one)
+    assert (given.value, given.error, given.step) == (alone.value, alone.error, alone.step)
+    assert len(calls) == everything - one.evaluations == given.evaluations == alone.evaluations - one.evaluations
+
+
 def test_confirmed_keeps_a_complex_step_and_refuses_bad_refinements():
     result = fd.confirmed(lambda a: np.sum(np.sin(a)), (np.array([0.5]),), (np.array([1.0]),))
     assert result.method == "complex-step" and result.evaluations == directional(
