@@ -39,7 +39,7 @@ from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_b
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit,                                                  by_name, weights_like)
 from gradguard.checker.specs import RuleSpec
-from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix", "engines_for"]
 
@@ -230,12 +230,12 @@ def _flushed_reading(row: Row, cell: Cell, engine: Engine, plan: Plan, users: An
     at d = 2e-309 is fmod(x, 0), NaN), whatever the rule does."""
     if not engine.flushes_subnormals or row.value is None or _same_value(cell.value, row.value, row.tol):
         return None
-    held = (plan.inputs, plan.consts)
-    if not any(_has_subnormal(x) for x in leaves(held)):
-        return None
     from gradguard.engines.jax_engine._numpy_eval import flushed_to_zero
 
-    inputs, consts = (tuple(flushed_to_zero(x) for x in xs) for xs in held)
+    held = (plan.inputs, plan.consts)
+    inputs, consts = zeroed_held = tree_map(flushed_to_zero, held)
+    if all(a is b for a, b in zip(leaves(held), leaves(zeroed_held))):
+        return None  # no subnormal number among them: flushing changes nothing
     try:
         with np.errstate(all="ignore"):
             zeroed = _scalar(plan.program(users, copy_tree(consts), *copy_tree(inputs)))
@@ -247,15 +247,6 @@ def _flushed_reading(row: Row, cell: Cell, engine: Engine, plan: Plan, users: An
             f"with the subnormal numbers among its inputs read as zeros ({zeroed:.6g}; {row.value:.6g} with them "
             f"as they are): {engine.label} flushes subnormal numbers to zero, so it computes another function "
             "here than the one users run, whatever the rule does")
-
-
-def _has_subnormal(x: Any) -> bool:
-    a = np.asarray(x) if x is not None else None
-    if a is None or a.dtype.kind not in "fc" or not a.size:
-        return False
-    parts = (a.real, a.imag) if a.dtype.kind == "c" else (a,)
-    tiny = np.finfo(a.dtype).tiny
-    return any(bool(np.any((np.abs(p) < tiny) & (p != 0))) for p in parts)
 
 
 def _same_value(a: float, b: float, tol: tolerances.Tolerance) -> bool:

@@ -447,8 +447,12 @@ def _flushed(x: np.ndarray) -> np.ndarray:
     """``x`` with its subnormal numbers replaced by zeros of the same sign (XLA on CPU computes with the
     processor's flush-to-zero and denormals-are-zero modes on)."""
     if x.dtype.kind == "c":
+        real, imag = np.real(x), np.imag(x)
+        flushed_real, flushed_imag = _flushed(real), _flushed(imag)
+        if flushed_real is real and flushed_imag is imag:
+            return x  # as for real arrays: no subnormal part, no copy
         out = np.empty_like(x)
-        out.real, out.imag = _flushed(np.real(x)), _flushed(np.imag(x))
+        out.real, out.imag = flushed_real, flushed_imag
         return out
     dtype = x.dtype
     if dtype.kind != "f":

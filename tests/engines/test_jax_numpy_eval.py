@@ -277,6 +277,8 @@ def test_flushed_to_zero_reads_subnormal_numbers_as_signed_zeros_and_leaves_the_
     assert out.tolist() == [0.0, 0.0, tiny, -2.5, 0.0] and np.signbit(out[0]) and not np.signbit(out[1])
     z = flushed_to_zero(np.array([complex(tiny / 8, 3.0)]))
     assert z[0] == 3.0j
+    normal = np.array([complex(tiny, 3.0)])
+    assert flushed_to_zero(normal) is normal  # nothing to flush: no copy, as for real arrays
     assert flushed_to_zero(5e-324) == 0.0 and isinstance(flushed_to_zero(5e-324), float)
     assert flushed_to_zero(np.float32(1e-40)) == 0 and flushed_to_zero(np.float32(1e-40)).dtype == np.float32
     kept = np.arange(3)
