@@ -223,6 +223,7 @@ class NoDerivative:
     side: str | None = None
     unit: str | None = None  # the pullback's tangent for a unit cotangent, where no step resolves a derivative
     slopes: str = ""  # why no step resolves one
+    steps: tuple[float, ...] = ()  # the steps at which a cone point's one-sided derivatives were taken
 
     def established(self) -> str:
         """What finite differences established, for a finding's message."""
@@ -239,8 +240,9 @@ class NoDerivative:
                          f"is not finite {other} this point)")
             return (f"{which} grow at every step finite differences can take ({quotients}), so they establish no "
                     "finite derivative there")
+        at = f" at steps {' and '.join(f'{h:.1g}' for h in self.steps)}" if self.steps else " by finite differences"
         return (f"the one-sided derivatives of {self.output} are {show(self.left)} (from below) and {show(self.right)} "
-                "(from above) by finite differences")
+                f"(from above){at}")
 
     def expected(self) -> str:
         """What a valid tangent there is, for a finding's expected value."""
@@ -299,7 +301,7 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
                 idx = first_index(jump)
                 if idx is not None:
                     name = where("output " + str(n) if several else "the output", idx)
-                    return NoDerivative(name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx]))
+                    return NoDerivative(name, float(np.asarray(lo)[idx]), float(np.asarray(hi)[idx]), steps=(h, fine))
         found = growing(f, case.args, d, at[0], h, eps)
         if found is not None:
             n, idx, quotients, side = found

@@ -90,7 +90,8 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     cone = _only_at_points_without_derivative(case, tangents)
     if cone is not None:
         i, idx, value, sides = cone
-        where_ = "where " if sides.unit is not None else "at a point where the primal has no derivative along this element: "
+        where_ = "where " if sides.unit is not None else (
+            "at a point where the primal has no derivative finite differences resolve along this element: ")
         yield _no_derivative_warning(
             case, i, idx, value, where_ + sides.established(),
             "Keep inf and NaN factors out of the tangent where the cotangent is 0 (guard the point, e.g. "

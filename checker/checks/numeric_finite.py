@@ -138,12 +138,14 @@ def _no_derivative_problem(case: Case, where: str, value: Any, sides: NoDerivati
     else:
         if sides.left is None or sides.right is None:
             established = (
-                f"finite but has no derivative at this input: along directions through it, the one-sided derivatives "
-                f"of {sides.output} differ, or its directional derivative is not linear in the direction, by finite "
-                "differences"
+                "finite but has no derivative at this input that finite differences resolve: along directions "
+                f"through it, the one-sided derivatives of {sides.output} differ, or its directional derivative is "
+                "not linear in the direction, by finite differences"
             )
         else:
-            established = f"finite but has no derivative along this element: {sides.established()}"
+            established = (
+                f"finite but has no derivative along this element that finite differences resolve: {sides.established()}"
+            )
         fix = (
             "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "
             "finite gradient: return a subgradient there, a value between the one-sided derivatives (0 for a norm "

@@ -151,9 +151,9 @@ def row_std_nan_on_constant_rows(x):
 
 NO_DERIVATIVE = (
     r"the pullback of {name} returned nan in the tangent for argument 0 at \[[\d, ]+\], where the primal is finite "
-    r"but has no derivative along this element: the one-sided derivatives of (the output|the output at \[\d\]) are "
-    rf"{NUM} \(from below\) and {NUM} \(from above\) by finite differences; \d+ element\(s\) of this tangent are "
-    r"not finite\."
+    r"but has no derivative along this element that finite differences resolve: the one-sided derivatives of "
+    rf"(the output|the output at \[\d\]) are {NUM} \(from below\) and {NUM} \(from above\) at steps 6e-06 and "
+    r"6e-09; \d+ element\(s\) of this tangent are not finite\."
 )
 
 
@@ -195,9 +195,10 @@ def test_nan_at_a_cone_point_for_a_zero_cotangent_is_a_warning():
     (f,) = result.findings
     match = re.fullmatch(
         r"the pullback of norm_nan_at_zero must return zero tangents for a zero cotangent, but the tangent for "
-        rf"argument 0 at \[0\] is nan, at a point where the primal has no derivative along this element: the "
-        rf"one-sided derivatives of the output are {NUM} \(from below\) and {NUM} \(from above\) by finite "
-        r"differences\. A program that does not use the output still gets this value in its gradient\.",
+        rf"argument 0 at \[0\] is nan, at a point where the primal has no derivative finite differences resolve "
+        rf"along this element: the one-sided derivatives of the output are {NUM} \(from below\) and {NUM} \(from "
+        r"above\) at steps 6e-06 and 6e-09\. A program that does not use the output still gets this value in its "
+        r"gradient\.",
         f.message,
     )
     assert match, f.message
@@ -279,9 +280,9 @@ def test_nan_where_the_primal_is_smooth_along_the_element_but_not_differentiable
     (f,) = result.findings
     assert f.message == (
         "the pullback of middle_nan_at_ties returned nan in the tangent for argument 0 at [0], where the primal is "
-        "finite but has no derivative at this input: along directions through it, the one-sided derivatives of "
-        "<ybar, primal(x)> differ, or its directional derivative is not linear in the direction, by finite "
-        "differences; 3 element(s) of this tangent are not finite."
+        "finite but has no derivative at this input that finite differences resolve: along directions through it, "
+        "the one-sided derivatives of <ybar, primal(x)> differ, or its directional derivative is not linear in the "
+        "direction, by finite differences; 3 element(s) of this tangent are not finite."
     )
     assert f.severity == "warning" and result.verdict == "pass" and f.expected == "a finite subgradient"
 
