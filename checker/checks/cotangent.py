@@ -87,7 +87,7 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "Keep inf and NaN factors out of the tangent where the cotangent is 0 (e.g. np.where(ybar == 0, 0.0, "
             "...)), so that a program that uses another output, or none, gets 0 from this one.")
         return
-    cone = _only_at_points_without_derivative(case, tangents)
+    cone, unexcused = _only_at_points_without_derivative(case, tangents)
     if cone is not None:
         i, idx, value, sides = cone
         where_ = "where " if sides.unit is not None else (
@@ -100,7 +100,7 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "Return a finite subgradient at this point (0 for a norm or standard deviation at its cone point), "
             "e.g. np.where(n == 0, 0.0, x / np.where(n == 0, 1.0, n)), so that 0 * factor stays 0.")
         return
-    i, idx, value = bad
+    i, idx, value = unexcused or bad
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
@@ -175,29 +175,33 @@ def _non_finite_parts(case: Case, tangents: Any) -> list[tuple[int, np.ndarray, 
     return parts
 
 
-def _only_at_points_without_derivative(case: Case, tangents: Any) -> tuple[int, tuple[int, ...], Any, NoDerivative] | None:
-    """``(argument, index, value, what was established)`` for the first nonzero tangent element, where every
-    nonzero element is NaN or Inf in a differentiable argument and each one judged (up to
-    NONFINITE_CANDIDATES, as GG206) lies where the primal has no derivative along it (its one-sided derivatives
-    differ, or grow at every step: :func:`no_derivative_along`); None otherwise (a finite nonzero element, or
-    one where the primal has a derivative or it cannot be told)."""
+def _only_at_points_without_derivative(
+    case: Case, tangents: Any
+) -> tuple[tuple[int, tuple[int, ...], Any, NoDerivative] | None, tuple[int, tuple[int, ...], Any] | None]:
+    """``(excused, unexcused)``. ``excused`` is ``(argument, index, value, what was established)`` for the first
+    nonzero tangent element, where every nonzero element is NaN or Inf in a differentiable argument and each one
+    judged (up to NONFINITE_CANDIDATES, as GG206) lies where the primal has no derivative along it (its one-sided
+    derivatives differ, or grow at every step: :func:`no_derivative_along`); else None. ``unexcused`` is
+    ``(argument, index, value)`` of the first judged element where the primal has a derivative or it cannot be
+    told (the element an error names: mod's tangent in x is NaN at a jump, its tangent in y where the derivative
+    is 0), None where none was judged so."""
     parts = _non_finite_parts(case, tangents)
     if parts is None:
-        return None
+        return None, None
     first = None
     tried = 0
     for i, arr, nonzero in parts:
         if i not in case.diff_positions:
-            return None
+            return None, None
         for k in np.flatnonzero(nonzero)[:max(NONFINITE_CANDIDATES - tried, 0)]:
             tried += 1
             sides = no_derivative_along(case, i, int(k)) or beyond_float64(case, i, int(k))
+            idx = element_index(arr, int(k))
             if sides is None:
-                return None
+                return None, (i, idx, arr[idx].item())
             if first is None:
-                idx = element_index(arr, int(k))
                 first = (i, idx, arr[idx].item(), sides)
-    return first
+    return first, None
 
 
 def _fix_none(case: Case) -> str:

@@ -206,6 +206,28 @@ def test_nan_at_a_cone_point_for_a_zero_cotangent_is_a_warning():
     assert f.severity == "warning" and result.verdict == "pass" and "subgradient" in f.fix
 
 
+def floor_plus(x, y):
+    return np.floor(x) + y
+
+
+@rrule(floor_plus, arrays(shape=(1,), elements=st.just(0.0)), arrays(shape=(1,), elements=st.just(2.0)))
+def floor_plus_nan_at_integers(x, y):
+    # ChainRules' mod rule in miniature: NaN for both partials where x is an integer, where floor jumps in x (no
+    # derivative: the NaN in x is excusable) and the partial in y is 1 (the NaN in y is the error).
+    nan = np.where(x == np.round(x), np.nan, 0.0)
+    return floor_plus(x, y), lambda g: (g * nan, g * (1.0 + nan))
+
+
+def test_a_zero_cotangent_error_names_the_element_where_the_derivative_exists():
+    result = check(floor_plus_nan_at_integers, select=["GG301"]).rules[0]
+    (f,) = result.findings
+    assert f.severity == "error" and f.location == "argument 1 at [0]"
+    assert f.message == (
+        "the pullback of floor_plus_nan_at_integers must return zero tangents for a zero cotangent, but the tangent "
+        "for argument 1 at [0] is nan."
+    )
+
+
 def test_nan_for_a_zero_cotangent_where_the_derivative_exists_stays_an_error():
     (f,) = findings(xabs_nan_but_norm_ok, "GG301")
     assert f.severity == "error"
