@@ -116,6 +116,13 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     )
 
 
+def _finite(value: Any) -> bool:
+    try:
+        return bool(np.all(np.isfinite(np.asarray(value))))
+    except TypeError:  # not a number: not "non-finite" either
+        return True
+
+
 def _no_derivative_warning(case: Case, i: int, idx: tuple[int, ...], value: Any, why: str, fix: str) -> Problem:
     """GG301's warning for a non-finite tangent of a zero cotangent where the primal has no derivative (``why``)."""
     return Problem(
@@ -316,6 +323,25 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
             bad = first_mismatch(tangent_pairs(case, tuple(got), want), close_at_leaf_scale(case.tol))
             if bad is not None:
                 i, idx, value, expected = bad
+                if _finite(value) and not _finite(expected):
+                    # The None path gives a number where zeros give NaN or Inf: that the two differ is all this
+                    # check established, and the non-finite one is the zeros' (0 * inf in the pullback).
+                    yield Problem(
+                        message=(
+                            f"the pullback of {case.rule.name} must give the same tangents for {what} as for zeros "
+                            f"there, but the tangent for {where(i, idx)} is {show(value)} with None and "
+                            f"{show(expected)} with zeros."
+                        ),
+                        location=where(i, idx),
+                        expected="the same tangent for None and for zeros",
+                        actual=f"{show(value)} with None, {show(expected)} with zeros",
+                        fix=(
+                            "Keep inf and NaN factors out of the terms a zero cotangent multiplies (guard the "
+                            "division, e.g. np.where(d == 0, 0.0, g / np.where(d == 0, 1.0, d))), so that zeros give "
+                            "what None gives."
+                        ),
+                    )
+                    return
                 yield Problem(
                     message=(
                         f"the pullback of {case.rule.name} must treat {what} as a zero cotangent for that output, "

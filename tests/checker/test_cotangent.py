@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from gradguard.checker import arrays, check, rrule
 
@@ -248,6 +249,35 @@ def test_gg302_none_for_one_output_of_a_tuple():
         r"but it raised TypeError: unsupported operand type\(s\) for \*: 'NoneType' and 'float'\.",
         f.message,
     ), f.message
+
+
+@rrule(sincos, arrays(shape=(3,), elements=st.just(0.0)), unused_cotangent="none")
+def sincos_nan_for_zeros(x):
+    # The None path skips the cosine's term; the zeros path multiplies it by 1/x, inf at 0: 0 * inf = NaN.
+    def pullback(ybar):
+        if ybar is None:
+            return (None,)
+        s, c = ybar
+        total = np.zeros_like(x) if s is None else s * np.cos(x)
+        if c is not None:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                total = total - c * (np.sin(x) / x) * x
+        return (total,)
+
+    return sincos(x), pullback
+
+
+def test_gg302_a_finite_none_against_non_finite_zeros_says_only_that_they_differ():
+    """GG302 establishes that None and zeros give different tangents; where the zeros' tangent is NaN and the
+    None's a number, the message does not present NaN as the expected value."""
+    (f,) = findings(sincos_nan_for_zeros, "GG302")
+    assert f.message == (
+        "the pullback of sincos_nan_for_zeros must give the same tangents for None as the cotangent of output 1 as "
+        "for zeros there, but the tangent for argument 0 at [0] is 1.0 with None and nan with zeros."
+    )
+    assert f.expected == "the same tangent for None and for zeros"
+    assert f.actual == "1.0 with None, nan with zeros"
+    assert f.severity == "error"
 
 
 def test_gg302_correct_twins_pass():
