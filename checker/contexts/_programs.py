@@ -60,9 +60,11 @@ class Signature:
         args = self.args if args is None else args
         return tuple(copy_tree(args[i]) for i in self.diff)
 
-    def assemble(self, values: dict[int, Any]) -> tuple[Any, ...]:
-        """The rule's arguments: ``values`` at their positions, fresh copies of the drawn ones elsewhere."""
-        return tuple(values[i] if i in values else copy_tree(a) for i, a in enumerate(self.args))
+    def assemble(self, values: dict[int, Any], drawn: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """The rule's arguments: ``values`` at their positions, fresh copies of the drawn ones (``drawn``, by
+        default the first draw) elsewhere."""
+        drawn = self.args if drawn is None else drawn
+        return tuple(values[i] if i in values else copy_tree(a) for i, a in enumerate(drawn))
 
     def by_position(self, xs: tuple[Any, ...]) -> dict[int, Any]:
         return dict(zip(self.diff, xs))
@@ -220,12 +222,17 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
     second = sig.rule.primal(*copy_tree(sig.args2))  # the second draw may have other shapes than the first
     c1, c2 = loss_weights(sig.output, rng), loss_weights(second, rng)
 
+    args2 = sig.args2
+
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z1 = ops.call(*sig.assemble(sig.by_position(xs[:n])))
-        z2 = ops.call(*sig.assemble(sig.by_position(xs[n:])))  # may overwrite state the first pullback needs
+        # The second call is the second draw whole: its arguments that are not differentiated come with it, as
+        # the specs drew them together (a posterior drawn as softmax of the log-probabilities beside it).
+        z2 = ops.call(*sig.assemble(sig.by_position(xs[n:]), args2))  # may overwrite state the first pullback needs
         return ops.loss(z1, consts[0]) + ops.loss(z2, consts[1])
 
-    return Plan(sig.inputs() + sig.inputs(sig.args2), (c1, c2), program)
+    fixed2 = _value_key(tuple(a for i, a in enumerate(args2) if i not in sig.diff))
+    return Plan(sig.inputs() + sig.inputs(args2), (c1, c2), program, key=(fixed2 if fixed2 is not None else object(),))
 
 
 def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:

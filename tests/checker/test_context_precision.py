@@ -284,6 +284,37 @@ def test_stale_state_is_still_found_on_a_declared_domain():
                                       "outputs are used) the gradient of the program is wrong under tape[zero], ")
 
 
+def half_square(x, d):
+    return 0.5 * x * x
+
+
+# The derivative passed in beside x, drawn with it (fairseq's LogSumExpMoE takes softmax(logp) beside logp).
+WITH_ITS_DERIVATIVE = arrays(shape=(3,), min_value=-3.0, max_value=3.0).map(lambda x: (x, x.copy()))
+
+
+@rrule(half_square, args=WITH_ITS_DERIVATIVE, nondiff=(1,))
+def half_square_given_rrule(x, d):
+    return half_square(x, d), lambda g: (None, None) if g is None else (g * d, None)
+
+
+@rrule(half_square, args=WITH_ITS_DERIVATIVE, nondiff=(1,))
+def half_square_given_twice_rrule(x, d):
+    return half_square(x, d), lambda g: (None, None) if g is None else (2 * g * d, None)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_called_twice_passes_the_second_draw_whole(seed):
+    """The second call of `called-twice` takes the second draw's arguments that are not differentiated too: the
+    specs drew them with its differentiated ones, and the first draw's beside the second's is no input the specs
+    make (the rule's gradient there is "wrong" only because the input is)."""
+    result = _context_findings(half_square_given_rrule, seed)
+    assert result.findings == [] and result.verdict == "pass"
+    assert set(_statuses(result.safety_matrix, "called-twice").values()) == {"right"}
+    broken = _context_findings(half_square_given_twice_rrule, seed)
+    assert "GG501" in {f.check_id for f in broken.findings}
+    assert set(_statuses(broken.safety_matrix, "called-twice").values()) == {"wrong"}
+
+
 def log_(x):
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.log(x)
