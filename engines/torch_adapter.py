@@ -13,7 +13,8 @@ of a call whose other outputs are used; backward is not called at all when none 
 in ``scalars`` receive Python floats (0-d tensors become ``float``), as the rule was declared with. Outputs and
 tangents share the rrule's memory where PyTorch can, as a hand-written Function calling
 ``torch.from_numpy`` would: a buffer the rule returns and a later call overwrites changes under
-PyTorch too. The same tensor in two argument slots reaches the rrule as
+PyTorch too; one array returned as the tangent of two arguments is copied for the second (PyTorch would
+otherwise accumulate into one gradient in place through the other). The same tensor in two argument slots reaches the rrule as
 the very same array in both (``rule(x, x)``). Non-tensor arguments pass through and get no gradient.
 
 An output nested in tuples and lists (``(a, (b, c))``, a NamedTuple) crosses the boundary as its leaves, one
@@ -67,12 +68,20 @@ def to_function(rrule: Callable[..., Any], *, name: str = "rrule", scalars: Iter
                 f"the pullback of {name} must return one tangent per argument ({len(ctx.inputs)}), "
                 f"got {tangents!r:.200}"
             )
-        out = []
+        out: list[Any] = []
+        given: list[np.ndarray] = []  # the arrays handed to PyTorch so far
         for t, (is_tensor, dtype) in zip(tangents, ctx.inputs):
             if t is None or not is_tensor or not (dtype.is_floating_point or dtype.is_complex):
                 out.append(None)
-            else:
-                out.append(_tensor(t, torch, name).to(dtype))
+                continue
+            if isinstance(t, np.ndarray):
+                if any(np.may_share_memory(t, g) for g in given):
+                    # One array as the tangent of two arguments (an add's pullback returns (g, g)): two tensors
+                    # over one buffer would let PyTorch accumulate into one argument's gradient in place and so
+                    # change the other's, which no NumPy engine does; each argument gets its own buffer.
+                    t = t.copy()
+                given.append(t)
+            out.append(_tensor(t, torch, name).to(dtype))
         return tuple(out)
 
     function = type(f"{name}_Function", (torch.autograd.Function,),

@@ -57,6 +57,31 @@ def test_a_correct_numpy_rule_is_right_in_the_torch_column():
     assert {c["status"] for c in torch_cells} == {"right"}, [c for c in torch_cells if c["status"] != "right"]
 
 
+def add(x, y):
+    return x + y
+
+
+@rrule(add, arrays(shape=(3,)), arrays(shape=(3,)))
+def add_same_tangent_rrule(x, y):
+    return x + y, lambda g: (None, None) if g is None else (g, g)  # one array for both arguments (PyTensor's Add)
+
+
+@rrule(add, arrays(shape=(3,)), arrays(shape=(3,)))
+def add_scaled_tangent_rrule(x, y):
+    return x + y, lambda g: (None, None) if g is None else (g, 2 * g)
+
+
+def test_one_array_as_two_tangents_is_right_in_the_torch_column():
+    """A pullback may return the same array for two arguments; the adapter gives PyTorch one buffer per argument,
+    where two tensors over one buffer let PyTorch's in-place accumulation into one gradient change the other
+    (`captured-before` adds dot(x, x)'s gradient to x's)."""
+    m = safety_matrix(add_same_tangent_rrule)
+    torch_cells = {c["context"]: c["status"] for c in m["cells"] if c["engine"] == "torch"}
+    assert set(torch_cells.values()) == {"right"}, torch_cells
+    broken = {c["context"]: c["status"] for c in safety_matrix(add_scaled_tangent_rrule)["cells"] if c["engine"] == "torch"}
+    assert broken["output-used"] == broken["captured-before"] == "wrong"
+
+
 @pytest.mark.parametrize("path", ["addone.py", "mutation_in_context.py"])
 def test_a_rule_mutating_a_captured_input_is_wrong_under_torch_as_under_the_tape(path):
     """The adapter's forward writes through the tensor's NumPy view: PyTorch's version counter does not see
