@@ -23,7 +23,7 @@ from hypothesis.strategies import SearchStrategy
 from gradguard.checker import tolerances
 from gradguard.checker._memory import note_memory_error
 from gradguard.checker.problems import Problem, Skip
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RuleSpec, constant_outputs
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
@@ -442,7 +442,14 @@ class Case:
         return self.draw(_like(value, bound), label)
 
     def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
-        return self.draw_like(y, label)
+        """A random cotangent for the output ``y`` (`draw_like`); zeros for the outputs the rule declares to
+        carry no derivative (`constant_outputs`), drawn as None (so recorded and shown as None)."""
+        constant = constant_outputs(self.rule, y)
+        if not constant:
+            return self.draw_like(y, label)
+        parts = children(y)
+        drawn = children(self.draw_like(rebuild(y, (None if k in constant else p for k, p in enumerate(parts))), label))
+        return rebuild(y, (zeros_like_tree(parts[k]) if k in constant else d for k, d in enumerate(drawn)))
 
     def direction(self, label: str = "direction") -> tuple[Any, ...]:
         """A tangent direction: random for differentiable arguments, None for the others."""

@@ -257,6 +257,19 @@ class RuleSpec:
         return f"<RuleSpec {self.name} for {getattr(self.primal, '__name__', self.primal)!r}>"
 
 
+CONSTANT_OUTPUTS = "constant_outputs"  # RuleSpec.extra key: positions of a tuple output that carry no derivative
+
+
+def constant_outputs(rule: RuleSpec, y: Any) -> frozenset[int]:
+    """The positions of the tuple (or list) output ``y`` that the rule's framework declares to carry no derivative
+    (a `torch.autograd.Function`'s outputs marked with ``ctx.mark_non_differentiable``: PyTorch never passes a
+    gradient through them, and the backward is not asked for their derivative); empty for any other output."""
+    positions = rule.extra.get(CONSTANT_OUTPUTS)
+    if not positions or not isinstance(y, (tuple, list)):
+        return frozenset()
+    return frozenset(k for k in positions if k < len(y))
+
+
 def validate_unused_cotangent(value: Any, option: str = "unused_cotangent") -> str | None:
     """``value`` if it names a convention in ``UNUSED_COTANGENTS`` (or is None), else a SpecError quoting it."""
     if value is None or value in UNUSED_COTANGENTS:

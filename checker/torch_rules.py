@@ -35,7 +35,7 @@ from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.problems import Skip
 from gradguard.checker.errors import SpecError
-from gradguard.checker.specs import RuleSpec, build_spec
+from gradguard.checker.specs import CONSTANT_OUTPUTS, RuleSpec, build_spec
 from gradguard.engines.values import differentiable
 
 __all__ = ["torch_rule", "TORCH_FUNCTION", "TORCH_KWARGS"]
@@ -80,7 +80,7 @@ def torch_rule(
     if primal is not None and not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but primal must be a function of NumPy arrays.")
     fname = function.__name__
-    positions: dict[str, frozenset[int]] = {"nondiff": frozenset()}
+    positions: dict[str, Any] = {"nondiff": frozenset(), "spec": None}
 
     def diff_of(values: tuple[Any, ...]) -> list[int]:
         return [i for i, a in enumerate(values) if i not in positions["nondiff"] and differentiable(a)]
@@ -89,6 +89,8 @@ def torch_rule(
         diff = diff_of(given)
         call = torch_engine.run_function(function, given, diff, kwargs=kw)
         y = call.outputs_numpy()
+        if diff and positions.get("spec") is not None:
+            _record_constant_outputs(positions["spec"], call)
 
         def pullback(ybar: Any) -> tuple[Any, ...]:
             try:
@@ -129,11 +131,28 @@ def torch_rule(
         atol=atol, kind="torch", kwargs=kwargs, unused_cotangent=unused_cotangent,
     )
     positions["nondiff"] = spec.nondiff
+    positions["spec"] = spec
     spec.extra[TORCH_FUNCTION] = function
     spec.extra[TORCH_KWARGS] = dict(kwargs or {})
     spec.module = getattr(function, "__module__", None)
     spec.source_file, spec.source_lines = _source_span(function)
     return spec
+
+
+def _record_constant_outputs(spec: RuleSpec, call: Any) -> None:
+    """Which outputs of a tuple the Function marked non-differentiable (``ctx.mark_non_differentiable``: a float
+    tensor that does not require grad beside one that does, with inputs that do). The checks draw no cotangent for
+    them and the contexts' programs give them no weight: PyTorch passes no gradient through them, so their
+    derivative is no part of what the backward must compute."""
+    import torch
+
+    if not isinstance(call.output, (tuple, list)):
+        return
+    flat = call.flat_outputs()
+    floats = [isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in flat]
+    constant = frozenset(k for k, t in enumerate(flat) if floats[k] and not t.requires_grad)
+    if constant and any(floats[k] and t.requires_grad for k, t in enumerate(flat)):
+        spec.extra[CONSTANT_OUTPUTS] = constant
 
 
 def _source_span(function: Any) -> tuple[str | None, tuple[int, int] | None]:

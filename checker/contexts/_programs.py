@@ -17,9 +17,9 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker.contexts._ops import LossWeights, Ops
-from gradguard.checker.specs import RuleSpec, bounds_of, structure_of
+from gradguard.checker.specs import RuleSpec, bounds_of, constant_outputs, structure_of
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import copy_tree, is_leaf, tree_map
+from gradguard.checker.trees import children, copy_tree, is_leaf, rebuild, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
@@ -65,6 +65,14 @@ class Signature:
         default the first draw) elsewhere."""
         drawn = self.args if drawn is None else drawn
         return tuple(values[i] if i in values else copy_tree(a) for i, a in enumerate(drawn))
+
+    def weighed(self, output: Any) -> Any:
+        """``output`` with the positions the rule declares to carry no derivative (`constant_outputs`) as None:
+        weights made from it give them none, so no program's value depends on them through AD's eyes."""
+        constant = constant_outputs(self.rule, output)
+        if not constant:
+            return output
+        return rebuild(output, (None if k in constant else p for k, p in enumerate(children(output))))
 
     def by_position(self, xs: tuple[Any, ...]) -> dict[int, Any]:
         return dict(zip(self.diff, xs))
@@ -163,7 +171,7 @@ def loss_weights(value: Any, rng: np.random.Generator) -> LossWeights:
 
 
 def _output_used(sig: Signature, rng: np.random.Generator) -> Plan:
-    c = loss_weights(sig.output, rng)
+    c = loss_weights(sig.weighed(sig.output), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         return ops.loss(ops.call(*sig.assemble(sig.by_position(xs))), consts[0])
@@ -190,7 +198,7 @@ def _need_array(sig: Signature, what: str) -> list[int]:
 
 def _captured_before(sig: Signature, rng: np.random.Generator) -> Plan:
     held = _need_array(sig, "an earlier operation to capture")
-    c = loss_weights(sig.output, rng)
+    c = loss_weights(sig.weighed(sig.output), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = sig.by_position(xs)
@@ -220,7 +228,7 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
         raise NotApplicable("the argument specs produced only one distinct input")
     n = len(sig.diff)
     second = sig.rule.primal(*copy_tree(sig.args2))  # the second draw may have other shapes than the first
-    c1, c2 = loss_weights(sig.output, rng), loss_weights(second, rng)
+    c1, c2 = loss_weights(sig.weighed(sig.output), rng), loss_weights(sig.weighed(second), rng)
 
     args2 = sig.args2
 
@@ -236,7 +244,8 @@ def _called_twice(sig: Signature, rng: np.random.Generator) -> Plan:
 
 
 def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
-    c1, c2, c3 = loss_weights(sig.output, rng), loss_weights(sig.output, rng), weights_like(sig.output, rng)
+    weighed = sig.weighed(sig.output)
+    c1, c2, c3 = loss_weights(weighed, rng), loss_weights(weighed, rng), weights_like(weighed, rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         z = ops.call(*sig.assemble(sig.by_position(xs)))
@@ -302,7 +311,7 @@ def _fitting(sig: Signature, pairs: list[tuple[int, int]], transposed: bool) -> 
 def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: Any) -> Plan:
     """A plan where argument ``j`` is ``alias(argument i)`` and does not move on its own."""
     moving = [p for p in sig.diff if p != j]
-    c = loss_weights(sig.output, rng)
+    c = loss_weights(sig.weighed(sig.output), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = dict(zip(moving, xs))
@@ -346,7 +355,7 @@ def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
             inputs.append(base)
         else:
             inputs.append(copy_tree(sig.args[p]))
-    c = loss_weights(sig.output, rng)
+    c = loss_weights(sig.weighed(sig.output), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = {p: (x[::2] if p in views else x) for p, x in zip(sig.diff, xs)}
@@ -360,7 +369,7 @@ def _transposed_view(sig: Signature, rng: np.random.Generator) -> Plan:
     if not views:
         raise NotApplicable("the rule has no differentiable array argument with 2 or more axes")
     inputs = tuple(np.ascontiguousarray(sig.args[p].T) if p in views else copy_tree(sig.args[p]) for p in sig.diff)
-    c = loss_weights(sig.output, rng)
+    c = loss_weights(sig.weighed(sig.output), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = {p: (x.T if p in views else x) for p, x in zip(sig.diff, xs)}  # Fortran-ordered views
@@ -386,8 +395,8 @@ def _tied_slot(sig: Signature) -> int:
 
 def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:
     k = _tied_slot(sig)
-    c1 = loss_weights(sig.output, rng)
-    c2 = loss_weights(_output_on_transpose(sig, k), rng)
+    c1 = loss_weights(sig.weighed(sig.output), rng)
+    c2 = loss_weights(sig.weighed(_output_on_transpose(sig, k)), rng)
 
     def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
         at = sig.by_position(xs)

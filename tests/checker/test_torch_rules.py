@@ -115,6 +115,43 @@ def test_backward_off_by_a_factor_fails_gg201():
     assert "ExpTwice" in finding.message and "finite differences" in finding.message
 
 
+class DoubleAndSquare(torch.autograd.Function):
+    """(2x, x**2) with the square marked non-differentiable (roma's Procrustes marks US and V so): the backward
+    owes the derivative of the first output only."""
+
+    @staticmethod
+    def forward(ctx, x):
+        square = x * x
+        ctx.mark_non_differentiable(square)
+        return 2 * x, square
+
+    @staticmethod
+    def backward(ctx, g, g_square):
+        return 2 * g
+
+
+class TripleAndSquare(DoubleAndSquare):
+    @staticmethod
+    def backward(ctx, g, g_square):
+        return 3 * g  # wrong for the differentiable output
+
+
+double_and_square_rule = torch_rule(DoubleAndSquare, arrays(shape=(3,), min_value=0.5, max_value=2.0))
+triple_and_square_rule = torch_rule(TripleAndSquare, arrays(shape=(3,), min_value=0.5, max_value=2.0))
+
+
+def test_outputs_marked_non_differentiable_carry_no_derivative():
+    """No cotangent is drawn for an output the Function marks with ctx.mark_non_differentiable (it is recorded as
+    None) and no context program weighs it: PyTorch passes no gradient through it."""
+    report = check(double_and_square_rule, seed=0)
+    assert report.passed, [f"{f.check_id}: {f.message}" for f in report.findings]
+    assert {c["status"] for c in report.rules[0].safety_matrix["cells"]} <= {"right", "n/a"}
+    broken = check(triple_and_square_rule, seed=0, select=["GG201", "GG5"])
+    by_id = {f.check_id: f for f in broken.findings}
+    assert {"GG201", "GG501"} <= set(by_id)
+    assert by_id["GG201"].counterexample["draws"]["cotangent"].endswith(", None)")
+
+
 def test_the_rule_keeps_dtypes_at_the_boundary():
     rule = torch_rule(Exp, arrays(shape=(3,), dtype="float32"))
     x = np.array([0.0, 1.0, -1.0], dtype=np.float32)
