@@ -289,7 +289,9 @@ def double_backward(case: Case) -> Iterable[Problem]:
     a wrong (or no) second derivative. For a random cotangent ``ybar``, direction ``u`` and covector ``w``,
     the check compares PyTorch's ``d/dt <w, grad at (x + t u)(ybar)>`` (double backward) with finite
     differences of the rule's gradient; a gradient that carries no graph where finite differences give a
-    second derivative is reported too."""
+    second derivative is reported too, also where the backward is declared ``@once_differentiable``: PyTorch
+    raises where the cotangent carries a graph, but where it carries none (an output that feeds the loss
+    linearly) the second-order terms through the Function are silently absent, and the message says so."""
     import torch
 
     if not case.diff_positions:
@@ -323,6 +325,23 @@ def double_backward(case: Case) -> Iterable[Problem]:
         lhs = fd_directional(pulled, case.fresh(), u, w, confirm=True)  # one table can be fooled (a pole nearby)
         if lhs is None or tolerances.close(float(lhs.value), 0.0, case.tol, fd_error=lhs.error):
             return
+        from gradguard.checker.torch_rules import TORCH_FUNCTION
+
+        if _once_differentiable(rule.extra.get(TORCH_FUNCTION)):
+            # Declared: PyTorch raises where the cotangent carries a graph; where it carries none (the output
+            # feeds the loss linearly) the second-order terms through this Function are silently absent.
+            yield Problem(
+                message=(f"double backward through {name} is silently incomplete: its backward is declared "
+                         "@once_differentiable, and for a cotangent that carries no graph the gradients it returns "
+                         "carry none (PyTorch raises only where the cotangent carries one), so a program that "
+                         "differentiates its gradient misses the terms through it: along a random direction u, "
+                         f"d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the "
+                         "gradient."),
+                expected=show(float(lhs.value)),
+                actual="no graph (declared @once_differentiable)",
+                fix=_DOUBLE_FIX,
+            )
+            return
         yield Problem(
             message=(f"double backward through {name} is impossible: the gradients its backward returns carry no "
                      "graph (torch.autograd.grad with create_graph=True gave tensors that do not require grad), but "
@@ -355,6 +374,15 @@ def double_backward(case: Case) -> Iterable[Problem]:
         actual=show(rhs),
         fix=_DOUBLE_FIX,
     )
+
+
+def _once_differentiable(function: Any) -> bool:
+    """Whether ``function.backward`` is wrapped by ``torch.autograd.function.once_differentiable``."""
+    from torch.autograd.function import once_differentiable
+
+    backward = getattr(function, "backward", None)
+    marker = once_differentiable(lambda ctx: None).__code__
+    return getattr(backward, "__code__", None) is marker
 
 
 _DOUBLE_FIX = ("Write backward with differentiable torch operations on the saved tensors (no .detach(), .numpy(), "
