@@ -348,3 +348,29 @@ def test_detached_residual_on_a_large_input_still_fails_second_order() -> None:
     assert found, "GG204 missed a residual copied out of the trace on a large input"
     assert re.fullmatch(DETACHED.replace("sin_detached", "sin_detached_large"), found[0].message), found[0].message
 
+
+
+def _hard_mish_gradient(ybar):
+    # timm's hard_mish_bwd (timm/layers/activations_me.py): f' = x + 1 on [-2, 0], 1 above 0; f'' jumps at 0
+    def pulled(x):
+        m = (x >= -2.0) * 1.0
+        return (ybar * np.where((x >= -2.0) & (x <= 0.0), x + 1.0, m),)
+
+    return pulled
+
+
+def test_a_kink_beside_a_second_kink_a_few_steps_away_is_still_a_kink() -> None:
+    """timm's hard mish at seed 5 of the real-world corpus: the gradient has a kink at t = 0 (x[3] = 1.6e-300, at
+    f''s jump) and another at x[5] = 1e-5, which the first step reaches and the next ten times finer does not: the
+    one-sided slopes' difference shrank from the first step to the second only because the second kink dropped out.
+    Finite differences average the two sides (3.46705, where PyTorch's 0.0 is the left side's), so no verdict."""
+    from gradguard.checker.checks.second_order import kinked
+
+    x = np.array([7.202971, -3.656904, 6.36773, 1.585236e-300, 2.613794, 1e-5])
+    ybar = np.array([-3.282271, 0.0, 0.0, 1.349048, 2.307583, 1.028801])
+    u = (np.array([0.0, 0.0, 2.07296, -3.946059, 0.0, 2.913441]),)
+    w = (np.array([0.0, -3.520915, -2.327616, -1.302564, -4.0, -3.381183]),)
+    assert kinked(_hard_mish_gradient(ybar), (x,), u, w)
+    # Away from both kinks the same gradient is smooth (piecewise linear), and a smooth one stays unkinked.
+    assert not kinked(_hard_mish_gradient(ybar), (x + np.array([0, 0, 0, 1.0, 0, 1.0]),), u, w)
+    assert not kinked(lambda x: (ybar * np.cos(x),), (x,), u, w)
