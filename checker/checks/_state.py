@@ -43,7 +43,9 @@ def first_change(before: Any, after: Any, tol: tolerances.Tolerance | None = Non
             if (b is None) != (a is None):
                 return Change(leaf, show(b), show(a))
             continue
-        b_arr, a_arr = np.asarray(b), np.asarray(a)
+        b_arr, a_arr = _as_array(b), _as_array(a)
+        if b_arr is None or a_arr is None:  # an opaque value (no array form): treated as unchanged, as below
+            continue
         if b_arr.shape != a_arr.shape:
             return Change(f"{leaf} (shape)", str(b_arr.shape), str(a_arr.shape))
         if b_arr.dtype.kind not in "biufc" or a_arr.dtype.kind not in "biufc":
@@ -60,6 +62,21 @@ def first_change(before: Any, after: Any, tol: tolerances.Tolerance | None = Non
         if found is not None:
             return Change(f"{leaf}{at(found.index)}", show(found.want), show(found.got))
     return None
+
+
+def _as_array(value: Any) -> np.ndarray | None:
+    """``value`` as a NumPy array: a sparse matrix or tensor (a rule's constant: SciPy's, PyTorch's) by its dense
+    values; None where it has no array form."""
+    dense = getattr(value, "toarray", None) or getattr(value, "to_dense", None)
+    if dense is not None and not isinstance(value, np.ndarray):
+        try:
+            return np.asarray(dense())
+        except Exception:  # noqa: BLE001 - not what its name promised: an opaque value
+            return None
+    try:
+        return np.asarray(value)
+    except Exception:  # noqa: BLE001 - refuses __array__: an opaque value
+        return None
 
 
 def argument_labels(case: Case) -> list[str]:

@@ -67,7 +67,8 @@ class RuleView:
         self.name = name
         self.example_args = example_args
         self.settings = dict(settings or {})  # engines' settings for this run (`_jax_engine.SETTING`)
-        self.complex = any(np.iscomplexobj(v) for v in leaves((example_args, output)))
+        self.complex = any(np.iscomplexobj(v) for v in leaves((example_args, output))
+                           if isinstance(v, (np.ndarray, np.generic, complex, float, int)))
         self._adapted: dict[str, Any] = {}
 
     def adapted(self, family: str, make: Callable[["RuleView"], Any]) -> Any:

@@ -16,6 +16,7 @@ draws further from the same specs, within a budget, for inputs that fit.
 from __future__ import annotations
 
 import random
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -200,6 +201,8 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     if len(la) != len(lb):
         return False
     try:
-        return all(np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y))) for x, y in zip(la, lb))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a SciPy sparse constant warns that == is slow
+            return all(np.shape(x) == np.shape(y) and bool(np.all(np.asarray(x) == np.asarray(y))) for x, y in zip(la, lb))
     except Exception:  # noqa: BLE001 - incomparable leaves are different
         return False
