@@ -66,11 +66,21 @@ def _split(parts: CustomJvpParts, args: Sequence[Any], nondiff: Sequence[int], n
 
 
 def _floating(a: Any) -> bool:
+    """A float value, or a pytree (tuples, lists, dicts) of them: lineax's two-norm takes a dict of arrays."""
     if isinstance(a, bool):
         return False
     if isinstance(a, (float, complex)):
         return True
+    if isinstance(a, (tuple, list, dict)):
+        leaves = load().tree_util.tree_leaves(a)
+        return bool(leaves) and all(_floating(x) for x in leaves)
     return isinstance(a, (np.ndarray, np.generic)) and np.result_type(a).kind in "fc"
+
+
+def _jnp(a: Any) -> Any:
+    """A value, or every leaf of a pytree, as a JAX array."""
+    jax = load()
+    return jax.tree_util.tree_map(jax.numpy.asarray, a)
 
 
 def _closed(fn: Any, args: Sequence[Any], diff: Sequence[int]) -> Callable[..., Any]:
@@ -100,10 +110,10 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
     for_nondiff = set(parts.nondiff_argnums) | set(nondiff)
 
     def value(diff: tuple[int, ...], *args: Any) -> Any:
-        return jax.vjp(_closed(fn, args, diff), *[jax.numpy.asarray(args[i]) for i in diff])[0]
+        return jax.vjp(_closed(fn, args, diff), *[_jnp(args[i]) for i in diff])[0]
 
     def transpose(diff: tuple[int, ...], ct: Any, *args: Any) -> Any:
-        return jax.vjp(_closed(fn, args, diff), *[jax.numpy.asarray(args[i]) for i in diff])[1](ct)
+        return jax.vjp(_closed(fn, args, diff), *[_jnp(args[i]) for i in diff])[1](ct)
 
     forward_of, pullback_of = Compiled(value, f"{parts.name} (forward)"), Compiled(transpose, f"{parts.name} (pullback)")
     fixed = {0, *(1 + i for i in parts.nondiff_argnums)}  # diff, and the arguments JAX never traces
@@ -141,8 +151,10 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
 
 
 def _held(a: Any) -> Any:
-    """A NumPy argument as the JAX array the pullback keeps (a copy: the caller's later writes do not reach it)."""
-    return load().numpy.asarray(a) if isinstance(a, (np.ndarray, np.generic)) else a
+    """A NumPy argument (or each NumPy leaf of a pytree) as the JAX array the pullback keeps (a copy: the caller's
+    later writes do not reach it)."""
+    jax = load()
+    return jax.tree_util.tree_map(lambda x: jax.numpy.asarray(x) if isinstance(x, (np.ndarray, np.generic)) else x, a)
 
 
 def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Sequence[int] = ()) -> tuple[Any, Any]:
@@ -155,11 +167,11 @@ def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Se
     parts = custom_jvp_parts(fn) if isinstance(fn, jax.custom_jvp) else None
     static = set(nondiff) | set(parts.nondiff_argnums if parts else ())
     diff = tuple(i for i, t in enumerate(tangents) if t is not None and i not in static)
-    primals = [jax.numpy.asarray(args[i]) for i in diff]
-    tans = [np.asarray(tangents[i], dtype=p.dtype) for i, p in zip(diff, primals)]
+    primals = [_jnp(args[i]) for i in diff]
+    tans = [jax.tree_util.tree_map(lambda t, p: np.asarray(t, dtype=p.dtype), tangents[i], p) for i, p in zip(diff, primals)]
     compiled = _compiled_jvp(fn)
     if compiled is None:  # a function jit cannot key on (not weakly referable): eager, as JAX runs it
-        y, t = jax.jvp(_closed(fn, list(args), diff), primals, [jax.numpy.asarray(t) for t in tans])
+        y, t = jax.jvp(_closed(fn, list(args), diff), primals, [_jnp(t) for t in tans])
     else:
         fixed = {0, 1, *(2 + i for i in (parts.nondiff_argnums if parts else ()))}
         y, t = compiled((diff, len(args), *args, *tans), fixed)
@@ -181,7 +193,7 @@ def _compiled_jvp(fn: Any) -> Compiled | None:
 
         def tangent_map(diff: tuple[int, ...], nargs: int, *flat: Any) -> Any:
             args, tans = flat[:nargs], flat[nargs:]
-            return jax.jvp(_closed(held(), args, diff), [jax.numpy.asarray(args[i]) for i in diff], list(tans))
+            return jax.jvp(_closed(held(), args, diff), [_jnp(args[i]) for i in diff], list(tans))
 
         name = getattr(getattr(fn, "fun", fn), "__name__", "function")
         found = _JVPS[fn] = Compiled(tangent_map, f"{name} (jvp)")

@@ -290,3 +290,40 @@ def test_a_jvp_jit_cannot_run_runs_eagerly_and_is_remembered():
         np.testing.assert_allclose(ty, np.cos(x) * t, rtol=1e-14)
     (reason,) = _from_jvp._compiled_jvp(branchy).eager_keys.values()
     assert "ConcretizationTypeError" in reason or "TracerBoolConversionError" in reason
+
+
+def _two_norm_of_tree(scale: float):
+    """lineax's two-norm (lineax/_norm.py): a custom_jvp on a pytree, here a dict of two arrays; ``scale`` != 1
+    makes its jvp wrong."""
+
+    def dot(a, b):
+        return sum(jnp.vdot(x.reshape(-1), y.reshape(-1)) for x, y in zip(jax.tree_util.tree_leaves(a),
+                                                                            jax.tree_util.tree_leaves(b)))
+
+    @jax.custom_jvp
+    def two_norm(x):
+        return jnp.sqrt(dot(x, x).real)
+
+    @two_norm.defjvp
+    def two_norm_jvp(primals, tangents):
+        (x,), (tx,) = primals, tangents
+        out = two_norm(x)
+        denominator = jnp.where(out == 0, 1.0, out)
+        t_out = jnp.where(out == 0, 0.0, dot(jax.tree_util.tree_map(lambda leaf: leaf / denominator, x), tx).real)
+        return out, scale * t_out
+
+    from hypothesis import strategies as st
+
+    tree = st.fixed_dictionaries({"a": arrays(shape=(2,)), "b": arrays(shape=(3,))})
+    return jax_rule(two_norm, tree, name=f"two_norm_of_tree_{scale:g}")
+
+
+def test_a_custom_jvp_of_a_pytree_argument_is_differentiated() -> None:
+    """The pullback JAX transposes from the jvp carries a tangent for a dict argument: the adapter took only arrays
+    and floats as differentiable, and a correct two-norm of a dict got GG201, GG203 and GG204 against a pullback
+    that returned None for every leaf."""
+    report = check(_two_norm_of_tree(1.0), seed=0)
+    assert report.rules[0].verdict == "pass", [(f.check_id, f.message) for f in report.findings]
+    assert {"GG201", "GG203", "GG204", "GG207"} <= set(report.rules[0].checks_run)
+    broken = check(_two_norm_of_tree(2.0), seed=0, select=["GG201", "GG207"])
+    assert {f.check_id for f in broken.findings} == {"GG201", "GG207"}
