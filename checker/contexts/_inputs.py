@@ -30,7 +30,7 @@ from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, leaves
 
-__all__ = ["draw_inputs", "shapes_vary", "search", "Found", "NoInput", "SEARCH_DRAWS"]
+__all__ = ["draw_inputs", "drawn_ranges", "shapes_vary", "search", "Found", "NoInput", "SEARCH_DRAWS"]
 
 _CANDIDATES = 16
 _RICHNESS_SAMPLE = 4096
@@ -67,6 +67,13 @@ def draw_inputs(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, 
     """``(args, args2, output)``: the richest drawn input, a second distinct draw (or None), and the primal's
     output on the first. Raises `NoInput` with the last error when the primal fails on every draw."""
     return copy_tree(_drawn(rule, seed)[:3])
+
+
+def drawn_ranges(rule: RuleSpec, seed: int) -> dict[int, tuple[float, float]]:
+    """For each differentiable array argument, the smallest and largest value (real and imaginary parts) over
+    every draw on which the primal ran: where the argument's spec declares no range (its own ``elements=``, a
+    ``.map``, one ``args=`` strategy for all), what the draws show of its domain."""
+    return dict(_drawn(rule, seed)[4])
 
 
 def shapes_vary(rule: RuleSpec, seed: int) -> bool:
@@ -112,7 +119,21 @@ def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] |
     alike = [f for f in others if _shapes(f[2]) == _shapes(args)]
     ranked = [f for f in alike if f[0][0] == 0] + alike + [f for f in others if f[0][0] == 0] + others
     second = ranked[0][2] if ranked else None
-    return args, second, out, len({tuple(_shapes(f[2])) for f in found}) > 1
+    return args, second, out, len({tuple(_shapes(f[2])) for f in found}) > 1, _ranges([f[2] for f in found])
+
+
+def _ranges(draws: list[tuple[Any, ...]]) -> dict[int, tuple[float, float]]:
+    lows: dict[int, float] = {}
+    highs: dict[int, float] = {}
+    for args in draws:
+        for i, a in enumerate(args):
+            if not (isinstance(a, np.ndarray) and differentiable(a) and a.size):
+                continue
+            parts = (a.real, a.imag) if np.iscomplexobj(a) else (a,)
+            with np.errstate(all="ignore"):
+                lo, hi = min(float(np.min(p)) for p in parts), max(float(np.max(p)) for p in parts)
+            lows[i], highs[i] = min(lo, lows.get(i, lo)), max(hi, highs.get(i, hi))
+    return {i: (lows[i], highs[i]) for i in lows}
 
 
 @dataclass

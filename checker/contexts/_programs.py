@@ -45,6 +45,9 @@ class Signature:
     args: tuple[Any, ...]
     args2: tuple[Any, ...] | None
     output: Any
+    # Per argument, the range its draws took (`_inputs.drawn_ranges`): what is known of a domain the spec does not
+    # declare. None: nothing is known beyond the declarations.
+    ranges: dict[int, tuple[float, float]] | None = None
 
     @property
     def diff(self) -> list[int]:
@@ -269,24 +272,29 @@ def _same_pairs(sig: Signature) -> list[tuple[int, int]]:
 
 def _misfit(sig: Signature, i: int, j: int, transposed: bool) -> tuple[str, bool] | None:
     """Why argument ``i``'s array (transposed, or not) may not be passed as argument ``j`` (its declared domain
-    does not hold it), and whether another draw could fit; None where it may. Where argument ``j``'s domain is
-    not known (a strategy of the user's own, one strategy for all arguments), any array of its shape may."""
+    does not hold it), and whether another draw could fit; None where it may. Where argument ``j``'s spec
+    declares no range (its own ``elements=``, a ``.map``, one ``args=`` strategy for all arguments), the range
+    its draws took stands in for one (`Signature.ranges`): TensorFlow's softmax cross-entropy draws its labels
+    as rows summing to 1, and the logits' negative values are no labels."""
     specs = sig.rule.arg_specs
-    if not specs or max(i, j) >= len(specs):
-        return None
-    want, have = structure_of(specs[j]), structure_of(specs[i])
-    if want is not None and (want != have or (transposed and want in ("lower", "upper"))):
-        return f"argument {j} is declared {want} and argument {i}'s array{' transposed' if transposed else ''} is not", False
-    bounds = bounds_of(specs[j])
+    declared = bool(specs) and max(i, j) < len(specs)
+    if declared:
+        want, have = structure_of(specs[j]), structure_of(specs[i])
+        if want is not None and (want != have or (transposed and want in ("lower", "upper"))):
+            return f"argument {j} is declared {want} and argument {i}'s array{' transposed' if transposed else ''} is not", False
+    bounds = bounds_of(specs[j]) if declared else None
+    what = "declared range"
     if bounds is None:
-        return None
+        bounds, what = (sig.ranges or {}).get(j), "range over its draws"
+        if bounds is None:
+            return None
     lo, hi = bounds
     x = np.asarray(sig.args[i])
     parts = (x.real, x.imag) if np.iscomplexobj(x) else (x,)
     if all(bool(np.all((part >= lo) & (part <= hi))) for part in parts):
         return None
-    own = bounds_of(specs[i])
-    return (f"argument {i}'s drawn values lie outside argument {j}'s declared range [{lo:g}, {hi:g}]",
+    own = (bounds_of(specs[i]) if declared else None) or (sig.ranges or {}).get(i)
+    return (f"argument {i}'s drawn values lie outside argument {j}'s {what} [{lo:g}, {hi:g}]",
             own is None or (own[0] <= hi and lo <= own[1]))
 
 

@@ -315,6 +315,44 @@ def test_called_twice_passes_the_second_draw_whole(seed):
     assert set(_statuses(broken.safety_matrix, "called-twice").values()) == {"wrong"}
 
 
+def _log_softmax(x):
+    m = np.max(x, axis=-1, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def cross_entropy(logits, labels):
+    return np.sum(-labels * _log_softmax(logits), axis=-1)
+
+
+# TensorFlow's softmax cross-entropy takes labels that are distributions: the spec draws them through a .map, and
+# declares no range of its own.
+LABEL_ROWS = arrays(shape=(2, 4), min_value=0.01, max_value=1.0).map(lambda p: p / np.sum(p, axis=-1, keepdims=True))
+
+
+@rrule(cross_entropy, arrays(shape=(2, 4), min_value=-10.0, max_value=10.0), LABEL_ROWS)
+def cross_entropy_rrule(logits, labels):  # tensorflow/python/ops/nn_grad.py: softmax - labels, -log_softmax
+    d_logits, d_labels = np.exp(_log_softmax(logits)) - labels, -_log_softmax(logits)
+    return cross_entropy(logits, labels), lambda g: (g[:, None] * d_logits, g[:, None] * d_labels)
+
+
+@rrule(cross_entropy, arrays(shape=(2, 4), min_value=-10.0, max_value=10.0), LABEL_ROWS)
+def cross_entropy_sign_rrule(logits, labels):
+    d_logits, d_labels = np.exp(_log_softmax(logits)) - labels, _log_softmax(logits)  # the labels' sign lost
+    return cross_entropy(logits, labels), lambda g: (g[:, None] * d_logits, g[:, None] * d_labels)
+
+
+def test_an_array_goes_to_an_undeclared_domain_only_within_the_range_of_its_draws():
+    """`same-array-twice` passes one drawn array in two slots. The labels' spec declares no range (a .map), so the
+    range of the labels' own draws stands in for one: the logits' negative values are not passed as labels (rows
+    that do not sum to 1, where the rule's -log_softmax is not the derivative), the labels' array may be passed as
+    logits (inside [-10, 10]), and a wrong rule is still wrong there."""
+    result = check(cross_entropy_rrule, select="GG5", seed=0).rules[0]
+    assert result.findings == [] and result.verdict == "pass", [f.message for f in result.findings]
+    assert set(_statuses(result.safety_matrix, "same-array-twice").values()) == {"right"}
+    broken = check(cross_entropy_sign_rrule, select="GG5", seed=0).rules[0]
+    assert set(_statuses(broken.safety_matrix, "same-array-twice").values()) == {"wrong"}
+
+
 def log_(x):
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.log(x)
