@@ -330,25 +330,19 @@ def double_backward(case: Case) -> Iterable[Problem]:
         if _once_differentiable(rule.extra.get(TORCH_FUNCTION)):
             # Declared: PyTorch raises where the cotangent carries a graph; where it carries none (the output
             # feeds the loss linearly) the second-order terms through this Function are silently absent.
-            yield Problem(
-                message=(f"double backward through {name} is silently incomplete: its backward is declared "
-                         "@once_differentiable, and for a cotangent that carries no graph the gradients it returns "
-                         "carry none (PyTorch raises only where the cotangent carries one), so a program that "
-                         "differentiates its gradient misses the terms through it: along a random direction u, "
-                         f"d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the "
-                         "gradient."),
-                expected=show(float(lhs.value)),
-                actual="no graph (declared @once_differentiable)",
-                fix=_DOUBLE_FIX,
-            )
-            return
+            what = ("is silently incomplete: its backward is declared @once_differentiable, and for a cotangent that "
+                    "carries no graph the gradients it returns carry none (PyTorch raises only where the cotangent "
+                    "carries one), so a program that differentiates its gradient misses the terms through it:")
+            actual = "no graph (declared @once_differentiable)"
+        else:
+            what = ("is impossible: the gradients its backward returns carry no graph (torch.autograd.grad with "
+                    "create_graph=True gave tensors that do not require grad), but")
+            actual = "no graph"
         yield Problem(
-            message=(f"double backward through {name} is impossible: the gradients its backward returns carry no "
-                     "graph (torch.autograd.grad with create_graph=True gave tensors that do not require grad), but "
-                     f"along a random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by "
-                     "finite differences of the gradient."),
+            message=(f"double backward through {name} {what} along a random direction u, d/dt <w, grad at "
+                     f"(x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the gradient."),
             expected=show(float(lhs.value)),
-            actual="no graph",
+            actual=actual,
             fix=_DOUBLE_FIX,
         )
         return
