@@ -488,8 +488,9 @@ def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, gener
     derivative is linear, so a wrong pullback of one is still a finding.
 
     Two probes: ``v + u`` (any size; it shows the kink where ``v`` and ``u`` fall in different linear pieces
-    of the derivative), then, for up to ELEMENTWISE_UP_TO real elements, the derivative along ``v`` against
-    the sum of ``v``'s elements times the derivatives along each element (the median's are all 0 at a tie).
+    of the derivative), then, for up to ELEMENTWISE_UP_TO real elements, the derivatives along ``v`` and along
+    ``u`` against the sums of their elements times the derivatives along each element (the median's are all 0
+    at a tie; ``v`` alone may move the tie's middle entry not at all).
     Where a probe's finite differences cannot be taken, it gives no evidence and the finding stands."""
     d_v = float(whole.lhs.value)
     along_u = generic.derivative
@@ -502,16 +503,27 @@ def _not_linear(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest, gener
     positions = [i for i in case.diff_positions if v[i] is not None]
     if not _few_real_elements(case, positions):
         return False
-    summed, error, scale = 0.0, whole.lhs.error, abs(d_v)
-    for i in positions:
-        weights = np.asarray(v[i], dtype=float).reshape(-1)
-        for k in np.flatnonzero(weights):
-            found = element_derivative(case, ybar, i, int(k))
-            if found is None:
-                return False
-            part = float(weights[k]) * float(found[0])
-            summed, error, scale = summed + part, error + abs(float(weights[k])) * found[1], scale + abs(part)
-    return not tolerances.close(summed, d_v, tol, scale=scale, fd_error=error)
+    probes = [(v, d_v, whole.lhs.error)]
+    if along_u is not None:  # the same test along u: at x = [1, 1, 1, 0, 2] and v = [0, 3.4, -2, ...] the median
+        probes.append((generic.u, float(along_u.value), along_u.error))  # moves at median(v[:3]) = 0 = sum too
+    parts: dict[tuple[int, int], tuple[float, float] | None] = {}
+    for direction, d, d_error in probes:
+        summed, error, scale = 0.0, d_error, abs(d)
+        for i in positions:
+            if direction[i] is None:
+                continue
+            weights = np.asarray(direction[i], dtype=float).reshape(-1)
+            for k in np.flatnonzero(weights):
+                if (i, int(k)) not in parts:
+                    parts[i, int(k)] = element_derivative(case, ybar, i, int(k))
+                found = parts[i, int(k)]
+                if found is None:
+                    return False
+                part = float(weights[k]) * float(found[0])
+                summed, error, scale = summed + part, error + abs(float(weights[k])) * found[1], scale + abs(part)
+        if not tolerances.close(summed, d, tol, scale=scale, fd_error=error):
+            return True
+    return False
 
 
 def _fails_generically(case: Case, ybar: Any, tangents: tuple[Any, ...], generic: _Generic,
