@@ -23,7 +23,7 @@ from hypothesis.strategies import SearchStrategy
 from gradguard.checker import tolerances
 from gradguard.checker._memory import note_memory_error
 from gradguard.checker.problems import Problem, Skip
-from gradguard.checker.specs import RuleSpec, constant_outputs
+from gradguard.checker.specs import RuleSpec, without_constant_outputs
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
@@ -443,13 +443,13 @@ class Case:
 
     def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
         """A random cotangent for the output ``y`` (`draw_like`); zeros for the outputs the rule declares to
-        carry no derivative (`constant_outputs`), drawn as None (so recorded and shown as None)."""
-        constant = constant_outputs(self.rule, y)
-        if not constant:
+        carry no derivative (`without_constant_outputs`), drawn as None (so recorded and shown as None)."""
+        marked = without_constant_outputs(self.rule, y)
+        if marked is y:
             return self.draw_like(y, label)
-        parts = children(y)
-        drawn = children(self.draw_like(rebuild(y, (None if k in constant else p for k, p in enumerate(parts))), label))
-        return rebuild(y, (zeros_like_tree(parts[k]) if k in constant else d for k, d in enumerate(drawn)))
+        drawn = children(self.draw_like(marked, label))
+        return rebuild(y, (zeros_like_tree(part) if m is None else d
+                           for part, m, d in zip(children(y), children(marked), drawn)))
 
     def direction(self, label: str = "direction") -> tuple[Any, ...]:
         """A tangent direction: random for differentiable arguments, None for the others."""

@@ -31,6 +31,7 @@ from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.errors import SpecError
+from gradguard.checker.trees import children, rebuild
 from gradguard.checker.structure import STRUCTURES, make_structured, structured_primal, structured_rule
 
 __all__ = [
@@ -260,14 +261,15 @@ class RuleSpec:
 CONSTANT_OUTPUTS = "constant_outputs"  # RuleSpec.extra key: positions of a tuple output that carry no derivative
 
 
-def constant_outputs(rule: RuleSpec, y: Any) -> frozenset[int]:
-    """The positions of the tuple (or list) output ``y`` that the rule's framework declares to carry no derivative
-    (a `torch.autograd.Function`'s outputs marked with ``ctx.mark_non_differentiable``: PyTorch never passes a
-    gradient through them, and the backward is not asked for their derivative); empty for any other output."""
+def without_constant_outputs(rule: RuleSpec, y: Any) -> Any:
+    """``y`` with None at the positions of a tuple (or list) output that the rule's framework declares to carry no
+    derivative (a `torch.autograd.Function`'s outputs marked with ``ctx.mark_non_differentiable``: PyTorch never
+    passes a gradient through them, and the backward is not asked for their derivative); ``y`` itself where there
+    are none. What draws cotangents and weights from ``y`` then gives those positions none."""
     positions = rule.extra.get(CONSTANT_OUTPUTS)
-    if not positions or not isinstance(y, (tuple, list)):
-        return frozenset()
-    return frozenset(k for k in positions if k < len(y))
+    if not positions or not isinstance(y, (tuple, list)) or not any(k < len(y) for k in positions):
+        return y
+    return rebuild(y, (None if k in positions else part for k, part in enumerate(children(y))))
 
 
 def validate_unused_cotangent(value: Any, option: str = "unused_cotangent") -> str | None:

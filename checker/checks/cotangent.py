@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker.case import Case, RuleRaised, zeros_like_tree
+from gradguard.checker.case import Case, RuleRaised, is_finite_tree, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
 from gradguard.checker.checks._kinks import NoDerivative, beyond_float64, no_derivative_along
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
@@ -114,13 +114,6 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
             "factors out of it so 0 * factor stays 0."
         ),
     )
-
-
-def _finite(value: Any) -> bool:
-    try:
-        return bool(np.all(np.isfinite(np.asarray(value))))
-    except TypeError:  # not a number: not "non-finite" either
-        return True
 
 
 def _no_derivative_warning(case: Case, i: int, idx: tuple[int, ...], value: Any, why: str, fix: str) -> Problem:
@@ -323,7 +316,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
             bad = first_mismatch(tangent_pairs(case, tuple(got), want), close_at_leaf_scale(case.tol))
             if bad is not None:
                 i, idx, value, expected = bad
-                if _finite(value) and not _finite(expected):
+                if is_finite_tree(value) and not is_finite_tree(expected):
                     # The None path gives a number where zeros give NaN or Inf: that the two differ is all this
                     # check established, and the non-finite one is the zeros' (0 * inf in the pullback).
                     yield Problem(

@@ -17,9 +17,9 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.checker.contexts._ops import LossWeights, Ops
-from gradguard.checker.specs import RuleSpec, bounds_of, constant_outputs, structure_of
+from gradguard.checker.specs import RuleSpec, bounds_of, structure_of, without_constant_outputs
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import children, copy_tree, is_leaf, rebuild, tree_map
+from gradguard.checker.trees import copy_tree, is_leaf, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
@@ -70,12 +70,9 @@ class Signature:
         return tuple(values[i] if i in values else copy_tree(a) for i, a in enumerate(drawn))
 
     def weighed(self, output: Any) -> Any:
-        """``output`` with the positions the rule declares to carry no derivative (`constant_outputs`) as None:
-        weights made from it give them none, so no program's value depends on them through AD's eyes."""
-        constant = constant_outputs(self.rule, output)
-        if not constant:
-            return output
-        return rebuild(output, (None if k in constant else p for k, p in enumerate(children(output))))
+        """``output`` with the positions the rule declares to carry no derivative as None
+        (`without_constant_outputs`): weights made from it give them none."""
+        return without_constant_outputs(self.rule, output)
 
     def by_position(self, xs: tuple[Any, ...]) -> dict[int, Any]:
         return dict(zip(self.diff, xs))
