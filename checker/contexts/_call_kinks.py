@@ -13,8 +13,11 @@ So the program is taken apart at its calls, under plain NumPy with the rule's pr
   input (as in every context here: the inputs themselves, views, transposes, constants), which gives the
   direction ``d_k`` each call's arguments move along; the primal must give the same outputs when the
   program runs again at the input (a nondeterministic primal's noise is no kink);
-* each output element's one-sided derivatives along ``d_k`` (:func:`gradguard.checker.kinks.element_sides`):
-  an element whose sides differ is a kink, where a valid subgradient may give any value between them;
+* each output element's one-sided derivatives along ``d_k`` (:func:`gradguard.checker.kinks.element_sides`),
+  and the derivatives along ``d_k`` of the pieces that meet at the call's arguments, taken a hair away
+  (:func:`gradguard.checker.kinks.piece_sides`: the middle of three tied entries looks the same from both
+  sides along every line): an element whose derivatives differ is a kink, where a valid subgradient may give
+  any value between the smallest and largest;
 * the program with each call's output replaced by its value at ``x`` plus an offset (the primal still runs,
   on the same arguments) must be smooth in the inputs and the offsets: its derivative along ``v`` with the
   offsets moving by the middle of each element's sides, and its derivative along each kinked element's
@@ -244,6 +247,8 @@ def call_kinks_excuse(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...]
     if along_v is None:
         return None
     low, high, error, kinked, calls, n_calls = along_v
+    if not kinked:
+        return None  # the calls are smooth along v: the whole program's evidence judged the cell
 
     def among(value: float, lo: float, hi: float, err: float, size: float) -> bool:
         return lo <= value <= hi or any(tolerances.close(value, b, tol, scale=size, fd_error=err) for b in (lo, hi))
@@ -268,8 +273,9 @@ def call_kinks_excuse(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...]
                 return None
     return (
         f"no verdict: the rule's primal has kinks at {calls} of its {n_calls} calls here ({kinked} "
-        "output elements whose one-sided derivatives along the direction their arguments move differ); taking "
-        "each such element's derivative anywhere between its one-sided ones (a valid subgradient of each call) "
+        "output elements whose derivatives along the direction their arguments move differ between their two sides "
+        "or between the pieces that meet there); taking each such element's derivative anywhere between the "
+        "smallest and largest of those (a valid subgradient of each call) "
         f"gives <gradient, v> from {low:.6g} to {high:.6g}, and both <gradient, v> = {slope:.6g} and finite "
         f"differences of the program ({truth:.6g}) lie among them"
         + ("" if gradient is None else f", as the gradient does along itself and {kinks.NEIGHBOURS} random directions")
@@ -305,7 +311,8 @@ class _Ranges:
         self.outputs: list[Any] | None = None
 
     def along(self, u: tuple[Any, ...]) -> tuple[float, float, float, int, int, int] | None:
-        """``(low, high, error, kinked elements, calls with kinks, calls)``, or None where not established."""
+        """``(low, high, error, kinked elements, calls with kinks, calls)``, or None where not established (with
+        no kinked element, low and high are the one derivative along ``u``)."""
         try:
             return self._along(u)
         except Exception:  # noqa: BLE001 - the primal or the program failed beside the input: nothing established
@@ -332,13 +339,19 @@ class _Ranges:
             found_k = kinks.element_sides(primal, a, d, tol)
             if found_k is None:
                 return None
+            pieces = kinks.piece_sides(primal, a, d, tol)
+            if pieces is not None and len(pieces) == len(found_k):
+                # The pieces that meet at x: a kink that looks the same from both sides (the middle of a three-way
+                # tie) shows only there.
+                found_k = [s if s is None or p is None or p[0].shape != s[0].shape
+                           else (np.minimum(s[0], p[0]), np.maximum(s[1], p[1])) for s, p in zip(found_k, pieces)]
             per_leaf = [s for s, z in zip(found_k, leaves(outputs[k])) if _real_float(z)]
             if len(per_leaf) != len(real) or any(s is None for s in per_leaf):
                 return None
             sides.append(per_leaf)
         kinked = [(k, i, int(j)) for k, per_leaf in enumerate(sides) for i, (lo, hi) in enumerate(per_leaf)
                   for j in np.flatnonzero(~_close(lo, hi, tol))]
-        if not kinked or len(kinked) > MAX_KINKED:
+        if len(kinked) > MAX_KINKED:
             return None
         middle = [((lo + hi) / 2).astype(z.dtype) for per_call, per_zero in zip(sides, self.zeros)
                   for (lo, hi), z in zip(per_call, per_zero)]

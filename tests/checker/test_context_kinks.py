@@ -78,9 +78,10 @@ def test_valid_subgradients_of_each_call_combine_to_the_exact_range(slope):
     found = _excuse(slope)
     assert found is not None
     assert found == (
-        "no verdict: the rule's primal has kinks at 2 of its 2 calls here (2 output elements whose one-sided "
-        "derivatives along the direction their arguments move differ); taking each such element's derivative "
-        "anywhere between its one-sided ones (a valid subgradient of each call) gives <gradient, v> from -1 to 1, "
+        "no verdict: the rule's primal has kinks at 2 of its 2 calls here (2 output elements whose derivatives "
+        "along the direction their arguments move differ between their two sides or between the pieces that meet "
+        "there); taking each such element's derivative anywhere between the smallest and largest of those (a valid "
+        "subgradient of each call) gives <gradient, v> from -1 to 1, "
         f"and both <gradient, v> = {slope:.6g} and finite differences of the program (0) lie among them"
     )
 
@@ -184,8 +185,9 @@ def test_a_valid_tie_in_two_calls_bent_opposite_ways_is_no_verdict():
         assert tolerances.close(cell.slope, slope, TOL)
         found = re.fullmatch(
             r"no verdict: the rule's primal has kinks at 2 of its 2 calls here \(\d+ output elements whose "
-            r"one-sided derivatives along the direction their arguments move differ\); taking each such element's "
-            r"derivative anywhere between its one-sided ones \(a valid subgradient of each call\) gives "
+            r"derivatives along the direction their arguments move differ between their two sides or between the pieces "
+            r"that meet there\); taking each such element's derivative anywhere between the smallest and largest of "
+            r"those \(a valid subgradient of each call\) gives "
             r"<gradient, v> from (\S+) to (\S+), and both <gradient, v> = (\S+) and finite differences of the "
             r"program \((\S+)\) lie among them, as the gradient does along itself and 6 random directions", cell.message)
         assert found, cell.message
@@ -268,3 +270,79 @@ def test_ties_of_one_call_weighted_opposite_ways_are_no_verdict():
 def test_every_tied_maximum_given_the_whole_cotangent_is_still_wrong():
     result = check(max_every_tie_rrule, select="GG501", seed=2).rules[0]
     assert [(f.check_id, f.location) for f in result.findings] == [("GG501", "context fan-out")], result.findings
+
+
+# -- a kink that looks the same from both sides: the median of tied entries, in two calls ------------------------------
+# PyTorch's median shares the cotangent among tied entries (a Clarke subgradient). The median of a three-way tie moves
+# at the rate median(v_tied) on both sides along every line, so one-sided derivatives show no kink at either call, and
+# the pieces that meet at the tie (each tied entry the median) show the range: at seed 0 of the called-twice context
+# the shared cotangent sums to a value outside what the whole program's finite differences and the "jumps around"
+# samples bracket, and inside the range the pieces give.
+MEDIAN_TIES = st.sampled_from([-1.0, 0.0, 1.0, 2.0])
+
+
+def median5(x):
+    return np.sort(x)[2]
+
+
+@rrule(median5, arrays(shape=(5,), elements=MEDIAN_TIES))
+def median_shared_rrule(x):
+    def pullback(g):
+        mask = x == median5(x)
+        return (np.where(mask, g / mask.sum(), 0.0),)
+
+    return median5(x), pullback
+
+
+@rrule(median5, arrays(shape=(5,), elements=MEDIAN_TIES))
+def median_every_tie_rrule(x):
+    def pullback(g):
+        return (np.where(x == median5(x), g, 0.0),)  # BUG: every tied entry gets the whole cotangent
+
+    return median5(x), pullback
+
+
+def _median_by_hand(plan, v):
+    """The range of valid answers by hand: call k's cotangent is c_k (1 + cos(median)/2) (the loss y + sin(y)/2
+    weighted by c), and a valid subgradient of a median at a tie moves at any rate between the smallest and
+    largest of v's tied entries."""
+    low = high = 0.0
+    ties = []
+    for k in range(2):
+        x, vk = plan.inputs[k], v[k]
+        y = median5(x)
+        ybar = float(plan.consts[k].weights * (1 + np.cos(y) / 2))
+        tied = x == y
+        ties.append(int(tied.sum()))
+        rates = ybar * vk[tied]
+        low, high = low + rates.min(), high + rates.max()
+    return low, high, ties
+
+
+def test_a_shared_cotangent_at_ties_no_side_shows_is_no_verdict(monkeypatch):
+    outcome = run_matrix(median_shared_rrule, seed=0, contexts=["called-twice"])
+    (row,) = outcome.rows
+    (ctx,) = by_name(["called-twice"])
+    rng = _generator(0, ctx)
+    args, args2, out = draw_inputs(median_shared_rrule, 0)
+    plan = ctx.plan(Signature(median_shared_rrule, args, args2, out), rng)
+    v = weights_like(plan.inputs, rng)
+    low, high, ties = _median_by_hand(plan, v)
+    assert min(ties) >= 3, ties
+    assert {c.status for c in row.cells.values()} == {"skipped"}, {e: c.message for e, c in row.cells.items()}
+    for cell in row.cells.values():
+        found = re.search(r"gives <gradient, v> from (\S+) to (\S+), and both", cell.message)
+        assert found and "between the pieces that meet there" in cell.message, cell.message
+        assert abs(float(found[1]) - low) <= 1e-5 * abs(low) and abs(float(found[2]) - high) <= 1e-5 * abs(high), (
+            found.groups(), low, high)  # the message's 6 digits
+    # Without the pieces (one-sided derivatives only) the same input is a false error: the test shows the problem.
+    monkeypatch.setattr("gradguard.checker.kinks.PIECE_SAMPLES", 0)
+    (row,) = run_matrix(median_shared_rrule, seed=0, contexts=["called-twice"]).rows
+    assert {c.status for c in row.cells.values()} == {"wrong"}
+
+
+def test_every_tied_median_given_the_whole_cotangent_is_still_wrong():
+    (row,) = run_matrix(median_every_tie_rrule, seed=0, contexts=["called-twice"]).rows
+    for cell in row.cells.values():
+        assert cell.status == "wrong", (cell.engine, cell.message)
+        assert cell.message.startswith("<gradient, v> = ") and "finite differences of the program give" in cell.message

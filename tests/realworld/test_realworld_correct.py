@@ -56,14 +56,7 @@ def _module_paths() -> list[Path]:
 # (the seeds where the run after the last fixes showed it, what gradguard reports, why it is wrong). Each listed
 # case is an expected failure that must still fail (strict: a fixed one must leave this list), and every other
 # case must pass; INDEX.md's false-error table has the diagnosis and reproductions.
-KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {
-    "torch_median_rrule": (
-        frozenset({0}),
-        "PyTorch's median shares the cotangent among tied entries (a Clarke subgradient); in called-twice, at two "
-        "three-way ties, gradguard's 'jumps around' excuse samples too few nearby gradients to see both the rule's "
-        "value and the finite difference among them: GG501 (seed 0)",
-    ),
-}
+KNOWN_FALSE_ERRORS: dict[str, tuple[frozenset[int], str]] = {}
 
 
 @functools.lru_cache(maxsize=None)
