@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "confirmed", "derivative", "complex_step", "directional", "inner"]
+__all__ = ["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "first_step", "confirmed", "derivative", "complex_step", "directional", "inner"]
 
 _RATIO = 2.0  # step ratio between the levels of the Richardson table
 _SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
@@ -430,6 +430,13 @@ def _check_directional(args: Any, directions: Any, max_step: Any, complex_step: 
         if not np.all(np.isfinite(v)):
             raise ValueError(f"Got directions[{i}] with non-finite entries; directions must be finite")
     return moving
+
+
+def first_step(args: Sequence, directions: Sequence) -> float:
+    """The step :func:`directional`'s first table starts at for these moving arguments, where the output's
+    precision is no coarser than theirs (its coarsest step: finer tables and :func:`confirmed`'s only shrink it)."""
+    eps = max([_eps(a) for a, v in zip(args, directions) if v is not None] + [_EPS64])
+    return _default_step(4, eps)
 
 
 def budget(args: Sequence) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from gradguard.checker.specs import RuleSpec
 from gradguard.engines.values import differentiable
 from gradguard.checker.trees import copy_tree, leaves
 
-__all__ = ["draw_inputs", "drawn_ranges", "shapes_vary", "search", "Found", "NoInput", "SEARCH_DRAWS"]
+__all__ = ["draw_inputs", "drawn_ranges", "drawn_shapes", "shapes_vary", "search", "Found", "NoInput", "SEARCH_DRAWS"]
 
 _CANDIDATES = 16
 _RICHNESS_SAMPLE = 4096
@@ -76,6 +76,13 @@ def drawn_ranges(rule: RuleSpec, seed: int) -> dict[int, tuple[float, float]]:
     return dict(_drawn(rule, seed)[4])
 
 
+def drawn_shapes(rule: RuleSpec, seed: int) -> dict[int, frozenset[tuple[int, ...]]]:
+    """For each array argument, the shapes its draws took (over every draw on which the primal ran): the shapes
+    its spec is known to make. A context that passes an argument in another shape (a non-square W as W.T) would
+    take the rule outside its declared domain."""
+    return dict(_drawn(rule, seed)[5])
+
+
 def shapes_vary(rule: RuleSpec, seed: int) -> bool:
     """Whether the draws came in more than one shape: only then can further draws fit a context that these
     did not (a rule whose specs fix every shape never will)."""
@@ -89,7 +96,7 @@ def _drawn(rule: RuleSpec, seed: int) -> tuple[Any, ...]:
     return per_rule[seed]
 
 
-def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] | None, Any, bool]:
+def _draw(rule: RuleSpec, seed: int) -> tuple[Any, ...]:
     found: list[tuple[tuple[int, int], int, tuple[Any, ...], Any]] = []
     errors: list[BaseException] = []
 
@@ -119,7 +126,17 @@ def _draw(rule: RuleSpec, seed: int) -> tuple[tuple[Any, ...], tuple[Any, ...] |
     alike = [f for f in others if _shapes(f[2]) == _shapes(args)]
     ranked = [f for f in alike if f[0][0] == 0] + alike + [f for f in others if f[0][0] == 0] + others
     second = ranked[0][2] if ranked else None
-    return args, second, out, len({tuple(_shapes(f[2])) for f in found}) > 1, _ranges([f[2] for f in found])
+    draws = [f[2] for f in found]
+    return args, second, out, len({tuple(_shapes(f[2])) for f in found}) > 1, _ranges(draws), _slot_shapes(draws)
+
+
+def _slot_shapes(draws: list[tuple[Any, ...]]) -> dict[int, frozenset[tuple[int, ...]]]:
+    shapes: dict[int, set[tuple[int, ...]]] = {}
+    for args in draws:
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                shapes.setdefault(i, set()).add(a.shape)
+    return {i: frozenset(s) for i, s in shapes.items()}
 
 
 def _ranges(draws: list[tuple[Any, ...]]) -> dict[int, tuple[float, float]]:

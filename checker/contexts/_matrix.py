@@ -32,12 +32,13 @@ from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._memory import note_memory_error
 from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as _scalar, text as _text
 from gradguard.checker.contexts._engines import ENGINES, check_settings, engine as engine_named, engines_for
-from gradguard.checker.contexts._inputs import NoInput, draw_inputs, drawn_ranges, search, shapes_vary
+from gradguard.engines.fd import first_step
+from gradguard.checker.contexts._inputs import NoInput, draw_inputs, drawn_ranges, drawn_shapes, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
 from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call, unresolved_call
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
-                                                 ValuesDoNotFit,                                                  by_name, weights_like)
+                                                 ValuesDoNotFit, by_name, fit_bends, weights_like)
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 
@@ -111,8 +112,8 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
     except NoInput as exc:
         outcome.skipped = [{"context": c.name, "reason": str(exc)} for c in chosen]
         return outcome
-    ranges = drawn_ranges(rule, seed)
-    sig = Signature(rule, args, args2, output, ranges)
+    ranges, shapes = drawn_ranges(rule, seed), drawn_shapes(rule, seed)
+    sig = Signature(rule, args, args2, output, ranges, shapes)
     if not sig.diff:
         outcome.skipped = [{"context": c.name, "reason": "the rule has no differentiable argument"} for c in chosen]
         return outcome
@@ -140,7 +141,9 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
             continue
         plan, rng = planned[ctx.name]
         at_safe_point()  # an expired time limit stops between two contexts
-        outcome.rows.append(_run_row(ctx, plan, weights_like(plan.inputs, rng), view, columns, outcome.tol))
+        v = weights_like(plan.inputs, rng)
+        plan = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
+        outcome.rows.append(_run_row(ctx, plan, v, view, columns, outcome.tol))
     return outcome
 
 
@@ -158,10 +161,11 @@ def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dic
         unfit = [c for c in unfit if c.name in values_unfit]  # the same shapes will never fit the others
     if not unfit:
         return
-    ranges = drawn_ranges(rule, seed)
+    ranges, shapes = drawn_ranges(rule, seed), drawn_shapes(rule, seed)
 
     def fits(ctx: Context) -> Callable[[tuple[Any, ...], Any], bool]:
-        return lambda args, output: ctx.plan(Signature(rule, args, None, output, ranges), np.random.default_rng(0)) is not None
+        return lambda args, output: ctx.plan(Signature(rule, args, None, output, ranges, shapes),
+                                             np.random.default_rng(0)) is not None
 
     found = search(rule, seed, {c.name: fits(c) for c in unfit})
     for ctx in unfit:
@@ -170,7 +174,7 @@ def _search_shapes(rule: RuleSpec, seed: int, unfit: list[Context], planned: dic
             planned[ctx.name] += f"; none of {f.tried} further draws from the argument specs fit"
             continue
         rng = _generator(seed, ctx)
-        planned[ctx.name] = (ctx.plan(Signature(rule, f.args, None, f.output, ranges), rng), rng)
+        planned[ctx.name] = (ctx.plan(Signature(rule, f.args, None, f.output, ranges, shapes), rng), rng)
         outcome.outside_domain.pop(ctx.name, None)
         outcome.descriptions[ctx.name] += (
             f" (the first draws did not fit; inputs: the richest of {f.fitting} fitting draws among {f.tried} "

@@ -11,7 +11,7 @@ report shows.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy as np
 from gradguard.checker.contexts._ops import LossWeights, Ops
 from gradguard.checker.specs import RuleSpec, bounds_of, structure_of, without_constant_outputs
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import copy_tree, is_leaf, tree_map
+from gradguard.checker.trees import copy_tree, is_leaf, leaves, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
@@ -48,6 +48,9 @@ class Signature:
     # Per argument, the range its draws took (`_inputs.drawn_ranges`): what is known of a domain the spec does not
     # declare. None: nothing is known beyond the declarations.
     ranges: dict[int, tuple[float, float]] | None = None
+    # Per array argument, the shapes its draws took (`_inputs.drawn_shapes`): the shapes its spec is known to make.
+    # None: only the drawn input's own shapes are known.
+    shapes: dict[int, frozenset[tuple[int, ...]]] | None = None
 
     @property
     def diff(self) -> list[int]:
@@ -157,6 +160,96 @@ def loss_scale(leaf: Any) -> float:
     finite = values[np.isfinite(values)] if values.size else values
     top = float(np.max(finite)) if finite.size else 0.0
     return max(1.0, float(top / np.pi))  # a Python float: float32 outputs stay float32
+
+
+BEND_TURN = np.pi / 4  # the most a loss's sin may turn between x and the finite differences' first step
+
+
+def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: float) -> Plan:
+    """The plan with the scale of each loss's bend widened where moving the inputs by ``step`` along ``v`` (the
+    finite differences' coarsest step) moves an output element further than BEND_TURN of it, or the plan
+    itself where none does (or the program cannot be run so).
+
+    `loss_scale` fits the bend to the output's values; an output's derivative can be far larger than its
+    values: ``x * exp(y)`` at x = 0, y = 50 is 0, and moves by 5e21 per unit of x. Its bend ``y + s sin(y / s) / 2``
+    with s = 1 then turns billions of times over every step finite differences can take, they see only the
+    bend's average slope (1, not the 1.5 at x), and a right gradient looks wrong by a third. With ``s``
+    widened to the output's movement over the coarsest step, every step resolves the bend; the bend stays
+    a bend (its slope 1 + cos(y / s) / 2 still varies across the output's values)."""
+    from gradguard.checker.kinks import shifted
+
+    seen: dict[int, list[Any]] = {}
+    recording = _Recording("numpy", np, primal, seen=seen)
+    try:
+        with np.errstate(all="ignore"):
+            plan.program(recording, plan.consts, *copy_tree(plan.inputs))
+            at_x = {k: list(ys) for k, ys in seen.items()}
+            seen.clear()
+            plan.program(recording, plan.consts, *shifted(plan.inputs, v, step))
+    except Exception:  # noqa: BLE001 - the program fails beside x: the finite differences will say so
+        return plan
+    wider: dict[int, LossWeights] = {}
+    for k, c in _losses(plan.consts):
+        if k in wider or len(at_x.get(k, ())) != len(seen.get(k, ())):
+            continue
+        widened = _widened(c, at_x[k], seen[k])
+        if widened is not None:
+            wider[k] = widened
+    if not wider:
+        return plan
+    return replace(plan, consts=_with_losses(plan.consts, wider))
+
+
+@dataclass(frozen=True)
+class _Recording(Ops):
+    """NumPy's ops that keep each output a loss bends, by the loss's weights (:func:`fit_bends`)."""
+
+    seen: dict = field(default_factory=dict)
+
+    def loss(self, y: Any, c: Any) -> Any:
+        if isinstance(c, LossWeights):
+            self.seen.setdefault(id(c), []).append(copy_tree(y))
+        return super().loss(y, c)
+
+
+def _losses(consts: Any) -> list[tuple[int, LossWeights]]:
+    if isinstance(consts, LossWeights):
+        return [(id(consts), consts)]
+    if isinstance(consts, (tuple, list)):
+        return [found for c in consts for found in _losses(c)]
+    if isinstance(consts, dict):
+        return [found for c in consts.values() for found in _losses(c)]
+    return []
+
+
+def _with_losses(consts: Any, wider: dict[int, LossWeights]) -> Any:
+    if isinstance(consts, LossWeights):
+        return wider.get(id(consts), consts)
+    if isinstance(consts, (tuple, list)):
+        return type(consts)(_with_losses(c, wider) for c in consts)
+    if isinstance(consts, dict):
+        return {key: _with_losses(c, wider) for key, c in consts.items()}
+    return consts
+
+
+def _widened(c: LossWeights, at_x: list[Any], moved: list[Any]) -> LossWeights | None:
+    """``c`` with each leaf's scale at least its output's largest movement over BEND_TURN (None: none moves so far)."""
+    scales = [s for s in (leaves(c.scales) if not is_leaf(c.scales) else [c.scales])]
+    new, changed = list(scales), False
+    for y0, y1 in zip(at_x, moved):
+        for k, (a, b) in enumerate(zip(leaves(y0) if not is_leaf(y0) else [y0], leaves(y1) if not is_leaf(y1) else [y1])):
+            if k >= len(new) or new[k] is None:
+                continue
+            with np.errstate(all="ignore"):
+                gap = np.abs(np.asarray(b, dtype=np.complex128) - np.asarray(a, dtype=np.complex128))
+            gap = gap[np.isfinite(gap)]
+            top = float(np.max(gap)) if gap.size else 0.0
+            if top > BEND_TURN * new[k]:
+                new[k], changed = top / BEND_TURN, True
+    if not changed:
+        return None
+    it = iter(new)
+    return LossWeights(c.weights, next(it) if is_leaf(c.scales) else tree_map(lambda _: next(it), c.scales))
 
 
 def loss_weights(value: Any, rng: np.random.Generator) -> LossWeights:
@@ -390,12 +483,18 @@ def _tied_slot(sig: Signature) -> int:
             continue
         if a.shape[0] == a.shape[1]:
             return p
-        try:  # a non-square W fits only where the rule accepts its transpose's shape
+        # A non-square W fits only where its spec makes its transpose's shape too (a primal that merely runs on
+        # W.T may read it as another thing: an (n, 2) array of complex numbers as real and imaginary parts) and
+        # the rule accepts it there.
+        if sig.shapes is None or a.T.shape not in sig.shapes.get(p, frozenset()):
+            continue
+        try:
             sig.rule.primal(*sig.assemble({p: np.ascontiguousarray(a.T)}))
             return p
         except Exception:  # noqa: BLE001 - the rule does not take W.T there
             continue
-    raise NotApplicable("the rule has no 2-D array argument that can also take its transpose (tied weights W, W.T)")
+    raise NotApplicable("the rule has no 2-D array argument that can also take its transpose (tied weights W, W.T): "
+                        "a square one, or one whose spec also draws the transposed shape")
 
 
 def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:

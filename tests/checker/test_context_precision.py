@@ -634,3 +634,86 @@ def test_an_unused_output_at_a_vertical_tangent_is_no_verdict_as_gg301_warns():
         "where the rule itself has no derivative float64 holds: call 1 of the rule is at a vertical tangent (its "
         "pullback's tangent for a unit cotangent is not finite and its one-sided difference quotients grow at every "
         "step) at this input under plain NumPy") for c in unused), unused
+
+
+# -- an output whose derivative dwarfs its value: the loss's bend fitted to the finite differences' steps ---------------
+# LogExpFunctions' xexpy (x * exp(y)) at x = 0, y = 50: the output is 0 and moves by 5.2e21 per unit of x. A bend of
+# scale 1 turned billions of times over every step finite differences take, they saw only its average slope (1, not the
+# 1.5 at x), and every engine's right gradient looked wrong by a third (GG501 in output-used).
+XEXPY_X = np.array([0.0, -5.1889967850776921, 9.8262167324078575, -1.1169164234902969])
+XEXPY_Y = np.array([50.0, 0.0, -0.3333333333333333, -28.758870650654604])
+
+
+def xexpy(x, y):
+    return x * np.exp(y)
+
+
+@rrule(xexpy, st.just(XEXPY_X), st.just(XEXPY_Y))
+def xexpy_rrule(x, y):  # LogExpFunctions.jl's rule: (exp(y) dΩ, Ω dΩ)
+    e = np.exp(y)
+    out = x * e
+    return out, lambda g: (e * g, out * g)
+
+
+@rrule(xexpy, st.just(XEXPY_X), st.just(XEXPY_Y))
+def xexpy_doubled_at_zero_rrule(x, y):
+    e = np.exp(y)
+    out = x * e
+    return out, lambda g: (e * g * np.where(x == 0, 2.0, 1.0), out * g)  # BUG: twice the derivative where x is 0
+
+
+def test_a_bend_is_widened_to_what_the_first_step_moves_the_output():
+    from gradguard.checker.contexts._inputs import draw_inputs
+    from gradguard.checker.contexts._matrix import _generator
+    from gradguard.checker.contexts._programs import BEND_TURN, Signature, by_name, fit_bends, weights_like
+
+    (ctx,) = by_name(["output-used"])
+    rng = _generator(0, ctx)
+    args, args2, out = draw_inputs(xexpy_rrule, 0)
+    plan = ctx.plan(Signature(xexpy_rrule, args, args2, out), rng)
+    v = weights_like(plan.inputs, rng)
+    step = fd.first_step(plan.inputs, v)
+    (before,) = plan.consts
+    assert before.scales == pytest.approx(np.max(np.abs(out)) / np.pi)  # fitted to the values: 7.04 / pi
+    (after,) = fit_bends(plan, v, xexpy, step).consts
+    moved = np.max(np.abs(xexpy(*(a + step * d for a, d in zip(plan.inputs, v))) - out))
+    assert moved > 1e18 and after.scales == pytest.approx(moved / BEND_TURN, rel=1e-12)
+    assert after.weights is before.weights
+    # A rule whose outputs move less than the bend's turn keeps its plan as it is.
+    small = ctx.plan(Signature(xexpy_rrule, (XEXPY_X, np.zeros(4)), None, XEXPY_X), _generator(0, ctx))
+    assert fit_bends(small, weights_like(small.inputs, rng), xexpy, step) is small
+
+
+def test_a_right_gradient_of_an_output_whose_derivative_dwarfs_its_value_is_right():
+    assert [f for f in _context_findings(xexpy_rrule).findings if f.severity == "error"] == []
+
+
+def test_a_wrong_gradient_there_is_still_wrong():
+    found = [(f.check_id, f.location) for f in _context_findings(xexpy_doubled_at_zero_rrule).findings
+             if f.severity == "error" and f.check_id == "GG501"]
+    assert ("GG501", "context output-used") in found, found
+
+
+# -- tied weights: W.T only in a shape the spec makes ---------------------------------------------------------------------
+# kymatio's ModulusStable takes (..., 2) arrays of complex numbers as (re, im) pairs. Declared on (3, 2), its W.T is a
+# (2, 3) array its spec never makes; the primal runs on it (reading columns 0 and 1 as the pairs) while the pullback
+# scales all three columns, and tied-weights reported a false GG502.
+def modulus(x):
+    return np.sqrt(x[..., 0] * x[..., 0] + x[..., 1] * x[..., 1])
+
+
+@rrule(modulus, arrays(shape=(3, 2), min_value=0.5, max_value=2.0))
+def modulus_rrule(x):
+    out = modulus(x)
+    return out, lambda g: (x * (g / out)[..., None],)
+
+
+def test_tied_weights_passes_w_transposed_only_in_a_shape_the_spec_makes():
+    m = safety_matrix(modulus_rrule, seed=0)
+    (skipped,) = [s for s in m["skipped"] if s["context"] == "tied-weights"]
+    assert skipped["reason"].startswith("the rule has no 2-D array argument that can also take its transpose (tied "
+                                        "weights W, W.T): a square one, or one whose spec also draws the transposed shape")
+    assert [f for f in _context_findings(modulus_rrule).findings if f.severity == "error"] == []
+    # Where the spec draws both shapes, tied-weights runs on them (and its aliasing bugs are still found:
+    # test_an_aliasing_bug_is_found_on_drawn_shapes).
+    assert "tied-weights" in safety_matrix(matmul_rrule, seed=0)["contexts"]
