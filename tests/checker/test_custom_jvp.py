@@ -124,6 +124,42 @@ def test_a_jvp_outside_the_one_sided_derivatives_at_a_kink_fails_gg207() -> None
     assert f.expected == "a value between 0.0 and 4.0"
 
 
+# neural-tangents' _sqrt (stax/elementwise.py): sqrt(max(x, tol)) with the jvp x_dot / (2 sqrt(x)) where x > 1e-30. At
+# x = 6.4e-16 sqrt is differentiable (2e7), but every step float64 can difference it at crosses the kink at 0 and the
+# vertical tangent beside it: the one-sided slopes of the steps (0.77 and 1052) bounded nothing, and GG207 called the
+# right jvp "no (sub)gradient". Its answers around x jump between the pieces (0 below the kink, 1e4 beside it, 2e7 at
+# x's own distance), as GG201 excuses a pullback; the wrong sign lies outside them with the finite difference.
+NEAR_SQRT_KINK = np.array([1.175494e-38, 0.5, 78.26, 6.356712e-16])
+
+
+def nt_sqrt_with(sign, name):
+    @partial(jax.custom_jvp, nondiff_argnums=(1,))
+    def _sqrt(x, tol=0.0):
+        return jnp.sqrt(jnp.maximum(x, tol))
+
+    @_sqrt.defjvp
+    def _sqrt_jvp(tol, primals, tangents):
+        (x,), (x_dot,) = primals, tangents
+        safe_tol = max(tol, 1e-30)
+        return _sqrt(x, tol), jnp.where(x > safe_tol, sign * x_dot / (2 * _sqrt(x, safe_tol)), 0.0)
+
+    from hypothesis import strategies as st
+
+    return jax_rule(_sqrt, st.just(NEAR_SQRT_KINK), name=name)
+
+
+def test_a_right_jvp_a_hair_from_a_kink_passes_gg207() -> None:
+    for seed in range(3):
+        assert findings(nt_sqrt_with(1.0, "nt_sqrt"), "GG207", "GG201") == [], seed
+
+
+def test_a_jvp_of_the_wrong_sign_a_hair_from_a_kink_fails_gg207() -> None:
+    found = findings(nt_sqrt_with(-1.0, "nt_sqrt_negated"), "GG207")
+    assert [f.check_id for f in found] == ["GG207"]
+    assert re.fullmatch(r"the jvp of nt_sqrt_negated disagrees with finite differences: along a random direction u, "
+                        rf"<w, jvp\(x; u\)> = {NUM}, .*", found[0].message), found[0].message
+
+
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
     assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
 
