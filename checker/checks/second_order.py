@@ -154,12 +154,18 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
     return fd_directional(f, args, along, w, confirm=True, first=first)
 
 
+JUMP_GROWTH = 5.0  # kinked: central slopes growing this much per tenfold finer step are a jump's (10 exactly)
+
+
 def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
     """Whether ``t -> <w, f(args + t along)>`` has a kink or a jump at 0: its one-sided slopes differ, and the
     difference does not shrink with the step (it would, like the step, for a smooth function), from one step to
     the next ten times finer, at the first two steps or at the next two (a second kink a few steps away adds to
-    the first step's difference only: timm's hard mish at x = 1.6e-300, its kink, beside x = 1e-5). The pullback
-    has no derivative there to compare; finite differences only average the two sides."""
+    the first step's difference only: timm's hard mish at x = 1.6e-300, its kink, beside x = 1e-5); or its
+    central slopes grow tenfold at each of those steps, a jump whose value at 0 is the middle of its sides (the
+    gradient x/|x| of a norm, 0 at 0: both one-sided slopes are the jump over the step, equal, and as large as
+    the step is small). The pullback has no derivative there to compare; finite differences only average the
+    two sides."""
 
     def g(t: float) -> float:
         moved = tuple(a if v is None else a + t * np.asarray(v) for a, v in zip(args, along))
@@ -174,12 +180,17 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             g0 = g(0.0)
-            gap = [abs((g(s) - g0) / s - (g0 - g(-s)) / s) for s in (h, h / 10, h / 100)]
+            steps = (h, h / 10, h / 100)
+            sides = [(g(s), g(-s)) for s in steps]
     except Exception:  # noqa: BLE001 - the pullback refuses a nearby point: no evidence of smoothness either
         return True
-    if not all(math.isfinite(x) for x in gap):
+    gap = [abs((ahead - g0) / s - (g0 - behind) / s) for s, (ahead, behind) in zip(steps, sides)]
+    central = [abs(ahead - behind) / (2 * s) for s, (ahead, behind) in zip(steps, sides)]
+    if not all(math.isfinite(x) for x in gap + central):
         return True
-    slope = abs(g(h) - g(-h)) / (2 * h)
+    if central[0] > 0 and all(central[k + 1] > JUMP_GROWTH * central[k] for k in (0, 1)):
+        return True
+    slope = central[0]
     return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k] for k in (0, 1))
 
 

@@ -8,6 +8,7 @@ counter on saved tensors, GG704 ``ctx.mark_dirty``) are in torch_inplace.py.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import numpy as np
@@ -18,7 +19,7 @@ from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, describe, inner
+from gradguard.checker.trees import copy_tree, describe, inner, tree_map
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
 
@@ -347,7 +348,21 @@ def double_backward(case: Case) -> Iterable[Problem]:
         )
         return
     leaves = [call.leaves[i] for i in case.diff_positions]
-    second = torch.autograd.grad(total, leaves, allow_unused=True)
+    try:
+        second = torch.autograd.grad(total, leaves, allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 - the rule's double backward raised (an assert that refuses it)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        # Loud, not silent: a program that differentiates this gradient stops with the rule's own exception.
+        yield Problem(
+            message=(f"double backward through {name} raises {type(exc).__name__}{': ' + text if text else ''} "
+                     "(torch.autograd.grad of the gradient, which backward returned with a graph): a program that "
+                     "differentiates this gradient (a gradient penalty, a Hessian-vector product) stops there, so its "
+                     "second order is not checked."),
+            actual=f"{type(exc).__name__}{': ' + text if text else ''}",
+            fix=_DOUBLE_FIX,
+            severity="warning",
+        )
+        return
     rhs = 0.0
     for i, d in zip(case.diff_positions, second):
         if d is not None:
@@ -360,6 +375,23 @@ def double_backward(case: Case) -> Iterable[Problem]:
     lhs = fd_directional(pulled, case.fresh(), u, w, confirm=True)  # one table can be fooled (a pole nearby)
     if lhs is None or tolerances.close(float(lhs.value), rhs, case.tol, fd_error=lhs.error, scale=scale):
         return
+    if not math.isfinite(rhs) and _gradient_jumps(case, call, u, w):
+        # A norm's gradient x/|x| at x = 0: the entries the cotangent weighs by 0 leave the program smooth, but
+        # PyTorch multiplies their infinite second derivative by that 0. The rule has no second derivative there
+        # to be right or wrong about (GG206 and GG301 judge a first-order NaN at such a point the same way).
+        yield Problem(
+            message=(f"double backward through {name} gives {show(rhs)} at an input where its gradient has no "
+                     "derivative (with every output weighted, <w, grad at (x + t u)> jumps or kinks at t = 0): along a "
+                     f"random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite "
+                     "differences of the gradient for this cotangent, which weighs the entries without a derivative "
+                     "by 0, but PyTorch's derivative of the backward multiplies their non-finite second derivative "
+                     "by that 0."),
+            expected=show(float(lhs.value)),
+            actual=show(rhs),
+            fix=_DOUBLE_FIX,
+            severity="warning",
+        )
+        return
     yield Problem(
         message=(f"double backward through {name} is wrong: along a random direction u, d/dt <w, grad at "
                  f"(x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the gradient, but PyTorch's "
@@ -368,6 +400,21 @@ def double_backward(case: Case) -> Iterable[Problem]:
         actual=show(rhs),
         fix=_DOUBLE_FIX,
     )
+
+
+def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
+    """Whether the rule's gradient for a cotangent of ones (every output element weighted) kinks or jumps at x
+    along ``u`` (:func:`kinked`): where it does, the rule has no second derivative at x."""
+    ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), call.outputs_numpy())
+    rule = case.rule
+
+    def pulled(*a: Any) -> Any:
+        return rule.rrule(*a)[1](copy_tree(ones))
+
+    try:
+        return kinked(pulled, case.fresh(), u, w)
+    except Exception:  # noqa: BLE001 - the gradient cannot be taken beside x: nothing established
+        return False
 
 
 def _once_differentiable(function: Any) -> bool:

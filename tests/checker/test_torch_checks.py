@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from gradguard.checker import arrays, check, constant, torch_rule
@@ -318,6 +319,97 @@ def test_gg705_a_declared_once_differentiable_backward_is_named() -> None:
 def test_gg705_differentiable_backward_passes() -> None:
     report, found = findings(torch_rule(SinRight, arrays(shape=(3,))), "GG705")
     assert found == [] and skips(report, "GG705") == []
+
+
+# kymatio's ModulusStable: |(re, im)| per row, gradient x/|x| with 0 at x = 0. At a zero row the gradient jumps (the
+# midpoint of its sides at 0, so both one-sided slopes were the same 1/h and the jump went unseen), and where the
+# cotangent weighs that row by 0 PyTorch's double backward multiplies its infinite second derivative by 0 (NaN).
+class Modulus(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        output = (x[..., 0] * x[..., 0] + x[..., 1] * x[..., 1]).sqrt()
+        ctx.save_for_backward(x, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, output = ctx.saved_tensors
+        grad_input = x.mul(grad_output.unsqueeze(-1)).div(output.unsqueeze(-1))
+        grad_input.masked_fill_(output.unsqueeze(-1) == 0, 0)
+        return grad_input
+
+
+class SquareViaAbs(torch.autograd.Function):
+    """x**2 with the gradient 2 |x| sign(x): right, smooth (2x), but its double backward is NaN at 0 (d|x| = x/|x|)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 2 * torch.sqrt(x * x) * torch.sign(x)
+
+
+class _RefusesSecondOrder(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, grad, x):
+        ctx.save_for_backward(x)
+        return grad * x.cos()
+
+    @staticmethod
+    def backward(ctx, gg):
+        raise AssertionError("higher-order gradients are not supported")  # stylegan3's grid sample asserts so
+
+
+class SinRefusingSecondOrder(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return _RefusesSecondOrder.apply(grad, x)
+
+
+def test_gg705_at_a_cone_point_the_gradient_jumps_and_a_nan_there_is_a_warning() -> None:
+    from gradguard.checker.checks.second_order import kinked
+
+    def pulled(x):
+        x = torch.tensor(x, requires_grad=True)
+        return torch.autograd.grad(Modulus.apply(x), x, torch.ones(3))[0].numpy()
+
+    zero, ones = np.zeros((3, 2)), np.ones((3, 2))
+    assert kinked(pulled, (zero,), (ones,), (ones,))  # the jump: one-sided slopes equal, growing as 1/h
+    assert not kinked(pulled, (ones,), (ones,), (ones,))
+    report, found = findings(torch_rule(Modulus, arrays(shape=(3, 2))), "GG705")  # seed 0: an error before
+    assert found and all(f.severity == "warning" for f in found), [f.message for f in found]
+    assert all(re.fullmatch(
+        rf"double backward through Modulus gives nan at an input where its gradient has no derivative \(with every "
+        rf"output weighted, <w, grad at \(x \+ t u\)> jumps or kinks at t = 0\): along a random direction u, d/dt <w, "
+        rf"grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient for this cotangent, which "
+        rf"weighs the entries without a derivative by 0, but PyTorch's derivative of the backward multiplies their "
+        rf"non-finite second derivative by that 0\.", f.message) for f in found), [f.message for f in found]
+
+
+def test_gg705_a_nan_where_the_gradient_is_smooth_is_still_an_error() -> None:
+    _, (f,) = findings(torch_rule(SquareViaAbs, arrays(shape=(3,), min_value=0.0, max_value=0.0)), "GG705")
+    assert f.severity == "error" and f.actual == "nan", (f.severity, f.message)
+    assert f.message.startswith("double backward through SquareViaAbs is wrong: ")
+
+
+def test_gg705_a_double_backward_that_raises_is_a_warning_not_a_crash() -> None:
+    report, (f,) = findings(torch_rule(SinRefusingSecondOrder, arrays(shape=(3,))), "GG705")
+    assert f.severity == "warning" and report.rules[0].verdict == "pass"
+    assert f.message == (
+        "double backward through SinRefusingSecondOrder raises AssertionError: higher-order gradients are not "
+        "supported (torch.autograd.grad of the gradient, which backward returned with a graph): a program that "
+        "differentiates this gradient (a gradient penalty, a Hessian-vector product) stops there, so its second "
+        "order is not checked.")
 
 
 # -- the example module ----------------------------------------------------------------------------
