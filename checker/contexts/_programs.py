@@ -520,8 +520,8 @@ def _output_on_transpose(sig: Signature, k: int) -> Any:
 
 
 CONTEXTS: tuple[Context, ...] = (
-    Context("output-used", "the output goes through y + s sin(y/s)/2 (s = 1 unless the output exceeds pi) into a "
-            "random linear functional", _output_used),
+    Context("output-used", "the output goes through y + s sin(y/s)/2 (s = 1 unless the output exceeds pi or a "
+            "finite-difference step moves it further) into a random linear functional", _output_used),
     Context("output-unused", "the inputs are read before the call; the rule's output is never used", _output_unused),
     Context("captured-before", "dot(x, x) captures the input before the call; the output is used", _captured_before),
     Context(
