@@ -346,3 +346,21 @@ def test_every_tied_median_given_the_whole_cotangent_is_still_wrong():
     for cell in row.cells.values():
         assert cell.status == "wrong", (cell.engine, cell.message)
         assert cell.message.startswith("<gradient, v> = ") and "finite differences of the program give" in cell.message
+
+
+def test_the_pieces_of_a_smooth_function_are_its_derivative_and_of_a_tie_every_tied_entry():
+    """A smooth element's derivative drifts with the distance from x (thinc's gelu, by 6e-7 at the samples'
+    distance, passed for a kink and excused a real 3e-7 error in its pullback); extrapolated to distance 0 it is
+    the derivative at x. The median of a three-way tie gets every tied entry's rate."""
+    from gradguard.checker.kinks import piece_sides
+
+    rng = np.random.default_rng(1)
+    x, v = rng.uniform(-2, 2, 6), rng.uniform(-1, 1, 6)
+    (side,) = piece_sides(lambda z: np.tanh(3 * z) * z, (x,), (v,), TOL)
+    exact = (3 * x / np.cosh(3 * x) ** 2 + np.tanh(3 * x)) * v
+    lo, hi = side
+    close = TOL.atol + TOL.rtol * np.abs(exact)  # what a kink must exceed (_call_kinks._close)
+    assert np.all(np.abs(lo - exact) <= close) and np.all(np.abs(hi - exact) <= close), (lo - exact, hi - exact)
+    tie, w = np.array([1.0, 1.0, 1.0, 0.0, 2.0]), np.array([0.3, -0.7, 0.9, 0.5, -0.2])
+    ((lo, hi),) = piece_sides(median5, (tie,), (w,), TOL)
+    assert abs(lo - -0.7) <= 1e-7 and abs(hi - 0.9) <= 1e-7, (lo, hi)  # the rounding of the differences
