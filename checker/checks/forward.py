@@ -22,7 +22,7 @@ from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import between_sides, element_sides, jumps_around, unresolved
+from gradguard.checker.kinks import between_sides, element_sides, unresolved, vertical_tangent
 from gradguard.checker.trees import inner, leaves
 from gradguard.engines import fd
 
@@ -82,10 +82,9 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     ``<w, jvp(x; u)>`` with finite differences ``d/dt <w, f(x + t u)>`` of the primal (the function under
     the ``custom_jvp``). Where they disagree at a kink of the primal (``jax.nn.relu`` at 0), a jvp whose
     every output element lies between that element's one-sided derivatives along ``u`` is a valid
-    (sub)gradient and no finding; so is one where kinks pass nearer to ``x`` than any usable step and the jvp's
-    answers around ``x`` jump between pieces that hold both its value and the finite difference
-    (:func:`_near_kinks`, as GG201 excuses a pullback). Reverse mode is judged by GG201 on JAX's transpose of
-    the same rule."""
+    (sub)gradient and no finding; so is any jvp where an output element's one-sided quotients grow at every
+    step (:func:`_steep_near`: a vertical tangent at ``x`` or nearer than any step, where finite differences
+    establish no derivative). Reverse mode is judged by GG201 on JAX's transpose of the same rule."""
     u = case.direction("direction")
     y, ty = _jvp(case, u)
     if not is_finite_tree(ty):
@@ -103,7 +102,7 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty)))
     if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
         return
-    if _at_kink(case, u, w, ty) or _near_kinks(case, u, w, got, d, scale):
+    if _at_kink(case, u, w, ty) or _steep_near(case, u):
         return
     sides = one_sided(case, w, u)
     if (sides is not None and not tolerances.close(sides[0], sides[1], case.tol, scale=scale)
@@ -169,26 +168,15 @@ def _at_kink(case: Case, u: tuple[Any, ...], w: Any, ty: Any) -> bool:
     return True
 
 
-def _near_kinks(case: Case, u: tuple[Any, ...], w: Any, got: float, d: fd.Derivative, scale: float) -> bool:
-    """Whether kinks of the primal pass closer to ``x`` than any usable finite-difference step, and the jvp's
-    value is one a (Clarke) subgradient could give there (:func:`kinks.jumps_around`, as GG201 excuses a
-    pullback): its values ``<w, jvp(x'; u)>`` at points around ``x`` jump between pieces and keep jumping as the
-    points close in, both its value at ``x`` and the finite difference lie among them, and the primal's own
-    one-sided derivatives show a kink near ``x``. ``sqrt(max(x, 0))`` at x = 6.4e-16 is differentiable (its
-    derivative 2e7), yet every step float64 can difference it at crosses the kink at 0 and the vertical tangent
-    beside it, so the steps' one-sided slopes (0.77 and 1052) are no bound on it."""
-    jax_fn, nondiff = case.rule.jax_fn, tuple(case.rule.nondiff)
-
-    def answer(args: tuple[Any, ...] | None) -> float:
-        from gradguard.engines.jax_engine import jvp_of
-
-        at = case.fresh() if args is None else tuple(args)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return float(np.real(inner(w, jvp_of(jax_fn, at, u, nondiff=nondiff)[1])))
-
-    return jumps_around(answer, case.args, u, g=_contracted(case, w), step=float(d.step), value=got,
-                        fd_value=float(d.value), fd_error=d.error, scale=scale, tol=case.tol)
+def _steep_near(case: Case, u: tuple[Any, ...]) -> bool:
+    """Whether some output element of the primal has one-sided quotients along ``u`` that grow without settling
+    at every step from ``eps**(1/3)`` down to 1e-9 of it (:func:`kinks.vertical_tangent`): a vertical tangent
+    at ``x`` or nearer to it than any of those steps. ``sqrt(max(x, 0))`` at x = 6.4e-16 is differentiable (its
+    derivative 2e7), yet every step crosses the kink at 0 and the vertical tangent there, so the steps'
+    one-sided slopes (0.77 and 1052) bound nothing and no finite difference establishes the derivative. Kinks
+    a hair away that leave the slopes bounded (isotonic regression's blocks 1e-38 apart) are no excuse: every
+    valid subgradient there still lies between the slopes the steps see."""
+    return vertical_tangent(_primal(case), case.fresh(), u)
 
 
 @check(
