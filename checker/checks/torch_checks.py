@@ -381,7 +381,8 @@ def double_backward(case: Case) -> Iterable[Problem]:
         # to be right or wrong about (GG206 and GG301 judge a first-order NaN at such a point the same way).
         yield Problem(
             message=(f"double backward through {name} gives {show(rhs)} at an input where its gradient has no "
-                     "derivative (with every output weighted, <w, grad at (x + t u)> jumps or kinks at t = 0): along a "
+                     "derivative (with every output and every entry weighted by 1, the gradient at x + t u jumps or "
+                     "kinks at t = 0): along a "
                      f"random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite "
                      "differences of the gradient for this cotangent, which weighs the entries without a derivative "
                      "by 0, but PyTorch's derivative of the backward multiplies their non-finite second derivative "
@@ -404,15 +405,18 @@ def double_backward(case: Case) -> Iterable[Problem]:
 
 def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
     """Whether the rule's gradient for a cotangent of ones (every output element weighted) kinks or jumps at x
-    along ``u`` (:func:`kinked`): where it does, the rule has no second derivative at x."""
+    along ``u`` (:func:`kinked`), read with a covector of ones too: where it does, the rule has no second
+    derivative at x. Not with the check's covector ``w``: PyTorch's NaN comes from every such entry whatever
+    ``w`` is, and a ``w`` that weighs the jumping entry by 0 hid the jump (kymatio's modulus at seed 2)."""
     ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), call.outputs_numpy())
+    every = tree_map(lambda c: None if c is None else np.ones_like(np.asarray(c)), w)
     rule = case.rule
 
     def pulled(*a: Any) -> Any:
         return rule.rrule(*a)[1](copy_tree(ones))
 
     try:
-        return kinked(pulled, case.fresh(), u, w)
+        return kinked(pulled, case.fresh(), u, every)
     except Exception:  # noqa: BLE001 - the gradient cannot be taken beside x: nothing established
         return False
 

@@ -390,10 +390,19 @@ def test_gg705_at_a_cone_point_the_gradient_jumps_and_a_nan_there_is_a_warning()
     assert found and all(f.severity == "warning" for f in found), [f.message for f in found]
     assert all(re.fullmatch(
         rf"double backward through Modulus gives nan at an input where its gradient has no derivative \(with every "
-        rf"output weighted, <w, grad at \(x \+ t u\)> jumps or kinks at t = 0\): along a random direction u, d/dt <w, "
-        rf"grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient for this cotangent, which "
-        rf"weighs the entries without a derivative by 0, but PyTorch's derivative of the backward multiplies their "
-        rf"non-finite second derivative by that 0\.", f.message) for f in found), [f.message for f in found]
+        rf"output and every entry weighted by 1, the gradient at x \+ t u jumps or kinks at t = 0\): along a random "
+        rf"direction u, d/dt <w, grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient for this "
+        rf"cotangent, which weighs the entries without a derivative by 0, but PyTorch's derivative of the backward "
+        rf"multiplies their non-finite second derivative by that 0\.", f.message) for f in found), [f.message for f in found]
+
+
+def test_gg705_the_jump_is_seen_whatever_the_covector_weighs() -> None:
+    """Seed 2 draws a row (1.1e-177, -4.9e-324) whose |x|**2 underflows (a cone point in floats) and a covector that
+    weighs its jumping entry by 0: the jump test read with that covector saw nothing, and the NaN was an error."""
+    report = check(torch_rule(Modulus, arrays(shape=(3, 2))), seed=2)
+    assert report.rules[0].error is None, report.rules[0].error
+    found = [f for f in report.findings if f.check_id == "GG705"]
+    assert found and all(f.severity == "warning" for f in found), [(f.severity, f.message) for f in found]
 
 
 def test_gg705_a_nan_where_the_gradient_is_smooth_is_still_an_error() -> None:
