@@ -614,6 +614,15 @@ def _no_settled_step(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     return _rounding_swamps(eps, magnitude, eps ** (1 / 3) / 1000.0, tol, scale)
 
 
+def _float_leaves(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> list[np.ndarray | None]:
+    """The leaves of ``f(args + t directions)``: real float ones as float64 arrays, None for the others."""
+    out = []
+    for leaf in leaves(f(*shifted(args, directions, t))):
+        arr = np.asarray(leaf) if leaf is not None else None
+        out.append(arr.astype(np.float64) if arr is not None and arr.dtype.kind == "f" else None)
+    return out
+
+
 def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[Any, ...],
                   tol: tolerances.Tolerance) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
     """:func:`derivative_range` for every element of a function's output at once: for each leaf of
@@ -625,11 +634,7 @@ def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tupl
     h = eps ** (1 / 3)
 
     def at(t: float) -> list[np.ndarray | None]:
-        out = []
-        for leaf in leaves(f(*shifted(args, directions, t))):
-            arr = np.asarray(leaf) if leaf is not None else None
-            out.append(arr.astype(np.float64) if arr is not None and arr.dtype.kind == "f" else None)
-        return out
+        return _float_leaves(f, args, directions, t)
 
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -704,11 +709,7 @@ def piece_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[
     rng = np.random.default_rng(0)
 
     def at(point: list[Any], t: float) -> list[np.ndarray | None]:
-        out = []
-        for leaf in leaves(f(*shifted(tuple(point), directions, t))):
-            arr = np.asarray(leaf) if leaf is not None else None
-            out.append(arr.astype(np.float64) if arr is not None and arr.dtype.kind == "f" else None)
-        return out
+        return _float_leaves(f, tuple(point), directions, t)
 
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
