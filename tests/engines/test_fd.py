@@ -33,8 +33,16 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "confirmed", "derivative", "complex_step",
+    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "confirmed", "first_step", "derivative", "complex_step",
                                          "directional", "inner"])
+
+
+def test_first_step_is_the_first_tables_step():
+    x, v = np.array([0.3, -1.2]), np.array([1.0, 0.5])
+    d = fd.directional(lambda a: np.sum(np.sin(a)), (x,), (v,), complex_step=False)
+    assert fd.first_step((x,), (v,)) == pytest.approx(np.finfo(np.float64).eps ** (1 / 9))
+    assert d.step <= fd.first_step((x,), (v,))  # the table starts there and only shrinks
+    assert fd.first_step((x.astype(np.float32),), (v,)) == pytest.approx(np.finfo(np.float32).eps ** (1 / 9))
 
 
 def test_budget_is_shallower_only_for_large_inputs_and_stays_accurate():
