@@ -178,6 +178,8 @@ def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: 
     a bend (its slope 1 + cos(y / s) / 2 still varies across the output's values)."""
     from gradguard.checker.kinks import shifted
 
+    if not _losses(plan.consts):
+        return plan  # a program without a bent loss (output-unused): nothing to fit
     seen: dict[int, list[Any]] = {}
     recording = _Recording("numpy", np, primal, seen=seen)
     try:
