@@ -15,6 +15,7 @@ import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, RuleRaised, is_finite_tree
+from gradguard.checker.checks._jax import first_line
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
@@ -351,14 +352,13 @@ def double_backward(case: Case) -> Iterable[Problem]:
     try:
         second = torch.autograd.grad(total, leaves, allow_unused=True)
     except Exception as exc:  # noqa: BLE001 - the rule's double backward raised (an assert that refuses it)
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raised = first_line(exc)
         # Loud, not silent: a program that differentiates this gradient stops with the rule's own exception.
         yield Problem(
-            message=(f"double backward through {name} raises {type(exc).__name__}{': ' + text if text else ''} "
-                     "(torch.autograd.grad of the gradient, which backward returned with a graph): a program that "
-                     "differentiates this gradient (a gradient penalty, a Hessian-vector product) stops there, so its "
-                     "second order is not checked."),
-            actual=f"{type(exc).__name__}{': ' + text if text else ''}",
+            message=(f"double backward through {name} raises {raised} (torch.autograd.grad of the gradient, which "
+                     "backward returned with a graph): a program that differentiates this gradient (a gradient "
+                     "penalty, a Hessian-vector product) stops there, so its second order is not checked."),
+            actual=raised,
             fix=_DOUBLE_FIX,
             severity="warning",
         )
