@@ -142,8 +142,8 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         plan, rng = planned[ctx.name]
         at_safe_point()  # an expired time limit stops between two contexts
         v = weights_like(plan.inputs, rng)
-        plan = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
-        outcome.rows.append(_run_row(ctx, plan, v, view, columns, outcome.tol))
+        fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
+        outcome.rows.append(_run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value))
     return outcome
 
 
@@ -191,7 +191,9 @@ def _lowest_dtype(values: Any) -> np.dtype:
 
 
 def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[Engine, ...],
-             tol: tolerances.Tolerance) -> Row:
+             tol: tolerances.Tolerance, value: Any = None) -> Row:
+    """One context's row. ``value``: the program's value at the plan's inputs under plain NumPy where the caller
+    has it already (`fit_bends` ran it there on these constants); None: run it here."""
     from gradguard.engines.fd import budget, confirmed
 
     row = Row(ctx, tol=tol, mutates=bool(view.rule.mutates))
@@ -201,7 +203,7 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
         return plan.program(users, plan.consts, *xs)
 
     try:
-        row.value = _scalar(program(*copy_tree(plan.inputs)))
+        row.value = _scalar(program(*copy_tree(plan.inputs)) if value is None else value)
         if not np.isfinite(row.value):
             # 1/x at 5e-324, lgamma at a pole: the program has no value, let alone a derivative, to hold engines to
             row.truth_error = f"the program's value is {row.value!r} at this input under plain NumPy"

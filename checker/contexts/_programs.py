@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -165,10 +165,20 @@ def loss_scale(leaf: Any) -> float:
 BEND_TURN = np.pi / 4  # the most a loss's sin may turn between x and the finite differences' first step
 
 
-def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: float) -> Plan:
+class Fitted(NamedTuple):
+    """What :func:`fit_bends` gives: the plan to run, and the program's value at its inputs under plain NumPy
+    where the plan is the one it was given (None where the bends were widened, which changes that value, or
+    where the program raised): the ground truth's first evaluation, not run twice."""
+
+    plan: Plan
+    value: Any = None
+
+
+def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: float) -> Fitted:
     """The plan with the scale of each loss's bend widened where moving the inputs by ``step`` along ``v`` (the
     finite differences' coarsest step) moves an output element further than BEND_TURN of it, or the plan
-    itself where none does (or the program cannot be run so).
+    itself where none does (or the program cannot be run so), with the program's value at x where it is
+    the plan itself (:class:`Fitted`).
 
     `loss_scale` fits the bend to the output's values; an output's derivative can be far larger than its
     values: ``x * exp(y)`` at x = 0, y = 50 is 0, and moves by 5e21 per unit of x. Its bend ``y + s sin(y / s) / 2``
@@ -179,17 +189,20 @@ def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: 
     from gradguard.checker.kinks import shifted
 
     if not _losses(plan.consts):
-        return plan  # a program without a bent loss (output-unused): nothing to fit
+        return Fitted(plan)  # a program without a bent loss (output-unused): nothing to fit
     seen: dict[int, list[Any]] = {}
     recording = _Recording("numpy", np, primal, seen=seen)
     try:
+        value = plan.program(recording, plan.consts, *copy_tree(plan.inputs))
+    except Exception:  # noqa: BLE001 - the program fails at x: the ground truth's own run will say so
+        return Fitted(plan)
+    at_x = {k: list(ys) for k, ys in seen.items()}
+    seen.clear()
+    try:
         with np.errstate(all="ignore"):
-            plan.program(recording, plan.consts, *copy_tree(plan.inputs))
-            at_x = {k: list(ys) for k, ys in seen.items()}
-            seen.clear()
             plan.program(recording, plan.consts, *shifted(plan.inputs, v, step))
     except Exception:  # noqa: BLE001 - the program fails beside x: the finite differences will say so
-        return plan
+        return Fitted(plan, value)
     wider: dict[int, LossWeights] = {}
     for k, c in _losses(plan.consts):
         if k in wider or len(at_x.get(k, ())) != len(seen.get(k, ())):
@@ -198,8 +211,8 @@ def fit_bends(plan: Plan, v: tuple[Any, ...], primal: Callable[..., Any], step: 
         if widened is not None:
             wider[k] = widened
     if not wider:
-        return plan
-    return replace(plan, consts=_with_losses(plan.consts, wider))
+        return Fitted(plan, value)
+    return Fitted(replace(plan, consts=_with_losses(plan.consts, wider)))
 
 
 @dataclass(frozen=True)
@@ -236,10 +249,9 @@ def _with_losses(consts: Any, wider: dict[int, LossWeights]) -> Any:
 
 def _widened(c: LossWeights, at_x: list[Any], moved: list[Any]) -> LossWeights | None:
     """``c`` with each leaf's scale at least its output's largest movement over BEND_TURN (None: none moves so far)."""
-    scales = [s for s in (leaves(c.scales) if not is_leaf(c.scales) else [c.scales])]
-    new, changed = list(scales), False
+    new, changed = leaves(c.scales), False  # leaves(): a list, [tree] for a leaf
     for y0, y1 in zip(at_x, moved):
-        for k, (a, b) in enumerate(zip(leaves(y0) if not is_leaf(y0) else [y0], leaves(y1) if not is_leaf(y1) else [y1])):
+        for k, (a, b) in enumerate(zip(leaves(y0), leaves(y1))):
             if k >= len(new) or new[k] is None:
                 continue
             with np.errstate(all="ignore"):
@@ -251,7 +263,7 @@ def _widened(c: LossWeights, at_x: list[Any], moved: list[Any]) -> LossWeights |
     if not changed:
         return None
     it = iter(new)
-    return LossWeights(c.weights, next(it) if is_leaf(c.scales) else tree_map(lambda _: next(it), c.scales))
+    return LossWeights(c.weights, tree_map(lambda _: next(it), c.scales))
 
 
 def loss_weights(value: Any, rng: np.random.Generator) -> LossWeights:

@@ -665,6 +665,7 @@ def xexpy_doubled_at_zero_rrule(x, y):
 def test_a_bend_is_widened_to_what_the_first_step_moves_the_output():
     from gradguard.checker.contexts._inputs import draw_inputs
     from gradguard.checker.contexts._matrix import _generator
+    from gradguard.checker.contexts._ops import numpy_ops
     from gradguard.checker.contexts._programs import BEND_TURN, Signature, by_name, fit_bends, weights_like
 
     (ctx,) = by_name(["output-used"])
@@ -675,13 +676,16 @@ def test_a_bend_is_widened_to_what_the_first_step_moves_the_output():
     step = fd.first_step(plan.inputs, v)
     (before,) = plan.consts
     assert before.scales == pytest.approx(np.max(np.abs(out)) / np.pi)  # fitted to the values: 7.04 / pi
-    (after,) = fit_bends(plan, v, xexpy, step).consts
+    fitted = fit_bends(plan, v, xexpy, step)
+    (after,) = fitted.plan.consts
+    assert fitted.value is None  # the widened bend changes the program's value at x: the ground truth runs it again
     moved = np.max(np.abs(xexpy(*(a + step * d for a, d in zip(plan.inputs, v))) - out))
     assert moved > 1e18 and after.scales == pytest.approx(moved / BEND_TURN, rel=1e-12)
     assert after.weights is before.weights
     # A rule whose outputs move less than the bend's turn keeps its plan as it is.
     small = ctx.plan(Signature(xexpy_rrule, (XEXPY_X, np.zeros(4)), None, XEXPY_X), _generator(0, ctx))
-    assert fit_bends(small, weights_like(small.inputs, rng), xexpy, step) is small
+    kept = fit_bends(small, weights_like(small.inputs, rng), xexpy, step)
+    assert kept.plan is small and kept.value == small.program(numpy_ops(xexpy), small.consts, *small.inputs)
 
 
 def test_a_right_gradient_of_an_output_whose_derivative_dwarfs_its_value_is_right():
