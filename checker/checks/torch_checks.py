@@ -384,9 +384,9 @@ def double_backward(case: Case) -> Iterable[Problem]:
                      "derivative (with every output and every entry weighted by 1, the gradient at x + t u jumps or "
                      "kinks at t = 0): along a "
                      f"random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite "
-                     "differences of the gradient for this cotangent, which weighs the entries without a derivative "
-                     "by 0, but PyTorch's derivative of the backward multiplies their non-finite second derivative "
-                     "by that 0."),
+                     "differences of the gradient for this cotangent and covector, along which it shows no jump, but "
+                     "PyTorch's derivative of the backward, taken through the entries without a derivative, is not "
+                     "finite."),
             expected=show(float(lhs.value)),
             actual=show(rhs),
             fix=_DOUBLE_FIX,

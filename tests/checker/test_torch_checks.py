@@ -392,8 +392,8 @@ def test_gg705_at_a_cone_point_the_gradient_jumps_and_a_nan_there_is_a_warning()
         rf"double backward through Modulus gives nan at an input where its gradient has no derivative \(with every "
         rf"output and every entry weighted by 1, the gradient at x \+ t u jumps or kinks at t = 0\): along a random "
         rf"direction u, d/dt <w, grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient for this "
-        rf"cotangent, which weighs the entries without a derivative by 0, but PyTorch's derivative of the backward "
-        rf"multiplies their non-finite second derivative by that 0\.", f.message) for f in found), [f.message for f in found]
+        rf"cotangent and covector, along which it shows no jump, but PyTorch's derivative of the backward, taken "
+        rf"through the entries without a derivative, is not finite\.", f.message) for f in found), [f.message for f in found]
 
 
 def test_gg705_the_jump_is_seen_whatever_the_covector_weighs() -> None:
