@@ -13,16 +13,22 @@ from typing import Any
 
 from gradguard.checker.case import Case, ReplayDraws, RuleRaised
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip
+from gradguard.checker.foreign import FOREIGN_ARRAYS
 from gradguard.checker.inputs import literal
 from gradguard.checker.specs import RuleSpec
 
 __all__ = ["script", "replay", "context_script", "replay_context"]
 
 
-def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any]) -> list[Problem]:
-    """Run check ``check_id`` on ``args`` with the recorded ``draws``; raise AssertionError if it fails."""
+def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any],
+           libraries: dict[int, str] | None = None) -> list[Problem]:
+    """Run check ``check_id`` on ``args`` with the recorded ``draws``; raise AssertionError if it fails.
+    ``libraries``: the argument positions the rule's spec draws as another library's arrays ({0: "jax"}),
+    whose NumPy literals the rule gets back in that library, as in the run that found the failure."""
     from gradguard.checker import checks as _register  # noqa: F401
 
+    if libraries and FOREIGN_ARRAYS in rule.extra:
+        rule.extra[FOREIGN_ARRAYS].libraries.update(libraries)
     info = CHECKS[check_id]
     case = Case(rule, tuple(args), ReplayDraws(draws))
     try:
@@ -45,6 +51,8 @@ def script(rule: RuleSpec, check_id: str, case: Case, problem: Problem, *, root:
     draws = ",\n    ".join(literal(v) for _, v in case.record)
     labels = ", ".join(label for label, _ in case.record) or "none"
     message = problem.message.replace("\n", "\n# ")
+    plain = rule.extra.get(FOREIGN_ARRAYS)
+    libraries = f", libraries={dict(plain.libraries)!r}" if plain is not None and plain.libraries else ""
     return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}.
 
 Run it with `python <this file>` from any directory inside the project.
@@ -63,7 +71,7 @@ draws = [
 ]
 # Expected failure:
 # {message}
-replay(rule, {check_id!r}, args, draws)
+replay(rule, {check_id!r}, args, draws{libraries})
 print("{check_id} passes on this input: the rule is fixed.")
 '''
 

@@ -32,6 +32,7 @@ from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.trees import children, rebuild
+from gradguard.checker.foreign import FOREIGN_ARRAYS, plain_args, foreign_primal, foreign_rule
 from gradguard.checker.structure import STRUCTURES, make_structured, structured_primal, structured_rule
 
 __all__ = [
@@ -453,8 +454,12 @@ def build_spec(
     unused_cotangent = validate_unused_cotangent(unused_cotangent)
     complex_convention = _complex_convention(complex_convention)
 
-    strategy = st.tuples(*arg_specs) if arg_specs else args
+    # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
+    # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
+    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args)
     path, lines = source_location(rule_fn)
+    if kind == "numpy":
+        rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)
     structures = {i: st_ for i, s in enumerate(arg_specs) if (st_ := structure_of(s)) is not None}
     if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
         rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)
@@ -479,6 +484,7 @@ def build_spec(
     )
     if kwargs:
         spec.extra["kwargs"] = kwargs
+    spec.extra[FOREIGN_ARRAYS] = plain
     return spec
 
 

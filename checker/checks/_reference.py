@@ -26,6 +26,7 @@ from gradguard.checker.checks._vjp import _primal
 from gradguard.checker.kinks import shifted
 from gradguard.checker.checks.registry import Skip
 from gradguard.checker.trees import children, is_leaf, leaves, rebuild, tree_map
+from gradguard.checker.foreign import is_foreign_layer
 
 __all__ = [
     "jax_tangents",
@@ -296,6 +297,8 @@ def _as_jax_numpy(fn: Callable[..., Any]) -> Callable[..., Any] | None:
 
     from gradguard.engines.jax_engine._runtime import load
 
+    if is_foreign_layer(fn):  # the layer that hands the primal its own library's arrays
+        return _as_jax_numpy(fn.__wrapped__)
     bound = getattr(fn, "bound_kwargs", None)
     if bound is not None and callable(getattr(fn, "__wrapped__", None)):
         # declared with kwargs=: the copy is of the primal itself, called with the same keyword arguments
