@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.pytree_args import flattening
-from gradguard.checker.specs import RuleSpec, build_spec, with_kwargs
+from gradguard.checker.specs import RuleSpec, build_spec, is_constant, with_kwargs
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
 
@@ -146,7 +146,10 @@ def jax_rule(
         raise SpecError(f"Got nondiff={nondiff!r}, but nondiff must be a tuple of argument positions, e.g. nondiff=(1,).")
     # nondiff_argnums past the declared arguments name parameters left to their defaults (or to kwargs)
     declared = len(arg_specs) if arg_specs else None
-    merged = (*nondiff, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
+    # constant(...) specs are nondiff as build_spec reads them; the adapter must know them too, or JAX's
+    # transpose hands back its zeros for them and GG106 read those as a tangent the rule returned
+    constants = (i for i, spec in enumerate(arg_specs) if is_constant(spec))
+    merged = (*nondiff, *constants, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = _adapted(fn, forward_mode, merged)
     primal = _numpy_primal(parts.fun, parts.nondiff_argnums)
     jax_fn, jax_primal = with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})

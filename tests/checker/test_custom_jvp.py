@@ -363,3 +363,29 @@ def test_a_custom_jvp_of_a_pytree_argument_is_differentiated() -> None:
     assert {"GG201", "GG203", "GG204", "GG207"} <= set(report.rules[0].checks_run)
     broken = check(_two_norm_of_tree(2.0), seed=0, select=["GG201", "GG207"])
     assert {f.check_id for f in broken.findings} == {"GG201", "GG207"}
+
+
+def scaled_sin_with(factor, name):
+    """sin(a x) with ``a`` an ordinary argument (not a nondiff_argnum) that the spec makes constant(...)."""
+
+    @jax.custom_jvp
+    def scaled_sin(a, x):
+        return jnp.sin(a * x)
+
+    @scaled_sin.defjvp
+    def scaled_sin_jvp(primals, tangents):
+        (a, x), (_, xt) = primals, tangents
+        return jnp.sin(a * x), factor * a * jnp.cos(a * x) * xt
+
+    return jax_rule(scaled_sin, constant(1.5), arrays(shape=(3,)), name=name)
+
+
+def test_a_constant_argument_of_a_custom_jvp_gets_no_tangent_from_the_adapter():
+    """JAX's transpose of a jvp hands back zeros for every argument it was not told is nondiff, and the rule has
+    no way to say None there: constant(...) must tell the adapter, as nondiff= does (TFP's Bessel functions,
+    whose order v gets no tangent by design, drew GG106 at every seed)."""
+    report = check(scaled_sin_with(1.0, "scaled_sin"))
+    assert report.rules[0].verdict == "pass", [f.message for f in report.findings]
+    assert "GG106" in report.rules[0].checks_run
+    broken = findings(scaled_sin_with(2.0, "scaled_sin_doubled"), "GG106", "GG201", "GG207")
+    assert {f.check_id for f in broken} == {"GG201", "GG207"}
