@@ -111,6 +111,39 @@ def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> 
     return left, right
 
 
+def defined_side(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> tuple[float, float] | None:
+    """``(value, error)``: the derivative of ``g(x + t v)`` at 0 from the one side where ``g`` is defined, where
+    the other side is not (``x`` on the edge of the primal's domain: ``sqrt(s)`` at s = 2.6e-42, where a
+    central step reaches below 0). Second-order one-sided differences at the step ``eps**(1/3)`` and at a tenth
+    of it: the finer is the value, their difference its error. None where both sides are defined (nothing to
+    add to central differences), neither is, or a value on the defined side is not finite."""
+    h = _eps(args, directions) ** (1 / 3)
+
+    def at(t: float) -> float:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = float(g(tuple(shifted(args, directions, t)))[0])
+        except Exception:  # noqa: BLE001 - outside the function's domain
+            return math.nan
+        return value
+
+    g0 = at(0.0)
+    if not math.isfinite(g0):
+        return None
+    defined = [sign for sign in (1.0, -1.0) if math.isfinite(at(sign * h))]
+    if len(defined) != 1:
+        return None
+    sign = defined[0]
+    estimates = []
+    for step in (h, h / 10):
+        near, far = at(sign * step), at(2 * sign * step)
+        if not (math.isfinite(near) and math.isfinite(far)):
+            return None
+        estimates.append(sign * (-3 * g0 + 4 * near - far) / (2 * step))
+    return estimates[1], abs(estimates[1] - estimates[0])
+
+
 def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], tol: tolerances.Tolerance,
                      scale: float, coarse: tuple[float, float] | None = None) -> tuple[float, float] | None:
     """The smallest and largest one-sided derivative of ``g(x + t v)`` at 0, over steps from ``eps**(1/3)``
