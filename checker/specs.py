@@ -118,9 +118,9 @@ def arrays(
 
     ``structure`` declares a structured domain for square matrices (stacks of
     them): ``"symmetric"``, ``"psd"`` (positive definite), ``"lower"``,
-    ``"upper"`` or ``"diagonal"``. Inputs are drawn with the structure,
-    directions stay in it, and tangents are compared by their projection onto
-    it, as ChainRules' ``ProjectTo`` does (see :mod:`gradguard.checker.structure`).
+    ``"upper"``, ``"diagonal"`` or ``"rotation"`` (SO(n), real). Inputs are drawn with the structure,
+    finite differences move inside it (along a rotation's tangent space), and tangents are compared by their
+    projection onto it, as ChainRules' ``ProjectTo`` does (see :mod:`gradguard.checker.structure`).
     """
     if structure is not None and structure not in STRUCTURES:
         raise SpecError(f"Got structure={structure!r}; use one of {', '.join(map(repr, STRUCTURES))}, or None.")
@@ -134,6 +134,8 @@ def arrays(
             "Use constant(...) for an integer or boolean argument."
         )
     _check_bounds(min_value, max_value)
+    if structure == "rotation" and dt.kind != "f":
+        raise SpecError(f"Got structure='rotation' with dtype={dtype!r}; rotations are real: use a float dtype.")
     if isinstance(shape, int):
         shape = (shape,)
     if isinstance(shape, tuple):
@@ -259,6 +261,9 @@ class RuleSpec:
         return f"<RuleSpec {self.name} for {getattr(self.primal, '__name__', self.primal)!r}>"
 
 
+# RuleSpec.extra key: the rule as declared, without the structure's projections (GG705 compares PyTorch's derivative
+# of the backward itself with finite differences of that same backward)
+UNSTRUCTURED_RRULE = "unstructured_rrule"
 CONSTANT_OUTPUTS = "constant_outputs"  # RuleSpec.extra key: positions of a tuple output that carry no derivative
 
 
@@ -461,6 +466,7 @@ def build_spec(
     if kind == "numpy":
         rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)
     structures = {i: st_ for i, s in enumerate(arg_specs) if (st_ := structure_of(s)) is not None}
+    unstructured = rule_fn
     if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
         rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)
     spec = RuleSpec(
@@ -485,6 +491,8 @@ def build_spec(
     if kwargs:
         spec.extra["kwargs"] = kwargs
     spec.extra[FOREIGN_ARRAYS] = plain
+    if structures:
+        spec.extra[UNSTRUCTURED_RRULE] = with_kwargs(unstructured, kwargs)
     return spec
 
 

@@ -20,6 +20,7 @@ from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
+from gradguard.checker.specs import UNSTRUCTURED_RRULE
 from gradguard.checker.trees import copy_tree, describe, inner, tree_map
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
@@ -307,9 +308,12 @@ def double_backward(case: Case) -> Iterable[Problem]:
     if not is_finite_tree(list(first.values())):
         return
     rule = case.rule
+    # Finite differences of the backward PyTorch differentiates: the rule as declared, not read through a
+    # structure's projections (a rotation's depends on the point, and PyTorch's derivative does not see it)
+    rrule = rule.extra.get(UNSTRUCTURED_RRULE, rule.rrule)
 
     def pulled(*a: Any) -> Any:
-        return rule.rrule(*a)[1](copy_tree(ybar))
+        return rrule(*a)[1](copy_tree(ybar))
 
     lhs = fd_directional(pulled, case.fresh(), u, w)
     if lhs is None:
@@ -410,10 +414,10 @@ def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...
     ``w`` is, and a ``w`` that weighs the jumping entry by 0 hid the jump (kymatio's modulus at seed 2)."""
     ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), call.outputs_numpy())
     every = tree_map(lambda c: None if c is None else np.ones_like(np.asarray(c)), w)
-    rule = case.rule
+    rrule = case.rule.extra.get(UNSTRUCTURED_RRULE, case.rule.rrule)
 
     def pulled(*a: Any) -> Any:
-        return rule.rrule(*a)[1](copy_tree(ones))
+        return rrule(*a)[1](copy_tree(ones))
 
     try:
         return kinked(pulled, case.fresh(), u, every)

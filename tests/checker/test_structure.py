@@ -138,3 +138,84 @@ def test_the_jax_reference_reads_the_primal_on_the_structure_too():
     rule = rrule(jnp_eigvalsh, arrays(shape=(3, 3), structure="symmetric"))(eigvalsh_rrule.rrule.__wrapped__)
     report = check(rule, select=["GG203"], max_examples=5)
     assert report.rules[0].checks_run == ["GG203"] and report.passed, report.rules[0].checks_skipped
+
+
+# -- rotations: a curved domain -----------------------------------------------------------------------------------
+
+A_ROT = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.5], [-2.0, 1.0, 0.75]])
+
+
+def trace_a(r):
+    return np.trace(A_ROT @ r, axis1=-2, axis2=-1)
+
+
+def _skew(m):
+    return (m - _T(m)) / 2
+
+
+def _trace_a_rule(tangent, name, structure="rotation"):
+    @rrule(trace_a, arrays(shape=(3, 3), min_value=-2.0, max_value=2.0, structure=structure), name=name)
+    def trace_a_rrule(r):
+        return trace_a(r), lambda ybar: (ybar * tangent(r),)
+
+    return trace_a_rrule
+
+
+def _riemannian(r):  # the tangent-space gradient a Lie-group library returns: R skew(R^T A^T)
+    return r @ _skew(_T(r) @ A_ROT.T)
+
+
+def test_a_riemannian_gradient_on_rotations_passes_and_a_wrong_one_fails():
+    """theseus' SO(3) Log returns R hat(w), the gradient in the tangent space of SO(3): without a way to declare
+    rotations, finite differences stepped off SO(3) and the right backward drew GG201 and GG501 at every seed."""
+    riemannian = check(_trace_a_rule(_riemannian, "trace_a_riemannian")).rules[0]
+    assert riemannian.verdict == "pass", [f.message for f in riemannian.findings]
+    euclidean = check(_trace_a_rule(lambda r: A_ROT.T + 0 * r, "trace_a_euclidean")).rules[0]
+    assert euclidean.verdict == "pass", [f.message for f in euclidean.findings]  # judged by its tangent part
+    normal = check(_trace_a_rule(lambda r: _riemannian(r) + r @ (A_ROT + A_ROT.T), "trace_a_plus_normal")).rules[0]
+    assert normal.verdict == "pass", [f.message for f in normal.findings]  # r S, S symmetric: normal to SO(3)
+    doubled = check(_trace_a_rule(lambda r: 2 * _riemannian(r), "trace_a_doubled"), select=["GG201"]).findings
+    assert [f.check_id for f in doubled] == ["GG201"]
+    assert doubled[0].message.startswith("the pullback of trace_a_doubled disagrees with finite differences of the "
+                                         "primal: cotangent for argument 0 at ")
+    unstructured = check(_trace_a_rule(_riemannian, "trace_a_anywhere", structure=None), select=["GG201"])
+    assert "GG201" in {f.check_id for f in unstructured.findings}  # off SO(3) the tangent-space gradient is wrong
+
+
+def test_rotations_are_drawn_in_so_n_and_handed_over_as_drawn():
+    eye = make_structured("rotation", np.zeros((3, 3)))
+    assert np.array_equal(eye, np.eye(3))
+    rng = np.random.default_rng(0)
+    r = make_structured("rotation", rng.uniform(-10, 10, size=(4, 5, 5)))
+    assert np.allclose(_T(r) @ r, np.eye(5), atol=1e-13) and np.allclose(np.linalg.det(r), 1.0)
+    assert project("rotation", r) is r  # orthogonal to rounding: the very same array, identity checks hold
+    off = r + 1e-3 * rng.standard_normal(r.shape)
+    step = project("rotation", off)  # the Newton-Schulz step: back to SO(n) to second order
+    assert np.max(np.abs(_T(step) @ step - np.eye(5))) < 1e-4 < np.max(np.abs(_T(off) @ off - np.eye(5)))
+    with pytest.raises(SpecError, match="rotations are real"):
+        arrays(shape=(3, 3), dtype="complex128", structure="rotation")
+
+
+def test_gg705_differentiates_the_backward_as_declared_not_the_structures_projection():
+    """PyTorch's double backward differentiates the Function's own backward; its finite differences must too.
+    Through a rotation's projection, which depends on the point, they saw a curvature term PyTorch cannot."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+    from gradguard.checker import torch_rule
+
+    a = torch.tensor(A_ROT)
+
+    class TraceA(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, r):
+            ctx.save_for_backward(r)
+            return torch.einsum("ij,ji->", a, r)
+
+        @staticmethod
+        def backward(ctx, grad):
+            (r,) = ctx.saved_tensors
+            m = r.T @ a.T
+            return grad * (r @ (m - m.T) / 2)  # the tangent-space gradient, differentiable in r
+
+    report = check(torch_rule(TraceA, arrays(shape=(3, 3), min_value=-2.0, max_value=2.0, structure="rotation")))
+    assert report.rules[0].verdict == "pass", [f.message for f in report.findings]
+    assert "GG705" in report.rules[0].checks_run
