@@ -15,6 +15,7 @@ from gradguard.checker.compare import at, close_to_reference, first_mismatch, wh
 from gradguard.checker.checks.registry import Problem, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import describe, leaves, same_structure, with_article
+from gradguard.engines.values import differentiable
 
 __all__: list[str] = []
 
@@ -269,13 +270,20 @@ def tangent_dtypes(case: Case) -> Iterable[Problem]:
 def nondiff_gets_none(case: Case) -> Iterable[Problem]:
     """Arguments declared non-differentiable (``nondiff=``, ``constant(...)``, integers, flags) must get
     ``None`` from the pullback. A number there is accumulated by engines into something that has no
-    tangent space, or hides a wrong argument order."""
+    tangent space, or hides a wrong argument order. In a ``jax_rule`` a float argument outside
+    ``nondiff_argnums`` has a tangent space in JAX whatever its spec says, and a custom_vjp's bwd must return a
+    cotangent for it (``zeros_like`` is the idiom for none): its value is not judged here."""
     t = case.first_pullback().tangents
     if not isinstance(t, (tuple, list)) or len(t) != case.nargs:
         return
     diff = set(case.diff_positions)
     for i in range(case.nargs):
         if i in diff or t[i] is None:
+            continue
+        if case.rule.kind == "jax" and differentiable(case.args[i]):
+            # JAX gives every float argument outside nondiff_argnums (which the adapter binds) a tangent space: a
+            # custom_vjp's bwd must return a cotangent for it, zeros_like(arg) being the idiom for "none"
+            # (JAX-GalSim's kv for its order), and the spec's constant() only narrows what is checked
             continue
         why = "declared nondiff" if i in case.rule.nondiff else f"{with_article(describe(case.args[i]))}, which has no tangent"
         yield Problem(

@@ -197,3 +197,43 @@ def test_gg106_integer_argument_inferred_nondiff_with_args_strategy():
 
     (f,) = findings(bad, "GG106")
     assert f.message == "argument 1 is an int, which has no tangent, so its tangent must be None, but the pullback returned 1."
+
+
+def _scaled_exp_rule(nu_tangent, x_factor, name):
+    """exp(nu x) as a jax.custom_vjp whose order ``nu`` is an ordinary argument the spec holds constant."""
+    import jax
+    import jax.numpy as jnp
+
+    from gradguard.checker import jax_rule
+
+    jax.config.update("jax_enable_x64", True)
+
+    @jax.custom_vjp
+    def scaled_exp(nu, x):
+        return jnp.exp(nu * x)
+
+    def fwd(nu, x):
+        y = jnp.exp(nu * x)
+        return y, (nu, x, y)
+
+    def bwd(res, g):
+        nu, x, y = res
+        return nu_tangent(nu, x, y, g), x_factor * g * nu * y
+
+    scaled_exp.defvjp(fwd, bwd)
+    return jax_rule(scaled_exp, constant(1.5), arrays(shape=(3,), min_value=-2.0, max_value=2.0), name=name)
+
+
+def test_gg106_a_jax_rule_may_give_a_constant_float_argument_a_cotangent():
+    """JAX needs a cotangent for every float argument outside nondiff_argnums: JAX-GalSim's kv returns
+    zeros_like(nu) for its order, which a constant() spec made a GG106 error at every seed."""
+    import jax.numpy as jnp
+
+    zeros = check(_scaled_exp_rule(lambda nu, x, y, g: jnp.zeros_like(nu), 1.0, "scaled_exp_zero_nu")).rules[0]
+    assert zeros.verdict == "pass" and "GG106" in zeros.checks_run, [f.message for f in zeros.findings]
+    exact = check(_scaled_exp_rule(lambda nu, x, y, g: jnp.sum(g * x * y), 1.0, "scaled_exp_nu_derivative")).rules[0]
+    assert exact.verdict == "pass", [f.message for f in exact.findings]
+    broken = check(_scaled_exp_rule(lambda nu, x, y, g: jnp.zeros_like(nu), 2.0, "scaled_exp_doubled"),
+                   select=["GG1", "GG201"]).findings
+    assert [f.check_id for f in broken] == ["GG201"]  # the x tangent is still judged; nu's is not GG106's
+    # a NumPy rule's constant still must get None (test_gg106_tangent_for_a_constant): only JAX's rule differs
