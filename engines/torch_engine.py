@@ -34,6 +34,7 @@ __all__ = [
     "forward_parameters",
     "run_function",
     "to_numpy",
+    "gradients",
     "VERSION_ERROR",
     "STRUCTURE_ERRORS",
 ]
@@ -85,6 +86,39 @@ def forward_parameters(function: Any) -> inspect.Signature | None:
     if not uses_setup_context(function) and params:
         params = params[1:]
     return sig.replace(parameters=params)
+
+
+# Where a graph refuses torch.autograd.grad, its message names .grad() and asks for .backward(): reentrant
+# checkpointing (torch.utils.checkpoint with use_reentrant=True: "incompatible with .grad()"; fairscale's
+# CheckpointFunction: "not compatible with .grad(), please use .backward()") runs only under .backward().
+def _refuses_grad(exc: BaseException) -> bool:
+    text = str(exc)
+    return "compatible with .grad()" in text and ".backward()" in text
+
+
+def gradients(outputs: Any, inputs: list[Any], grad_outputs: Any = None, *, create_graph: bool = False) -> tuple[Any, ...]:
+    """``torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)``, keeping the graph; where the graph
+    refuses ``.grad()`` (reentrant checkpointing), the same gradients by ``torch.autograd.backward``, read from the inputs'
+    ``.grad`` (leaf tensors), which are restored afterwards. Leaves the graph captured besides ``inputs`` (a
+    module's parameters) then accumulate the gradient, as they would in the program's own ``.backward()``."""
+    torch = load()
+    try:
+        return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True,
+                                   create_graph=create_graph)
+    except RuntimeError as exc:
+        if not _refuses_grad(exc):
+            raise
+    saved = [x.grad for x in inputs]
+    for x in inputs:
+        x.grad = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_graph's reference cycle through .grad: broken below
+            torch.autograd.backward(outputs, grad_outputs, retain_graph=True, create_graph=create_graph)
+        return tuple(x.grad for x in inputs)
+    finally:
+        for x, g in zip(inputs, saved):
+            x.grad = g
 
 
 def to_numpy(value: Any) -> Any:
@@ -173,8 +207,7 @@ class TorchCall:
         if not outs or not positions:
             return {i: None for i in positions}
         try:
-            grads = torch.autograd.grad(outs, [self.leaves[i] for i in positions], cts, retain_graph=True,
-                                        allow_unused=True, create_graph=create_graph)
+            grads = gradients(outs, [self.leaves[i] for i in positions], cts, create_graph=create_graph)
         finally:
             self.write_back()
         return dict(zip(positions, grads))

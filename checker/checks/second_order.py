@@ -173,7 +173,8 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
             moved = tuple(m if isinstance(a, np.ndarray) else type(a)(m) if m is not None else m for m, a in zip(moved, args))
         return inner(w, f(*copy_tree(moved)))
 
-    size = max([float(np.max(np.abs(a))) for a in args if a is not None and np.size(a)] + [1.0])
+    # the moving arguments only: a constant may be anything (a callable a checkpoint runs, a module)
+    size = max([float(np.max(np.abs(a))) for a, v in zip(args, along) if v is not None and np.size(a)] + [1.0])
     reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
     h = 1e-5 * size / reach
     try:

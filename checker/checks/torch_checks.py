@@ -21,6 +21,7 @@ from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
+from gradguard.engines.torch_engine import gradients
 from gradguard.checker.trees import copy_tree, describe, inner, tree_map
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
@@ -354,7 +355,7 @@ def double_backward(case: Case) -> Iterable[Problem]:
         return
     leaves = [call.leaves[i] for i in case.diff_positions]
     try:
-        second = torch.autograd.grad(total, leaves, allow_unused=True)
+        second = gradients(total, leaves)
     except Exception as exc:  # noqa: BLE001 - the rule's double backward raised (an assert that refuses it)
         raised = first_line(exc)
         # Loud, not silent: a program that differentiates this gradient stops with the rule's own exception.

@@ -20,6 +20,7 @@ from gradguard.checker.contexts._engine import Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.torch_rules import TORCH_FUNCTION, TORCH_KWARGS
+from gradguard.engines.torch_engine import gradients
 
 __all__ = ["ENGINE"]
 
@@ -109,7 +110,7 @@ def _differentiate(view: RuleView, plan: Plan, ops: Ops) -> tuple[float, tuple]:
         if not isinstance(value, torch.Tensor) or not value.requires_grad:
             return scalar(value.detach() if isinstance(value, torch.Tensor) else value), tuple(
                 np.zeros_like(np.asarray(x)) for x in plan.inputs)
-        grads = torch.autograd.grad(value, leaves, allow_unused=True)
+        grads = gradients(value, leaves)
     out = []
     for x, leaf, g in zip(plan.inputs, leaves, grads):
         arr = np.zeros_like(np.asarray(x)) if g is None else g.detach().numpy()

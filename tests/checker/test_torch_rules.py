@@ -194,3 +194,40 @@ def test_exported_from_the_package():
     assert gradguard.torch_rule is torch_rule
     assert exp_rule.extra["torch_function"] is Exp
     assert exp_rule.source_lines is not None and exp_rule.source_file.endswith("test_torch_rules.py")
+
+
+def _refusing_grad(factor):
+    class ScaleUnderBackwardOnly(torch.autograd.Function):
+        """fairscale's CheckpointFunction pattern: a backward that runs only under .backward()."""
+
+        @staticmethod
+        def forward(ctx, x):
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, g):
+            if not torch.autograd._is_checkpoint_valid():
+                raise RuntimeError("Checkpointing is not compatible with .grad(), please use .backward() if possible")
+            return factor * g
+
+    return ScaleUnderBackwardOnly
+
+
+def test_a_graph_that_refuses_autograd_grad_is_differentiated_by_backward():
+    """Reentrant checkpointing (torch.utils.checkpoint with use_reentrant=True, fairscale's CheckpointFunction)
+    refuses torch.autograd.grad: a correct Function drew GG103 ("the pullback raised RuntimeError: ...
+    incompatible with .grad()") from every check that pulled back. The engine falls back to .backward()."""
+    from torch.utils.checkpoint import CheckpointFunction
+
+    def block(x):
+        return torch.tanh(x) * x
+
+    checkpointed = check(torch_rule(CheckpointFunction, constant(block), constant(True), arrays(shape=(4,)),
+                                    name="checkpointed_block")).rules[0]
+    assert checkpointed.verdict == "pass", [f.message for f in checkpointed.findings]
+    assert {"GG201", "GG501", "GG705"} <= set(checkpointed.checks_run)
+    fine = check(torch_rule(_refusing_grad(2.0), arrays(shape=(3,)), name="double_under_backward")).rules[0]
+    assert fine.verdict == "pass", [f.message for f in fine.findings]
+    broken = check(torch_rule(_refusing_grad(3.0), arrays(shape=(3,)), name="triple_under_backward"),
+                   select=["GG1", "GG201"]).findings
+    assert [f.check_id for f in broken] == ["GG201"]
