@@ -31,7 +31,7 @@ import numpy as np
 
 from hypothesis.strategies import SearchStrategy
 
-from gradguard.checker.trees import is_leaf, tree_map
+from gradguard.checker.trees import tree_map
 
 __all__ = ["FOREIGN_ARRAYS", "library_of", "to_numpy", "PlainArgs", "plain_args", "foreign_rule", "foreign_primal", "is_foreign_layer"]
 
@@ -91,14 +91,11 @@ def _plain_tree(tree: Any) -> tuple[Any, str | None]:
             found.append(library_of(leaf))
         return plain
 
-    if is_leaf(tree):
-        return convert(tree), (found[0] if found else None)
-
-    return tree_map(convert, tree), (found[0] if found else None)
+    return tree_map(convert, tree), (found[0] if found else None)  # tree_map calls convert on a bare leaf too
 
 
 def _foreign_tree(lib: str, tree: Any) -> Any:
-    return _as_library(lib, tree) if is_leaf(tree) else tree_map(lambda leaf: _as_library(lib, leaf), tree)
+    return tree_map(lambda leaf: _as_library(lib, leaf), tree)
 
 
 class PlainArgs:

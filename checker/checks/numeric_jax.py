@@ -15,10 +15,9 @@ inputs, see :mod:`gradguard.checker.checks._jax`).
 
 from __future__ import annotations
 
-import itertools
 import math
 import warnings
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Iterable
 
 import numpy as np
@@ -141,16 +140,15 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         return  # right in the other conjugation convention: GG205's finding
     v = _difference_direction(case, mine, ref)
     sides = ""
-    at_edge = False  # central differences along v leave the primal's domain: each element is judged from its side
+    at_edge = False  # no difference along v stays in the primal's domain: each element is judged from its side
     if any(d is not None and np.any(np.asarray(d) != 0) for d in v):
         lhs = finite_difference(case, ybar, v)
-        at_edge = lhs is None
         measured = None if lhs is None else (float(lhs.value), lhs.error, "Finite differences of the primal")
         if measured is None and (edge := defined_side(contracted(_primal(case), ybar), case.args, v)) is not None:
             # x on the edge of the primal's domain (central steps leave it): the side where it is defined
-            measured = (*edge, "One-sided finite differences of the primal, from the side where it is defined,")
+            measured = (*edge, ONE_SIDED)
+        at_edge = measured is None
         if measured is not None:
-            at_edge = False
             value, error, how = measured
             tol = case.tol
             scale_mine = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(mine, v) if a is not None and b is not None)
@@ -170,12 +168,12 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     if bad is not None and at_edge:
         # Two elements on the edge of the domain whose differences have opposite signs: no direction of both
         # stays inside it. Each differing element is judged along its own unit vector, from its defined side.
-        judged = ((m, _judged_at_edge(case, ybar, *m)) for m in itertools.chain([bad], pending))
+        judged = ((m, _judged_at_edge(case, ybar, *m)) for m in chain([bad], pending))
         bad, verdict = next(((m, j) for m, j in judged if j != "reference refuted"), (None, None))
         if bad is None:
             return  # one-sided differences contradict JAX at every differing element
         if verdict == "reference confirmed":
-            sides = " One-sided finite differences of the primal, from the side where it is defined, agree with JAX."
+            sides = f" {ONE_SIDED} agree with JAX."
     if bad is None:
         # Every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is
         # valid element by element; where entries meet at the kink (a max with ties) the tangent is also
@@ -212,6 +210,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     )
 
 
+ONE_SIDED = "One-sided finite differences of the primal, from the side where it is defined,"  # GG203 names its evidence
 KINK_CANDIDATES = 16  # GG203 tries this many differing elements for kinks before reporting the first
 
 

@@ -21,8 +21,8 @@ from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
-from gradguard.engines.torch_engine import gradients
 from gradguard.checker.trees import copy_tree, describe, inner, tree_map
+from gradguard.engines.torch_engine import gradients
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
 
