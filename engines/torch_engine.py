@@ -33,6 +33,7 @@ __all__ = [
     "is_function",
     "forward_parameters",
     "run_function",
+    "apply",
     "to_numpy",
     "gradients",
     "VERSION_ERROR",
@@ -119,6 +120,37 @@ def gradients(outputs: Any, inputs: list[Any], grad_outputs: Any = None, *, crea
     finally:
         for x, g in zip(inputs, saved):
             x.grad = g
+
+
+RANDOM_SEED = 0  # the seed of the state PyTorch's global generators hold when a Function's forward starts
+_fixed_cpu_state: list[Any] = []  # that state of the CPU generator, made once (seeding costs 0.1 ms a call)
+
+
+def apply(function: Any, *inputs: Any, **kwargs: Any) -> Any:
+    """``function.apply(*inputs, **kwargs)`` started from one fixed state of PyTorch's global random generators,
+    the caller's state restored afterwards.
+
+    A Function may draw from the global generators (``torch.rand_like``: a dropout mask saved for backward): that is
+    how PyTorch's own dropout works, a program is reproducible under ``torch.manual_seed``, and checkpointing
+    restores the state before it runs a forward again. So every forward gradguard runs starts from the same state,
+    as a program re-run under one seed does: two calls on one input draw the same mask, and what the checks compare
+    (two calls, the primal, finite differences) is one function. Randomness from anywhere else (a private or
+    unseeded generator, the clock) still differs from call to call (GG406), and so does a backward that draws
+    again instead of saving what its forward drew: it runs from the caller's state, not the forward's."""
+    torch = load()
+    if not _fixed_cpu_state:
+        _fixed_cpu_state.append(torch.Generator().manual_seed(RANDOM_SEED).get_state())
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    torch.set_rng_state(_fixed_cpu_state[0])
+    if cuda is not None:
+        torch.cuda.manual_seed_all(RANDOM_SEED)
+    try:
+        return function.apply(*inputs, **kwargs)
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def to_numpy(value: Any) -> Any:
@@ -286,7 +318,7 @@ def run_function(function: Any, args: Sequence[Any], diff: Iterable[int], *, kwa
     before = {i: t._version for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
     with torch.set_grad_enabled(grad_enabled):
         try:
-            call.output = function.apply(*inputs, **(kwargs or {}))
+            call.output = apply(function, *inputs, **(kwargs or {}))
         finally:
             call.write_back()
     call.versions = {i: (v, inputs[i]._version) for i, v in before.items()}

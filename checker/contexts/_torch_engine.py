@@ -20,7 +20,7 @@ from gradguard.checker.contexts._engine import Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.torch_rules import TORCH_FUNCTION, TORCH_KWARGS
-from gradguard.engines.torch_engine import gradients
+from gradguard.engines.torch_engine import apply, gradients
 
 __all__ = ["ENGINE"]
 
@@ -92,7 +92,7 @@ def _ops(view: RuleView) -> Ops:
     def call(*args: Any) -> Any:
         if native:  # a torch Function takes tensors where the rule was declared with arrays
             args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
-            return function.apply(*args, **kwargs)
+            return apply(function, *args, **kwargs)  # from the fixed random state every forward starts from
         from gradguard.engines.torch_adapter import call as adapted_call
 
         return adapted_call(function, *args)  # a nested output in the structure the rrule returned

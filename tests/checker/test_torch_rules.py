@@ -231,3 +231,51 @@ def test_a_graph_that_refuses_autograd_grad_is_differentiated_by_backward():
     broken = check(torch_rule(_refusing_grad(3.0), arrays(shape=(3,)), name="triple_under_backward"),
                    select=["GG1", "GG201"]).findings
     assert [f.check_id for f in broken] == ["GG201"]
+
+
+class Dropout(torch.autograd.Function):
+    """A dropout mask drawn from PyTorch's global generator and saved for backward, as torch.nn.Dropout draws it."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        mask = (torch.rand_like(x) > p).to(x.dtype) / (1 - p)
+        ctx.save_for_backward(mask)
+        return x * mask
+
+    @staticmethod
+    def backward(ctx, g):
+        (mask,) = ctx.saved_tensors
+        return g * mask, None
+
+
+class DropoutDrawsAgainInBackward(torch.autograd.Function):
+    """The broken twin: backward draws a new mask instead of saving the forward's."""
+
+    @staticmethod
+    def forward(ctx, x, p):
+        ctx.p = p
+        return x * (torch.rand_like(x) > p).to(x.dtype) / (1 - p)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * (torch.rand_like(g) > ctx.p).to(g.dtype) / (1 - ctx.p), None
+
+
+def test_a_mask_from_the_global_generator_saved_for_backward_passes_and_one_drawn_again_fails():
+    """Every forward starts from one fixed state of PyTorch's global generators (as a program re-run under
+    torch.manual_seed): a correct dropout Function drew GG102, GG202, GG406, GG503 and GG703 at every seed, the
+    checks comparing calls that drew different masks. A backward that draws its own mask still fails, and the
+    caller's generator state is left as it was."""
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    saved = check(torch_rule(Dropout, arrays(shape=(6,)), constant(0.5), name="dropout")).rules[0]
+    assert torch.equal(torch.rand(3), expected)  # nothing the checks ran moved the caller's global state
+    assert saved.verdict == "pass", [(f.check_id, f.message) for f in saved.findings]
+    assert {"GG102", "GG202", "GG406", "GG501", "GG703"} <= set(saved.checks_run)
+    redrawn = check(torch_rule(DropoutDrawsAgainInBackward, arrays(shape=(6,)), constant(0.5), name="redrawn"),
+                    select=["GG201", "GG406"]).rules[0]
+    messages = {f.check_id: f.message for f in redrawn.findings}
+    assert set(messages) == {"GG201", "GG406"}
+    assert messages["GG406"].startswith("the pullbacks of two forward calls of redrawn on identical copies of the same "
+                                        "input gave different tangents for the same cotangent")
