@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import threading
 from typing import Any, Callable, Iterable
@@ -119,8 +120,8 @@ def jax_rule(
 
     The options are those of `gradguard.checker.rrule`. ``fn``'s ``nondiff_argnums`` are
     added to ``nondiff``; the primal is the function underneath the
-    custom_vjp (its own ``jax.numpy`` code), and findings point at the
-    lines of its ``fwd`` and ``bwd``. Every signature ``jax.custom_vjp`` accepts can be declared:
+    custom_vjp (its own ``jax.numpy`` code), and findings point at its
+    definition (the lines through its ``fwd`` and ``bwd`` where they follow it). Every signature ``jax.custom_vjp`` accepts can be declared:
     parameters with defaults may be left without a spec (``f(a, axis=None)`` with
     ``nondiff_argnums=(1,)`` takes one spec, or two with ``constant(...)`` for ``axis``), and
     ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. A pytree argument (a NamedTuple,
@@ -187,6 +188,11 @@ def jax_rule(
     return spec
 
 
+def custom_kind(rule: RuleSpec) -> str:
+    """"custom_jvp" or "custom_vjp": the decorator of a jax rule's function, for messages that name it."""
+    return "custom_jvp" if rule.extra.get(CUSTOM_JVP) else "custom_vjp"
+
+
 def _adapted(fn: Any, forward_mode: bool, nondiff: Iterable[int]) -> Callable[..., Any]:
     from gradguard.engines.jax_engine import rrule_from_custom_jvp, rrule_from_custom_vjp
 
@@ -225,22 +231,32 @@ def _numpy_primal(fun: Callable[..., Any], fixed: Iterable[int]) -> Callable[...
     return primal
 
 
-def _source_span(*fns: Callable[..., Any]) -> tuple[str | None, tuple[int, int] | None]:
-    """The file of the primal and the lines from the first to the last of primal, fwd and bwd defined there."""
-    path: str | None = None
-    first = last = None
-    for fn in fns:
+def _source_span(primal: Callable[..., Any], *rules: Callable[..., Any]) -> tuple[str | None, tuple[int, int] | None]:
+    """The primal's file, and the lines from its jvp, fwd or bwd to the last of them, where they are defined there
+    after the primal or right above it (nothing but blank lines and comments between).
+
+    A part defined further up is often shared (one straight-through jvp that a helper attaches to floor and round
+    alike): a span from there gave every rule of the module one location."""
+    spans = []
+    for fn in (primal, *rules):
         try:
             fn = inspect.unwrap(fn)
             where = inspect.getsourcefile(fn)
             lines, start = inspect.getsourcelines(fn)
         except (TypeError, OSError):
+            spans.append(None)
             continue
-        if path is None:
-            path = where
-        if where != path:
-            continue
-        end = start + len(lines) - 1
-        first = start if first is None else min(first, start)
-        last = end if last is None else max(last, end)
-    return path, (first, last) if first is not None else None
+        spans.append((where, start, start + len(lines) - 1))
+    if spans[0] is None:  # no source for the primal: the first part that has one
+        found = next((s for s in spans if s is not None), None)
+        return (None, None) if found is None else (found[0], (found[1], found[2]))
+    path, first, last = spans[0]
+    parts = [span[1:] for span in spans[1:] if span is not None and span[0] == path]
+    for start, end in parts:
+        if start >= first:
+            last = max(last, end)
+    for start, end in sorted((p for p in parts if p[0] < first), key=lambda p: -p[1]):
+        between = (linecache.getline(path, n).strip() for n in range(end + 1, first))
+        if all(not text or text.startswith("#") for text in between):
+            first = min(first, start)
+    return path, (first, last)

@@ -139,7 +139,9 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     try:
         y_jit = _quiet(lambda: jax_engine.run_under(fn, xs(), transform="jit"))
     except Exception as exc:  # noqa: BLE001
-        yield _raises_under_jit(name, "the primal (the function underneath the custom_vjp)", exc)
+        from gradguard.checker.jax_rules import custom_kind
+
+        yield _raises_under_jit(name, f"the primal (the function underneath the {custom_kind(case.rule)})", exc)
         return
     bad = first_difference(y_jit, y_eager, case)
     if bad is not None:

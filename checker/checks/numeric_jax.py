@@ -188,7 +188,9 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     place = where(i, idx)
     got, want = as_rule_sees(got, conv), as_rule_sees(want, conv)
     if case.rule.kind == "jax":
-        reference = "jax.vjp of the function underneath the custom_vjp"
+        from gradguard.checker.jax_rules import custom_kind
+
+        reference = f"jax.vjp of the function underneath the {custom_kind(case.rule)}"
     elif getattr(case.rule.extra.get(REFERENCE), TRANSLATED, False):
         reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
     else:

@@ -7,6 +7,7 @@ declarable."""
 
 import re
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -162,6 +163,13 @@ def test_a_jvp_of_the_wrong_sign_a_hair_from_a_kink_fails_gg207() -> None:
 
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
     assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
+
+
+def test_the_jax_reference_finding_names_the_custom_jvp() -> None:
+    """GG203's message said "the function underneath the custom_vjp" for a custom_jvp rule too."""
+    (found,) = findings(slipped, "GG203")
+    assert found.message.startswith("the pullback of softplus_slip disagrees with the JAX reference gradient "
+                                    "(jax.vjp of the function underneath the custom_jvp): "), found.message
 
 
 def test_offset_in_the_tangent_fails_forward_checks_and_passes_reverse_mode() -> None:
@@ -389,3 +397,37 @@ def test_a_constant_argument_of_a_custom_jvp_gets_no_tangent_from_the_adapter():
     assert "GG106" in report.rules[0].checks_run
     broken = findings(scaled_sin_with(2.0, "scaled_sin_doubled"), "GG106", "GG201", "GG207")
     assert {f.check_id for f in broken} == {"GG201", "GG207"}
+
+
+def _attach_straight_through(fn):
+    """aqt's helper: one straight-through jvp, defined here, attached to each function it is given."""
+
+    def ste(primals, tangents):
+        return fn(primals[0]), tangents[0]
+
+    fn.defjvp(ste)
+
+
+@jax.custom_jvp
+def floor_ste(x):
+    return jnp.floor(x)
+
+
+_attach_straight_through(floor_ste)
+
+
+@jax.custom_jvp
+def round_ste(x):
+    return jnp.round(x)
+
+
+_attach_straight_through(round_ste)
+
+
+def test_rules_whose_jvp_a_helper_attaches_point_at_their_own_definitions() -> None:
+    """The span ran from the helper's jvp to the primal: every rule of the module had the helper's line."""
+    lines = Path(__file__).read_text().splitlines()
+    for fn in (floor_ste, round_ste):
+        first, last = jax_rule(fn, arrays(shape=(2,))).source_lines
+        assert lines[first - 1] == "@jax.custom_jvp" and lines[first].startswith(f"def {fn.__name__}(x):")
+        assert last == first + 2
