@@ -140,19 +140,29 @@ def torch_rule(
 
 
 def _record_constant_outputs(spec: RuleSpec, call: Any) -> None:
-    """Which outputs of a tuple the Function marked non-differentiable (``ctx.mark_non_differentiable``: a float
-    tensor that does not require grad beside one that does, with inputs that do). The checks draw no cotangent for
-    them and the contexts' programs give them no weight: PyTorch passes no gradient through them, so their
-    derivative is no part of what the backward must compute."""
+    """Which outputs of a tuple carry no derivative in PyTorch: float tensors the Function marked non-differentiable
+    (``ctx.mark_non_differentiable``: one that does not require grad beside one that does, with inputs that do),
+    and float values that are not tensors (a NumPy array or a Python float beside the tensors: autograd does not
+    see them, and backward gets None for them). The checks draw no cotangent for them and the contexts' programs
+    give them no weight: PyTorch passes no gradient through them, so their derivative is no part of what the
+    backward must compute."""
     import torch
 
     if not isinstance(call.output, (tuple, list)):
         return
     flat = call.flat_outputs()
-    floats = [isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in flat]
-    constant = frozenset(k for k, t in enumerate(flat) if floats[k] and not t.requires_grad)
-    if constant and any(floats[k] and t.requires_grad for k, t in enumerate(flat)):
+    tensors = [isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in flat]
+    constant = frozenset(k for k, t in enumerate(flat) if (tensors[k] and not t.requires_grad) or _untracked_float(t, torch))
+    if constant and any(tensors[k] and t.requires_grad for k, t in enumerate(flat)):
         spec.extra[CONSTANT_OUTPUTS] = constant
+
+
+def _untracked_float(value: Any, torch: Any) -> bool:
+    """A float or complex value autograd does not track: not a tensor (a NumPy array, a Python or NumPy scalar)."""
+    if isinstance(value, torch.Tensor) or isinstance(value, bool):
+        return False
+    return isinstance(value, (float, complex, np.floating, np.complexfloating)) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "fc")
 
 
 def _source_span(function: Any) -> tuple[str | None, tuple[int, int] | None]:

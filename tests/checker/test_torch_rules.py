@@ -279,3 +279,32 @@ def test_a_mask_from_the_global_generator_saved_for_backward_passes_and_one_draw
     assert set(messages) == {"GG201", "GG406"}
     assert messages["GG406"].startswith("the pullbacks of two forward calls of redrawn on identical copies of the same "
                                         "input gave different tangents for the same cotangent")
+
+
+def _cube_with_numpy_output(factor):
+    class CubeWithNumpyOutput(torch.autograd.Function):
+        """NumpyCubeNotComposable's pattern (PyTorch's autograd_function_db): a NumPy array beside the tensor."""
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**3, x.detach().numpy().copy()
+
+        @staticmethod
+        def backward(ctx, grad_output, grad_np):
+            (x,) = ctx.saved_tensors
+            return grad_output * factor * x**2
+
+    return CubeWithNumpyOutput
+
+
+def test_an_output_that_is_not_a_tensor_carries_no_derivative():
+    """Autograd does not see a NumPy array a forward returns beside its tensors, and backward gets None for it:
+    a correct Function drew GG201 and GG501, gradguard asking for the copy's derivative too."""
+    spec = arrays(shape=(4,), min_value=0.8, max_value=2.0)
+    right = check(torch_rule(_cube_with_numpy_output(3.0), spec, name="cube_np_out")).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    wrong = check(torch_rule(_cube_with_numpy_output(2.0), spec, name="cube_np_out_slip"), select=["GG201"]).findings
+    assert [f.check_id for f in wrong] == ["GG201"]
+    assert wrong[0].message.startswith("the pullback of cube_np_out_slip disagrees with finite differences of the "
+                                       "primal: cotangent for argument 0 at ")
