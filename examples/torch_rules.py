@@ -8,7 +8,7 @@ One correct Function and one per PyTorch-specific way of being wrong:
     scale_rule            backward returns one gradient for two forward inputs        GG701
     mul_rule              backward reads the wrong ctx.needs_input_grad flag          GG702
     square_rule           the input is kept on ctx, past the version counter          GG703
-    double_rule           forward writes into its input without ctx.mark_dirty        GG704 (and GG501)
+    double_rule           forward writes into its input without ctx.mark_dirty        GG704
     sin_rule              backward is @once_differentiable: no double backward        GG705
 """
 

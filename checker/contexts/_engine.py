@@ -38,9 +38,14 @@ from gradguard.checker.specs import RuleSpec, complex_convention_of
 from gradguard.checker.trees import leaves
 from gradguard.engines.errors import TraceError
 
-__all__ = ["Engine", "Cell", "RuleView", "ALL_KINDS", "text", "scalar"]
+__all__ = ["Engine", "Cell", "RuleView", "ALL_KINDS", "NOT_TORCH", "text", "scalar"]
 
 ALL_KINDS = frozenset({"numpy", "jax", "torch"})
+# The rule kinds our tape and JAX run: a torch.autograd.Function runs in PyTorch alone, and PyTorch's own
+# protections (the version counter, materialised zeros) are what a program using it gets, so its matrix is the
+# torch column's; a tape or JAX column would judge it in an engine it is never used in (an in-place forward with
+# ctx.mark_dirty, which PyTorch guards, is unsafe on a tape without version counters).
+NOT_TORCH = frozenset({"numpy", "jax"})
 
 
 @dataclass

@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker.contexts._engine import Engine, RuleView, scalar, text
+from gradguard.checker.contexts._engine import NOT_TORCH, Engine, RuleView, scalar, text
 from gradguard.checker.contexts._ops import Ops, jax_ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec
@@ -294,6 +294,7 @@ ENGINE = Engine(
     differentiate=_differentiate,
     runs_mutation=False,
     unused="zero",
+    kinds=NOT_TORCH,
     complex_conventions=frozenset({"jax"}),
     complex_note="does not convert between the ChainRules and JAX conventions for complex tangents",
     settings={SETTING: MODES},

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.checker.contexts._engine import Engine, RuleView, scalar
+from gradguard.checker.contexts._engine import NOT_TORCH, Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops, tape_ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec, unused_cotangent_of
@@ -93,6 +93,7 @@ ENGINES: tuple[Engine, ...] = tuple(
         differentiate=_differentiate(policy),
         runs_mutation=True,
         unused=policy,
+        kinds=NOT_TORCH,
         complex_conventions=frozenset({"chainrules"}),
         complex_note="does not convert between the ChainRules and JAX conventions for complex tangents",
         applies=_hands_none if policy == "none" else (lambda rule: True),

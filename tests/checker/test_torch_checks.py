@@ -422,7 +422,7 @@ def test_gg705_a_double_backward_that_raises_is_a_warning_not_a_crash() -> None:
 
 
 # -- the example module ----------------------------------------------------------------------------
-EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG501", "GG704"],
+EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG704"],
             "Sin": ["GG705"]}
 
 

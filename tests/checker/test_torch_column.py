@@ -103,13 +103,42 @@ double_rule = torch_rule(DoubleMarked, arrays(shape=(3,)), mutates=0)
 
 
 def test_a_torch_rule_runs_natively_and_the_version_counter_catches_a_captured_input():
-    """A native in-place Function bumps the version of the tensor dot saved: PyTorch raises at backward
-    where the tape (which runs the rule through NumPy) silently reads the mutated value."""
-    cells = _cells(safety_matrix(double_rule, contexts=["output-used", "captured-before"]))
+    """A native in-place Function bumps the version of the tensor dot saved: PyTorch raises at backward.
+    The tape (which would run the rule through NumPy) silently reads the mutated value, but a Function is
+    never used on the tape: its matrix is the torch column alone."""
+    m = safety_matrix(double_rule, contexts=["output-used", "captured-before"])
+    assert m["engines"] == ["torch"]
+    cells = _cells(m)
     assert cells[("output-used", "torch")]["status"] == "right"
     caught = cells[("captured-before", "torch")]
     assert caught["status"] == "raised" and "modified by an inplace operation" in caught["message"]
-    assert cells[("captured-before", "tape[zero]")]["status"] == "wrong"
+    forced = _cells(safety_matrix(double_rule, contexts=["captured-before"], engines=["tape[zero]", "torch"]))
+    assert forced[("captured-before", "tape[zero]")]["status"] == "wrong"  # asked for, the column still runs
+
+
+class ExpMarkedDirty(torch.autograd.Function):
+    """PyTorch's NumpyExp_ (autograd_function_db): in place, marked dirty, the output saved for backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.exp_()
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_a_correct_in_place_function_is_judged_where_it_runs():
+    """NumpyExp_ drew GG501 from the tape and JAX columns (captured-before, read-after: no version counter
+    there) while PyTorch, the only engine it runs in, raises in those programs."""
+    result = check(torch_rule(ExpMarkedDirty, arrays(shape=(4,), min_value=-3.0, max_value=3.0), mutates=(0,),
+                              name="exp_marked_dirty"), select=["GG5"]).rules[0]
+    assert result.verdict == "pass", [(f.check_id, f.message) for f in result.findings]
+    assert result.safety_matrix["engines"] == ["torch"]
 
 
 def sincos(x):
