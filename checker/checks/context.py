@@ -108,8 +108,9 @@ _FIXES = {
         "findings); fix the pullback first, the other contexts are judged against this one."
     ),
     "called-twice": (
-        "The pullback reads state that a second call of the rule overwrites (a shared buffer, cache or global): "
-        "keep each call's residuals in the pullback's own closure."
+        "Either the pullback reads state that a second call of the rule overwrites (a shared buffer, cache or "
+        "global): keep each call's residuals in the pullback's own closure; or it is wrong at the second call's "
+        "input alone: run the reproducer, and see whether the isolation checks (GG201) fail there too."
     ),
     "fan-out": (
         "The pullback must treat its cotangent as read-only and must not keep it: engines share one cotangent "
