@@ -44,7 +44,7 @@ def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # Modules of rules written against PyTorch itself (torch_rule), checked only where PyTorch is installed (CI
 # installs it; the README's test command alone does not).
-NEEDS_TORCH = {"correct_torch_libraries.py", "correct_torch_functions.py"}
+NEEDS_TORCH = {"correct_torch_libraries.py", "correct_torch_functions.py", "correct_torch_db.py"}
 
 
 def _module_paths() -> list[Path]:
