@@ -15,8 +15,9 @@ So values cross one boundary, here:
   draws), and outputs and tangents that are concrete arrays of another library come back as NumPy arrays.
   A cotangent handed to the pullback is given in the library of the output it belongs to.
 
-Only dense float and complex arrays are converted. Anything else passes through untouched: NumPy values, Python
-numbers, integer index arrays and sparse tensors (constants the rule gets as drawn), the tape's traced arrays,
+Only dense float and complex arrays are converted, and never in an argument declared ``constant(...)``. Anything
+else passes through untouched: NumPy values, Python numbers, integer index arrays and sparse tensors (constants the
+rule gets as drawn), the tape's traced arrays,
 JAX tracers (the JAX reference and the JAX column trace the rule; a tracer is never read out). The adapters of
 ``jax_rule`` and ``torch_rule`` already take NumPy arrays, so their rules need only `plain_args`.
 """
@@ -103,12 +104,16 @@ class PlainArgs:
     copies; ``libraries`` records, per argument position, the library the spec drew there (shared with the
     rule's wrappers)."""
 
-    def __init__(self) -> None:
+    def __init__(self, constants: frozenset[int] = frozenset()) -> None:
         self.libraries: dict[int, str] = {}
+        self.constants = constants  # positions declared constant(...): handed to the rule exactly as given
 
     def __call__(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         out = []
         for i, arg in enumerate(args):
+            if i in self.constants:
+                out.append(arg)
+                continue
             plain, lib = _plain_tree(arg)
             if lib is not None:
                 self.libraries.setdefault(i, lib)
@@ -149,10 +154,11 @@ class _PlainArgsStrategy(SearchStrategy):
         return repr(self.inner)
 
 
-def plain_args(strategy: SearchStrategy) -> tuple[SearchStrategy, PlainArgs]:
+def plain_args(strategy: SearchStrategy, constants: frozenset[int] = frozenset()) -> tuple[SearchStrategy, PlainArgs]:
     """``strategy`` (of argument tuples) drawing NumPy copies of foreign arrays, and the record of where it drew
-    them."""
-    plain = PlainArgs()
+    them. ``constants``: positions declared ``constant(...)``, left as they are (norse hands its Functions a
+    NamedTuple of tensor parameters: NumPy copies of its fields broke the forward's arithmetic with tensors)."""
+    plain = PlainArgs(constants)
     return _PlainArgsStrategy(strategy, plain), plain
 
 

@@ -11,13 +11,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
+
 from gradguard.checker.case import Case, ReplayDraws, RuleRaised
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip
 from gradguard.checker.foreign import FOREIGN_ARRAYS
 from gradguard.checker.inputs import literal
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import RuleSpec, constant_positions
 
-__all__ = ["script", "replay", "context_script", "replay_context"]
+__all__ = ["script", "replay", "context_script", "replay_context", "CONSTANT"]
+
+# An argument the rule declares with constant(value): the script names it instead of writing the value (a NamedTuple
+# of parameters, a module, a callable have no exact literal), and replay hands the rule the declared value.
+class _Constant:
+    def __repr__(self) -> str:
+        return "CONSTANT"
+
+
+CONSTANT = _Constant()
 
 
 def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any],
@@ -29,6 +40,8 @@ def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any
 
     if libraries and FOREIGN_ARRAYS in rule.extra:
         rule.extra[FOREIGN_ARRAYS].libraries.update(libraries)
+    declared = constant_positions(rule)
+    args = tuple(declared[i] if a is CONSTANT and i in declared else a for i, a in enumerate(args))
     info = CHECKS[check_id]
     case = Case(rule, tuple(args), ReplayDraws(draws))
     try:
@@ -51,6 +64,12 @@ def script(rule: RuleSpec, check_id: str, case: Case, problem: Problem, *, root:
     draws = ",\n    ".join(literal(v) for _, v in case.record)
     labels = ", ".join(label for label, _ in case.record) or "none"
     message = problem.message.replace("\n", "\n# ")
+    declared = constant_positions(rule)
+    opaque = {i for i, v in declared.items() if not _has_literal(v)}
+    written = tuple("CONSTANT" if i in opaque else literal(a) for i, a in enumerate(case.args))
+    arguments = f"({written[0]},)" if len(written) == 1 else f"({', '.join(written)})"
+    if opaque:
+        arguments += "  # CONSTANT: the value the rule declares with constant(...)"
     plain = rule.extra.get(FOREIGN_ARRAYS)
     libraries = f", libraries={dict(plain.libraries)!r}" if plain is not None and plain.libraries else ""
     return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}.
@@ -61,10 +80,10 @@ It replays the shrunk failing input and raises AssertionError while the rule is 
 import numpy as np
 
 from gradguard.checker.loader import load_rule
-from gradguard.checker.reproducer import replay
+from gradguard.checker.reproducer import CONSTANT, replay
 
 rule = load_rule({path!r}, {rule.name!r}, near=globals().get("__file__"))  # the script's place; None in a REPL
-args = {literal(tuple(case.args))}
+args = {arguments}
 # Random draws the check made, in order: {labels}
 draws = [
     {draws}
@@ -74,6 +93,11 @@ draws = [
 replay(rule, {check_id!r}, args, draws{libraries})
 print("{check_id} passes on this input: the rule is fixed.")
 '''
+
+
+def _has_literal(value: Any) -> bool:
+    """Whether `literal` writes ``value`` as source that rebuilds it exactly, type included."""
+    return value is None or type(value) in (bool, int, float, complex, str, np.ndarray) or isinstance(value, np.generic)
 
 
 def replay_context(rule: RuleSpec, context: str, *, seed: int, engines: list[str]) -> None:

@@ -94,6 +94,11 @@ def is_constant(strategy: SearchStrategy) -> bool:
     return strategy in _CONSTANTS
 
 
+def constant_positions(rule: "RuleSpec") -> dict[int, Any]:
+    """The arguments ``rule`` declares with ``constant(value)``: position -> value."""
+    return {i: spec.value for i, spec in enumerate(rule.arg_specs or ()) if is_constant(spec)}
+
+
 def floats(min_value: float = -10.0, max_value: float = 10.0) -> SearchStrategy:
     """A differentiable Python float in ``[min_value, max_value]`` (finite)."""
     _check_bounds(min_value, max_value)
@@ -461,7 +466,8 @@ def build_spec(
 
     # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
     # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
-    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args)
+    constants = frozenset(i for i, s in enumerate(arg_specs) if is_constant(s))
+    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args, constants)
     path, lines = source_location(rule_fn)
     if kind == "numpy":
         rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)

@@ -217,3 +217,55 @@ def test_an_rrule_on_torch_tensors_passes_and_its_broken_twin_fails():
     assert fine.findings == [] and fine.verdict == "pass"
     broken = _result(tsin_doubled_rrule, select=["GG1", "GG2"])
     assert "GG106" not in _ids(broken) and "GG201" in _ids(broken)
+
+
+AFFINE_MODULE = '''
+from typing import NamedTuple
+
+import torch
+from gradguard import arrays, constant, torch_rule
+
+
+class Params(NamedTuple):
+    """norse's pattern: a Function's parameters as a NamedTuple of tensors, passed as one argument."""
+    scale: torch.Tensor = torch.as_tensor(0.9, dtype=torch.float64)
+    shift: torch.Tensor = torch.as_tensor(0.5, dtype=torch.float64)
+
+
+class Affine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p):
+        ctx.scale = p.scale
+        return p.scale * x + p.shift          # the parameter on the left: a NumPy copy of it cannot take a tensor
+
+    @staticmethod
+    def backward(ctx, g):
+        return FACTOR * ctx.scale * g, None
+
+
+affine_rule = torch_rule(Affine, arrays(shape=(3,)), constant(Params()), name="affine_rule")
+'''
+
+
+def test_a_constant_holding_tensors_reaches_the_rule_as_declared(tmp_path):
+    """A NamedTuple of tensor parameters declared constant(...) had its fields turned into NumPy copies, so
+    norse's LIF adjoint Function drew GG101 ("unsupported operand type(s) ... 'numpy.ndarray' and 'Tensor'") at
+    every seed. The broken twin's reproducer gives the rule the declared NamedTuple again (it wrote a plain tuple)."""
+    from gradguard.checker.loader import load_module, rules_in
+
+    fine_path, broken_path = tmp_path / "affine_fine.py", tmp_path / "affine_broken.py"
+    fine_path.write_text(AFFINE_MODULE.replace("FACTOR * ", ""))
+    broken_path.write_text(AFFINE_MODULE.replace("FACTOR", "2.0"))
+    (fine,) = rules_in(load_module(fine_path))
+    result = check(fine).rules[0]
+    assert result.verdict == "pass", [(f.check_id, f.message) for f in result.findings]
+    repros = tmp_path / "repros"
+    run = CliRunner().invoke(main, ["check", str(broken_path), "--select", "GG201", "--reproducers", str(repros),
+                                    "--no-cache"])
+    assert run.exit_code == 1, run.output
+    (script,) = repros.glob("*GG201*.py")
+    assert "CONSTANT)  # CONSTANT: the value the rule declares with constant(...)" in script.read_text()
+    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert replay.returncode == 1
+    assert "AssertionError: GG201 pullback disagrees with finite differences: the pullback of affine_rule" \
+        in replay.stderr, replay.stderr
