@@ -32,7 +32,7 @@ from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.report import Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec
-from gradguard.engines.errors import PlatformUnavailable
+from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
 from gradguard.engines.jax_engine._relay import callbacks_quiet
 
 __all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO"]
@@ -86,6 +86,12 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     except UnsupportedOutput as exc:  # this rule gets an error naming the value; the other rules are checked
         result.verdict = "error"
         result.error = {"type": "UnsupportedOutput", "message": str(exc), "traceback": ""}
+    except NoNumpyDtype as exc:
+        result.verdict = "error"
+        result.error = {"type": "UnsupportedOutput", "traceback": "", "message": (
+            f"{rule.name} computes a {exc.dtype} tensor, a dtype NumPy has no counterpart for; gradguard's checks "
+            "compute with NumPy, so they read tensors of float16, float32, float64 and the complex dtypes only. To "
+            "check this rule, declare a Function that returns its result cast to float32 (.float()).")}
     except DeviceMemoryExhausted as exc:  # the shared GPU's memory ran out: no verdict, not a finding
         result.verdict = "error"
         result.error = {"type": "DeviceMemory", "message": str(exc), "traceback": _cause_traceback(exc)}

@@ -4,11 +4,13 @@
     ├── TraceError              a program could not be traced (names the unsupported operation)
     ├── AdapterError            a rule could not be adapted to an engine (wrong pytree, untraceable fwd, ...)
     └── PlatformUnavailable     a device was asked for (e.g. GPU) that this process cannot use
+    NoNumpyDtype                a tensor of a dtype NumPy has none like (bfloat16, float8): not a user error to
+                                catch, a BaseException that stops the rule's check with a verdict of "error"
 """
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "TraceError", "AdapterError", "PlatformUnavailable"]
+__all__ = ["EngineError", "TraceError", "AdapterError", "PlatformUnavailable", "NoNumpyDtype"]
 
 
 class EngineError(Exception):
@@ -25,3 +27,14 @@ class AdapterError(EngineError, ValueError):
 
 class PlatformUnavailable(EngineError, RuntimeError):
     """The requested device platform is not available in this process."""
+
+
+class NoNumpyDtype(BaseException):
+    """A rule's tensor has a dtype NumPy has no counterpart for (``torch.bfloat16``, the ``float8`` types), so the
+    checks, which compute with NumPy, cannot read it; the message names the dtype. A BaseException, like the
+    checker's unsupported-output error it is reported as, so that neither the rule's code nor Hypothesis catches
+    it as the rule's own failure."""
+
+    def __init__(self, dtype: str) -> None:
+        super().__init__(dtype)
+        self.dtype = dtype

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from gradguard.engines.errors import AdapterError
+from gradguard.engines.errors import AdapterError, NoNumpyDtype
 
 __all__ = [
     "TorchCall",
@@ -157,7 +157,12 @@ def to_numpy(value: Any) -> Any:
     """Tensors (nested in tuples and lists) as NumPy arrays of the same dtype; other values unchanged."""
     torch = load()
     if isinstance(value, torch.Tensor):
-        return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+        try:
+            return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+        except TypeError as exc:  # "Got unsupported ScalarType BFloat16": a dtype NumPy has none like
+            if "unsupported ScalarType" in str(exc):
+                raise NoNumpyDtype(str(value.dtype)) from None
+            raise
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*(to_numpy(v) for v in value))
     if isinstance(value, (tuple, list)):

@@ -308,3 +308,23 @@ def test_an_output_that_is_not_a_tensor_carries_no_derivative():
     assert [f.check_id for f in wrong] == ["GG201"]
     assert wrong[0].message.startswith("the pullback of cube_np_out_slip disagrees with finite differences of the "
                                        "primal: cotangent for argument 0 at ")
+
+
+class RoundToBfloat16(torch.autograd.Function):
+    """torchao's _RoundToFloat8 pattern: a low-precision cast with a straight-through backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.float64)
+
+
+def test_an_output_numpy_cannot_hold_is_an_error_naming_its_dtype_not_a_crash():
+    """A bfloat16 or float8 output crashed the checker (an internal error in GG701: "Got unsupported ScalarType")."""
+    result = check(torch_rule(RoundToBfloat16, arrays(shape=(3,)), name="round_to_bf16")).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "UnsupportedOutput", result.error
+    assert result.error["message"].startswith(
+        "round_to_bf16 computes a torch.bfloat16 tensor, a dtype NumPy has no counterpart for; ")
