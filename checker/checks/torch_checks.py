@@ -254,7 +254,7 @@ _NEEDS_FIX = ("Compute the gradient of input i whenever ctx.needs_input_grad[i] 
 @check(
     "GG705",
     family="torch",
-    title="double backward wrong: backward is not differentiable (second order against finite differences)",
+    title="double backward wrong (second order against finite differences)",
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""
@@ -404,7 +404,7 @@ def double_backward(case: Case) -> Iterable[Problem]:
                  f"derivative of the backward (create_graph=True) gives {show(rhs)}."),
         expected=show(float(lhs.value)),
         actual=show(rhs),
-        fix=_DOUBLE_FIX,
+        fix=_WRONG_DOUBLE_FIX,
     )
 
 
@@ -438,3 +438,10 @@ def _once_differentiable(function: Any) -> bool:
 _DOUBLE_FIX = ("Write backward with differentiable torch operations on the saved tensors (no .detach(), .numpy(), "
                "torch.no_grad() or @once_differentiable), or give the part that cannot be differentiated its own "
                "Function with a backward of its own.")
+# The backward carries a graph, and its derivative is wrong: a detached or NumPy-computed part, or a saved output of
+# the Function itself, whose derivative is then this same backward's (right only if the first order is: GG201).
+_WRONG_DOUBLE_FIX = ("If the first order is wrong too (GG201), fix it first: a backward that reads the Function's "
+                     "saved output is differentiated through this same backward. Otherwise write backward with "
+                     "differentiable torch operations on the saved tensors (no .detach(), .numpy() or torch.no_grad() "
+                     "on any part of it), or give the part that cannot be differentiated its own Function with a "
+                     "backward of its own.")
