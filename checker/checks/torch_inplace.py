@@ -77,6 +77,7 @@ def saved_tensor_version(case: Case) -> Iterable[Problem]:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             continue
         with torch.no_grad():
+            kept = t.detach().clone()
             t.mul_(1.5).add_(0.25)
         try:
             got = numpy_grads(case, grads_of(case, call, ybar))
@@ -84,6 +85,11 @@ def saved_tensor_version(case: Case) -> Iterable[Problem]:
             if _LOUD in str(raised.exc):
                 continue  # PyTorch noticed the change and raised: loud, not wrong
             raise
+        finally:
+            # An output may be the caller's own tensor (a constant the Function returns as it is, NeMo's
+            # GradInsert): what the program changed goes back, or every later draw would see it changed
+            with torch.no_grad():
+                t.copy_(kept)
         for j in case.diff_positions:
             bad = first_difference(got[j], want[j], case)
             if bad is None:

@@ -438,3 +438,26 @@ def test_examples_fail_the_checks_they_illustrate() -> None:
     for name, ids in EXAMPLES.items():
         got = {f.check_id for f in check(rules[name], max_examples=10).findings}
         assert got == set(ids), (name, got)
+
+
+INJECTED = torch.tensor([0.5, -1.0], dtype=torch.float64)
+
+
+class Inject(torch.autograd.Function):
+    """NeMo's GradInsert pattern: the output is a tensor the caller supplies (a declared constant), as it is."""
+
+    @staticmethod
+    def forward(ctx, x, value):
+        return value
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.zeros(2, dtype=g.dtype), None
+
+
+def test_gg703_gives_back_the_callers_tensor_it_changed() -> None:
+    """GG703 changes each output in place between forward and backward; an output that is the caller's own
+    constant kept the change, so every later draw (and the failing input a report showed) saw it scaled again."""
+    report = check(torch_rule(Inject, arrays(shape=(2,)), constant(INJECTED), name="inject"), select=["GG703"])
+    assert report.rules[0].checks_run == ["GG703"] and report.rules[0].verdict == "pass"
+    assert INJECTED.tolist() == [0.5, -1.0]
