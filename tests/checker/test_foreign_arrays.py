@@ -130,16 +130,23 @@ def test_the_reproducer_of_a_rule_on_jax_arrays_hands_it_jax_arrays_again(tmp_pa
         def doubled_first_rrule(x):
             return x.at[0].multiply(2.0), lambda ybar: (jnp.asarray(ybar),)   # the factor 2 forgotten
     """))
-    repros = tmp_path / "repros"
+    script = _gg201_reproducer_fails(module, "doubled_first_rrule")
+    assert "libraries={0: 'jax'}" in script
+
+
+def _gg201_reproducer_fails(module, rule_name):
+    """The text of the GG201 reproducer `gradguard check --reproducers` writes for ``module``, after running it:
+    it must fail with the finding (not with an error of its own)."""
+    repros = module.parent / "repros"
     run = CliRunner().invoke(main, ["check", str(module), "--select", "GG201", "--reproducers", str(repros),
                                     "--no-cache"])
     assert run.exit_code == 1, run.output
     (script,) = repros.glob("*GG201*.py")
-    assert "libraries={0: 'jax'}" in script.read_text()
-    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=module.parent)
     assert replay.returncode == 1
-    assert "AssertionError: GG201 pullback disagrees with finite differences: the pullback of doubled_first_rrule" \
+    assert f"AssertionError: GG201 pullback disagrees with finite differences: the pullback of {rule_name}" \
         in replay.stderr, replay.stderr
+    return script.read_text()
 
 
 def test_the_argument_strategy_has_the_same_repr_in_every_build():
@@ -259,13 +266,5 @@ def test_a_constant_holding_tensors_reaches_the_rule_as_declared(tmp_path):
     (fine,) = rules_in(load_module(fine_path))
     result = check(fine).rules[0]
     assert result.verdict == "pass", [(f.check_id, f.message) for f in result.findings]
-    repros = tmp_path / "repros"
-    run = CliRunner().invoke(main, ["check", str(broken_path), "--select", "GG201", "--reproducers", str(repros),
-                                    "--no-cache"])
-    assert run.exit_code == 1, run.output
-    (script,) = repros.glob("*GG201*.py")
-    assert "CONSTANT)  # CONSTANT: the value the rule declares with constant(...)" in script.read_text()
-    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
-    assert replay.returncode == 1
-    assert "AssertionError: GG201 pullback disagrees with finite differences: the pullback of affine_rule" \
-        in replay.stderr, replay.stderr
+    script = _gg201_reproducer_fails(broken_path, "affine_rule")
+    assert "CONSTANT)  # CONSTANT: the value the rule declares with constant(...)" in script
