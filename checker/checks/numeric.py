@@ -139,7 +139,9 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             fix=(
                 f"Re-derive the tangent{f' for argument {w.arg}' if w.arg >= 0 else 's'} at this input (the smallest "
                 "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
-                "over broadcast axes are the usual causes." + hint
+                "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
+                "straight-through estimator, a surrogate or scaled gradient) fails this check by design: leave "
+                "GG201 out of its run (--ignore GG201, check(ignore=[...]))." + hint
             ),
         )
 
