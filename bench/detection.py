@@ -52,6 +52,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import sys
 import time
 import warnings
@@ -253,8 +254,18 @@ def _detail(row: dict[str, Any], col: str) -> str:
     for v in variants:
         info = row["tools"].get(v)
         if info and info["outcome"] in ("caught", "errored"):
-            return f"{v}: {info['detail'][:120]}" if len(variants) > 1 else info["detail"][:120]
+            text = _without_paths(info["detail"])[:120]
+            return f"{v}: {text}" if len(variants) > 1 else text
     return ""
+
+
+_ROOT = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def _without_paths(text: str) -> str:
+    """An anchor's message as the report shows it: a traceback it quotes names files relative to the repository,
+    not where this machine keeps it."""
+    return text.replace(_ROOT, "")
 
 
 def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]) -> str:
@@ -299,7 +310,7 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
     lines.append("")
     for group in tools:
         if GROUPS.get(group) in na:
-            why = sorted({info["detail"] for r in rows for v, info in r["tools"].items() if v in TOOLS[group]})
+            why = sorted({_without_paths(info["detail"]) for r in rows for v, info in r["tools"].items() if v in TOOLS[group]})
             lines.append(f"{', '.join(TOOLS[group])}: n/a on every rule ({'; '.join(why)}); not counted as misses.")
             lines.append("")
     anchors = [g for g in tools if g != "gradguard" and GROUPS[g] not in na]
@@ -359,7 +370,7 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
         for r in rows:
             for v, i in r["tools"].items():
                 if i["outcome"] == "errored":
-                    raised[(r["case"], i["detail"][:160])].append(v)
+                    raised[(r["case"], _without_paths(i["detail"])[:160])].append(v)
         if raised:
             lines.append("What the anchors raised (counted as errored):")
             for (case, detail), variants in raised.items():
@@ -369,7 +380,7 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
     if missed:
         lines.append("Buggy rules gradguard did not catch:")
         for r in missed:
-            lines.append(f"- {r['case']} ({r['bug']}, expected {', '.join(r['expect'])}): {r['tools']['gradguard']['outcome']} {r['tools']['gradguard']['detail']}")
+            lines.append(f"- {r['case']} ({r['bug']}, expected {', '.join(r['expect'])}): {r['tools']['gradguard']['outcome']} {_without_paths(r['tools']['gradguard']['detail'])}")
         lines.append("")
     off = [r for r in rows if "gradguard_ids" in r and r["gradguard_ids"] != r["expect"]]
     if ERRORS_ONLY:
@@ -378,7 +389,7 @@ def render(summary: dict[str, Any], rows: list[dict[str, Any]], tools: list[str]
         if caught:
             lines.append("What gradguard reported on the historical bugs (error-severity ids; expected one of the label's):")
             for r in caught:
-                lines.append(f"- {r['case']}: {r['tools']['gradguard']['detail']} (expected one of {', '.join(r['expect'])})")
+                lines.append(f"- {r['case']}: {_without_paths(r['tools']['gradguard']['detail'])} (expected one of {', '.join(r['expect'])})")
             lines.append("")
     if off:
         lines.append(
