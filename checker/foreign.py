@@ -20,6 +20,9 @@ else passes through untouched: NumPy values, Python numbers, integer index array
 rule gets as drawn), the tape's traced arrays,
 JAX tracers (the JAX reference and the JAX column trace the rule; a tracer is never read out). The adapters of
 ``jax_rule`` and ``torch_rule`` already take NumPy arrays, so their rules need only `plain_args`.
+
+Every call of a NumPy-kind rule and its primal passes through these wrappers, which also start it from the fixed
+state of NumPy's global generator (`gradguard.checker.random_state`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 
 from hypothesis.strategies import SearchStrategy
 
+from gradguard.checker.random_state import moved, start_fixed
 from gradguard.checker.trees import tree_map
 
 __all__ = ["FOREIGN_ARRAYS", "library_of", "to_numpy", "PlainArgs", "plain_args", "foreign_rule", "foreign_primal", "is_foreign_layer"]
@@ -102,11 +106,24 @@ def _foreign_tree(lib: str, tree: Any) -> Any:
 class PlainArgs:
     """What a rule's argument strategy does to each drawn tuple (see `plain_args`): foreign arrays become NumPy
     copies; ``libraries`` records, per argument position, the library the spec drew there (shared with the
-    rule's wrappers)."""
+    rule's wrappers, which make every call through `call`)."""
 
     def __init__(self, constants: frozenset[int] = frozenset()) -> None:
         self.libraries: dict[int, str] = {}
         self.constants = constants  # positions declared constant(...): handed to the rule exactly as given
+        self.draws_global: bool | None = None  # whether the rule or its primal draws from NumPy's global generator
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``fn`` (the rule or its primal) on ``args`` given in their libraries again, started from the fixed state
+        of NumPy's global generator where the rule draws from it (found on its first call: `random_state`)."""
+        if self.draws_global is False:
+            return fn(*self.restore(args), **kwargs)
+        start_fixed()
+        try:
+            return fn(*self.restore(args), **kwargs)
+        finally:
+            if self.draws_global is None:
+                self.draws_global = moved()
 
     def __call__(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         out = []
@@ -174,7 +191,7 @@ def foreign_rule(rule: Callable[..., Any], plain: PlainArgs) -> Callable[..., An
 
     @functools.wraps(rule)
     def on_numpy(*args: Any, **kwargs: Any) -> Any:
-        result = rule(*plain.restore(args), **kwargs)
+        result = plain.call(rule, args, kwargs)
         if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
             return result
         y, pullback = result
@@ -206,7 +223,7 @@ def foreign_primal(primal: Callable[..., Any], plain: PlainArgs) -> Callable[...
 
     @functools.wraps(primal)
     def on_numpy(*args: Any, **kwargs: Any) -> Any:
-        return _plain_output(primal(*plain.restore(args), **kwargs))[0]
+        return _plain_output(plain.call(primal, args, kwargs))[0]
 
     setattr(on_numpy, FOREIGN_LAYER, on_numpy)
     return on_numpy

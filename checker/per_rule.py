@@ -20,7 +20,7 @@ from typing import Any, ContextManager
 
 import numpy as np
 
-from gradguard.checker import reproducer
+from gradguard.checker import random_state, reproducer
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
@@ -63,7 +63,8 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     try:
         # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
         # own programs on its values: none is a finding, and they would bury the report.
-        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings(), callbacks_quiet():
+        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings(), callbacks_quiet(), \
+                random_state.kept():
             warnings.simplefilter("ignore", RuntimeWarning)
             _prepare_engine(rule, ids, options.jax_cache_dir)
             with memory:  # its growth counts from here: loading JAX above is not the rule's

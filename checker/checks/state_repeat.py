@@ -232,10 +232,11 @@ def deterministic(case: Case) -> Iterable[Problem]:
     pullbacks the same tangents for the same cotangent (up to the per-dtype tolerance, so reduction-order
     noise passes). Hidden randomness (a global or unseeded generator, the clock, a hash order) makes the
     rule's gradient irreproducible, breaks every check that compares two calls (finite differences above
-    all), and makes AD differentiate a different sample from the one the program used. PyTorch's global
-    generators are not hidden state: every forward of a `torch.autograd.Function` starts from one fixed state
-    of them, as a program re-run under `torch.manual_seed` does, so a dropout mask drawn with `torch.rand` and
-    saved for backward passes; a backward that draws a new mask does not."""
+    all), and makes AD differentiate a different sample from the one the program used. A library's global
+    generator is not hidden state: every forward of a `torch.autograd.Function` starts from one fixed state of
+    PyTorch's, and every call of a NumPy rule that draws from `np.random`'s from one fixed state of NumPy's, as a
+    program re-run under `torch.manual_seed` or `np.random.seed` does; so a dropout mask drawn that way and kept
+    for the backward pass passes, and a backward that draws a new mask does not."""
     y1 = case.first_call().output
     y2, pb2 = case.pair()
     change = first_change(y1, y2, case.tol)
