@@ -131,7 +131,7 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
 @check(
     "GG103",
     family="contract",
-    title="pullback returns the wrong number of tangents",
+    title="pullback raises or returns the wrong number of tangents",
     gates=True,
     given="""
         def mul(a, b):
@@ -151,7 +151,9 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
 def tangent_count(case: Case) -> Iterable[Problem]:
     """The pullback must return a tuple with exactly one tangent per positional argument of the primal, with
     ``None`` for arguments that have no derivative. A missing or extra entry shifts every tangent onto the
-    wrong argument in the engine that consumes it."""
+    wrong argument in the engine that consumes it. This is the first check that calls the pullback, so a
+    pullback that raises on the drawn input and cotangent is reported here, with the exception, and the checks
+    that need its tangents do not run."""
     t = case.first_pullback().tangents
     n = case.nargs
     if isinstance(t, (tuple, list)) and len(t) == n:

@@ -24,7 +24,7 @@ def test_page_bench_runs(tmp_path: Path) -> None:
 
 
 def _tiny_report() -> dict:
-    finding = {"check_id": "GG103", "severity": "error", "title": "pullback returns the wrong number of tangents",
+    finding = {"check_id": "GG103", "severity": "error", "title": "pullback raises or returns the wrong number of tangents",
                "rule": "b_rrule", "message": "m", "source_file": "rules.py", "source_lines": [3, 4]}
     return {
         "schema": "gradguard.report/1",

@@ -156,7 +156,7 @@ def test_finding_links_to_its_catalogue_page(page: Any, seeded: dict[str, int]) 
     _visit(page, f"/runs/{seeded['fail_main']}")
     page.locator("article.finding h3 a").first.click()
     page.wait_for_url("**/checks/GG103")
-    assert page.locator("h1").inner_text().startswith("GG103: pullback returns the wrong number of tangents")
+    assert page.locator("h1").inner_text().startswith("GG103: pullback raises or returns the wrong number of tangents")
 
 
 def test_hostile_rule_name_is_shown_as_text(page: Any, seeded: dict[str, int], xss: str) -> None:

@@ -92,7 +92,7 @@ def test_check_catalogue_index_and_pages(live: Any) -> None:
     assert index.status_code == 200 and 'href="/checks/GG103"' in index.text and "Contract" in index.text
     page = _get(live, "/checks/GG103")
     assert page.status_code == 200
-    assert "GG103: pullback returns the wrong number of tangents" in page.text
+    assert "GG103: pullback raises or returns the wrong number of tangents" in page.text
     lower = _get(live, "/checks/gg103", follow_redirects=False)
     assert lower.status_code == 301 and lower.headers["location"] == "/checks/GG103"
     missing = _get(live, "/checks/GG13")

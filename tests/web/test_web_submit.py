@@ -67,7 +67,7 @@ def test_pull_request_job_with_findings(live: Any, repo: Path, tmp_path: Path, r
     errors = [line for line in done.stdout.splitlines() if line.startswith("::error ")]
     assert len(errors) == 1, done.stdout
     assert errors[0].startswith(f"::error file=rules/ops.py,line={first},endLine=")
-    assert "title=GG103 pullback returns the wrong number of tangents::scale_rrule: the pullback of scale_rrule" in errors[0]
+    assert "title=GG103 pullback raises or returns the wrong number of tangents::scale_rrule: the pullback of scale_rrule" in errors[0]
 
     summary = (tmp_path / "summary.md").read_text()
     assert "gradguard: 1/2 rules pass" in summary and f"({live.base}/runs/{run_id})" in summary
