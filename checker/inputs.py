@@ -67,6 +67,12 @@ def literal(value: Any) -> str:
     return repr(value)
 
 
+def has_literal(value: Any) -> bool:
+    """Whether `literal` writes ``value`` as source that rebuilds it exactly, type included (a NamedTuple comes back
+    a tuple, a callable or a module as no source at all)."""
+    return value is None or type(value) in (bool, int, float, complex, str, np.ndarray) or isinstance(value, np.generic)
+
+
 def arg_names(fn: Callable[..., Any], n: int) -> list[str]:
     try:
         params = _positional(fn)

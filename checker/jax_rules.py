@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.pytree_args import flattening
-from gradguard.checker.specs import RuleSpec, build_spec, is_constant, with_kwargs
+from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, with_kwargs
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
 
@@ -149,8 +149,8 @@ def jax_rule(
     declared = len(arg_specs) if arg_specs else None
     # constant(...) specs are nondiff as build_spec reads them; the adapter must know them too, or JAX's
     # transpose hands back its zeros for them and GG106 read those as a tangent the rule returned
-    constants = (i for i, spec in enumerate(arg_specs) if is_constant(spec))
-    merged = (*nondiff, *constants, *(i for i in parts.nondiff_argnums if declared is None or i < declared))
+    merged = (*nondiff, *constant_positions(arg_specs),
+              *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = _adapted(fn, forward_mode, merged)
     primal = _numpy_primal(parts.fun, parts.nondiff_argnums)
     jax_fn, jax_primal = with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})

@@ -157,9 +157,9 @@ def flattening(fun: Callable[..., Any], arg_specs: tuple[SearchStrategy, ...], a
         drawn = tuple(_one_draw(s) for s in arg_specs) if arg_specs else tuple(_one_draw(args))
     except Exception:  # noqa: BLE001 - a spec that cannot draw here: the checks report it when they draw
         return None
-    from gradguard.checker.specs import is_constant
+    from gradguard.checker.specs import constant_positions
 
-    skip = set(nondiff) | {i for i, s in enumerate(arg_specs) if is_constant(s)}
+    skip = set(nondiff) | constant_positions(arg_specs).keys()
     if not any(i not in skip and isinstance(a, (tuple, list, dict)) for i, a in enumerate(drawn)):
         return None
     try:

@@ -11,12 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from gradguard.checker.case import Case, ReplayDraws, RuleRaised
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip
 from gradguard.checker.foreign import FOREIGN_ARRAYS
-from gradguard.checker.inputs import literal
+from gradguard.checker.inputs import has_literal, literal
 from gradguard.checker.specs import RuleSpec, constant_positions
 
 __all__ = ["script", "replay", "context_script", "replay_context", "CONSTANT"]
@@ -40,7 +38,7 @@ def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any
 
     if libraries and FOREIGN_ARRAYS in rule.extra:
         rule.extra[FOREIGN_ARRAYS].libraries.update(libraries)
-    declared = constant_positions(rule)
+    declared = constant_positions(rule.arg_specs)
     args = tuple(declared[i] if a is CONSTANT and i in declared else a for i, a in enumerate(args))
     info = CHECKS[check_id]
     case = Case(rule, tuple(args), ReplayDraws(draws))
@@ -64,8 +62,8 @@ def script(rule: RuleSpec, check_id: str, case: Case, problem: Problem, *, root:
     draws = ",\n    ".join(literal(v) for _, v in case.record)
     labels = ", ".join(label for label, _ in case.record) or "none"
     message = problem.message.replace("\n", "\n# ")
-    declared = constant_positions(rule)
-    opaque = {i for i, v in declared.items() if not _has_literal(v)}
+    declared = constant_positions(rule.arg_specs)
+    opaque = {i for i, v in declared.items() if not has_literal(v)}
     written = tuple("CONSTANT" if i in opaque else literal(a) for i, a in enumerate(case.args))
     arguments = f"({written[0]},)" if len(written) == 1 else f"({', '.join(written)})"
     if opaque:
@@ -93,11 +91,6 @@ draws = [
 replay(rule, {check_id!r}, args, draws{libraries})
 print("{check_id} passes on this input: the rule is fixed.")
 '''
-
-
-def _has_literal(value: Any) -> bool:
-    """Whether `literal` writes ``value`` as source that rebuilds it exactly, type included."""
-    return value is None or type(value) in (bool, int, float, complex, str, np.ndarray) or isinstance(value, np.generic)
 
 
 def replay_context(rule: RuleSpec, context: str, *, seed: int, engines: list[str]) -> None:

@@ -94,9 +94,9 @@ def is_constant(strategy: SearchStrategy) -> bool:
     return strategy in _CONSTANTS
 
 
-def constant_positions(rule: "RuleSpec") -> dict[int, Any]:
-    """The arguments ``rule`` declares with ``constant(value)``: position -> value."""
-    return {i: spec.value for i, spec in enumerate(rule.arg_specs or ()) if is_constant(spec)}
+def constant_positions(arg_specs: Any) -> dict[int, Any]:
+    """The arguments ``arg_specs`` (a rule's, or None) declare with ``constant(value)``: position -> value."""
+    return {i: spec.value for i, spec in enumerate(arg_specs or ()) if is_constant(spec)}
 
 
 def floats(min_value: float = -10.0, max_value: float = 10.0) -> SearchStrategy:
@@ -460,14 +460,14 @@ def build_spec(
         _check_call_shape(primal, nargs, kwargs)
     mutates_set = _positions("mutates", mutates, nargs)
     nondiff_set = _positions("nondiff", nondiff, nargs)
-    nondiff_set |= {i for i, s in enumerate(arg_specs) if is_constant(s)}
+    constants = constant_positions(arg_specs)
+    nondiff_set |= constants.keys()
     unused_cotangent = validate_unused_cotangent(unused_cotangent)
     complex_convention = _complex_convention(complex_convention)
 
     # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
     # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
-    constants = frozenset(i for i, s in enumerate(arg_specs) if is_constant(s))
-    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args, constants)
+    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args, frozenset(constants))
     path, lines = source_location(rule_fn)
     if kind == "numpy":
         rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)

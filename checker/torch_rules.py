@@ -152,15 +152,13 @@ def _record_constant_outputs(spec: RuleSpec, call: Any) -> None:
         return
     flat = call.flat_outputs()
     tensors = [isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in flat]
-    constant = frozenset(k for k, t in enumerate(flat) if (tensors[k] and not t.requires_grad) or _untracked_float(t, torch))
+    constant = frozenset(k for k, t in enumerate(flat) if (tensors[k] and not t.requires_grad) or _untracked_float(t))
     if constant and any(tensors[k] and t.requires_grad for k, t in enumerate(flat)):
         spec.extra[CONSTANT_OUTPUTS] = constant
 
 
-def _untracked_float(value: Any, torch: Any) -> bool:
+def _untracked_float(value: Any) -> bool:
     """A float or complex value autograd does not track: not a tensor (a NumPy array, a Python or NumPy scalar)."""
-    if isinstance(value, torch.Tensor) or isinstance(value, bool):
-        return False
     return isinstance(value, (float, complex, np.floating, np.complexfloating)) or (
         isinstance(value, np.ndarray) and value.dtype.kind in "fc")
 

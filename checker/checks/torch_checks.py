@@ -309,9 +309,7 @@ def double_backward(case: Case) -> Iterable[Problem]:
     if not is_finite_tree(list(first.values())):
         return
     rule = case.rule
-    # Finite differences of the backward PyTorch differentiates: the rule as declared, not read through a
-    # structure's projections (a rotation's depends on the point, and PyTorch's derivative does not see it)
-    rrule = rule.extra.get(UNSTRUCTURED_RRULE, rule.rrule)
+    rrule = _as_declared(rule)
 
     def pulled(*a: Any) -> Any:
         return rrule(*a)[1](copy_tree(ybar))
@@ -415,7 +413,7 @@ def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...
     ``w`` is, and a ``w`` that weighs the jumping entry by 0 hid the jump (kymatio's modulus at seed 2)."""
     ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), call.outputs_numpy())
     every = tree_map(lambda c: None if c is None else np.ones_like(np.asarray(c)), w)
-    rrule = case.rule.extra.get(UNSTRUCTURED_RRULE, case.rule.rrule)
+    rrule = _as_declared(case.rule)
 
     def pulled(*a: Any) -> Any:
         return rrule(*a)[1](copy_tree(ones))
@@ -424,6 +422,12 @@ def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...
         return kinked(pulled, case.fresh(), u, every)
     except Exception:  # noqa: BLE001 - the gradient cannot be taken beside x: nothing established
         return False
+
+
+def _as_declared(rule: Any) -> Any:
+    """The rrule as declared, whose backward PyTorch differentiates: not read through a structure's projections (a
+    rotation's depends on the point, and PyTorch's derivative does not see it)."""
+    return rule.extra.get(UNSTRUCTURED_RRULE, rule.rrule)
 
 
 def _once_differentiable(function: Any) -> bool:
