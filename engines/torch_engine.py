@@ -158,7 +158,7 @@ def to_numpy(value: Any) -> Any:
     torch = load()
     if isinstance(value, torch.Tensor):
         try:
-            return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+            return _exported(value).numpy()
         except TypeError as exc:  # "Got unsupported ScalarType BFloat16": a dtype NumPy has none like
             if "unsupported ScalarType" in str(exc):
                 raise NoNumpyDtype(str(value.dtype)) from None
@@ -168,6 +168,32 @@ def to_numpy(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return type(value)(to_numpy(v) for v in value)
     return value
+
+
+def _exported(value: Any) -> Any:
+    """``value`` detached, on the CPU, ready for ``.numpy()``: a copy where ``value`` owns storage PyTorch may
+    still resize.
+
+    ``.numpy()`` marks the storage it shares as never resizable again, for good (the NumPy array could
+    otherwise outlive the memory). A Function that frees its input's or output's storage in forward and
+    reallocates it in backward (a reversible block recomputing what it freed: ``untyped_storage().resize_(0)``
+    then ``resize_(n)``) would then raise in backward on gradguard's call and nowhere else. Storage that is
+    already not resizable (a tensor made from a NumPy array) is shared as before."""
+    t = value.detach().cpu().resolve_conj().resolve_neg()
+    if not readable(t):
+        raise AdapterError(f"a tensor of shape {tuple(t.shape)} has lost its memory: its storage holds "
+                           f"{t.untyped_storage().nbytes()} bytes (freed with untyped_storage().resize_())")
+    return t.clone() if t.untyped_storage().resizable() else t
+
+
+def readable(t: Any) -> bool:
+    """Whether every element of tensor ``t`` lies inside its storage. A Function may free a tensor's memory
+    (``untyped_storage().resize_(0)``) and restore it later; reading it in between crashes the process, in
+    PyTorch as anywhere."""
+    if t.numel() == 0:
+        return True
+    last = t.storage_offset() + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size() <= t.untyped_storage().nbytes()
 
 
 def _tensor(value: Any, torch: Any) -> Any:
@@ -252,7 +278,9 @@ class TorchCall:
     def write_back(self) -> None:
         """Copy what the Function wrote into the tensors it received back into the caller's arrays."""
         for arr, t in self.written:
-            new = t.detach().cpu().numpy()
+            if not readable(t):
+                continue  # its memory freed by the Function, until its backward restores it (read again then)
+            new = _exported(t).numpy()  # not t.numpy(): the storage the Function received stays resizable
             if new.shape == arr.shape and not np.array_equal(new, arr, equal_nan=True) and arr.flags.writeable:
                 arr[...] = new
 

@@ -11,6 +11,7 @@ from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.checks.torch_checks import TORCH_GIVEN, first_difference, grads_of, numpy_grads, run_call
 from gradguard.checker.compare import at, where
 from gradguard.checker.inputs import show
+from gradguard.engines import torch_engine
 
 __all__ = ["saved_tensor_version", "mark_dirty"]
 
@@ -76,6 +77,8 @@ def saved_tensor_version(case: Case) -> Iterable[Problem]:
         t = pick(call)
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             continue
+        if not torch_engine.readable(t):
+            continue  # the Function freed its memory until backward (a reversible block): no program writes into it
         with torch.no_grad():
             kept = t.detach().clone()
             t.mul_(1.5).add_(0.25)
@@ -88,8 +91,9 @@ def saved_tensor_version(case: Case) -> Iterable[Problem]:
         finally:
             # An output may be the caller's own tensor (a constant the Function returns as it is, NeMo's
             # GradInsert): what the program changed goes back, or every later draw would see it changed
-            with torch.no_grad():
-                t.copy_(kept)
+            if torch_engine.readable(t):  # not freed by backward (a reversible block frees what it recomputed)
+                with torch.no_grad():
+                    t.copy_(kept)
         for j in case.diff_positions:
             bad = first_difference(got[j], want[j], case)
             if bad is None:

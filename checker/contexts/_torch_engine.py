@@ -20,9 +20,14 @@ from gradguard.checker.contexts._engine import Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.torch_rules import TORCH_FUNCTION, TORCH_KWARGS
-from gradguard.engines.torch_engine import apply, gradients
+from gradguard.engines.torch_engine import apply, gradients, readable
 
 __all__ = ["ENGINE"]
+
+
+# A program that reads a tensor a Function freed (a reversible block's input, until its backward restores it)
+# reads freed memory and crashes in PyTorch, loudly; the context says so instead of crashing the checker.
+_FREED = "the program reads a tensor whose memory the rule freed (its storage holds {nbytes} bytes)"
 
 
 class _Namespace:
@@ -32,7 +37,11 @@ class _Namespace:
         self.torch = torch
 
     def _t(self, x: Any) -> Any:
-        return x if isinstance(x, self.torch.Tensor) else self.torch.as_tensor(np.asarray(x))
+        if not isinstance(x, self.torch.Tensor):
+            return self.torch.as_tensor(np.asarray(x))
+        if not readable(x):
+            raise RuntimeError(_FREED.format(nbytes=x.untyped_storage().nbytes()))
+        return x
 
     def add(self, a: Any, b: Any) -> Any:
         return self.torch.add(self._t(a), self._t(b))
@@ -92,7 +101,19 @@ def _ops(view: RuleView) -> Ops:
     def call(*args: Any) -> Any:
         if native:  # a torch Function takes tensors where the rule was declared with arrays
             args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
-            return apply(function, *args, **kwargs)  # from the fixed random state every forward starts from
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            for a in tensors:
+                if not readable(a):
+                    raise RuntimeError(_FREED.format(nbytes=a.untyped_storage().nbytes()))
+            sizes = [a.untyped_storage().nbytes() for a in tensors]
+            out = apply(function, *args, **kwargs)  # from the fixed random state every forward starts from
+            for a, size in zip(tensors, sizes):
+                if a.untyped_storage().nbytes() < size and a.numel() * a.element_size() < size:
+                    # It freed the memory of a view holding fewer elements than its storage (x[::2], a slice): a
+                    # backward that restores the view's own size leaves PyTorch writing past the end of it
+                    raise RuntimeError(f"the rule freed the memory of a view it was given ({size} bytes shared "
+                                       f"with a larger tensor); no program can use the result safely")
+            return out
         from gradguard.engines.torch_adapter import call as adapted_call
 
         return adapted_call(function, *args)  # a nested output in the structure the rrule returned

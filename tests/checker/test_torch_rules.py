@@ -328,3 +328,52 @@ def test_an_output_numpy_cannot_hold_is_an_error_naming_its_dtype_not_a_crash():
     assert result.verdict == "error" and result.error["type"] == "UnsupportedOutput", result.error
     assert result.error["message"].startswith(
         "round_to_bf16 computes a torch.bfloat16 tensor, a dtype NumPy has no counterpart for; ")
+
+
+def _reversible(restore: float) -> type:
+    """A reversible block's pattern (pyg's InvertibleFunction, memcnn): y = 2 x, and the input's memory freed in
+    forward and rebuilt in backward from the output (``restore * y``; 0.5 rebuilds it exactly)."""
+
+    class Reversible(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = 2 * x
+            x.untyped_storage().resize_(0)
+            ctx.x, ctx.y = x, y.detach()
+            return y
+
+        @staticmethod
+        def backward(ctx, grad):
+            x = ctx.x
+            with torch.no_grad():
+                x.untyped_storage().resize_(x.numel() * x.element_size())
+                x.copy_(ctx.y * restore)
+            return 2 * grad
+
+    return Reversible
+
+
+def test_a_function_that_frees_its_input_in_forward_and_rebuilds_it_in_backward():
+    """Such a Function drew a false GG103 ("Trying to resize storage that is not resizable": gradguard read its
+    tensors with ``.numpy()``, which pins a storage's size for good), and once past that crashed the checker's
+    process: GG703 wrote into the freed input, and context programs read it or handed a freed view back to the
+    rule. The storage stays the Function's, what it freed is never read, and a program that reads it after the
+    call is a loud cell ("raised"), as in PyTorch, where it would crash."""
+    right = check(torch_rule(_reversible(0.5), arrays(shape=(3,)), name="reversible"), seed=1).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    cells = {c["context"]: c["status"] for c in right.safety_matrix["cells"] if c["engine"] == "torch"}
+    assert cells["output-used"] == "right" and cells["read-after"] == "raised", cells
+    wrong = check(torch_rule(_reversible(1.0), arrays(shape=(3,), min_value=0.5, max_value=2.0), name="rebuilt_wrong"),
+                  select=["GG402"]).findings
+    assert [f.check_id for f in wrong] == ["GG402"]
+    assert wrong[0].message.startswith("the pullback of rebuilt_wrong wrote into argument 0 (x): x at ")
+
+
+def test_readable_tells_a_freed_tensor():
+    from gradguard.engines.torch_engine import readable
+
+    x = torch.arange(6.0)
+    view = x[1:]
+    assert readable(x) and readable(x[::2]) and readable(x.reshape(2, 3).T) and readable(view)
+    x.untyped_storage().resize_(0)
+    assert not readable(x) and not readable(view)
