@@ -37,7 +37,8 @@ from hypothesis import strategies as st
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.pytree_args import flattening
-from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, with_kwargs
+from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, structure_of, with_kwargs
+from gradguard.checker.structure import structured_primal
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
 
@@ -179,7 +180,8 @@ def jax_rule(
         kwargs=kwargs,
         unused_cotangent=unused_cotangent,
     )
-    spec.extra["jax_primal"] = jax_primal
+    structures = {i: kind for i, s in enumerate(arg_specs) if (kind := structure_of(s)) is not None}
+    spec.extra["jax_primal"] = structured_primal(jax_primal, structures) if structures else jax_primal
     if forward_mode:
         spec.extra[CUSTOM_JVP] = True
     spec.module = getattr(parts.fun, "__module__", None)

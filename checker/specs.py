@@ -475,6 +475,8 @@ def build_spec(
     unstructured = rule_fn
     if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
         rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)
+        if jax_fn is not None:  # JAX's own derivatives (GG204, GG60x, the jax column) read it there too
+            jax_fn = structured_primal(jax_fn, structures)
     spec = RuleSpec(
         rrule=with_kwargs(rule_fn, kwargs),
         primal=with_kwargs(primal, kwargs),

@@ -219,3 +219,34 @@ def test_gg705_differentiates_the_backward_as_declared_not_the_structures_projec
     report = check(torch_rule(TraceA, arrays(shape=(3, 3), min_value=-2.0, max_value=2.0, structure="rotation")))
     assert report.rules[0].verdict == "pass", [f.message for f in report.findings]
     assert "GG705" in report.rules[0].checks_run
+
+
+def _matsq_jax(twice_left: bool):
+    import jax
+
+    @jax.custom_vjp
+    def matsq(x):
+        return x @ x
+
+    def bwd(x, g):  # the exact VJP of X -> X @ X is g X^T + X^T g
+        return (2 * g @ x.T,) if twice_left else (g @ x.T + x.T @ g,)
+
+    matsq.defvjp(lambda x: (x @ x, x), bwd)
+    return matsq
+
+
+@pytest.mark.parametrize("structure", ["symmetric", "psd"])
+def test_jax_derivatives_read_a_jax_rule_on_the_structure_too(structure):
+    """JAX's own derivatives of a jax_rule (GG204's jvp of the vjp, the safety matrix's jax column, GG601/GG602)
+    ran the custom_vjp off the structure while finite differences moved inside it: the exact VJP of X @ X on
+    symmetric or positive definite matrices drew GG204 and GG501 (the jax column wrong in 7 contexts of 9), and
+    so did ott-jax's matrix square root. A bwd that is wrong on the structure still fails."""
+    from gradguard.checker import jax_rule
+
+    spec = arrays(shape=(3, 3), min_value=-2.0, max_value=2.0, structure=structure)
+    right = check(jax_rule(_matsq_jax(False), spec, name="matsq"), max_examples=5).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    assert {"GG204", "GG501", "GG601", "GG602"} <= set(right.checks_run)
+    assert {c["status"] for c in right.safety_matrix["cells"] if c["engine"] == "jax"} == {"right"}
+    wrong = check(jax_rule(_matsq_jax(True), spec, name="matsq_left"), select=["GG201", "GG501"], max_examples=5).findings
+    assert {f.check_id for f in wrong} == {"GG201", "GG501"}
