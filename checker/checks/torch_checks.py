@@ -9,6 +9,7 @@ counter on saved tensors, GG704 ``ctx.mark_dirty``) are in torch_inplace.py.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
@@ -21,7 +22,7 @@ from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
-from gradguard.checker.trees import copy_tree, describe, inner, tree_map
+from gradguard.checker.trees import copy_tree, describe, inner, leaves, tree_map
 from gradguard.engines.torch_engine import gradients
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
@@ -292,7 +293,8 @@ def double_backward(case: Case) -> Iterable[Problem]:
     NumPy, runs under ``torch.no_grad()`` or is ``@once_differentiable`` is right to first order and gives
     a wrong (or no) second derivative. For a random cotangent ``ybar``, direction ``u`` and covector ``w``,
     the check compares PyTorch's ``d/dt <w, grad at (x + t u)(ybar)>`` (double backward) with finite
-    differences of the rule's gradient; a gradient that carries no graph where finite differences give a
+    differences of the rule's gradient, then the derivative with respect to the cotangent itself (`_along_cotangent`:
+    a gradient penalty differentiates through it); a gradient that carries no graph where finite differences give a
     second derivative is reported too, also where the backward is declared ``@once_differentiable``: PyTorch
     raises where the cotangent carries a graph, but where it carries none (an output that feeds the loss
     linearly) the second-order terms through the Function are silently absent, and the message says so."""
@@ -308,6 +310,20 @@ def double_backward(case: Case) -> Iterable[Problem]:
     first = numpy_grads(case, grads)
     if not is_finite_tree(list(first.values())):
         return
+    found = list(_along_input(case, call, ybar, u, w, grads, first))
+    if found:
+        yield from found
+        return
+    problem = _along_cotangent(case, ybar, w)
+    if problem is not None:
+        yield problem
+
+
+def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], grads: dict[int, Any],
+                 first: dict[int, np.ndarray]) -> Iterable[Problem]:
+    """GG705's derivative of the backward with respect to the input, along ``u``."""
+    import torch
+
     rule = case.rule
     rrule = _as_declared(rule)
 
@@ -404,6 +420,92 @@ def double_backward(case: Case) -> Iterable[Problem]:
         actual=show(rhs),
         fix=_WRONG_DOUBLE_FIX,
     )
+
+
+def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | None:
+    """GG705's derivative of the backward with respect to its cotangent, along a random cotangent direction ``c``.
+
+    A gradient penalty differentiates the backward through its cotangent too (the cotangent a Function's backward
+    gets there is itself a gradient that depends on the input). The backward is linear in it (GG202 judges that),
+    so the derivative along ``c`` is the difference of two backward calls at ``ybar + c`` and ``ybar - c``, exact
+    up to rounding; PyTorch's is ``torch.autograd.grad`` of ``<w, grad(ybar)>`` with respect to a cotangent that
+    requires grad. A backward computed in NumPy, or from a detached cotangent, gives 0 there, silently. Not judged
+    for a backward declared ``@once_differentiable``, where PyTorch raises instead."""
+    import torch
+
+    from gradguard.checker.torch_rules import TORCH_FUNCTION
+
+    if _once_differentiable(case.rule.extra.get(TORCH_FUNCTION)):
+        return None
+    rrule = _as_declared(case.rule)
+    call = run_call(case)
+    c = case.cotangent_like(call.outputs_numpy(), "cotangent direction")
+    base, along = leaves(copy_tree(ybar)), leaves(c)
+    if len(base) != len(along):
+        return None
+
+    def pulled(s: float) -> Any:
+        return rrule(*case.fresh())[1](_rebuilt(ybar, [b + s * np.asarray(v) for b, v in zip(base, along)]))
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ahead, behind, middle = pulled(1.0), pulled(-1.0), pulled(0.0)
+    except Exception:  # noqa: BLE001 - the backward raised at a shifted cotangent: other checks report that
+        return None
+    a, b, m = inner(w, ahead), inner(w, behind), inner(w, middle)
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(m)):
+        return None
+    if not tolerances.close(a + b, 2 * m, case.tol, scale=abs(a) + abs(b)):
+        return None  # not affine in the cotangent: GG202's finding, nothing to add here
+    # Each inner product rounds at eps times the sum of its terms' sizes; their difference inherits that
+    terms = _size(w, ahead) + _size(w, behind)
+    eps = float(np.finfo(case.dtype).eps)
+    lhs = (a - b) / 2
+    cts = [torch.tensor(np.array(b_), requires_grad=True) for b_ in base]
+    grads = grads_of(case, call, _rebuilt(ybar, cts), create_graph=True)
+    total = None
+    for i in case.diff_positions:
+        g = grads.get(i)
+        if isinstance(g, torch.Tensor) and g.requires_grad:
+            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
+            total = term if total is None else total + term
+    rhs, connected = 0.0, False
+    if total is not None:
+        try:
+            second = gradients(total, cts)
+        except Exception:  # noqa: BLE001 - loud: a program differentiating this gradient stops there
+            return None
+        connected = any(d is not None for d in second)
+        rhs = sum((inner(np.asarray(v), call_numpy(d)) for v, d in zip(along, second) if d is not None), 0.0)
+    scale = abs(lhs) + abs(rhs)
+    if tolerances.close(lhs, rhs, case.tol, fd_error=4 * eps * terms, scale=scale):
+        return None
+    name = case.rule.name
+    how = ("the gradients its backward returns carry no graph from the cotangent" if not connected
+           else "PyTorch's derivative of the backward with respect to its cotangent gives " + show(rhs))
+    return Problem(
+        message=(f"double backward through {name} is wrong with respect to the cotangent: along a random cotangent "
+                 f"direction c, d/ds <w, grad(ybar + s c)> = {show(lhs)} (the backward is linear in its cotangent: half "
+                 f"the difference of the backward at ybar + c and ybar - c), but {how}, so a program that "
+                 "differentiates a gradient through this Function (a gradient penalty) misses those terms."),
+        location="the cotangent",
+        expected=show(lhs),
+        actual=show(rhs),
+        fix=_DOUBLE_FIX,
+    )
+
+
+def _rebuilt(tree: Any, flat: list[Any]) -> Any:
+    """``tree``'s structure holding ``flat`` (its leaves, in order)."""
+    it = iter(flat)
+    return tree_map(lambda _: next(it), tree)
+
+
+def _size(a: Any, b: Any) -> float:
+    """The sum of the products of the sizes of matching leaves: what an inner product of ``a`` and ``b`` rounds at."""
+    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in zip(leaves(a), leaves(b))
+               if x is not None and y is not None)
 
 
 def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:

@@ -461,3 +461,35 @@ def test_gg703_gives_back_the_callers_tensor_it_changed() -> None:
     report = check(torch_rule(Inject, arrays(shape=(2,)), constant(INJECTED), name="inject"), select=["GG703"])
     assert report.rules[0].checks_run == ["GG703"] and report.rules[0].verdict == "pass"
     assert INJECTED.tolist() == [0.5, -1.0]
+
+
+def _numpy_linear(differentiable_backward: bool) -> type:
+    """y = A x; the backward A^T g computed in NumPy (fast-soft-sort's and many wrappers' pattern) or in torch."""
+    a = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0], [2.0, 1.0, 1.0]])
+
+    class Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.from_numpy(a @ x.detach().numpy())
+
+        @staticmethod
+        def backward(ctx, g):
+            if differentiable_backward:
+                return torch.from_numpy(a.T) @ g
+            return torch.from_numpy(a.T @ g.detach().numpy())
+
+    return Linear
+
+
+def test_gg705_differentiates_the_backward_with_respect_to_its_cotangent():
+    """A gradient penalty differentiates a Function's backward through its cotangent too. A backward computed in
+    NumPy from the cotangent is right to first order and its second derivative in the input is 0, so GG705 passed
+    it, while gradgradcheck fails it ("Numerical gradient for function expected to be zero")."""
+    right = check(torch_rule(_numpy_linear(True), arrays(shape=(3,)), name="linear"), select=["GG705"]).findings
+    assert right == [], [f.message for f in right]
+    wrong = check(torch_rule(_numpy_linear(False), arrays(shape=(3,)), name="numpy_linear"), select=["GG705"]).findings
+    assert [f.check_id for f in wrong] == ["GG705"]
+    assert wrong[0].message.startswith(
+        "double backward through numpy_linear is wrong with respect to the cotangent: along a random cotangent "
+        "direction c, d/ds <w, grad(ybar + s c)> = ")
+    assert "carry no graph from the cotangent" in wrong[0].message and wrong[0].actual == "0.0"
