@@ -223,11 +223,20 @@ def _numpy_primal(fun: Callable[..., Any], fixed: Iterable[int]) -> Callable[...
             return np.asarray(x)
         return x
 
+    def as_jax(x: Any) -> Any:
+        import numpy as np
+
+        return jax.numpy.asarray(x) if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else x
+
     @functools.wraps(fun)
     def primal(*args: Any, **kwargs: Any) -> Any:
         traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs)))
-        out = fun(*args, **kwargs) if traced else compiled(args, fixed, kwargs)
-        return jax.tree_util.tree_map(leaf, out)
+        if traced:
+            return jax.tree_util.tree_map(leaf, fun(*args, **kwargs))
+        # JAX code gets JAX arrays, as in every program that calls it (`x.at[0].set(...)` on an input): the eager
+        # run that `Compiled` checks its compiled one against would otherwise hand it the NumPy arrays themselves
+        given = tuple(a if i in fixed else jax.tree_util.tree_map(as_jax, a) for i, a in enumerate(args))
+        return jax.tree_util.tree_map(leaf, compiled(given, fixed, kwargs))
 
     primal.compiled = compiled  # type: ignore[attr-defined]
     return primal

@@ -277,8 +277,11 @@ def _eager(plan: Plan, ops: Ops) -> tuple[float, tuple]:
         return program(ops, consts, *xs)
 
     fn = jax.value_and_grad(run, argnums=tuple(range(1, len(plan.inputs) + 1)))
+    # JAX arrays in, as a JAX program has: a custom_jvp's jvp gets the primals as they were given, and on a NumPy
+    # array JAX's eager differentiation hands it a NumPy-backed value without `.at` (`x.at[0].set(...)` raised)
+    inputs = tuple(jax.numpy.asarray(x) if isinstance(x, np.ndarray) else x for x in plan.inputs)
     with relaying():
-        value, grads = fn(plan.consts, *plan.inputs)
+        value, grads = fn(plan.consts, *inputs)
     return scalar(value), _numpy(grads)
 
 

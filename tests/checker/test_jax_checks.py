@@ -736,3 +736,29 @@ def test_what_a_rules_host_callback_raises_is_not_logged_during_a_check_but_is_o
     with caplog.at_level("ERROR", logger="jax._src.callback"), pytest.raises(Exception):
         jax.grad(lambda x: host_square(x).sum())(jnp.full(3, 6.0))  # a user's own program keeps JAX's log
     assert [r.getMessage() for r in caplog.records if r.name == "jax._src.callback"] == ["jax.pure_callback failed"]
+
+
+def _zero_first_double(jvp_keeps_zero: bool):
+    @jax.custom_jvp
+    def zero_first_double(x):
+        return 2.0 * x.at[0].set(0.0)  # `.at` on the input: JAX code that needs a JAX array
+
+    @zero_first_double.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return zero_first_double(x), 2.0 * t.at[0].set(0.0) if jvp_keeps_zero else 2.0 * t
+
+    return zero_first_double
+
+
+def test_a_primal_that_uses_at_on_its_input_gets_jax_arrays():
+    """jaxley's tree solve (optimize_for_gpu=True) calls `.at` on an input: its primal, run eagerly on the NumPy
+    arrays themselves, raised AttributeError (a false GG102 that skipped GG201 and the safety matrix), and the
+    jax column's eager value_and_grad handed its jvp NumPy-backed values (every cell "raised")."""
+    spec = arrays(shape=(3,), min_value=-2.0, max_value=2.0)
+    right = check(jax_rule(_zero_first_double(True), spec, name="at_on_input")).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    assert {"GG102", "GG201", "GG501"} <= set(right.checks_run)
+    assert {c["status"] for c in right.safety_matrix["cells"] if c["engine"] == "jax"} == {"right"}
+    wrong = check(jax_rule(_zero_first_double(False), spec, name="at_on_input_slip"), select=["GG201"]).findings
+    assert [f.check_id for f in wrong] == ["GG201"]
