@@ -190,10 +190,14 @@ def readable(t: Any) -> bool:
     """Whether every element of tensor ``t`` lies inside its storage. A Function may free a tensor's memory
     (``untyped_storage().resize_(0)``) and restore it later; reading it in between crashes the process, in
     PyTorch as anywhere."""
-    if t.numel() == 0:
+    n = t.numel()
+    if n == 0:
         return True
-    last = t.storage_offset() + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
-    return (last + 1) * t.element_size() <= t.untyped_storage().nbytes()
+    nbytes = t.untyped_storage().nbytes()
+    if t.is_contiguous():  # every call of every check converts tensors: the common case without the loop
+        return (t.storage_offset() + n) * t.element_size() <= nbytes
+    last = t.storage_offset() + sum((k - 1) * abs(s) for k, s in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size() <= nbytes
 
 
 def _tensor(value: Any, torch: Any) -> Any:
