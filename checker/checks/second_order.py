@@ -76,8 +76,8 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
             d = pullback_derivative(rule.rrule, case.fresh(), leaves(copy_tree(ybar)), w, diff=case.diff_positions,
                                     rebuild=lambda ls: _rebuild(ybar, ls))
     except Exception as exc:  # noqa: BLE001 - TraceError, a method Tracked lacks...: the tape's limit, not the rule's bug
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        reason = f"the tape cannot run {rule.name} on traced arrays, so its second order is not checked: {type(exc).__name__}: {text}"
+        reason = (f"the tape cannot run {rule.name} on traced arrays, so its second order is not checked: "
+                  f"{_tape_failure(exc)}")
         rule.run_state[_UNTRACEABLE] = reason
         raise Skip(reason) from None
     forward = [e for e in d.escapes if e.phase == "forward"]
@@ -100,6 +100,19 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
         problem = _cotangent_part(case, ybar, c, w, d, at_ybar)
     if problem is not None:
         yield problem
+
+
+def _tape_failure(exc: Exception) -> str:
+    """What stopped the tape, in the rule's terms: a table looked up by an argument's type (tangent's, autograd's
+    own VJP tables) fails with the tape's own array class as the missing key, which says nothing to the rule's
+    author."""
+    from gradguard.engines.tape._tape import Tracked
+
+    if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], type) and issubclass(exc.args[0], Tracked):
+        return ("KeyError on a traced array's type: the rule looks up a table by type(x), and a traced array is not "
+                "an np.ndarray")
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"
 
 
 def _rebuild(tree: Any, flat: list[Any]) -> Any:

@@ -222,6 +222,25 @@ def test_untraceable_rule_is_skipped_with_the_reason() -> None:
                              "not checked: TraceError: np.fabs is not supported on Tracked values"), reason
 
 
+_SIN_VJPS = {np.ndarray: lambda x: np.cos(x)}  # google/tangent's and autograd's pattern: a table keyed by type
+
+
+@rrule(sin, arrays(shape=(3,)))
+def sin_by_type_table(x):
+    d = _SIN_VJPS[type(x)](x)
+    return np.sin(x), lambda ybar: (ybar * d,)
+
+
+def test_a_table_looked_up_by_type_is_named_not_the_tapes_class() -> None:
+    """The skip reason quoted "KeyError: <class 'gradguard.engines.tape._tape.Tracked'>", gradguard's internals."""
+    report, found = findings(sin_by_type_table)
+    assert found == []
+    (reason,) = skipped(report)
+    assert reason == ("the tape cannot run sin_by_type_table on traced arrays, so its second order is not checked: "
+                      "KeyError on a traced array's type: the rule looks up a table by type(x), and a traced array is "
+                      "not an np.ndarray"), reason
+
+
 def test_rule_converting_its_input_is_skipped_with_the_site() -> None:
     report, found = findings(sin_converts_input)
     assert found == []
