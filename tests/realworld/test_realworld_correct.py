@@ -28,7 +28,7 @@ from gradguard.checker import catalogue, check
 from gradguard.checker.loader import load_module, rules_in
 
 HERE = Path(__file__).resolve().parent
-from _seeds import SEEDS  # noqa: E402  (0..2 by default; GRADGUARD_REALWORLD_SEEDS=0-9: the full pin)
+from _seeds import SEEDS  # noqa: E402  (0 and 1 by default; GRADGUARD_REALWORLD_SEEDS=0-9: the full pin)
 MIN_RULES = 60
 WHOLE_MODULE_TIMEOUT_S = 1800
 
