@@ -181,9 +181,9 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
     two sides."""
 
     def g(t: float) -> float:
-        moved = tuple(a if v is None else a + t * np.asarray(v) for a, v in zip(args, along))
-        if any(np.ndim(a) == 0 and not isinstance(a, np.ndarray) for a in args):
-            moved = tuple(m if isinstance(a, np.ndarray) else type(a)(m) if m is not None else m for m, a in zip(moved, args))
+        # Only the moving arguments change, and a Python number stays one; a constant is passed as it is (a
+        # callable, None or a flag: type(a)(a) raised for them, and the raise read as a kink on every input)
+        moved = tuple(a if v is None else _step(a, t * np.asarray(v)) for a, v in zip(args, along))
         return inner(w, f(*copy_tree(moved)))
 
     # the moving arguments only: a constant may be anything (a callable a checkpoint runs, a module)
@@ -206,6 +206,14 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
         return True
     slope = central[0]
     return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k] for k in (0, 1))
+
+
+def _step(a: Any, dv: Any) -> Any:
+    """``a + dv``, of ``a``'s own type where ``a`` is a Python or NumPy scalar."""
+    moved = a + dv
+    if isinstance(a, np.ndarray):
+        return moved
+    return type(a)(moved) if isinstance(a, (int, float, complex, np.generic)) and not isinstance(a, bool) else moved
 
 
 def _scale(a: Any, b: Any) -> float:

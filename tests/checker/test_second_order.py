@@ -393,3 +393,18 @@ def test_a_kink_beside_a_second_kink_a_few_steps_away_is_still_a_kink() -> None:
     # Away from both kinks the same gradient is smooth (piecewise linear), and a smooth one stays unkinked.
     assert not kinked(_hard_mish_gradient(ybar), (x + np.array([0, 0, 0, 1.0, 0, 1.0]),), u, w)
     assert not kinked(lambda x: (ybar * np.cos(x),), (x,), u, w)
+
+
+def test_kinked_passes_constants_as_they_are() -> None:
+    """kinked() rebuilt every 0-d argument with type(a)(a): a callable or None constant (a checkpoint's function,
+    gpytorch's sq_dist_func) raised there, and the raise read as a kink on every input, so GG204 and GG705 excused
+    any disagreement of such a rule (gpytorch's covariance Functions had no second derivative, unreported)."""
+    from gradguard.checker.checks.second_order import kinked
+
+    def smooth(x, fn, flag):
+        return (fn(x) if flag is None else x,)
+
+    x, u, w = np.array([0.3, -0.7]), np.array([1.0, 0.5]), (np.ones(2),)
+    assert not kinked(smooth, (x, np.sin, None), (u, None, None), w)
+    assert kinked(lambda x, fn, flag: (np.abs(x),), (np.zeros(2), np.sin, None), (u, None, None), w)
+    assert not kinked(lambda s: (np.array([s * s]),), (0.5,), (1.0,), (np.ones(1),))  # a moving Python float

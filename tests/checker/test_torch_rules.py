@@ -224,8 +224,12 @@ def test_a_graph_that_refuses_autograd_grad_is_differentiated_by_backward():
 
     checkpointed = check(torch_rule(CheckpointFunction, constant(block), constant(True), arrays(shape=(4,)),
                                     name="checkpointed_block")).rules[0]
-    assert checkpointed.verdict == "pass", [f.message for f in checkpointed.findings]
     assert {"GG201", "GG501", "GG705"} <= set(checkpointed.checks_run)
+    # Reentrant checkpointing has no double backward: under create_graph=True the gradient it returns carries no
+    # graph (a gradient penalty through it raises "element 0 of tensors does not require grad", or silently
+    # misses its terms beside others), which GG705 reports; every other check passes.
+    assert [f.check_id for f in checkpointed.findings] == ["GG705"], [f.message for f in checkpointed.findings]
+    assert "carry no graph" in checkpointed.findings[0].message
     fine = check(torch_rule(_refusing_grad(2.0), arrays(shape=(3,)), name="double_under_backward")).rules[0]
     assert fine.verdict == "pass", [f.message for f in fine.findings]
     broken = check(torch_rule(_refusing_grad(3.0), arrays(shape=(3,)), name="triple_under_backward"),
