@@ -298,8 +298,6 @@ def double_backward(case: Case) -> Iterable[Problem]:
     second derivative is reported too, also where the backward is declared ``@once_differentiable``: PyTorch
     raises where the cotangent carries a graph, but where it carries none (an output that feeds the loss
     linearly) the second-order terms through the Function are silently absent, and the message says so."""
-    import torch
-
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     call = run_call(case)
@@ -322,8 +320,6 @@ def double_backward(case: Case) -> Iterable[Problem]:
 def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], grads: dict[int, Any],
                  first: dict[int, np.ndarray]) -> Iterable[Problem]:
     """GG705's derivative of the backward with respect to the input, along ``u``."""
-    import torch
-
     rule = case.rule
     rrule = _as_declared(rule)
 
@@ -333,12 +329,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
     lhs = fd_directional(pulled, case.fresh(), u, w)
     if lhs is None:
         raise Skip("finite differences of the gradient failed at this input")
-    total = None
-    for i in case.diff_positions:
-        g = grads.get(i)
-        if isinstance(g, torch.Tensor) and g.requires_grad:
-            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
-            total = term if total is None else total + term
+    total = _weighted_graph(case, grads, w)
     name = rule.name
     if total is None:
         if tolerances.close(float(lhs.value), 0.0, case.tol, fd_error=lhs.error) or kinked(pulled, case.fresh(), u, w):
@@ -464,12 +455,7 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
     lhs = (a - b) / 2
     cts = [torch.tensor(np.array(b_), requires_grad=True) for b_ in base]
     grads = grads_of(case, call, _rebuilt(ybar, cts), create_graph=True)
-    total = None
-    for i in case.diff_positions:
-        g = grads.get(i)
-        if isinstance(g, torch.Tensor) and g.requires_grad:
-            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
-            total = term if total is None else total + term
+    total = _weighted_graph(case, grads, w)
     rhs, connected = 0.0, False
     if total is not None:
         try:
@@ -496,6 +482,19 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
         actual=show(rhs),
         fix=_DOUBLE_FIX,
     )
+
+
+def _weighted_graph(case: Case, grads: dict[int, Any], w: tuple[Any, ...]) -> Any:
+    """``<w, grads>`` as a PyTorch scalar over the gradients that carry a graph; None where none does."""
+    import torch
+
+    total = None
+    for i in case.diff_positions:
+        g = grads.get(i)
+        if isinstance(g, torch.Tensor) and g.requires_grad:
+            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
+            total = term if total is None else total + term
+    return total
 
 
 def _alternated(leaf: Any) -> Any:
