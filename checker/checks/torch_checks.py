@@ -453,17 +453,19 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
     terms = _size(w, ahead) + _size(w, behind)
     eps = float(np.finfo(case.dtype).eps)
     lhs = (a - b) / 2
-    cts = [torch.tensor(np.array(b_), requires_grad=True) for b_ in base]
+    # Floating cotangents require grad; an integer output's (its zeros) cannot, and carries no derivative anyway
+    cts = [torch.tensor(np.array(b_), requires_grad=np.asarray(b_).dtype.kind in "fc") for b_ in base]
+    wrt = [(v, t) for v, t in zip(along, cts) if t.requires_grad]
     grads = grads_of(case, call, _rebuilt(ybar, cts), create_graph=True)
     total = _weighted_graph(case, grads, w)
     rhs, connected = 0.0, False
-    if total is not None:
+    if total is not None and wrt:
         try:
-            second = gradients(total, cts)
+            second = gradients(total, [t for _, t in wrt])
         except Exception:  # noqa: BLE001 - loud: a program differentiating this gradient stops there
             return None
         connected = any(d is not None for d in second)
-        rhs = sum((inner(np.asarray(v), call_numpy(d)) for v, d in zip(along, second) if d is not None), 0.0)
+        rhs = sum((inner(np.asarray(v), call_numpy(d)) for (v, _), d in zip(wrt, second) if d is not None), 0.0)
         if not math.isfinite(rhs):
             return None  # PyTorch's 0 * inf where the gradient jumps in the input: the input part's to judge
     scale = abs(lhs) + abs(rhs)
