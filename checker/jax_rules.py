@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.pytree_args import flattening
-from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, structure_of, with_kwargs
+from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, structures_of, with_kwargs
 from gradguard.checker.structure import structured_primal
 
 __all__ = ["jax_rule", "ensure_device", "requested_device", "is_batched_device", "CUSTOM_JVP"]
@@ -180,7 +180,7 @@ def jax_rule(
         kwargs=kwargs,
         unused_cotangent=unused_cotangent,
     )
-    structures = {i: kind for i, s in enumerate(arg_specs) if (kind := structure_of(s)) is not None}
+    structures = structures_of(arg_specs)
     spec.extra["jax_primal"] = structured_primal(jax_primal, structures) if structures else jax_primal
     if forward_mode:
         spec.extra[CUSTOM_JVP] = True
@@ -209,6 +209,8 @@ def _numpy_primal(fun: Callable[..., Any], fixed: Iterable[int]) -> Callable[...
     check, and a primal built on `lax.while_loop` or `lax.scan` is traced and compiled again on every eager
     call. The arguments at ``fixed`` (the function's ``nondiff_argnums``, which JAX never traces) are jit's static
     arguments."""
+    import numpy as np
+
     from gradguard.engines.jax_engine import Compiled
     from gradguard.engines.jax_engine._runtime import load
 
@@ -218,14 +220,10 @@ def _numpy_primal(fun: Callable[..., Any], fixed: Iterable[int]) -> Callable[...
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer):
-            import numpy as np
-
             return np.asarray(x)
         return x
 
     def as_jax(x: Any) -> Any:
-        import numpy as np
-
         return jax.numpy.asarray(x) if isinstance(x, np.ndarray) and x.dtype.kind in "biufc" else x
 
     @functools.wraps(fun)

@@ -43,6 +43,7 @@ __all__ = [
     "constant",
     "is_constant",
     "structure_of",
+    "structures_of",
     "bounds_of",
     "UNUSED_COTANGENTS",
     "DEFAULT_UNUSED_COTANGENT",
@@ -192,6 +193,11 @@ def structure_of(strategy: SearchStrategy) -> str | None:
         return _STRUCTURED.get(strategy)
     except TypeError:  # an unhashable strategy was never registered
         return None
+
+
+def structures_of(arg_specs: Iterable[SearchStrategy]) -> dict[int, str]:
+    """Position -> ``structure=`` of the argument specs declared with one."""
+    return {i: kind for i, s in enumerate(arg_specs) if (kind := structure_of(s)) is not None}
 
 
 def _elements(dt: np.dtype, lo: float, hi: float) -> SearchStrategy:
@@ -471,7 +477,7 @@ def build_spec(
     path, lines = source_location(rule_fn)
     if kind == "numpy":
         rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)
-    structures = {i: st_ for i, s in enumerate(arg_specs) if (st_ := structure_of(s)) is not None}
+    structures = structures_of(arg_specs)
     unstructured = rule_fn
     if structures:  # the checker reads the rule on the structure's tangent space (see checker.structure)
         rule_fn, primal = structured_rule(rule_fn, structures), structured_primal(primal, structures)

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
+__all__ = ["with_article", "leaves", "with_leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
            "same_structure", "describe", "max_abs", "REAL_KINDS"]
 
 
@@ -42,6 +42,12 @@ def leaves(tree: Any) -> list[Any]:
     if is_leaf(tree):
         return [tree]
     return [leaf for sub in children(tree) for leaf in leaves(sub)]
+
+
+def with_leaves(tree: Any, flat: Any) -> Any:
+    """``tree``'s structure holding ``flat`` (its leaves, in :func:`leaves`' order)."""
+    it = iter(flat)
+    return tree_map(lambda _: next(it), tree)
 
 
 def rebuild(node: Any, items: Any) -> Any:

@@ -30,7 +30,7 @@ from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show
 from gradguard.checker.kinks import contracted, finer_steps_admit
-from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd
 
 __all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked", "pullback_at"]
@@ -74,7 +74,7 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             d = pullback_derivative(rule.rrule, case.fresh(), leaves(copy_tree(ybar)), w, diff=case.diff_positions,
-                                    rebuild=lambda ls: _rebuild(ybar, ls))
+                                    rebuild=lambda ls: with_leaves(ybar, ls))
     except Exception as exc:  # noqa: BLE001 - TraceError, a method Tracked lacks...: the tape's limit, not the rule's bug
         reason = (f"the tape cannot run {rule.name} on traced arrays, so its second order is not checked: "
                   f"{_tape_failure(exc)}")
@@ -113,12 +113,6 @@ def _tape_failure(exc: Exception) -> str:
                 "an np.ndarray")
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}"
-
-
-def _rebuild(tree: Any, flat: list[Any]) -> Any:
-    """``tree``'s structure holding ``flat`` (its leaves, in order)."""
-    it = iter(flat)
-    return tree_map(lambda _: next(it), tree)
 
 
 def _sites(escapes: list[Any]) -> str:
@@ -211,14 +205,7 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
 def _step(a: Any, dv: Any) -> Any:
     """``a + dv``, of ``a``'s own type where ``a`` is a Python or NumPy scalar."""
     moved = a + dv
-    if isinstance(a, np.ndarray):
-        return moved
     return type(a)(moved) if isinstance(a, (int, float, complex, np.generic)) and not isinstance(a, bool) else moved
-
-
-def _scale(a: Any, b: Any) -> float:
-    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in zip(leaves(a), leaves(b))
-               if x is not None and y is not None)
 
 
 def pullback_at(case: Case, ybar: Any) -> Any:
@@ -237,14 +224,14 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
     rhs = inner(u, d.wrt_args)
 
     def agrees(lhs: fd.Derivative) -> bool:
-        return tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(u, d.wrt_args), fd_error=lhs.error)
+        return tolerances.close(float(lhs.value), rhs, case.tol, scale=abs_inner(u, d.wrt_args), fd_error=lhs.error)
 
     lhs = fd_settled(pulled, case.fresh(), u, w, agrees)
     if lhs is None or agrees(lhs):
         return None
     if kinked(pulled, case.fresh(), u, w):
         return None
-    if finer_steps_admit(contracted(pulled, w), case.args, u, rhs, case.tol, _scale(u, d.wrt_args)):
+    if finer_steps_admit(contracted(pulled, w), case.args, u, rhs, case.tol, abs_inner(u, d.wrt_args)):
         return None  # a pole of the pullback near x (log|det| beside a singular matrix): its tables' steps were too coarse
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
@@ -256,7 +243,7 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, a
         return None
 
     def pulled(*ys: Any) -> Any:
-        return rule.rrule(*case.fresh())[1](_rebuild(ybar, list(ys)))
+        return rule.rrule(*case.fresh())[1](with_leaves(ybar, list(ys)))
 
     # A pullback linear in ybar (GG202 judges that) makes a central difference with a unit step exact: two
     # calls instead of a Richardson table. Where it is not affine along c, this part has nothing to add.
@@ -269,7 +256,7 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, a
             ahead, behind = inner(w, at_ahead), inner(w, at_behind)
             # Each inner product rounds at eps times the sum of its terms' sizes: where c is 0 on an element whose
             # tangent is huge (exp's y at x = 301 is 1e130), the two cancel and the difference is that rounding.
-            terms = _scale(w, at_ahead) + _scale(w, at_behind)
+            terms = abs_inner(w, at_ahead) + abs_inner(w, at_behind)
             eps = max((float(np.finfo(np.asarray(t).dtype).eps) for t in leaves(at_ahead)
                        if t is not None and np.asarray(t).dtype.kind in "fc"), default=float(np.finfo(float).eps))
     except Exception:  # noqa: BLE001 - the pullback raised at a shifted cotangent: other checks report it
@@ -280,7 +267,7 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, a
         return None  # not affine along c: the pullback is not linear in ybar, which is GG202's finding
     lhs = fd.Derivative((ahead - behind) / 2, 4 * eps * terms, 2, "central", 1.0)
     rhs = inner(leaves(c), d.wrt_cotangent)
-    if tolerances.close(float(lhs.value), rhs, case.tol, scale=_scale(leaves(c), d.wrt_cotangent), fd_error=lhs.error):
+    if tolerances.close(float(lhs.value), rhs, case.tol, scale=abs_inner(leaves(c), d.wrt_cotangent), fd_error=lhs.error):
         return None
     if kinked(pulled, tuple(leaves(copy_tree(ybar))), tuple(leaves(c))[:nleaves], w):
         return None

@@ -22,7 +22,7 @@ from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
-from gradguard.checker.trees import copy_tree, describe, inner, leaves, tree_map
+from gradguard.checker.trees import abs_inner, copy_tree, describe, inner, leaves, tree_map, with_leaves
 from gradguard.engines.torch_engine import gradients
 
 __all__ = ["TORCH_GIVEN", "backward_structure", "needs_input_grad", "double_backward", "run_call", "grads_of", "numpy_grads", "first_difference"]
@@ -436,7 +436,7 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
     along = [_alternated(b) for b in base]
 
     def pulled(s: float) -> Any:
-        return rrule(*case.fresh())[1](_rebuilt(ybar, [b + s * np.asarray(v) for b, v in zip(base, along)]))
+        return rrule(*case.fresh())[1](with_leaves(ybar, [b + s * np.asarray(v) for b, v in zip(base, along)]))
 
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -450,13 +450,13 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
     if not tolerances.close(a + b, 2 * m, case.tol, scale=abs(a) + abs(b)):
         return None  # not affine in the cotangent: GG202's finding, nothing to add here
     # Each inner product rounds at eps times the sum of its terms' sizes; their difference inherits that
-    terms = _size(w, ahead) + _size(w, behind)
+    terms = abs_inner(w, ahead) + abs_inner(w, behind)
     eps = float(np.finfo(case.dtype).eps)
     lhs = (a - b) / 2
     # Floating cotangents require grad; an integer output's (its zeros) cannot, and carries no derivative anyway
     cts = [torch.tensor(np.array(b_), requires_grad=np.asarray(b_).dtype.kind in "fc") for b_ in base]
     wrt = [(v, t) for v, t in zip(along, cts) if t.requires_grad]
-    grads = grads_of(case, call, _rebuilt(ybar, cts), create_graph=True)
+    grads = grads_of(case, call, with_leaves(ybar, cts), create_graph=True)
     total = _weighted_graph(case, grads, w)
     rhs, connected = 0.0, False
     if total is not None and wrt:
@@ -502,21 +502,9 @@ def _weighted_graph(case: Case, grads: dict[int, Any], w: tuple[Any, ...]) -> An
 def _alternated(leaf: Any) -> Any:
     """``leaf`` with every second element (in C order) negated: a cotangent direction that is not ``ybar``'s own."""
     arr = np.array(leaf, copy=True)
-    flat = arr.reshape(-1)
+    flat = arr.reshape(-1)  # a view of the fresh, contiguous copy
     flat[1::2] = -flat[1::2]
-    return flat.reshape(arr.shape) if arr.ndim else flat.reshape(())
-
-
-def _rebuilt(tree: Any, flat: list[Any]) -> Any:
-    """``tree``'s structure holding ``flat`` (its leaves, in order)."""
-    it = iter(flat)
-    return tree_map(lambda _: next(it), tree)
-
-
-def _size(a: Any, b: Any) -> float:
-    """The sum of the products of the sizes of matching leaves: what an inner product of ``a`` and ``b`` rounds at."""
-    return sum(float(np.sum(np.abs(np.asarray(x)) * np.abs(np.asarray(y)))) for x, y in zip(leaves(a), leaves(b))
-               if x is not None and y is not None)
+    return arr
 
 
 def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
