@@ -476,8 +476,8 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
            else "PyTorch's derivative of the backward with respect to its cotangent gives " + show(rhs))
     return Problem(
         message=(f"double backward through {name} is wrong with respect to the cotangent: along c (ybar with every "
-                 f"second element negated), d/ds <w, grad(ybar + s c)> = {show(lhs)} (the backward is linear in its "
-                 f"cotangent: half the difference of the backward at ybar + c and ybar - c), but {how}, so a program "
+                 f"second element negated), d/ds <w, grad(ybar + s c)> = {show(lhs)} (the backward is affine along c here, so "
+                 f"this is half the difference of the backward at ybar + c and ybar - c), but {how}, so a program "
                  "that differentiates a gradient through this Function (a gradient penalty) misses those terms."),
         location="the cotangent",
         expected=show(lhs),
