@@ -124,8 +124,10 @@ def arrays(
 
     ``structure`` declares a structured domain for square matrices (stacks of
     them): ``"symmetric"``, ``"psd"`` (positive definite), ``"lower"``,
-    ``"upper"``, ``"diagonal"`` or ``"rotation"`` (SO(n), real). Inputs are drawn with the structure,
-    finite differences move inside it (along a rotation's tangent space), and tangents are compared by their
+    ``"upper"``, ``"diagonal"`` or ``"rotation"`` (SO(n), real); or ``"unit"`` for
+    unit vectors along the last axis (unit quaternions, directions; real, at least 2
+    elements). Inputs are drawn with the structure, finite differences move inside it
+    (along the tangent space of a curved one), and tangents are compared by their
     projection onto it, as ChainRules' ``ProjectTo`` does (see :mod:`gradguard.checker.structure`).
     """
     if structure is not None and structure not in STRUCTURES:
@@ -142,6 +144,8 @@ def arrays(
     _check_bounds(min_value, max_value)
     if structure == "rotation" and dt.kind != "f":
         raise SpecError(f"Got structure='rotation' with dtype={dtype!r}; rotations are real: use a float dtype.")
+    if structure == "unit" and dt.kind != "f":
+        raise SpecError(f"Got structure='unit' with dtype={dtype!r}; unit vectors are real here: use a float dtype.")
     if isinstance(shape, int):
         shape = (shape,)
     if isinstance(shape, tuple):
@@ -158,7 +162,10 @@ def arrays(
         elements = _elements(dt, min_value, max_value)
 
     def for_shape(shp: tuple[int, ...]) -> SearchStrategy:
-        if structure is not None and (len(shp) < 2 or shp[-1] != shp[-2]):
+        if structure == "unit" and (len(shp) < 1 or shp[-1] < 2):
+            raise SpecError(f"Got structure='unit' with shape={shp!r}; unit vectors need a last axis of at least 2 "
+                            "elements: a shape (n,), or (..., n) for a stack of them.")
+        if structure not in (None, "unit") and (len(shp) < 2 or shp[-1] != shp[-2]):
             raise SpecError(f"Got structure={structure!r} with shape={shp!r}; a structure needs square matrices: "
                             "a shape (n, n), or (..., n, n) for a stack of them.")
         size = math.prod(shp)

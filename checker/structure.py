@@ -1,4 +1,5 @@
-"""Structured domains: matrices that are symmetric, positive definite, triangular, diagonal or rotations.
+"""Structured domains: matrices that are symmetric, positive definite, triangular, diagonal or rotations, and unit
+vectors.
 
 Many real rules (Cholesky, ``eigh``, triangular solves) are defined only on structured matrices and
 return gradients projected onto that structure, as ChainRules' ``ProjectTo`` does: for a symmetric
@@ -22,9 +23,12 @@ lower, upper   ``tril(a)``, ``triu(a)``                 the same triangle
 diagonal       ``diag(diag(a))``                        the diagonal
 rotation       the Cayley transform of ``a``'s skew      ``R skew(R.T g)`` at the rotation ``R``
                part (in SO(n); the identity for 0)      (the tangent space of SO(n) there)
+unit           ``a / |a|`` along the last axis (a unit   ``g - q (q . g)`` at the unit vector ``q``
+               quaternion, a direction; ``e0`` for 0)    (the tangent space of the sphere there)
 =============  =======================================  ==============================================
 
-Arrays with more than two axes are stacks of matrices (the last two axes).
+Arrays with more than two axes are stacks of matrices (the last two axes); for ``unit``, arrays with more
+than one axis are stacks of vectors (the last axis).
 
 Rotations are a curved domain, not a linear one: its ``P`` is the Newton-Schulz step
 ``x -> x (3 I - x.T x) / 2``, which is the identity on SO(n) and whose derivative there is the orthogonal
@@ -33,6 +37,12 @@ the derivative along its tangent part, to second order), and a tangent is pulled
 exact adjoint, ``g -> (3 g - g x.T x - x g.T x - x x.T g) / 2``, which is ``R skew(R.T g)`` at a rotation:
 a Lie-group library's Riemannian gradient (theseus' SO(3) ``Log`` returns ``R hat(w)``) is right as it is,
 and a Euclidean one is judged by its tangent part.
+
+Unit vectors are the same construction on the sphere: ``P`` is the step ``q -> q (3 - |q|^2) / 2`` along the
+last axis, the identity on the sphere, whose derivative at a unit ``q`` is ``v -> v - q (q . v)``, the
+orthogonal projection onto the tangent space; its exact adjoint at any ``q``, ``g -> g (3 - |q|^2) / 2 - q (q . g)``,
+is that projection at a unit ``q``. A rule that returns the gradient projected on the tangent space (jax-md's
+quaternion rotation: ``dq - (q . dq) q``) is right as it is, and a Euclidean one is judged by its tangent part.
 """
 
 from __future__ import annotations
@@ -45,7 +55,13 @@ import numpy as np
 
 __all__ = ["STRUCTURES", "project", "make_structured", "project_tangent", "structured_rule", "structured_primal"]
 
-STRUCTURES = ("symmetric", "psd", "lower", "upper", "diagonal", "rotation")
+STRUCTURES = ("symmetric", "psd", "lower", "upper", "diagonal", "rotation", "unit")
+CURVED = ("rotation", "unit")  # structures whose projection depends on the point (module docstring)
+
+
+def min_ndim(kind: str) -> int:
+    """The fewest axes an array of ``kind`` has: a vector for ``unit``, a matrix for the others."""
+    return 1 if kind == "unit" else 2
 
 
 def _projection(kind: str, xp: Any) -> Callable[[Any], Any]:
@@ -57,6 +73,8 @@ def _projection(kind: str, xp: Any) -> Callable[[Any], Any]:
         return lambda a: (a + xp.swapaxes(a, -1, -2).conj()) / 2
     if kind == "rotation":  # the Newton-Schulz step (module docstring)
         return lambda a: (3 * a - a @ xp.swapaxes(a, -1, -2) @ a) / 2
+    if kind == "unit":  # the same step on the sphere (module docstring)
+        return lambda a: a * (3 - xp.sum(a * a, axis=-1, keepdims=True)) / 2
     if kind == "lower":
         return xp.tril
     if kind == "upper":
@@ -69,13 +87,54 @@ def _jax_array(value: Any) -> bool:
     return jax is not None and isinstance(value, jax.Array)
 
 
+def _traced(value: Any) -> bool:
+    """Whether ``value`` is one of the tape's traced arrays: GG204 runs a NumPy rule and its pullback on them, and
+    differentiates them against finite differences of the same rule, ``P`` included."""
+    tape = sys.modules.get("gradguard.engines.tape._tape")
+    return tape is not None and isinstance(value, tape.Tracked)
+
+
+def _swap(a: Any) -> Any:
+    """The last two axes swapped, with the one operation the tape, NumPy and JAX all trace (``np.transpose``)."""
+    axes = list(range(a.ndim))
+    axes[-2:] = axes[-1], axes[-2]
+    return np.transpose(a, axes)
+
+
+def _traced_projection(kind: str, a: Any) -> Any:
+    """``P(a)`` for a traced array, in operations the tape records (a triangle or the diagonal as a product with
+    a constant mask: the same values as NumPy's tril, triu and the diagonal, but for the sign of a zero)."""
+    if kind == "symmetric":
+        return (a + _swap(a)) / 2
+    if kind == "psd":
+        return (a + np.conj(_swap(a))) / 2
+    if kind == "rotation":
+        return (3 * a - a @ _swap(a) @ a) / 2
+    if kind == "unit":
+        return a * (3 - np.sum(a * a, axis=-1, keepdims=True)) / 2
+    n = a.shape[-1]
+    mask = {"lower": np.tril, "upper": np.triu}.get(kind, lambda m: m * np.eye(n))(np.ones((n, n)))
+    return a * mask
+
+
+def _traced_tangent(kind: str, g: Any, x: Any) -> Any:
+    """`project_tangent` for a tangent or an argument that is traced (module docstring's adjoints)."""
+    if kind == "unit":
+        return g * (3 - np.sum(x * x, axis=-1, keepdims=True)) / 2 - x * np.sum(x * g, axis=-1, keepdims=True)
+    if kind == "rotation":
+        return (3 * g - g @ (_swap(x) @ x) - x @ _swap(g) @ x - (x @ _swap(x)) @ g) / 2
+    return _traced_projection(kind, g)
+
+
 def project(kind: str, value: Any) -> Any:
     """``value`` projected onto ``kind``'s tangent space (for an argument: onto the structure); ``value`` itself
     (the same object) when it already lies there, so identity and aliasing survive; ``None`` and non-arrays
     pass through."""
-    if _jax_array(value) and value.ndim >= 2:  # traced by the JAX reference (GG203): no equality test
+    if _jax_array(value) and value.ndim >= min_ndim(kind):  # traced by the JAX reference (GG203): no equality test
         return _projection(kind, sys.modules["jax.numpy"])(value)
-    if not isinstance(value, np.ndarray) or value.ndim < 2:
+    if _traced(value) and value.ndim >= min_ndim(kind):  # GG204's tape: no equality test either
+        return _traced_projection(kind, value)
+    if not isinstance(value, np.ndarray) or value.ndim < min_ndim(kind):
         return value
     projected = _projection(kind, np)(value)
     return value if _same(kind, projected, value) else projected.astype(value.dtype, copy=False)
@@ -83,8 +142,9 @@ def project(kind: str, value: Any) -> Any:
 
 def _same(kind: str, projected: np.ndarray, value: np.ndarray) -> bool:
     """Whether ``value`` already lies in the structure: bit for bit for the linear ones; within rounding for
-    rotations, which no floating-point matrix is exactly (a drawn rotation is orthogonal to a few ulps)."""
-    if kind != "rotation":
+    rotations and unit vectors, which no floating-point array is exactly (a drawn rotation is orthogonal to a few
+    ulps, a drawn unit vector has norm 1 to a few ulps)."""
+    if kind not in CURVED:
         return np.array_equal(projected, value)
     with np.errstate(all="ignore"):
         gap = np.max(np.abs(projected - value), initial=0.0)
@@ -94,22 +154,36 @@ def _same(kind: str, projected: np.ndarray, value: np.ndarray) -> bool:
 
 def project_tangent(kind: str, tangent: Any, arg: Any) -> Any:
     """A pullback's tangent for an argument ``arg`` declared ``kind``, pulled back through ``P`` at ``arg``:
-    the projection onto the tangent space for the linear structures; for rotations the adjoint of the
-    Newton-Schulz step's derivative at ``arg`` (``R skew(R.T g)`` at a rotation ``R``). ``tangent`` itself where
-    that changes nothing (within rounding for rotations)."""
-    if kind != "rotation":
+    the projection onto the tangent space for the linear structures; for rotations and unit vectors the adjoint of
+    the step's derivative at ``arg`` (``R skew(R.T g)`` at a rotation ``R``, ``g - q (q . g)`` at a unit vector
+    ``q``). ``tangent`` itself where that changes nothing (within rounding for the curved ones)."""
+    if (_traced(tangent) or _traced(arg)) and np.ndim(tangent) >= min_ndim(kind) \
+            and np.shape(tangent) == np.shape(arg):
+        return _traced_tangent(kind, tangent, arg)
+    if kind not in CURVED:
         return project(kind, tangent)
-    if not isinstance(tangent, np.ndarray) or tangent.ndim < 2 or not isinstance(arg, np.ndarray) \
+    if not isinstance(tangent, np.ndarray) or tangent.ndim < min_ndim(kind) or not isinstance(arg, np.ndarray) \
             or tangent.shape != arg.shape:
         return tangent
     x, g = arg.astype(np.result_type(arg, tangent), copy=False), tangent
-    xt, gt = np.swapaxes(x, -1, -2), np.swapaxes(g, -1, -2)
-    pulled = (3 * g - g @ (xt @ x) - x @ gt @ x - (x @ xt) @ g) / 2
+    if kind == "unit":
+        pulled = g * (3 - np.sum(x * x, axis=-1, keepdims=True)) / 2 - x * np.sum(x * g, axis=-1, keepdims=True)
+    else:
+        xt, gt = np.swapaxes(x, -1, -2), np.swapaxes(g, -1, -2)
+        pulled = (3 * g - g @ (xt @ x) - x @ gt @ x - (x @ xt) @ g) / 2
     return tangent if _same(kind, pulled, tangent) else pulled.astype(tangent.dtype, copy=False)
 
 
 def make_structured(kind: str, a: np.ndarray) -> np.ndarray:
     """A drawn array turned into an input with the structure (see the table above)."""
+    if kind == "unit":  # scaled by its largest element first, so that no tiny vector's squares underflow
+        big = np.max(np.abs(a), axis=-1, keepdims=True)
+        with np.errstate(all="ignore"):
+            scaled = np.where(big > 0, a / np.where(big > 0, big, 1), 0)
+            unit = scaled / np.linalg.norm(scaled, axis=-1, keepdims=True)
+        first = np.zeros(a.shape[-1], dtype=a.dtype)
+        first[:1] = 1
+        return np.where(big > 0, unit, first).astype(a.dtype)
     if kind == "rotation":  # Cayley: (I - S)^-1 (I + S) is in SO(n) for every skew S, and I for S = 0
         skew = (a - np.swapaxes(a, -1, -2)) / 2
         eye = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)

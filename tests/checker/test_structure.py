@@ -12,7 +12,7 @@ from scipy.linalg import solve_triangular
 
 from gradguard.checker import arrays, check, rrule
 from gradguard.checker.errors import SpecError
-from gradguard.checker.structure import make_structured, project
+from gradguard.checker.structure import make_structured, project, project_tangent
 
 
 def _T(x):
@@ -122,6 +122,9 @@ def test_projection_keeps_structured_arrays_as_the_same_object():
     ({"shape": (3,), "structure": "symmetric"}, "needs square matrices"),
     ({"shape": (2, 3), "structure": "lower"}, "needs square matrices"),
     ({"shape": (3, 3), "structure": "hermitian-ish"}, "use one of 'symmetric', 'psd'"),
+    ({"shape": (1,), "structure": "unit"}, "a last axis of at least 2 elements"),
+    ({"shape": (), "structure": "unit"}, "a last axis of at least 2 elements"),
+    ({"shape": (4,), "dtype": "complex128", "structure": "unit"}, "unit vectors are real here"),
 ])
 def test_bad_structures_are_refused_at_declaration(kwargs, message):
     with pytest.raises(SpecError, match=message):
@@ -250,3 +253,156 @@ def test_jax_derivatives_read_a_jax_rule_on_the_structure_too(structure):
     assert {c["status"] for c in right.safety_matrix["cells"] if c["engine"] == "jax"} == {"right"}
     wrong = check(jax_rule(_matsq_jax(True), spec, name="matsq_left"), select=["GG201", "GG501"], max_examples=5).findings
     assert {f.check_id for f in wrong} == {"GG201", "GG501"}
+
+
+# -- GG204: the tape's second order of a NumPy rule, on the structure ------------------------------------------------
+
+W_Q = np.array([[1.0, 2.0, -1.0], [0.5, -0.5, 3.0], [2.0, 1.0, 0.25]])
+
+
+def weighted_square(a):
+    return np.sum(W_Q * (a @ a))
+
+
+def _weighted_square_rule(kind, detached=False):
+    @rrule(weighted_square, arrays(shape=(3, 3), min_value=-2.0, max_value=2.0, structure=kind),
+           name=f"weighted_square_{kind}" + ("_detached" if detached else ""))
+    def weighted_square_rrule(a):
+        g = W_Q @ a.T + a.T @ W_Q  # the Euclidean gradient: judged by its part on the structure
+        if detached:
+            g = np.array(g)  # the stored derivative, copied out of the trace
+        return weighted_square(a), lambda ybar: (ybar * g,)
+
+    return weighted_square_rrule
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "psd", "lower", "upper", "diagonal", "rotation"])
+def test_the_tapes_second_order_reads_a_numpy_rule_on_the_structure_too(kind):
+    """GG204 differentiates a NumPy rule on the tape against finite differences of its pullback, which move inside
+    the structure; the tape ran the rule without the structure's projection (it passed traced arrays through), so
+    every structured rule the tape can trace drew a false GG204 (the weighted square at seed 0: 26.9955 by the tape,
+    32.21 by finite differences on symmetric matrices). A residual copied out of the trace still fails."""
+    right = check(_weighted_square_rule(kind), select=["GG204"]).rules[0]
+    assert right.checks_run == ["GG204"] and right.verdict == "pass", [f.message for f in right.findings]
+    wrong = check(_weighted_square_rule(kind, detached=True), select=["GG204"]).findings
+    assert [f.check_id for f in wrong] == ["GG204"]
+    assert wrong[0].message.startswith(f"the second order of weighted_square_{kind}_detached is wrong with respect to "
+                                       "the input: along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = ")
+
+
+# -- unit vectors: the sphere ---------------------------------------------------------------------------------------
+
+B_UNIT = np.array([0.5, -1.5, 2.0, 0.25])
+
+
+def quartic(q):  # a function of a unit quaternion: (b . q)^2 q_0
+    return np.dot(q, B_UNIT) ** 2 * q[0]
+
+
+def _euclidean_quartic(q):
+    e0 = np.eye(4)[0]
+    return 2 * np.dot(q, B_UNIT) * q[0] * B_UNIT + np.dot(q, B_UNIT) ** 2 * e0
+
+
+def _quartic_rule(tangent, name, structure="unit"):
+    @rrule(quartic, arrays(shape=(4,), min_value=-2.0, max_value=2.0, structure=structure), name=name)
+    def quartic_rrule(q):
+        return quartic(q), lambda ybar: (ybar * tangent(q),)
+
+    return quartic_rrule
+
+
+def _on_sphere(q):  # what jax-md's quaternion rotation returns: the gradient projected on the tangent space
+    g = _euclidean_quartic(q)
+    return g - np.dot(q, g) * q
+
+
+def test_a_gradient_on_the_tangent_space_of_the_sphere_passes_and_a_wrong_one_fails():
+    """jax-md's quaternion rotation returns dq - (q . dq) q, the gradient in the tangent space of the unit sphere:
+    without a way to declare unit vectors, finite differences stepped off the sphere and the right rule drew
+    GG201 at every seed. The Euclidean gradient is judged by its tangent part; a wrong one still fails."""
+    projected = check(_quartic_rule(_on_sphere, "quartic_tangent")).rules[0]
+    assert projected.verdict == "pass", [f.message for f in projected.findings]
+    euclidean = check(_quartic_rule(_euclidean_quartic, "quartic_euclidean")).rules[0]
+    assert euclidean.verdict == "pass", [f.message for f in euclidean.findings]
+    normal = check(_quartic_rule(lambda q: _on_sphere(q) + 3.0 * q, "quartic_plus_normal")).rules[0]
+    assert normal.verdict == "pass", [f.message for f in normal.findings]  # a multiple of q is normal to the sphere
+    doubled = check(_quartic_rule(lambda q: 2 * _on_sphere(q), "quartic_doubled"), select=["GG201"]).findings
+    assert [f.check_id for f in doubled] == ["GG201"]
+    assert doubled[0].message.startswith("the pullback of quartic_doubled disagrees with finite differences of the "
+                                         "primal: cotangent for argument 0 at ")
+    unstructured = check(_quartic_rule(_on_sphere, "quartic_anywhere", structure=None), select=["GG201"])
+    assert "GG201" in {f.check_id for f in unstructured.findings}  # off the sphere the projected gradient is wrong
+    detached = check(_quartic_rule(lambda q: np.array(_on_sphere(q)), "quartic_detached"), select=["GG204"]).findings
+    assert [f.check_id for f in detached] == ["GG204"]  # GG204 ran on the sphere (the first rule passed it) and fails
+
+
+def test_unit_vectors_are_drawn_on_the_sphere_and_handed_over_as_drawn():
+    first = make_structured("unit", np.zeros((2, 4)))
+    assert np.array_equal(first, np.tile(np.eye(4)[0], (2, 1)))
+    rng = np.random.default_rng(0)
+    q = make_structured("unit", rng.uniform(-10, 10, size=(5, 4)))
+    assert np.allclose(np.linalg.norm(q, axis=-1), 1.0, atol=1e-15)
+    assert project("unit", q) is q  # of norm 1 to rounding: the very same array, identity checks hold
+    tiny = make_structured("unit", np.array([3e-310, -4e-310]))  # its squares underflow: scaled first
+    assert np.allclose(tiny, [0.6, -0.8])
+    off = q + 1e-3 * rng.standard_normal(q.shape)
+    step = project("unit", off)  # back to the sphere to second order
+    assert np.max(np.abs(np.linalg.norm(step, axis=-1) - 1)) < 1e-5 < np.max(np.abs(np.linalg.norm(off, axis=-1) - 1))
+    g = rng.standard_normal(q.shape)
+    pulled = project_tangent("unit", g, q)
+    assert np.allclose(np.sum(pulled * q, axis=-1), 0.0, atol=1e-14)  # in the tangent space at q
+    assert np.allclose(pulled, g - np.sum(q * g, axis=-1, keepdims=True) * q, atol=1e-14)
+
+
+def test_a_jax_rule_on_unit_quaternions_passes_every_check():
+    """jax-md's quaternion rotation (rigid_body.py), whose bwd projects dq on the sphere's tangent space, through
+    every JAX derivative of the checks; the same bwd read on unrestricted arrays fails GG201."""
+    import jax
+    import jax.numpy as jnp
+    from gradguard.checker import jax_rule
+
+    def rotate_raw(q, v):
+        w, u = q[0], q[1:]
+        return v + 2 * w * jnp.cross(u, v) + 2 * jnp.cross(u, jnp.cross(u, v))
+
+    @jax.custom_vjp
+    def rotate(q, v):
+        return rotate_raw(q, v)
+
+    def bwd(res, g):
+        q, v = res
+        dq, dv = jax.vjp(rotate_raw, q, v)[1](g)
+        return dq - (q @ dq) * q, dv
+
+    rotate.defvjp(lambda q, v: (rotate_raw(q, v), (q, v)), bwd)
+    unit = check(jax_rule(rotate, arrays(shape=(4,), structure="unit"), arrays(shape=(3,)), name="rotate"),
+                 max_examples=5).rules[0]
+    assert unit.verdict == "pass", [(f.check_id, f.message) for f in unit.findings]
+    assert {"GG201", "GG203", "GG204", "GG501", "GG601", "GG602"} <= set(unit.checks_run)
+    anywhere = check(jax_rule(rotate, arrays(shape=(4,)), arrays(shape=(3,)), name="rotate_anywhere"),
+                     select=["GG201"], max_examples=5).findings
+    assert {f.check_id for f in anywhere} == {"GG201"}
+
+
+def test_gg705_reads_a_torch_function_on_unit_vectors_as_declared():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+    from gradguard.checker import torch_rule
+
+    b = torch.tensor(B_UNIT)
+
+    class Quartic(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            ctx.save_for_backward(q)
+            return (q @ b) ** 2 * q[0]
+
+        @staticmethod
+        def backward(ctx, grad):
+            (q,) = ctx.saved_tensors
+            g = 2 * (q @ b) * q[0] * b + (q @ b) ** 2 * torch.eye(4, dtype=q.dtype)[0]
+            return grad * (g - (q @ g) * q)  # the tangent-space gradient, differentiable in q
+
+    report = check(torch_rule(Quartic, arrays(shape=(4,), min_value=-2.0, max_value=2.0, structure="unit")))
+    assert report.rules[0].verdict == "pass", [f.message for f in report.findings]
+    assert "GG705" in report.rules[0].checks_run
