@@ -3,9 +3,9 @@
 Copied from jax-md, numpyro, optax, jaxopt, ott-jax, distrax, brax and e3nn-jax (the commit of each is in the
 constants below; the comment above each rule names its file and lines and quotes the upstream derivative). The
 math is kept exactly as the source has it; helpers a rule needs are copied next to it, and a substitution, where
-one was unavoidable, is said in the comment. Specs are each rule's real domain. Left out on purpose: rules whose
-derivative is deliberately another one (jax-md's quaternion rotation returns the gradient projected on the unit
-sphere's tangent space; ott-jax's softmin returns no gradient for gamma, so gamma is a constant here), a rule
+one was unavoidable, is said in the comment. Specs are each rule's real domain (jax-md's quaternion rotation returns the gradient projected on the unit
+sphere's tangent space: its quaternion is declared structure="unit"). Left out on purpose: rules whose
+derivative is deliberately another one (ott-jax's softmin returns no gradient for gamma, so gamma is a constant here), a rule
 this JAX cannot run (distrax's multiply_no_nan calls jax.core.get_aval, removed from JAX), and TFP's log_cosh,
 whose primal returns |x| instead of x**2 / 2 below 2.4e-50 (its derivative is right for the true function; the
 primal is not). ``LABELS`` maps each rule to its source; ``UPSTREAM_FLAWS`` lists the error findings that are real
@@ -120,6 +120,85 @@ _AWAY_FROM_0 = st.one_of(st.floats(-10.0, -1e-3), st.floats(1e-3, 10.0))
 jaxmd_safe_atan2_rule = jax_rule(safe_atan2, arrays(shape=(3,), elements=_AWAY_FROM_0),
                                  arrays(shape=(3,), elements=_AWAY_FROM_0), name="jaxmd_safe_atan2_rule")
 
+
+# =====================================================================================================
+# jax-md  jax_md/rigid_body.py:74-75 (f64, f32: util.f64 and util.f32, jnp.float64 and jnp.float32), 100-101
+# (_is_float64), 104-164 (the quaternion rotation)
+#   bwd: dq, dv = vjp(_quaternion_rotate_raw)(g); return dq - (q @ dq) * q, dv
+# The gradient in q is projected on the tangent space of the unit sphere: jax-md's quaternions are unit
+# quaternions (rigid_body.py's Quaternion "expect[s] the quaternion to be normalized"), so q is declared
+# structure="unit" (w first, as jax-md stores it). The shape checks of _quaternion_rotate_raw are kept.
+# =====================================================================================================
+f32 = jnp.float32
+f64 = jnp.float64
+
+
+def _is_float64(x) -> bool:
+  return x.dtype in [jnp.float64, onp.float64]
+
+
+@partial(jnp.vectorize, signature='(q),(q)->(q)')
+def _quaternion_multiply(lhs, rhs):
+  wl, xl, yl, zl = lhs
+  wr, xr, yr, zr = rhs
+
+  dtype = f64 if _is_float64(lhs) or _is_float64(rhs) else f32
+
+  return jnp.array(
+    [
+      -xl * xr - yl * yr - zl * zr + wl * wr,
+      xl * wr + yl * zr - zl * yr + wl * xr,
+      -xl * zr + yl * wr + zl * xr + wl * yr,
+      xl * yr - yl * xr + zl * wr + wl * zr,
+    ],
+    dtype=dtype,
+  )
+
+
+@partial(jnp.vectorize, signature='(q)->(q)')
+def _quaternion_conjugate(q):
+  w, x, y, z = q
+  return jnp.array([w, -x, -y, -z], dtype=q.dtype)
+
+
+def _quaternion_rotate_raw(q, v):
+  """Rotates a vector by a given quaternion."""
+  if q.shape != (4,):
+    raise ValueError(
+      'quaternion_rotate expects quaternion to have '
+      f'4-dimensions. Found {q.shape}.'
+    )
+  if v.shape != (3,):
+    raise ValueError(
+      'quaternion_rotate expects vector to have '
+      f'three-dimensions. Found {v.shape}.'
+    )
+
+  v = jnp.concatenate([jnp.zeros((1,), v.dtype), v])
+  q = _quaternion_multiply(q, _quaternion_multiply(v, _quaternion_conjugate(q)))
+  return q[1:]
+
+
+@jax.custom_vjp
+def _quaternion_rotate(q, v):
+  return _quaternion_rotate_raw(q, v)
+
+
+def _quaternion_rotate_fwd(q, v):
+  return _quaternion_rotate(q, v), (q, v)
+
+
+def _quaternion_rotate_bwd(res, g):
+  q, v = res
+  _, vjp_fn = jax.vjp(_quaternion_rotate_raw, q, v)
+  dq, dv = vjp_fn(g)
+  return dq - (q @ dq) * q, dv
+
+
+_quaternion_rotate.defvjp(_quaternion_rotate_fwd, _quaternion_rotate_bwd)
+
+jaxmd_quaternion_rotate_rule = jax_rule(_quaternion_rotate, arrays(shape=(4,), structure="unit"), arrays(shape=(3,)),
+                                        name="jaxmd_quaternion_rotate_rule")
 
 # =====================================================================================================
 # numpyro  numpyro/distributions/util.py:457-485
@@ -704,6 +783,7 @@ LABELS = {
     "jaxmd_safe_sqrt_rule": {"source": f"{JAXMD} jax_md/mm_forcefields/reaxff/reaxff_helper.py:18-28"},
     "jaxmd_safe_acos_rule": {"source": f"{JAXMD} jax_md/_nn/uma/common/rotation.py:21, 29-47"},
     "jaxmd_safe_atan2_rule": {"source": f"{JAXMD} jax_md/_nn/uma/common/rotation.py:51-66"},
+    "jaxmd_quaternion_rotate_rule": {"source": f"{JAXMD} jax_md/rigid_body.py:74-75, 100-101, 104-164"},
     "numpyro_log1mexp_rule": {"source": f"{NUMPYRO} numpyro/distributions/util.py:457-485"},
     "optax_weighted_logsoftmax_rule": {"source": f"{OPTAX} optax/losses/_classification.py:166-210"},
     "optax_projection_unit_simplex_rule": {"source": f"{OPTAX} optax/projections/_projections.py:93-117"},
