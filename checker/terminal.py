@@ -222,9 +222,23 @@ def _matrix_lines(matrix: dict[str, Any], *, verbose: bool) -> list[str]:
     header, rows = matrix_table(matrix)
     out = ["", "  Safety matrix (contexts x engines):", *_table(header, rows, indent=4)]
     if verbose:
+        # A "-" cell says only that there is no verdict: the reason is in the cell (the JSON's message), one line
+        # per reason here, with the cells it applies to.
+        reasons: dict[str, list[str]] = {}
+        for cell in matrix.get("cells", []):
+            if cell.get("status") == "skipped":
+                reason = _first_line(cell.get("message")) or "no reason given"
+                reasons.setdefault(reason, []).append(f"{cell['context']}/{cell['engine']}")
+        for reason, where in reasons.items():
+            out.append(f"    - {', '.join(where)}: {reason}")
         for skipped in matrix.get("skipped", []):
             out.append(f"    skipped {skipped['context']}: {skipped['reason']}")
     return out
+
+
+def _first_line(text: Any, limit: int = 300) -> str:
+    line = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _table(header: list[str], rows: list[list[str]], *, indent: int = 0) -> list[str]:

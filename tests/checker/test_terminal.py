@@ -14,7 +14,8 @@ MATRIX = {
         {"context": "output-used", "engine": "tape[zero]", "status": "right"},
         {"context": "output-used", "engine": "jax", "status": "right"},
         {"context": "read-after", "engine": "tape[zero]", "status": "right"},
-        {"context": "read-after", "engine": "jax", "status": "right"},
+        {"context": "read-after", "engine": "jax", "status": "skipped",
+         "message": "no verdict: a kink lies near the input\n(details)"},
     ],
     "skipped": [{"context": "tied-weights", "reason": "no 2-D argument"}],
 }
@@ -69,6 +70,7 @@ def test_verbose_adds_the_matrix_skipped_checks_and_warnings_in_full():
     text = render_text(_report(), verbose=True)
     assert "Safety matrix (contexts x engines):" in text
     assert "skipped tied-weights: no 2-D argument" in text and "skipped GG205: no complex arguments" in text
+    assert "    - read-after/jax: no verdict: a kink lies near the input" in text.splitlines()  # why a cell is "-"
     assert "Fix: Treat None as a zero cotangent" in text
 
 
