@@ -162,6 +162,7 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
 
 
 JUMP_GROWTH = 5.0  # kinked: central slopes growing this much per tenfold finer step are a jump's (10 exactly)
+NOISE_MARGIN = 4.0  # kinked: a kink's second difference at a step exceeds the rounding floor by this much
 
 
 def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
@@ -172,7 +173,14 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
     central slopes grow tenfold at each of those steps, a jump whose value at 0 is the middle of its sides (the
     gradient x/|x| of a norm, 0 at 0: both one-sided slopes are the jump over the step, equal, and as large as
     the step is small). The pullback has no derivative there to compare; finite differences only average the
-    two sides."""
+    two sides.
+
+    Rounding is told from a kink by the second difference ``|g(s) + g(-s) - 2 g(0)|``: a kink's shrinks tenfold
+    with the step, rounding's does not, so a step's counts only where it exceeds the second difference at a step
+    a thousand times finer than the first (the floor) by NOISE_MARGIN. A gradient computed through float32 in a
+    float64 rule (soft-DTW's NumPy backward on a float32 copy of its table) rounds at 1e-7 of its value, and
+    without the floor every input read as kinked, which excused any second order (GG705 missed a backward with
+    no graph)."""
 
     def g(t: float) -> float:
         # Only the moving arguments change, and a Python number stays one; a constant is passed as it is (a
@@ -190,16 +198,19 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
             g0 = g(0.0)
             steps = (h, h / 10, h / 100)
             sides = [(g(s), g(-s)) for s in steps]
+            fine = h / 1000
+            floor = abs(g(fine) + g(-fine) - 2 * g0)
     except Exception:  # noqa: BLE001 - the pullback refuses a nearby point: no evidence of smoothness either
         return True
     gap = [abs((ahead - g0) / s - (g0 - behind) / s) for s, (ahead, behind) in zip(steps, sides)]
     central = [abs(ahead - behind) / (2 * s) for s, (ahead, behind) in zip(steps, sides)]
-    if not all(math.isfinite(x) for x in gap + central):
+    if not all(math.isfinite(x) for x in gap + central + [floor]):
         return True
     if central[0] > 0 and all(central[k + 1] > JUMP_GROWTH * central[k] for k in (0, 1)):
         return True
     slope = central[0]
-    return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k] for k in (0, 1))
+    return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k]
+               and gap[k + 1] * steps[k + 1] > NOISE_MARGIN * floor for k in (0, 1))
 
 
 def _step(a: Any, dv: Any) -> Any:

@@ -321,6 +321,38 @@ def test_gg705_differentiable_backward_passes() -> None:
     assert found == [] and skips(report, "GG705") == []
 
 
+class SinThroughFloat32(torch.autograd.Function):
+    """soft-DTW's pattern (pytorch-softdtw): a float64 Function whose table goes through a float32 tensor
+    (``torch.Tensor(array)``), and whose backward is computed in NumPy from it."""
+
+    @staticmethod
+    def forward(ctx, x):
+        table = torch.Tensor(np.sin(x.detach().numpy())).type(x.dtype)  # float32, then back to float64
+        ctx.save_for_backward(x)
+        return table
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        slope = torch.Tensor(np.cos(x.detach().numpy())).type(x.dtype)
+        return grad * slope
+
+
+def test_gg705_a_backward_without_a_graph_is_found_through_float32_rounding() -> None:
+    """Its gradient rounds at 1e-7 of its value, and the kink test read that rounding as a kink on every input
+    (one-sided slopes whose difference grew as the step shrank), which excused the missing graph: GG705 passed
+    pytorch-softdtw's NumPy backward, which gradgradcheck fails."""
+    _, (f,) = findings(torch_rule(SinThroughFloat32, arrays(shape=(4,), min_value=-3.0, max_value=3.0)), "GG705")
+    assert f.message.startswith("double backward through SinThroughFloat32 is impossible: the gradients its backward "
+                                "returns carry no graph"), f.message
+    from gradguard.checker.checks.second_order import kinked
+
+    x, u, w = np.array([0.3, -1.2, 2.0, 0.7]), (np.array([1.0, -0.5, 0.25, 2.0]),), (np.array([0.5, 1.5, -1.0, 2.0]),)
+    rounded = lambda x: (np.cos(x).astype(np.float32).astype(np.float64),)  # noqa: E731
+    assert not kinked(rounded, (x,), u, w)  # rounding is not a kink
+    assert kinked(lambda x: (np.abs(x - 0.3).astype(np.float32).astype(np.float64),), (x,), u, w)  # a kink still is
+
+
 # kymatio's ModulusStable: |(re, im)| per row, gradient x/|x| with 0 at x = 0. At a zero row the gradient jumps (the
 # midpoint of its sides at 0, so both one-sided slopes were the same 1/h and the jump went unseen), and where the
 # cotangent weighs that row by 0 PyTorch's double backward multiplies its infinite second derivative by 0 (NaN).
