@@ -45,10 +45,18 @@ class RuleRaised(Exception):
         self.user_traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         super().__init__(f"the {phase} of {rule} raised {type(exc).__name__}: {exc}")
 
+    @property
+    def summary(self) -> str:
+        """The exception's (qualified) type and the first line of its message: a finding's ``actual``. The
+        traceback's last line says the same for a one-line message; a multi-line one (JAX's errors) ends with
+        a link to its documentation instead."""
+        lines = "".join(traceback.format_exception_only(type(self.exc), self.exc)).strip().splitlines()
+        return lines[0] if lines else type(self.exc).__name__
+
     def problem(self) -> Problem:
         return Problem(
             message=str(self),
-            actual=self.user_traceback.strip().splitlines()[-1],
+            actual=self.summary,
             fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's domain.",
         )
 

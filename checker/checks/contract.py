@@ -23,7 +23,7 @@ __all__: list[str] = []
 @check(
     "GG101",
     family="contract",
-    title="rrule does not return an (output, pullback) pair",
+    title="forward raises or does not return an (output, pullback) pair",
     gates=True,
     given="""
         def square(x):

@@ -281,7 +281,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                     f"{type(exc).__name__}: {exc}."
                 ),
                 expected="zero or None tangents",
-                actual=raised.user_traceback.strip().splitlines()[-1],
+                actual=raised.summary,
                 fix=_fix_none(case),
             )
             return

@@ -56,15 +56,15 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
     try:
         second = fresh_tangents(case, pb, ybar)
     except RuleRaised as exc:
+        why, fix = _second_call_failure(exc.exc)
         yield Problem(
             message=(
                 f"the pullback of {case.rule.name} raised {type(exc.exc).__name__}: {exc.exc} on its second call "
-                "with the same cotangent, after the first call succeeded. It consumes its residuals "
-                "(list.pop, next() on an iterator, a generator) instead of reading them."
+                f"with the same cotangent, after the first call succeeded. {why}"
             ),
             expected="the same tangents as the first call",
-            actual=exc.user_traceback.strip().splitlines()[-1],
-            fix="Keep residuals in plain variables or arrays that the pullback reads without consuming.",
+            actual=exc.summary,
+            fix=fix,
         )
         return
     found = tangent_change(case, first, second)
@@ -101,6 +101,17 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
             actual=change.after,
             fix="Return a new array from every call (allocate it inside the pullback, not once in the forward).",
         )
+
+
+def _second_call_failure(exc: BaseException) -> tuple[str, str]:
+    """What a pullback that raises on its second call did to itself, read from the exception, and the fix."""
+    if "modified by an inplace operation" in str(exc):  # PyTorch's version counter on a saved tensor
+        return ("Its first call changed a tensor saved for backward in place (an in-place operation on a saved "
+                "tensor or on a gradient computed from one), and PyTorch refuses to read it again.",
+                "Compute the gradients out of place in backward (grad = grad * s, not grad.mul_(s)) wherever the "
+                "tensor written is one that ctx.saved_tensors returns or shares memory with one.")
+    return ("It consumes its residuals (list.pop, next() on an iterator, a generator) instead of reading them.",
+            "Keep residuals in plain variables or arrays that the pullback reads without consuming.")
 
 
 _STALE_FIX = "Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure."
@@ -177,7 +188,7 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
                     "cache keyed on shape) that the second call replaced."
                 ),
                 expected="the same tangents as before the second call",
-                actual=exc.user_traceback.strip().splitlines()[-1],
+                actual=exc.summary,
                 fix=_STALE_FIX,
             )
         )

@@ -83,6 +83,19 @@ def test_gg101_forward_raising_is_reported_with_the_exception():
     assert "-" in f.counterexample["call"]
 
 
+class TracerLeak(Exception):
+    """An exception whose message runs over several lines and ends with a link, as JAX's errors do."""
+
+
+def test_gg101_actual_is_the_exceptions_first_line_not_its_last():
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        raise TracerLeak("Encountered an unexpected tracer.\n\nSee https://example.org/errors#tracer")
+
+    (f,) = findings(bad, "GG101")
+    assert f.actual == f"{__name__}.TracerLeak: Encountered an unexpected tracer.", f.actual
+
+
 def test_gg101_gates_the_other_checks():
     @rrule(square, arrays(shape=(3,)))
     def bad(x):

@@ -525,3 +525,38 @@ def test_gg705_differentiates_the_backward_with_respect_to_its_cotangent():
         "double backward through numpy_linear is wrong with respect to the cotangent: along c (ybar with every second "
         "element negated), d/ds <w, grad(ybar + s c)> = ")
     assert "carry no graph from the cotangent" in wrong[0].message and wrong[0].actual == "0.0"
+
+
+# -- GG403 on a Function: PyTorch refuses a saved tensor changed in place -----------------------------------
+class DoubleSavedInPlace(torch.autograd.Function):
+    """normflows' MemoryEfficientLogDetEstimator pattern: the gradient is computed in place on a saved tensor."""
+
+    @staticmethod
+    def forward(ctx, x):
+        scale = torch.full_like(x, 2.0)
+        ctx.save_for_backward(scale)
+        return x * scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        return scale.mul_(grad)
+
+
+class DoubleSaved(DoubleSavedInPlace):
+    @staticmethod
+    def backward(ctx, grad):
+        (scale,) = ctx.saved_tensors
+        return scale * grad
+
+
+def test_gg403_names_a_saved_tensor_changed_in_place() -> None:
+    """The second backward raises PyTorch's "modified by an inplace operation": the finding said the backward
+    consumes its residuals (list.pop, next()), which is not what happened; it now says what PyTorch refused."""
+    _, (f,) = findings(torch_rule(DoubleSavedInPlace, arrays(shape=(3,))), "GG403")
+    assert "modified by an inplace operation" in f.message
+    assert f.message.endswith("on its second call with the same cotangent, after the first call succeeded. Its first "
+                              "call changed a tensor saved for backward in place (an in-place operation on a saved "
+                              "tensor or on a gradient computed from one), and PyTorch refuses to read it again."), f.message
+    assert f.fix.startswith("Compute the gradients out of place in backward")
+    assert findings(torch_rule(DoubleSaved, arrays(shape=(3,))), "GG403")[1] == []
