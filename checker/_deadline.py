@@ -14,6 +14,13 @@ The alarm nests: a timer already armed outside (pytest-timeout's signal method, 
 ``time_limit``) keeps its deadline and its handler, is re-armed with the time it has left on exit, and
 fires inside the block if it comes first. Signals reach the main thread only; elsewhere the limit is
 checked at safe points alone (the service's sandbox bounds the whole process).
+
+The time counted is the checker's own: wall time less the time its thread waited, ready to run, for a CPU
+that other work held (Linux's per-thread ``run_delay``, read from ``/proc/thread-self/schedstat``; plain wall
+time where the kernel does not say). On a machine loaded by other processes (a CI runner's parallel jobs) the
+same rule at the same seed then gets the same verdict instead of a timeout. Whatever the waits, the limit is
+spent by ``WALL_FACTOR`` times its wall time at the latest, so a rule that starves its own checker (threads of
+its own that hold every CPU) is still stopped.
 """
 
 from __future__ import annotations
@@ -29,6 +36,29 @@ __all__ = ["time_limit", "at_safe_point", "grace_for", "DEFAULT_GRACE_S", "noted
 # Extra wall time a rule gets inside one call after its deadline before it is interrupted by a signal:
 # a quarter of the limit, between half a second and ten seconds.
 DEFAULT_GRACE_S = 10.0
+WALL_FACTOR = 3.0  # a limit of s seconds is spent after s * WALL_FACTOR seconds of wall time, however loaded the CPU
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _run_delay_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (0.0 where the kernel does not say)."""
+    try:
+        with open(_SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class _Budget:
+    """How much of a time limit the block has spent: its wall time less this thread's waits for a CPU, and at
+    least its wall time over WALL_FACTOR (module docstring)."""
+
+    def __init__(self) -> None:
+        self.start, self.waited = time.monotonic(), _run_delay_s()
+
+    def spent(self, now: float) -> float:
+        wall = now - self.start
+        return max(wall - (_run_delay_s() - self.waited), wall / WALL_FACTOR)
 
 
 def grace_for(seconds: float) -> float:
@@ -70,7 +100,7 @@ def at_safe_point() -> None:
 
 @contextmanager
 def time_limit(seconds: float | None, exception: type[BaseException], grace_s: float | None = None) -> Iterator[None]:
-    """Bound the block to ``seconds`` of wall time; ``None`` or ``0``: no limit.
+    """Bound the block to ``seconds`` of the checker's own time (module docstring); ``None`` or ``0``: no limit.
 
     Make ``exception`` a BaseException so that neither Hypothesis nor the user's code swallows it. With
     ``grace_s=0`` the signal fires at the deadline itself (for code with no safe points); by default it
@@ -79,18 +109,18 @@ def time_limit(seconds: float | None, exception: type[BaseException], grace_s: f
     if not seconds:
         yield
         return
-    start = time.monotonic()
-    deadline = start + seconds
-    with noted(lambda now: exception() if now >= deadline else None):
+    budget = _Budget()
+    with noted(lambda now: exception() if budget.spent(now) >= seconds else None):
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield
         else:
-            with _alarm(deadline + (grace_for(seconds) if grace_s is None else grace_s), exception):
+            with _alarm(budget, seconds + (grace_for(seconds) if grace_s is None else grace_s), exception):
                 yield
 
 
 @contextmanager
-def _alarm(hard_deadline: float, exception: type[BaseException]) -> Iterator[None]:
+def _alarm(budget: _Budget, hard_limit: float, exception: type[BaseException]) -> Iterator[None]:
+    """Raise ``exception`` by SIGALRM once ``budget`` has spent ``hard_limit`` seconds."""
     outer_handler = signal.getsignal(signal.SIGALRM)
     outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
     now = time.monotonic()
@@ -98,8 +128,11 @@ def _alarm(hard_deadline: float, exception: type[BaseException]) -> Iterator[Non
     outer_fired = False
 
     def arm() -> None:
-        due = hard_deadline if outer_deadline is None else min(hard_deadline, outer_deadline)
-        signal.setitimer(signal.ITIMER_REAL, max(due - time.monotonic(), 1e-4))
+        now = time.monotonic()
+        # The budget is spent no faster than the wall clock runs: it cannot be due before this.
+        due = now + max(hard_limit - budget.spent(now), 0.0)
+        due = due if outer_deadline is None else min(due, outer_deadline)
+        signal.setitimer(signal.ITIMER_REAL, max(due - now, 1e-4))
 
     def on_alarm(signum: int, frame: Any) -> None:
         nonlocal outer_fired
@@ -110,9 +143,9 @@ def _alarm(hard_deadline: float, exception: type[BaseException]) -> Iterator[Non
                 outer_handler(signum, frame)  # usually raises (a test's timeout); if it returns, go on
             arm()
             return
-        if now >= hard_deadline:
+        if budget.spent(now) >= hard_limit:
             raise exception()
-        arm()  # woken early (a timer's granularity): wait for the rest
+        arm()  # woken early (a timer's granularity, or waits for a CPU that do not count): wait for the rest
 
     signal.signal(signal.SIGALRM, on_alarm)
     arm()
