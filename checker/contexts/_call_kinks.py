@@ -185,6 +185,19 @@ def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], 
             f"their step ({kinks.STAIR_SLACK:g} stairs' worth, {kinks.STAIR_SLACK * blur:.2g} in all) covers the disagreement")
 
 
+def _held_array(a: Any, up: Any, down: Any) -> bool:
+    """Whether ``a`` is another library's array (a tensor passed as a constant) with the same values at both
+    steps: held as it is, as a NumPy array would be. A tensor constant of a torch rule (deepinv's spline knots)
+    made every call's directions unknown, and a program with several kinks got no excuse."""
+    if isinstance(a, (tuple, list, dict)) or not hasattr(a, "__array__"):
+        return False
+    try:
+        values = np.asarray(a)
+        return np.array_equal(values, np.asarray(up), equal_nan=True) and np.array_equal(values, np.asarray(down), equal_nan=True)
+    except (TypeError, ValueError, RuntimeError):  # a tensor that requires grad, a ragged value: not held here
+        return False
+
+
 def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> tuple[list, list, list] | None:
     """Each call's arguments and output at ``x`` and the direction its arguments move along ``v`` (None for
     an argument that does not move), or None where they do not move affinely with the input."""
@@ -210,8 +223,8 @@ def _directions(plan: Plan, primal: Callable[..., Any], v: tuple[Any, ...]) -> t
         for a, up, down in zip(args, at[h].args[k], at[-h].args[k]):
             if a is None or not (np.isscalar(a) or isinstance(a, np.ndarray)) or np.asarray(a).dtype.kind not in "fc":
                 d.append(None)  # a tree argument or a non-float one: held as it is (a tree of floats aborts below)
-                if not (a is None or np.isscalar(a) or isinstance(a, np.ndarray)) and any(
-                        np.asarray(x).dtype.kind in "fc" for x in leaves(a) if x is not None):
+                if not (a is None or np.isscalar(a) or isinstance(a, np.ndarray)) and not _held_array(a, up, down) \
+                        and any(np.asarray(x).dtype.kind in "fc" for x in leaves(a) if x is not None):
                     return None
                 continue
             a0, a1, a2 = (np.asarray(x, dtype=np.complex128 if np.iscomplexobj(a) else np.float64) for x in (a, up, down))

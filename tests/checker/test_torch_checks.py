@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from gradguard.checker import arrays, check, constant, torch_rule
 
@@ -560,3 +561,43 @@ def test_gg403_names_a_saved_tensor_changed_in_place() -> None:
                               "tensor or on a gradient computed from one), and PyTorch refuses to read it again."), f.message
     assert f.fix.startswith("Compute the gradients out of place in backward")
     assert findings(torch_rule(DoubleSaved, arrays(shape=(3,))), "GG403")[1] == []
+
+
+# -- the safety matrix's kink excuse with a tensor passed as a constant ---------------------------------------
+SIGNS = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+
+
+class SignedRelu(torch.autograd.Function):
+    """deepinv's spline Functions take their knots as tensors; relu's one-sided derivative at 0 is a subgradient."""
+
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.save_for_backward(x, s)
+        return s * torch.relu(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, s = ctx.saved_tensors
+        return g * s * (x > 0).to(g.dtype), None
+
+
+class SignedReluOneWrong(SignedRelu):
+    @staticmethod
+    def backward(ctx, g):
+        x, s = ctx.saved_tensors
+        flip = torch.ones_like(x)
+        flip[0] = -1.0  # the first element's gradient has the wrong sign
+        return g * s * flip * (x > 0).to(g.dtype), None
+
+
+_ON_KINKS = arrays(shape=(6,), elements=st.sampled_from([0.0, 0.0, 0.5, -0.5, 1.0]))
+
+
+def test_a_tensor_constant_leaves_the_kink_excuse_to_the_contexts() -> None:
+    """Several elements exactly at relu's kink: every context program is judged call by call, which needs each
+    call's arguments to move affinely with the input. A tensor passed as a constant (the sign pattern here) made
+    that analysis give up, and seed 2 reported a wrong gradient under called-twice (-0.133 against 1.308)."""
+    right = check(torch_rule(SignedRelu, _ON_KINKS, constant(SIGNS), name="signed_relu"), seed=2).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    wrong = check(torch_rule(SignedReluOneWrong, _ON_KINKS, constant(SIGNS), name="signed_relu_wrong"), seed=2)
+    assert {"GG201", "GG501"} <= {f.check_id for f in wrong.findings}
