@@ -161,8 +161,8 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
                 # whose sqrt(s) JAX differentiates through): the secondary oracle never overrules them. GG201
                 # judges the rule against them.
                 return
-            if not rule_ok:
-                sides = f" {how} agree with JAX."
+            if not rule_ok:  # what was established: along the rule's tangent minus JAX's, not element by element
+                sides = f" {how} along the difference of the two agree with JAX."
     pending = (m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m))
     bad = next(pending, None)
     if bad is not None and at_edge:
@@ -173,7 +173,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         if bad is None:
             return  # one-sided differences contradict JAX at every differing element
         if verdict == "reference confirmed":
-            sides = f" {ONE_SIDED} agree with JAX."
+            sides = f" {ONE_SIDED} along this element agree with JAX."
     if bad is None:
         # Every difference sits at a kink (relu at 0), where any value between the one-sided derivatives is
         # valid element by element; where entries meet at the kink (a max with ties) the tangent is also

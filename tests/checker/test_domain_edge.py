@@ -56,7 +56,7 @@ def test_where_one_sided_differences_agree_with_jax_the_finding_says_so():
         "the pullback of sqrt_squared_doubled disagrees with the JAX reference gradient (jax.vjp of the function "
         "underneath the custom_vjp): cotangent for argument 0 at ")
     assert finding.message.endswith(
-        "One-sided finite differences of the primal, from the side where it is defined, agree with JAX."), finding.message
+        "One-sided finite differences of the primal, from the side where it is defined, along the difference of the two agree with JAX."), finding.message
 
 
 def test_defined_side_reads_the_one_side_where_the_function_is_defined():
