@@ -53,7 +53,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["STRUCTURES", "project", "make_structured", "project_tangent", "structured_rule", "structured_primal"]
+__all__ = ["STRUCTURES", "project", "project_tensor", "make_structured", "project_tangent", "structured_rule",
+           "structured_primal"]
 
 STRUCTURES = ("symmetric", "psd", "lower", "upper", "diagonal", "rotation", "unit")
 CURVED = ("rotation", "unit")  # structures whose projection depends on the point (module docstring)
@@ -80,6 +81,27 @@ def _projection(kind: str, xp: Any) -> Callable[[Any], Any]:
     if kind == "upper":
         return xp.triu
     return lambda a: a * xp.eye(a.shape[-1], dtype=bool)
+
+
+def project_tensor(kind: str, t: Any) -> Any:
+    """``P(t)`` for a PyTorch tensor, in differentiable tensor operations: the safety matrix's torch column runs a
+    torch rule as ``Function.apply(P(x))``, so that autograd pulls the Function's gradient back through ``P`` as
+    the checker's own reading of the rule does (``structured_rule``)."""
+    if t.dim() < min_ndim(kind):
+        return t
+    if kind == "symmetric":
+        return (t + t.mT) / 2
+    if kind == "psd":
+        return (t + t.mT.conj()) / 2
+    if kind == "rotation":
+        return (3 * t - t @ t.mT @ t) / 2
+    if kind == "unit":
+        return t * (3 - (t * t).sum(-1, keepdim=True)) / 2
+    if kind == "lower":
+        return t.tril()
+    if kind == "upper":
+        return t.triu()
+    return t.diagonal(dim1=-2, dim2=-1).diag_embed()
 
 
 def _jax_array(value: Any) -> bool:

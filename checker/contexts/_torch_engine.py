@@ -19,6 +19,8 @@ import numpy as np
 from gradguard.checker.contexts._engine import Engine, RuleView, scalar
 from gradguard.checker.contexts._ops import Ops
 from gradguard.checker.contexts._programs import Plan
+from gradguard.checker.specs import structures_of
+from gradguard.checker.structure import project_tensor
 from gradguard.checker.torch_rules import TORCH_FUNCTION, TORCH_KWARGS
 from gradguard.engines.torch_engine import apply, gradients, readable
 
@@ -91,16 +93,37 @@ def _adapt(view: RuleView) -> Any:
     return to_function(rule.rrule, name=view.name, scalars=_scalars(view))
 
 
+def _on_structure(args: tuple[Any, ...], structures: dict[int, str], mutated: frozenset[int]) -> tuple[Any, ...]:
+    """A torch rule's arguments declared with ``structure=`` read through the structure's projection, in
+    differentiable tensor operations (`project_tensor`), as the checker reads the rule everywhere else: finite
+    differences of a program move inside the structure, and autograd now pulls the Function's gradient back
+    through the projection too (a symmetric input's gradient returned transposed drew a false GG501 in every
+    context). One projection per tensor and call, so a call given one tensor twice still gets one object twice;
+    an argument the rule writes into is handed over as it is (its write must reach the caller's tensor)."""
+    import torch
+
+    done: dict[int, Any] = {}
+    out = []
+    for i, a in enumerate(args):
+        if i in structures and i not in mutated and isinstance(a, torch.Tensor):
+            a = done.setdefault(id(a), project_tensor(structures[i], a))
+        out.append(a)
+    return tuple(out)
+
+
 def _ops(view: RuleView) -> Ops:
     import torch
 
     function = view.adapted("torch", _adapt)
     kwargs = view.rule.extra.get(TORCH_KWARGS) or {}  # a torch rule's fixed keyword arguments
     native = view.rule.kind == "torch"
+    structures = structures_of(view.rule.arg_specs or ()) if native else {}
 
     def call(*args: Any) -> Any:
         if native:  # a torch Function takes tensors where the rule was declared with arrays
             args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
+            if structures:
+                args = _on_structure(args, structures, view.rule.mutates)
             tensors = [a for a in args if isinstance(a, torch.Tensor)]
             for a in tensors:
                 if not readable(a):

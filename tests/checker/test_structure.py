@@ -406,3 +406,34 @@ def test_gg705_reads_a_torch_function_on_unit_vectors_as_declared():
     report = check(torch_rule(Quartic, arrays(shape=(4,), min_value=-2.0, max_value=2.0, structure="unit")))
     assert report.rules[0].verdict == "pass", [f.message for f in report.findings]
     assert "GG705" in report.rules[0].checks_run
+
+
+def test_the_torch_column_reads_a_torch_rule_on_its_structure():
+    """The safety matrix's torch column ran a torch rule's Function on the program's tensors as they were, so its
+    gradient was compared raw with finite differences that move inside the structure: k-diffusion's matrix square
+    root by eigendecomposition (psd), whose gradient is right on symmetric matrices but not symmetric itself, drew
+    GG501 in every context. The Function now gets P(x), and autograd pulls its gradient back through P."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: pip install 'gradguard[torch]'")
+    from gradguard.checker import torch_rule
+
+    class SymIdentity(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.transpose(-2, -1)  # its symmetric part is the gradient's: right on symmetric matrices
+
+    class SymIdentityDoubled(SymIdentity):
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g.transpose(-2, -1)
+
+    spec = arrays(shape=(3, 3), structure="symmetric")
+    right = check(torch_rule(SymIdentity, spec, name="sym_identity")).rules[0]
+    assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
+    assert {c["status"] for c in right.safety_matrix["cells"] if c["engine"] == "torch"} <= {"right", "skipped"}
+    assert any(c["status"] == "right" for c in right.safety_matrix["cells"] if c["engine"] == "torch")
+    wrong = check(torch_rule(SymIdentityDoubled, spec, name="sym_identity_doubled"), select=["GG201", "GG501"])
+    assert {f.check_id for f in wrong.findings} == {"GG201", "GG501"}
