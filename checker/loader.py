@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from gradguard.checker.errors import LoadError, UsageError
 from gradguard.checker.report import LoadFailure
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import DECLARED_IN, RuleSpec
 
 __all__ = ["collect", "discover", "is_rule_file", "load_module", "load_rule", "rules_in", "module_files"]
 
@@ -95,10 +95,13 @@ def rules_in(module: ModuleType) -> list[RuleSpec]:
         found = list(explicit)
     seen: set[int] = set()
     unique = []
+    where = getattr(module, "__file__", None)
     for rule in found:
         if id(rule) not in seen:
             seen.add(id(rule))
             unique.append(rule)
+            if where and DECLARED_IN not in rule.extra:
+                rule.extra[DECLARED_IN] = where  # where load_rule finds it again (not where its code lives)
     return unique
 
 

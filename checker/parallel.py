@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from gradguard.checker.report import RuleResult
+from gradguard.checker.specs import DECLARED_IN
 
 if TYPE_CHECKING:
     from gradguard.checker.options import Options
@@ -44,9 +45,12 @@ def _lines(rule: RuleSpec) -> tuple[int, int] | None:
 
 
 def _locator(rule: RuleSpec) -> Locator | None:
-    if not rule.source_file or not Path(rule.source_file).is_file():
+    """Where a worker finds the rule: the module it was found in (a torch rule's Function, or an rrule, may be
+    defined in another module, where the rule is not: such rules were all checked in the main process)."""
+    where = rule.extra.get(DECLARED_IN) or rule.source_file
+    if not where or not Path(where).is_file():
         return None
-    return (str(rule.source_file), rule.name, _lines(rule))
+    return (str(where), rule.name, _lines(rule))
 
 
 def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleResult | None:

@@ -15,7 +15,7 @@ from gradguard.checker.case import Case, ReplayDraws, RuleRaised
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip
 from gradguard.checker.foreign import FOREIGN_ARRAYS
 from gradguard.checker.inputs import has_literal, literal
-from gradguard.checker.specs import RuleSpec, constant_positions
+from gradguard.checker.specs import DECLARED_IN, RuleSpec, constant_positions
 
 __all__ = ["script", "replay", "context_script", "replay_context", "CONSTANT"]
 
@@ -53,11 +53,21 @@ def replay(rule: RuleSpec, check_id: str, args: tuple[Any, ...], draws: list[Any
     return problems
 
 
+def _module_path(rule: RuleSpec, root: str | None) -> str:
+    """The rule module a reproducer loads the rule from, relative to ``root`` where it lies inside it: the module
+    the rule was found in, which is not always the file of its code (a torch rule whose Function is defined in
+    another module: its reproducer looked for the rule there and failed with 'no rule named ...')."""
+    where = rule.extra.get(DECLARED_IN) or rule.source_file
+    if not where:
+        return "<unknown>"
+    if root:
+        rel = os.path.relpath(where, root)
+        return where if rel.startswith("..") else rel
+    return where
+
+
 def script(rule: RuleSpec, check_id: str, case: Case, problem: Problem, *, root: str | None = None) -> str:
-    path = rule.source_file or "<unknown>"
-    if root and rule.source_file:
-        rel = os.path.relpath(rule.source_file, root)
-        path = rule.source_file if rel.startswith("..") else rel
+    path = _module_path(rule, root)
     title = CHECKS[check_id].title
     draws = ",\n    ".join(literal(v) for _, v in case.record)
     labels = ", ".join(label for label, _ in case.record) or "none"
@@ -111,10 +121,7 @@ def replay_context(rule: RuleSpec, context: str, *, seed: int, engines: list[str
 def context_script(rule: RuleSpec, check_id: str, context: str, engines: list[str], *, seed: int, message: str,
                    root: str | None = None) -> str:
     """A standalone script that reruns one safety-matrix context (seeded, so the same program and inputs)."""
-    path = rule.source_file or "<unknown>"
-    if root and rule.source_file:
-        rel = os.path.relpath(rule.source_file, root)
-        path = rule.source_file if rel.startswith("..") else rel
+    path = _module_path(rule, root)
     title = CHECKS[check_id].title
     quoted = message.replace("\n", "\n# ")
     return f'''"""Reproducer for {check_id} ({title}) on rule {rule.name}, context {context!r}.

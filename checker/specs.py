@@ -282,6 +282,9 @@ class RuleSpec:
 # RuleSpec.extra key: the rule as declared, without the structure's projections (GG705 compares PyTorch's derivative
 # of the backward itself with finite differences of that same backward)
 UNSTRUCTURED_RRULE = "unstructured_rrule"
+# RuleSpec.extra key: the file of the module a rule was found in (loader.rules_in), which reproducers load it from:
+# not always its source_file, the file of its code (a torch rule's Function, an rrule defined in a helper module).
+DECLARED_IN = "declared_in"
 CONSTANT_OUTPUTS = "constant_outputs"  # RuleSpec.extra key: positions of a tuple output that carry no derivative
 
 

@@ -237,3 +237,37 @@ def test_floating_point_warnings_of_the_rule_and_the_checker_do_not_bury_the_rep
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS  masked_softplus_rrule" in proc.stdout
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+def test_a_reproducer_loads_the_rule_from_the_module_it_was_declared_in(tmp_path):
+    """A rule whose code lives in another module (a torch rule's Function, an rrule imported from a helper): its
+    reproducer loaded the file of the code and failed with "no rule named ..."; it loads the rules module now, and
+    worker processes find the rule there too."""
+    (tmp_path / "ops_impl.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def total(x):
+            return np.sum(x)
+
+        def total_rrule(x):
+            return np.sum(x), lambda ybar: (np.full(x.size, ybar),)  # shape (6,) for a (2, 3) input
+    '''))
+    (tmp_path / "my_rules.py").write_text(textwrap.dedent('''
+        from gradguard.checker import arrays, rrule
+        from ops_impl import total, total_rrule
+
+        total_rule = rrule(total, arrays(shape=(2, 3)), name="total_rule")(total_rrule)
+    '''))
+    report = check(tmp_path / "my_rules.py", select=["GG104"])
+    (finding,) = report.findings
+    assert report.rules[0].source_file.endswith("ops_impl.py")  # where the code is, as reports show it
+    script = tmp_path / "sub" / "repro.py"
+    script.parent.mkdir()
+    script.write_text(finding.reproducer)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path / "sub")
+    assert proc.returncode == 1 and "AssertionError: GG104" in proc.stderr, proc.stderr
+    from gradguard.checker.loader import load_module, rules_in
+    from gradguard.checker.parallel import _locator
+
+    (rule,) = rules_in(load_module(tmp_path / "my_rules.py"))
+    assert _locator(rule)[0] == str(tmp_path / "my_rules.py")
