@@ -98,8 +98,20 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
     problem = _input_part(case, ybar, u, w, d)
     if problem is None and not any(e.slot in d.cotangent_slots.values() for e in d.escapes):
         problem = _cotangent_part(case, ybar, c, w, d, at_ybar)
-    if problem is not None:
-        yield problem
+    if problem is None:
+        return
+    own = set(d.argument_slots.values()) | set(d.cotangent_slots.values())
+    converted = [e for e in d.escapes if e.slot in own]
+    if converted:
+        # np.asarray(x) on its own input or cotangent (pints' log-priors: the input-normalising idiom) is the array
+        # itself in NumPy: the code computes from x, but no engine tracing NumPy's dispatch follows it, and what the
+        # tape derives past it is not the rule's second order. As for a rule that converts its input before
+        # computing anything (above): the tape's limit, not an error. A copy of a computed value (a residual) stays
+        # the error it is.
+        raise Skip(f"{rule.name} reads its own input or cotangent as a plain array ({_sites(converted)}): NumPy "
+                   "hands back the array itself, but no engine that traces NumPy code through its dispatch follows "
+                   "it, so the tape's derivative past it is not the rule's second order, and it is not checked")
+    yield problem
 
 
 def _tape_failure(exc: Exception) -> str:
