@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "first_step", "confirmed", "derivative", "complex_step", "directional", "inner"]
+__all__ = ["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "first_step", "confirmed", "derivative",
+           "complex_step", "directional", "inner"]
 
 _RATIO = 2.0  # step ratio between the levels of the Richardson table
 _SAFETY = 8.0  # rounding errors of a few ulps per evaluation are common
@@ -141,6 +142,27 @@ def _eps(x: Any) -> float:
     """Machine epsilon of an inexact leaf's dtype (float64 for Python numbers and exact dtypes)."""
     dtype = np.asarray(x).dtype
     return float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.inexact) else _EPS64
+
+
+_EPS32 = float(np.finfo(np.float32).eps)
+
+
+def computed_eps(x: Any) -> float:
+    """The machine epsilon a value was computed at: its dtype's (`_eps`), or float32's for a float64 leaf whose
+    every finite element is a float32 number and not every one a simple number (12 significant bits or fewer,
+    which any precision gives exactly): a function computed in float32 and cast back (a table built in a float32
+    tensor, a gradient returned with ``.float()``) rounds at 1e-7 of its values, whatever its dtype says."""
+    eps = _eps(x)
+    a = np.asarray(x)
+    if eps != _EPS64 or a.dtype not in (np.float64, np.complex128) or a.size == 0:
+        return eps
+    with np.errstate(all="ignore"):
+        flat = (a.view(np.float64) if a.dtype == np.complex128 else a).reshape(-1)
+        flat = flat[np.isfinite(flat)]
+        if flat.size == 0 or not np.array_equal(flat.astype(np.float32).astype(np.float64), flat):
+            return eps
+        mantissa = np.frexp(flat)[0] * 2.0**12
+    return eps if np.all(mantissa == np.round(mantissa)) else _EPS32
 
 
 # ---------------------------------------------------------------- argument checks
@@ -503,6 +525,9 @@ def directional(
     except ValueError as exc:
         raise ValueError(f"The cotangent does not match f's output: {exc}") from None
     out_eps = max([_eps(leaf) for leaf in _leaves(base) if leaf is not None] + [_EPS64])
+    # The rounding each evaluation carries: at the precision f computed in (float32 inside a float64 function rounds
+    # at 1e-7), which widens the error bound; the steps stay those of the dtype, fine enough for what f resolves.
+    noise_eps = max([computed_eps(leaf) for leaf in _leaves(base) if leaf is not None] + [_EPS64])
     in_eps = max(_eps(args[i]) for i in moving)
     base_complex = any(np.iscomplexobj(leaf) for leaf in _leaves(base))
 
@@ -510,8 +535,8 @@ def directional(
         """(value, its rounding noise) of the contraction with the cotangent."""
         if cotangent is None:
             y = np.asarray(out)
-            return y.astype(np.result_type(y.dtype, np.float64)), out_eps * np.abs(y)
-        return inner(cotangent, out), out_eps * _abs_inner(cotangent, out)
+            return y.astype(np.result_type(y.dtype, np.float64)), noise_eps * np.abs(y)
+        return inner(cotangent, out), noise_eps * _abs_inner(cotangent, out)
 
     base_value = contract(base)[0]
     del base  # only its contraction is read from here on: on large inputs f's output is a copy of them

@@ -601,3 +601,51 @@ def test_a_tensor_constant_leaves_the_kink_excuse_to_the_contexts() -> None:
     assert right.verdict == "pass", [(f.check_id, f.message) for f in right.findings]
     wrong = check(torch_rule(SignedReluOneWrong, _ON_KINKS, constant(SIGNS), name="signed_relu_wrong"), seed=2)
     assert {"GG201", "GG501"} <= {f.check_id for f in wrong.findings}
+
+
+# -- GG705 on a Function that returns a float32 gradient for a float64 input ----------------------------------
+class ScaleSumFloat32Grad(torch.autograd.Function):
+    """nncf's QuantizeAsymmetricTorch returns grad_low.float(): a float32 gradient, cast back to float64 by PyTorch."""
+
+    @staticmethod
+    def forward(ctx, x, a):
+        ctx.save_for_backward(x, a)
+        return x * a
+
+    @staticmethod
+    def backward(ctx, g):
+        x, a = ctx.saved_tensors
+        return g * a, (g * x).sum(dim=-1, keepdim=True).float()
+
+
+class ScaleSumFloat32GradDetached(ScaleSumFloat32Grad):
+    @staticmethod
+    def backward(ctx, g):
+        x, a = ctx.saved_tensors
+        return g * a, (g.detach() * x).sum(dim=-1, keepdim=True).float()  # cut off from the cotangent
+
+
+_NEAR_1000 = arrays(shape=(2,), min_value=1000.0, max_value=1000.01)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gg705_reads_a_float32_gradient_at_float32_precision(seed) -> None:
+    """Its backward values near 2000, rounded at float32's 1e-4, nearly cancel in the difference GG705's cotangent
+    part takes, and that difference was judged at float64's precision against PyTorch's exact derivative: a false
+    GG705 at every seed. A gradient cut off from the cotangent still fails."""
+    spec = (_NEAR_1000, arrays(shape=(1,), min_value=0.5, max_value=2.0))
+    _, found = findings(torch_rule(ScaleSumFloat32Grad, *spec, name="scale_sum_float32"), "GG705")
+    assert found == [], [f.message for f in found]
+    _, cut = findings(torch_rule(ScaleSumFloat32GradDetached, *spec, name="scale_sum_cut"), "GG705")
+    assert cut and cut[0].message.startswith("double backward through scale_sum_cut is wrong with respect to the "
+                                             "cotangent"), [f.message for f in cut]
+
+
+def test_computed_eps_tells_float32_values_in_a_float64_array():
+    from gradguard.engines.fd import computed_eps
+
+    values = np.array([2000.00268, -3.14159, 0.1]).astype(np.float32).astype(np.float64)
+    assert computed_eps(values) == np.finfo(np.float32).eps
+    assert computed_eps(np.array([2000.00268, -3.14159, 0.1])) == np.finfo(np.float64).eps
+    assert computed_eps(np.array([2.0, 0.375, -1.5, 0.0])) == np.finfo(np.float64).eps  # simple: any precision
+    assert computed_eps(np.float32(0.1)) == np.finfo(np.float32).eps
