@@ -231,6 +231,8 @@ def _batched_vjp(fn: Any, jit: bool, batched: bool = True) -> Callable[..., Any]
 
 
 def _stack(trees: list[Any]) -> Any:
+    if trees[0] is None:
+        return None  # an empty slot (JAX's None subtree) stays empty: np.stack made an object array vmap refused
     if is_leaf(trees[0]):
         return np.stack([np.asarray(t) for t in trees])
     subs = [children(t) for t in trees]

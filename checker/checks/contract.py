@@ -102,6 +102,16 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
         return
     tol = case.tol
     for k, (a, b) in enumerate(zip(leaves(y_rule), leaves(y_primal))):
+        if a is None or b is None:  # an empty slot of the output (JAX's None subtree): both empty, or not the same
+            if a is not b:
+                yield Problem(
+                    message=f"the rrule's output {k} is {describe(a)} but the primal's is {describe(b)}.",
+                    location=f"output {k}",
+                    expected=describe(b),
+                    actual=describe(a),
+                    fix="Return exactly what the primal returns as the first element of the pair.",
+                )
+            continue
         a_arr, b_arr = np.asarray(a), np.asarray(b)
         if a_arr.shape != b_arr.shape:
             yield Problem(

@@ -99,7 +99,8 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
         raise Skip("finite differences of the primal are not finite at this input")
     got = inner(w, ty)
-    scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty)))
+    scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty))
+                if a is not None and b is not None)  # an empty output slot (JAX's None) has no terms
     if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
         return
     if _at_kink(case, u, w, ty) or _steep_near(case, u):
@@ -218,6 +219,8 @@ def jvp_linear(case: Case) -> Iterable[Problem]:
     if not (is_finite_tree(t1) and is_finite_tree(t2) and is_finite_tree(tm)):
         return
     for k, (g1, g2, gm) in enumerate(zip(leaves(t1), leaves(t2), leaves(tm))):
+        if g1 is None or g2 is None or gm is None:
+            continue  # an empty output slot (JAX's None): no tangent there
         want = a * np.asarray(g1) + b * np.asarray(g2)
         err = np.abs(np.asarray(gm) - want)
         bound = case.tol.atol + case.tol.rtol * (np.abs(a * np.asarray(g1)) + np.abs(b * np.asarray(g2)) + np.abs(gm))

@@ -8,6 +8,7 @@ declarable."""
 import re
 from functools import partial
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -459,3 +460,33 @@ def test_rules_whose_jvp_a_helper_attaches_point_at_their_own_definitions() -> N
         first, last = jax_rule(fn, arrays(shape=(2,))).source_lines
         assert lines[first - 1] == "@jax.custom_jvp" and lines[first].startswith(f"def {fn.__name__}(x):")
         assert last == first + 2
+
+
+class _WithEmptySlot(NamedTuple):
+    a: jax.Array
+    b: Any = None
+
+
+def _sum_sq_with_empty_slot(factor: float):
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sum(x**2), _WithEmptySlot(a=x, b=None)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), (factor * jnp.sum(x * t), _WithEmptySlot(a=t, b=None))
+
+    return jax_rule(f, arrays(shape=(3,)), name=f"sum_sq_empty_slot_{factor:g}")
+
+
+def test_an_output_with_an_empty_slot_is_checked_like_any_other() -> None:
+    """ferminet's loss returns AuxiliaryLossData(local_energy_mat=None), which JAX reads as an empty subtree: GG102
+    and the forward checks took the None for an array (an internal error, exit 3), and GG602's batched call
+    stacked it into an object array JAX refused (a false GG602). Now every check runs, and a wrong jvp fails."""
+    report = check(_sum_sq_with_empty_slot(2.0), max_examples=5)
+    result = report.rules[0]
+    assert result.error is None and result.verdict == "pass", (result.error, [f.message for f in result.findings])
+    assert {"GG102", "GG201", "GG207", "GG208", "GG601", "GG602"} <= set(result.checks_run)
+    wrong = check(_sum_sq_with_empty_slot(3.0), select=["GG201", "GG207"], max_examples=5)
+    assert wrong.rules[0].error is None and {f.check_id for f in wrong.findings} == {"GG201", "GG207"}
