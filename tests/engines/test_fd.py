@@ -33,8 +33,19 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "confirmed", "first_step", "derivative", "complex_step",
-                                         "directional", "inner"])
+    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "confirmed",
+                                         "first_step", "derivative", "complex_step", "directional", "inner"])
+
+
+def test_computed_eps_tells_float32_values_in_a_float64_array():
+    """A float64 function computed in float32 (a gradient returned with .float() and cast back) rounds at float32's
+    1e-7: the error bound of its finite differences must say so."""
+    values = np.array([2000.00268, -3.14159, 0.1]).astype(np.float32).astype(np.float64)
+    assert fd.computed_eps(values) == np.finfo(np.float32).eps
+    assert fd.computed_eps(np.array([2000.00268, -3.14159, 0.1])) == np.finfo(np.float64).eps
+    assert fd.computed_eps(np.array([2.0, 0.375, -1.5, 0.0])) == np.finfo(np.float64).eps  # simple: any precision
+    assert fd.computed_eps(np.float32(0.1)) == np.finfo(np.float32).eps
+    assert fd.computed_eps(np.array([np.nan, np.inf])) == np.finfo(np.float64).eps
 
 
 def test_first_step_is_the_first_tables_step():
