@@ -65,15 +65,24 @@ def min_ndim(kind: str) -> int:
     return 1 if kind == "unit" else 2
 
 
+def _swap(a: Any, xp: Any = np) -> Any:
+    """The last two axes swapped, with ``xp.transpose``: the one operation NumPy, jax.numpy and the tape's traced
+    arrays (through NumPy's dispatch) all run."""
+    axes = list(range(a.ndim))
+    axes[-2:] = axes[-1], axes[-2]
+    return xp.transpose(a, axes)
+
+
 def _projection(kind: str, xp: Any) -> Callable[[Any], Any]:
     """``P`` for ``kind`` written against the array namespace ``xp`` (NumPy, or jax.numpy when the JAX
-    reference traces the primal)."""
+    reference traces the primal; NumPy for the tape's traced arrays too, but for the triangles:
+    `_traced_projection`)."""
     if kind == "symmetric":
-        return lambda a: (a + xp.swapaxes(a, -1, -2)) / 2
+        return lambda a: (a + _swap(a, xp)) / 2
     if kind == "psd":
-        return lambda a: (a + xp.swapaxes(a, -1, -2).conj()) / 2
+        return lambda a: (a + _swap(a, xp).conj()) / 2
     if kind == "rotation":  # the Newton-Schulz step (module docstring)
-        return lambda a: (3 * a - a @ xp.swapaxes(a, -1, -2) @ a) / 2
+        return lambda a: (3 * a - a @ _swap(a, xp) @ a) / 2
     if kind == "unit":  # the same step on the sphere (module docstring)
         return lambda a: a * (3 - xp.sum(a * a, axis=-1, keepdims=True)) / 2
     if kind == "lower":
@@ -81,6 +90,14 @@ def _projection(kind: str, xp: Any) -> Callable[[Any], Any]:
     if kind == "upper":
         return xp.triu
     return lambda a: a * xp.eye(a.shape[-1], dtype=bool)
+
+
+def _curved_adjoint(kind: str, g: Any, x: Any) -> Any:
+    """The adjoint of a curved structure's step at ``x``, applied to ``g`` (module docstring), in operations NumPy and
+    the tape's traced arrays both run."""
+    if kind == "unit":
+        return g * (3 - np.sum(x * x, axis=-1, keepdims=True)) / 2 - x * np.sum(x * g, axis=-1, keepdims=True)
+    return (3 * g - g @ (_swap(x) @ x) - x @ _swap(g) @ x - (x @ _swap(x)) @ g) / 2
 
 
 def project_tensor(kind: str, t: Any) -> Any:
@@ -116,36 +133,13 @@ def _traced(value: Any) -> bool:
     return tape is not None and isinstance(value, tape.Tracked)
 
 
-def _swap(a: Any) -> Any:
-    """The last two axes swapped, with the one operation the tape, NumPy and JAX all trace (``np.transpose``)."""
-    axes = list(range(a.ndim))
-    axes[-2:] = axes[-1], axes[-2]
-    return np.transpose(a, axes)
-
-
 def _traced_projection(kind: str, a: Any) -> Any:
-    """``P(a)`` for a traced array, in operations the tape records (a triangle or the diagonal as a product with
-    a constant mask: the same values as NumPy's tril, triu and the diagonal, but for the sign of a zero)."""
-    if kind == "symmetric":
-        return (a + _swap(a)) / 2
-    if kind == "psd":
-        return (a + np.conj(_swap(a))) / 2
-    if kind == "rotation":
-        return (3 * a - a @ _swap(a) @ a) / 2
-    if kind == "unit":
-        return a * (3 - np.sum(a * a, axis=-1, keepdims=True)) / 2
+    """``P(a)`` for a traced array: `_projection` on NumPy's dispatch, but a triangle as a product with a constant
+    mask (the tape has no rule for tril and triu; the same values, but for the sign of a zero)."""
+    if kind not in ("lower", "upper"):
+        return _projection(kind, np)(a)
     n = a.shape[-1]
-    mask = {"lower": np.tril, "upper": np.triu}.get(kind, lambda m: m * np.eye(n))(np.ones((n, n)))
-    return a * mask
-
-
-def _traced_tangent(kind: str, g: Any, x: Any) -> Any:
-    """`project_tangent` for a tangent or an argument that is traced (module docstring's adjoints)."""
-    if kind == "unit":
-        return g * (3 - np.sum(x * x, axis=-1, keepdims=True)) / 2 - x * np.sum(x * g, axis=-1, keepdims=True)
-    if kind == "rotation":
-        return (3 * g - g @ (_swap(x) @ x) - x @ _swap(g) @ x - (x @ _swap(x)) @ g) / 2
-    return _traced_projection(kind, g)
+    return a * {"lower": np.tril, "upper": np.triu}[kind](np.ones((n, n)))
 
 
 def project(kind: str, value: Any) -> Any:
@@ -181,18 +175,13 @@ def project_tangent(kind: str, tangent: Any, arg: Any) -> Any:
     ``q``). ``tangent`` itself where that changes nothing (within rounding for the curved ones)."""
     if (_traced(tangent) or _traced(arg)) and np.ndim(tangent) >= min_ndim(kind) \
             and np.shape(tangent) == np.shape(arg):
-        return _traced_tangent(kind, tangent, arg)
+        return _curved_adjoint(kind, tangent, arg) if kind in CURVED else _traced_projection(kind, tangent)
     if kind not in CURVED:
         return project(kind, tangent)
     if not isinstance(tangent, np.ndarray) or tangent.ndim < min_ndim(kind) or not isinstance(arg, np.ndarray) \
             or tangent.shape != arg.shape:
         return tangent
-    x, g = arg.astype(np.result_type(arg, tangent), copy=False), tangent
-    if kind == "unit":
-        pulled = g * (3 - np.sum(x * x, axis=-1, keepdims=True)) / 2 - x * np.sum(x * g, axis=-1, keepdims=True)
-    else:
-        xt, gt = np.swapaxes(x, -1, -2), np.swapaxes(g, -1, -2)
-        pulled = (3 * g - g @ (xt @ x) - x @ gt @ x - (x @ xt) @ g) / 2
+    pulled = _curved_adjoint(kind, tangent, arg.astype(np.result_type(arg, tangent), copy=False))
     return tangent if _same(kind, pulled, tangent) else pulled.astype(tangent.dtype, copy=False)
 
 
