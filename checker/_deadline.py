@@ -60,6 +60,11 @@ class _Budget:
         wall = now - self.start
         return max(wall - (_run_delay_s() - self.waited), wall / WALL_FACTOR)
 
+    def over(self, now: float, limit: float) -> bool:
+        """Whether ``limit`` seconds are spent. Never before ``limit`` seconds of wall time have passed (the waits
+        only subtract), so the kernel's figure, a file read at every safe point of every check, is read only then."""
+        return now - self.start >= limit and self.spent(now) >= limit
+
 
 def grace_for(seconds: float) -> float:
     return min(DEFAULT_GRACE_S, max(0.5, seconds / 4))
@@ -110,7 +115,7 @@ def time_limit(seconds: float | None, exception: type[BaseException], grace_s: f
         yield
         return
     budget = _Budget()
-    with noted(lambda now: exception() if budget.spent(now) >= seconds else None):
+    with noted(lambda now: exception() if budget.over(now, seconds) else None):
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield
         else:
@@ -143,7 +148,7 @@ def _alarm(budget: _Budget, hard_limit: float, exception: type[BaseException]) -
                 outer_handler(signum, frame)  # usually raises (a test's timeout); if it returns, go on
             arm()
             return
-        if budget.spent(now) >= hard_limit:
+        if budget.over(now, hard_limit):
             raise exception()
         arm()  # woken early (a timer's granularity, or waits for a CPU that do not count): wait for the rest
 
