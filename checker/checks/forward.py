@@ -23,7 +23,7 @@ from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.kinks import between_sides, element_sides, unresolved, vertical_tangent
-from gradguard.checker.trees import inner, leaves
+from gradguard.checker.trees import abs_inner, inner, leaves
 from gradguard.engines import fd
 
 __all__ = ["jvp_forward_fd", "jvp_linear"]
@@ -99,8 +99,7 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
         raise Skip("finite differences of the primal are not finite at this input")
     got = inner(w, ty)
-    scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(ty))
-                if a is not None and b is not None)  # an empty output slot (JAX's None) has no terms
+    scale = abs_inner(w, ty)  # an empty output slot (JAX's None) has no terms
     if tolerances.close(got, float(d.value), case.tol, scale=scale, fd_error=d.error):
         return
     if _at_kink(case, u, w, ty) or _steep_near(case, u):
