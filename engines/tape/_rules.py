@@ -91,7 +91,9 @@ def _dot_vjp(g: Any, ans: Any, x: Any, y: Any) -> tuple:
 defvjp("add", np.add, lambda g, ans, x, y: (unbroadcast(g, x), unbroadcast(g, y)))
 defvjp("subtract", np.subtract, lambda g, ans, x, y: (unbroadcast(g, x), unbroadcast(-g, y)))
 defvjp("multiply", np.multiply, _mul_vjp, reads=(0, 1))
-defvjp("divide", np.true_divide, lambda g, ans, x, y: (unbroadcast(g / cj(y), x), unbroadcast(-g * cj(x / y**2), y)), reads=(0, 1))
+# -x / y**2 as (x / y) / y: y**2 overflows from |y| = 1.3e154 (numpy-ml's softplus gradient exp(z) / (exp(z) + 1) at
+# z = 360, whose derivative is 0, came out 1) and underflows below 1e-154, where the quotient itself is finite
+defvjp("divide", np.true_divide, lambda g, ans, x, y: (unbroadcast(g / cj(y), x), unbroadcast(-g * cj(x / y / y), y)), reads=(0, 1))
 defvjp("power", np.power, lambda g, ans, x, y: (unbroadcast(g * cj(y * x ** (y - 1)), x),
                                                 unbroadcast(g * cj(np.log(np.where(x == 0, 1, x)) * ans), y)), reads=(0, 1, "ans"))
 defvjp("negative", np.negative, lambda g, ans, x: (-g,))

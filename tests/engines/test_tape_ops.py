@@ -123,6 +123,15 @@ def test_abs_at_zero_follows_chainrules():
     np.testing.assert_array_equal(grad(lambda x: tnp.sum(tnp.abs(x)), np.zeros(2)), [0.0, 0.0])  # JAX says 1
 
 
+@pytest.mark.parametrize("y", [1e160, -3e200])
+def test_divide_by_a_huge_denominator_keeps_its_derivative(y):
+    # d(x / y)/dy = -x / y**2 (1e-170 and -1.1e-251 here), whose y**2 alone overflows float64
+    x = 1e150
+    got = grad(lambda y: tnp.sum(x / y), np.array([y]))
+    np.testing.assert_allclose(got, [-(x / y) / y], rtol=1e-15)
+    assert got[0] != 0
+
+
 def test_boolean_mask_gradient_scatters():
     x = np.array([1.0, -2.0, 3.0])
     mask = x > 0
