@@ -45,6 +45,7 @@ __all__ = [
     "Staircase",
     "STAIR_SLACK",
     "growing",
+    "input_steps",
     "vertical_tangent",
     "NOT_SETTLING",
     "kinked_near",
@@ -164,6 +165,9 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
     derivative of ``|x|`` as ``x / (|x| + 1e-12)`` near 0, a jump at every step but the finest, whose second-order
     quotient at 6e-15 gives 9.99928e11 of the 1e12 the rule's own derivative is (its first-order one 9.94e11).
 
+    Below the finest of those steps come the input's own scales (:func:`input_steps`): an input whose elements are
+    far smaller than every step has its features there, and the steps above see only the cone they make from afar.
+
     ``coarse``: :func:`one_sided`'s answer for the same arguments, where the caller has it already.
     """
     sides = one_sided(g, args, directions) if coarse is None else coarse
@@ -176,9 +180,7 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             g0, magnitude = g(tuple(copy_tree(args)))
-            h = eps ** (1 / 3)
-            for _ in range(FINE_STEPS):
-                h /= 1000.0
+            for h in _fine_steps(eps ** (1 / 3))[1:] + input_steps(args, directions):
                 if _rounding_swamps(eps, magnitude, h, tol, scale):
                     break  # rounding would swamp the slope at this step and below
                 ahead = g(tuple(shifted(args, directions, h)))[0]
@@ -261,6 +263,48 @@ def _around(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], steps: list[float
 
 def _fine_steps(h: float) -> list[float]:
     return [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
+
+
+INPUT_SCALES = 3  # input_steps: at most this many of the input's own scales, the coarsest first
+INPUT_STEPS = (1e3, 1e6)  # ... each giving steps these many times smaller than the element that sets it
+
+
+def input_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[float]:
+    """Steps at the scale of the input's own small elements, for one-sided derivatives finer than
+    :func:`_fine_steps`: for each of the INPUT_SCALES largest decades of nonzero magnitudes, among the real
+    float arguments that move, below the finest of those steps, steps INPUT_STEPS times smaller than the
+    decade's smallest element (coarsest first; none for an input without such elements).
+
+    An input's elements are where its features sit: Hypothesis draws matrices holding 1.8e-167 and 5e-305 beside
+    zeros, and a spectral function of a kinked scalar function (jax-fem's phase-field split of the strain,
+    ``sum_i f(lambda_i) v_i v_i^T`` with ``f`` kinked at 0) has its kinks where those tiny eigenvalues cross 0.
+    Every step from ``eps**(1/3)`` down to 1e-9 of it moves the matrix by far more than that, so the one-sided
+    derivatives they give belong to the cone the eigenvalues make from afar (-818.784 and -496.854), not to the
+    point (at 1.8e-170: -491.488 from below, the rule's own -491.473; an element whose sides meet there is off by a
+    thousandth of the step over the eigenvalues' gap, so a step a million times finer comes too). Steps this fine
+    are cheap, and where the
+    function's rounding swamps them (an element of 5e-305 in a function of size 1e-165) the callers' rounding
+    bounds drop them. A step must also move every element of the input far above its rounding (RESOLVED times its
+    spacing, at the largest element): beside an element of 1.8e-167 a step of 5e-308 is lost in the sum, and the
+    quotient reads 0 where nothing moved."""
+    eps = _eps(args, directions)
+    finest = eps ** (1 / 3) / 1000.0 ** FINE_STEPS
+    decades: dict[int, float] = {}
+    largest = 0.0
+    for a, v in zip(args, directions):
+        if v is None:
+            continue
+        arr = np.asarray(a)
+        if arr.dtype.kind != "f" or arr.size == 0:
+            continue
+        mags = np.abs(arr[np.isfinite(arr)]).astype(np.float64).reshape(-1)
+        largest = max(largest, float(mags.max(initial=0.0)))
+        for m in mags[(mags > 0) & (mags < finest)].tolist():
+            decade = math.floor(math.log10(m))
+            decades[decade] = min(m, decades.get(decade, math.inf))
+    coarsest = sorted(decades, reverse=True)[:INPUT_SCALES]
+    steps = [decades[d] / ratio for d in coarsest for ratio in INPUT_STEPS]
+    return [h for h in steps if h >= RESOLVED * eps * largest]
 
 
 def unresolved_at(f: Any, args: tuple[Any, ...], d: tuple[Any, ...]) -> tuple[str, str] | None:
@@ -697,9 +741,7 @@ def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tupl
                 if not (np.all(np.isfinite(right)) and np.all(np.isfinite(left))):
                     return None
                 sides.append((np.minimum(left, right), np.maximum(left, right)))
-            step = h
-            for _ in range(FINE_STEPS):
-                step /= 1000.0
+            for step in _fine_steps(h)[1:] + input_steps(args, directions):
                 up, down = at(step), at(-step)
                 for i, x0 in enumerate(v[0]):
                     if x0 is None:

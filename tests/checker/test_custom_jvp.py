@@ -162,6 +162,64 @@ def test_a_jvp_of_the_wrong_sign_a_hair_from_a_kink_fails_gg207() -> None:
                         rf"<w, jvp\(x; u\)> = {NUM}, .*", found[0].message), found[0].message
 
 
+# jax-fem's phase-field split of a strain (applications/phase_field_fracture/eigen.py, deepmodeling/jax-fem 912632b):
+# sum_i f(lambda_i) v_i v_i^T with f(x) = 2 mu (g(d) <x>+ + <x>-), kinked at 0, and Miehe's jvp. Three inputs drew
+# false GG207s: a strain of 0 (every eigenvalue on the kink; the jvp takes JAX's side of |x| at 0, the derivative on
+# positive definite strains, which along u no one-sided derivative bounds), a strain of 1e-167 beside zeros (every
+# step sees the cone the tiny eigenvalues make from afar) and a strain whose eigenvalue of 9e-5 crosses 0 1e-4 along u
+# (the central differences' steps straddle it: 1408.18 against the jvp's 1504.297).
+PHASE_FIELD_POINTS = {
+    "zero": np.zeros((2, 2)),
+    "tiny": np.array([[0.0, 0.0, 0.0], [0.0, 5.048508e-305, -1.806986e-167], [0.0, -1.806986e-167, 0.0]]),
+    "near-kink": np.array([[-0.0762094517354226, 0.04708774494071018, 1.9782477385021647e-91],
+                           [0.04708774494071018, -0.09464612642655093, 0.002428906187514221],
+                           [1.9782477385021647e-91, 0.002428906187514221, 5.4571667414910486e-300]]),
+}
+
+
+def phase_field_split(term2_sign, name, point):
+    from hypothesis import strategies as st
+
+    mu, g = 210.0 / 2.6, (1 - 0.3) ** 2
+    fn = lambda x: 2 * mu * (g * 0.5 * (x + jnp.abs(x)) + 0.5 * (x - jnp.abs(x)))  # noqa: E731
+    fn_vmap, grad_fn_vmap = jax.vmap(fn), jax.vmap(jax.grad(fn))
+
+    @jax.custom_jvp
+    def eigen_f(x):
+        evals, evecs = jnp.linalg.eigh(x)
+        M = jnp.einsum("bi,bj->bij", evecs.T, evecs.T)
+        return jnp.sum(M * fn_vmap(evals)[:, None, None], axis=0)
+
+    @eigen_f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (v,) = primals, tangents
+        evals, evecs = jnp.linalg.eigh(x)
+        fvals, grads = fn_vmap(evals), grad_fn_vmap(evals)
+        M = jnp.einsum("bi,bj->bij", evecs.T, evecs.T)
+        term1 = jnp.sum(jnp.einsum("bij,bkl->bijkl", M, M) * grads[:, None, None, None, None], axis=0)
+        G = jnp.einsum("aik,bjl->abijkl", M, M) + jnp.einsum("ail,bjk->abijkl", M, M)
+        diff_evals = evals[:, None] - evals[None, :]
+        theta = jnp.where(diff_evals == 0.0, grads[:, None], (fvals[:, None] - fvals[None, :]) / diff_evals)
+        tmp = G * theta[:, :, None, None, None, None]
+        term2 = term2_sign * 0.5 * (jnp.sum(tmp, axis=(0, 1)) - jnp.einsum("aa...->...", tmp))
+        return eigen_f(x), jnp.einsum("ijkl,kl", term1 + term2, v)
+
+    return jax_rule(eigen_f, st.just(PHASE_FIELD_POINTS[point]), name=name)
+
+
+@pytest.mark.parametrize("point", sorted(PHASE_FIELD_POINTS))
+def test_a_spectral_function_at_and_near_its_kinks_passes_gg207(point) -> None:
+    for seed in range(3):
+        report = check(phase_field_split(1.0, "phase_field_split", point), select=["GG207"], seed=seed)
+        assert report.findings == [], (point, seed, [f.message for f in report.findings])
+
+
+@pytest.mark.parametrize("point", sorted(PHASE_FIELD_POINTS))
+def test_a_spectral_function_with_a_wrong_jvp_fails_gg207_at_and_near_its_kinks(point) -> None:
+    (found,) = findings(phase_field_split(-1.0, "phase_field_split_flipped", point), "GG207")
+    assert found.message.startswith("the jvp of phase_field_split_flipped disagrees with finite differences"), found.message
+
+
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
     assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
 
