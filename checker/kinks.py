@@ -284,9 +284,9 @@ def input_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[floa
     thousandth of the step over the eigenvalues' gap, so a step a million times finer comes too). Steps this fine
     are cheap, and where the
     function's rounding swamps them (an element of 5e-305 in a function of size 1e-165) the callers' rounding
-    bounds drop them. A step must also move every element of the input far above its rounding (RESOLVED times its
-    spacing, at the largest element): beside an element of 1.8e-167 a step of 5e-308 is lost in the sum, and the
-    quotient reads 0 where nothing moved."""
+    bounds drop them. A step must also move every element it moves far above its rounding (RESOLVED times its
+    spacing, at the largest element the direction moves): beside an element of 1.8e-167 a step of 5e-308 is lost
+    in the sum, and the quotient reads 0 where nothing moved."""
     eps = _eps(args, directions)
     finest = eps ** (1 / 3) / 1000.0 ** FINE_STEPS
     decades: dict[int, float] = {}
@@ -297,8 +297,10 @@ def input_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[floa
         arr = np.asarray(a)
         if arr.dtype.kind != "f" or arr.size == 0:
             continue
-        mags = np.abs(arr[np.isfinite(arr)]).astype(np.float64).reshape(-1)
-        largest = max(largest, float(mags.max(initial=0.0)))
+        finite = np.isfinite(arr)
+        moved = finite & np.broadcast_to(np.asarray(v) != 0, arr.shape)
+        largest = max(largest, float(np.abs(arr[moved]).max(initial=0.0)))
+        mags = np.abs(arr[finite]).astype(np.float64).reshape(-1)
         for m in mags[(mags > 0) & (mags < finest)].tolist():
             decade = math.floor(math.log10(m))
             decades[decade] = min(m, decades.get(decade, math.inf))
