@@ -102,7 +102,37 @@ def rules_in(module: ModuleType) -> list[RuleSpec]:
             unique.append(rule)
             if where and DECLARED_IN not in rule.extra:
                 rule.extra[DECLARED_IN] = where  # where load_rule finds it again (not where its code lives)
+    _distinct_names(module, unique)
     return unique
+
+
+def _distinct_names(module: ModuleType, rules: list[RuleSpec]) -> None:
+    """Give rules that share a name in one module each its own: the name, then the module variable the rule is
+    bound to (``AbsNaive[neg_rule]``), or its place among them (``AbsNaive[2]``).
+
+    ``torch_rule(F, ...)`` and ``jax_rule(f, ...)`` are named after ``F`` and ``f``, so two configurations of one
+    Function (two domains, two shapes) shared a name and its source lines: workers (``--jobs``), reproducers
+    (``load_rule``) and the report could not tell them apart, and a worker checked the first in place of each,
+    reporting its failure for the other's rule on an input that rule never draws. Deterministic, so every process
+    that loads the module names them alike; a module loaded twice keeps the names it was given."""
+    by_name: dict[str, list[RuleSpec]] = {}
+    for rule in rules:
+        by_name.setdefault(rule.name, []).append(rule)
+    bound: dict[int, str] = {}
+    for var, value in vars(module).items():
+        if isinstance(value, RuleSpec):
+            bound.setdefault(id(value), var)
+    taken = {rule.name for rule in rules}
+    for name, same in by_name.items():
+        if len(same) < 2:
+            continue
+        for k, rule in enumerate(same, start=1):
+            var = bound.get(id(rule))
+            new = f"{name}[{var}]" if var and var != name else f"{name}[{k}]"
+            while new in taken:
+                new += "'"
+            taken.add(new)
+            rule.name = new
 
 
 def load_module(path: str | Path) -> ModuleType:

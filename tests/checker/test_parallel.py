@@ -124,3 +124,35 @@ def test_bad_jobs_is_a_usage_error(rules_dir):
     result = CliRunner().invoke(main, ["check", str(rules_dir / "rules_a.py"), "--select", "GG202", "-j", "2"])
     assert result.exit_code == 1, result.output  # square_ones_rrule's finding, made by a worker
     assert "FAIL  square_ones_rrule" in result.output
+
+
+TWO_DOMAINS = '''
+import numpy as np
+from gradguard.checker import arrays, rrule
+
+
+def absval(x):
+    return np.abs(x)
+
+
+def abs_pair(x):
+    return np.abs(x), lambda ybar: (ybar,)        # the derivative of |x| only where x > 0
+
+
+neg_rule = rrule(absval, arrays(shape=(3,), min_value=-2.0, max_value=-0.5))(abs_pair)
+pos_rule = rrule(absval, arrays(shape=(3,), min_value=0.5, max_value=2.0))(abs_pair)
+'''
+
+
+def test_two_configurations_of_one_rule_are_told_apart(tmp_path):
+    """Two configurations of one rule function (or one torch Function, one custom_vjp) are named alike by default:
+    a worker checked the first in place of both, and the correct one failed with the other's counterexample."""
+    (tmp_path / "rules_two.py").write_text(textwrap.dedent(TWO_DOMAINS))
+    for jobs in (1, 2):
+        report = check(str(tmp_path), select=["GG201"], jobs=jobs)
+        assert [(r.name, r.verdict) for r in report.rules] == [("abs_pair[neg_rule]", "fail"), ("abs_pair[pos_rule]", "pass")]
+        (found,) = report.findings
+        assert "x=array([-" in found.counterexample["call"], found.counterexample
+    from gradguard.checker.loader import load_rule
+    assert load_rule(tmp_path / "rules_two.py", "abs_pair[pos_rule]").arg_specs != \
+        load_rule(tmp_path / "rules_two.py", "abs_pair[neg_rule]").arg_specs
