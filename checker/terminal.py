@@ -221,6 +221,16 @@ def matrix_table(matrix: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def _matrix_lines(matrix: dict[str, Any], *, verbose: bool) -> list[str]:
     header, rows = matrix_table(matrix)
     out = ["", "  Safety matrix (contexts x engines):", *_table(header, rows, indent=4)]
+    # A "raised" cell is an engine that could not run the program at all: why, one line per reason, always (it
+    # was in the JSON only, and a column of "raised" read as a crash of the checker).
+    raised: dict[str, dict[str, list[str]]] = {}
+    for cell in matrix.get("cells", []):
+        if cell.get("status") == "raised":
+            reason = _first_line(cell.get("message")) or "no reason given"
+            raised.setdefault(reason, {}).setdefault(cell["engine"], []).append(cell["context"])
+    for reason, engines in raised.items():
+        where = "; ".join(f"{engine} in {', '.join(contexts)}" for engine, contexts in engines.items())
+        out.append(f"    raised ({where}): {reason}")
     if verbose:
         # A "-" cell says only that there is no verdict: the reason is in the cell (the JSON's message), one line
         # per reason here, with the cells it applies to.

@@ -107,3 +107,23 @@ def test_advice_for_a_rule_that_declares_mutates_does_not_tell_it_to_declare_mut
     fixes = [f.fix for f in report.findings]
     assert fixes and all("declare mutates=" not in fix for fix in fixes)
     assert all("it declares the mutation (mutates=)" in fix for fix in fixes)
+
+
+def test_a_failure_says_why_an_engine_raised_in_its_matrix():
+    """A column of "raised" read as a crash: the engine's reason (a pullback writing into JAX's read-only buffer)
+    was in the JSON only. One line per reason, with the engine and the contexts, without -v."""
+    raised = {"contexts": ["output-used", "fan-out"], "engines": ["tape[zero]", "jax"],
+              "cells": [{"context": "output-used", "engine": "tape[zero]", "status": "wrong", "rel_error": 0.6},
+                        {"context": "output-used", "engine": "jax", "status": "raised",
+                         "message": "AdapterError: writes in place into a read-only buffer\nTraceback ..."},
+                        {"context": "fan-out", "engine": "tape[zero]", "status": "right"},
+                        {"context": "fan-out", "engine": "jax", "status": "raised",
+                         "message": "AdapterError: writes in place into a read-only buffer"}]}
+    report = _report()
+    report.rules[1].safety_matrix = raised
+    report.rules[1].findings.append(Finding(check_id="GG501", severity="error", title="wrong gradient in a context",
+                                            rule="total_rrule", message="in context `output-used` ...", expected="1.0",
+                                            actual="1.6"))  # the matrix shows with a context's finding
+    lines = render_text(report).splitlines()
+    assert "    raised (jax in output-used, fan-out): AdapterError: writes in place into a read-only buffer" in lines
+    assert not any("raised (" in ln for ln in render_text(_report()).splitlines())  # no raised cell, no line
