@@ -15,6 +15,13 @@ The alarm nests: a timer already armed outside (pytest-timeout's signal method, 
 fires inside the block if it comes first. Signals reach the main thread only; elsewhere the limit is
 checked at safe points alone (the service's sandbox bounds the whole process).
 
+3. a rule still inside that call ``stuck_after`` the start (a compiled ``lax.while_loop`` that never ends:
+   a signal's Python handler runs only between bytecodes, never inside XLA's loop) cannot be stopped in its
+   process at all. A watchdog thread then calls the block's ``stuck`` handler, which reports the rule and
+   ends the process (:func:`gradguard.checker.per_rule.check_rule`: a worker process dies alone, and its
+   parent reports the rule as over its time limit; a run in one process stops, saying which rules were
+   checked), rather than leave the run hanging for good.
+
 The time counted is the checker's own: wall time less the time its thread waited, ready to run, for a CPU
 that other work held (Linux's per-thread ``run_delay``, read from ``/proc/thread-self/schedstat``; plain wall
 time where the kernel does not say). On a machine loaded by other processes (a CI runner's parallel jobs) the
@@ -31,7 +38,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["time_limit", "at_safe_point", "grace_for", "DEFAULT_GRACE_S", "noted"]
+__all__ = ["time_limit", "at_safe_point", "grace_for", "stuck_after", "DEFAULT_GRACE_S", "noted", "STUCK_EXIT"]
 
 # Extra wall time a rule gets inside one call after its deadline before it is interrupted by a signal:
 # a quarter of the limit, between half a second and ten seconds.
@@ -69,6 +76,16 @@ class _Budget:
 def grace_for(seconds: float) -> float:
     return min(DEFAULT_GRACE_S, max(0.5, seconds / 4))
 
+
+STUCK_EXIT = 4  # the exit status of a process stopped because a rule never returned from native code
+STUCK_MARGIN_S = 5.0  # stage 3 comes this long (or twice the grace) after the signal was due at the latest
+
+
+def stuck_after(seconds: float, grace_s: float) -> float:
+    """Wall seconds after which a block limited to ``seconds`` (with ``grace_s`` inside one call) is stuck: the
+    signal was due by WALL_FACTOR times its hard limit at the latest, and did not get the block out."""
+    return WALL_FACTOR * (seconds + grace_s) + max(STUCK_MARGIN_S, 2 * grace_s)
+
 _local = threading.local()
 
 
@@ -104,23 +121,46 @@ def at_safe_point() -> None:
 
 
 @contextmanager
-def time_limit(seconds: float | None, exception: type[BaseException], grace_s: float | None = None) -> Iterator[None]:
+def time_limit(seconds: float | None, exception: type[BaseException], grace_s: float | None = None,
+               stuck: Callable[[float], None] | None = None) -> Iterator[None]:
     """Bound the block to ``seconds`` of the checker's own time (module docstring); ``None`` or ``0``: no limit.
 
     Make ``exception`` a BaseException so that neither Hypothesis nor the user's code swallows it. With
     ``grace_s=0`` the signal fires at the deadline itself (for code with no safe points); by default it
-    is :func:`grace_for` ``seconds``.
+    is :func:`grace_for` ``seconds``. ``stuck(wall seconds)``, called from a watchdog thread where the signal
+    has not got the block out :func:`stuck_after` its start, is the last resort (it should end the process).
     """
     if not seconds:
         yield
         return
     budget = _Budget()
+    grace = grace_for(seconds) if grace_s is None else grace_s
     with noted(lambda now: exception() if budget.over(now, seconds) else None):
         if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
             yield
         else:
-            with _alarm(budget, seconds + (grace_for(seconds) if grace_s is None else grace_s), exception):
+            with _alarm(budget, seconds + grace, exception), _watchdog(stuck_after(seconds, grace), stuck):
                 yield
+
+
+@contextmanager
+def _watchdog(after_s: float, stuck: Callable[[float], None] | None) -> Iterator[None]:
+    """Call ``stuck(wall seconds)`` from another thread if the block is still running ``after_s`` from now."""
+    if stuck is None:
+        yield
+        return
+    left = threading.Event()
+    start = time.monotonic()
+
+    def watch() -> None:
+        if not left.wait(after_s):
+            stuck(time.monotonic() - start)
+
+    threading.Thread(target=watch, name="gradguard-time-limit-watchdog", daemon=True).start()
+    try:
+        yield
+    finally:
+        left.set()
 
 
 @contextmanager

@@ -28,9 +28,10 @@ from gradguard.checker._version import VERSION
 from gradguard.checker._memory import default_limit_mb
 from gradguard.checker.errors import GradguardError, UsageError
 
-__all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_NO_RULES"]
+__all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_STUCK", "EXIT_NO_RULES"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_STUCK = 4  # a rule stuck in native code past its time limit stopped the run (gradguard.checker._deadline)
 EXIT_NO_RULES = 5  # as pytest's "no tests collected": nothing was checked, which is not a pass
 DEFAULT_MEMORY_LIMIT_MB = default_limit_mb()  # as check()'s (options.py), without importing the runner here
 
@@ -143,6 +144,7 @@ def _targets(paths: tuple[Path, ...], config: Any, repro_dir: Path | None) -> li
 def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None, repro_dir: Path | None,
                json_path: Path | None, junit_path: Path | None, markdown_path: Path | None,
                sarif_path: Path | None, progress: bool | None, verbose: bool, quiet: bool, **_: Any) -> None:
+    from gradguard.checker.per_rule import STUCK_HOOKS
     from gradguard.checker.render import render_junit, render_markdown
     from gradguard.checker.runner import check
     from gradguard.checker.sarif import render_sarif
@@ -152,10 +154,23 @@ def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None,
         os.environ["GRADGUARD_DEVICE"] = device
     show_progress = sys.stderr.isatty() if progress is None else progress
 
+    finished: list[Any] = []
+
     def on_rule(result: Any, done: int, total: int) -> None:
+        finished.append(result)
         if show_progress:
             click.echo(f"[{done}/{total}] {result.name}: {result.verdict} ({result.duration_s:.2f} s)", err=True)
 
+    def on_stuck(reason: str) -> None:
+        """A rule stuck in native code past its time limit: the process must end (checker._deadline); say what
+        was checked before it, since no report will follow."""
+        for result in finished:
+            click.echo(f"{result.verdict.upper():5} {result.name}")
+        click.echo(f"gradguard: {reason}. The run was stopped here: {len(finished)} rule(s) checked before it (above), "
+                   "the others not. Draw inputs where the rule ends, or check with --jobs 2: each rule then runs in a "
+                   "worker process, and a stuck one is reported alone while the others are checked.", err=True)
+
+    STUCK_HOOKS.append(on_stuck)
     try:
         report = check(files, progress=on_rule, **kwargs)
     except UsageError as exc:
@@ -166,6 +181,8 @@ def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None,
     except Exception:  # noqa: BLE001 - a crash of gradguard itself: exit 3 with the traceback
         click.echo("gradguard: internal error\n" + traceback.format_exc(), err=True)
         sys.exit(EXIT_INTERNAL)
+    finally:
+        STUCK_HOOKS.remove(on_stuck)
 
     to_stdout_json = json_path is not None and str(json_path) == "-"
     if not to_stdout_json:

@@ -7,14 +7,16 @@ file (rules cannot be pickled: they hold the user's closures) and finds the
 rule again by name and source lines. Workers are spawned, not forked: JAX and
 the threads it starts do not survive a fork. A rule defined where no worker
 can load it (a notebook, a lambda in a test) is checked in this process; a
-worker that dies (a rule that crashes the interpreter) costs that rule an
-error verdict, not the run.
+worker that dies (a rule that crashes the interpreter, or one stuck in native
+code past its time limit, which only ending its process stops) costs that rule
+an error verdict, not the run.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import tempfile
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -87,6 +89,30 @@ def _died(rule: RuleSpec, exc: BaseException) -> RuleResult:
     )
 
 
+def _worker_started(stuck_folder: str) -> None:
+    """In each worker, at its start: where a rule stuck in native code leaves its reason (per_rule's stage 3)."""
+    from gradguard.checker import per_rule
+
+    per_rule.STUCK_FOLDER[:] = [stuck_folder]
+
+
+def _stuck(rule: RuleSpec, reason: str) -> RuleResult:
+    return RuleResult(
+        name=rule.name,
+        module=rule.module,
+        source_file=rule.source_file,
+        source_lines=list(rule.source_lines) if rule.source_lines else None,
+        kind=rule.kind,
+        verdict="error",
+        error={
+            "type": "Timeout",
+            "message": f"{reason}; its worker process was stopped, and the other rules were checked. Draw inputs where "
+            "the rule ends (a solver's loop bounded, or specs inside its domain), or raise --timeout",
+            "traceback": "",
+        },
+    )
+
+
 def check_in_processes(
     rules: list[RuleSpec],
     ids: list[str],
@@ -114,7 +140,8 @@ def check_in_processes(
     def run_pool(indices: list[int], workers: int, then: list[int]) -> dict[int, BaseException]:
         """Check ``indices`` on a pool (and ``then`` here meanwhile); the rules lost to a broken pool."""
         lost: dict[int, BaseException] = {}
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_worker_started,
+                                 initargs=(str(folder),)) as pool:
             pending: dict[Future[Any], int] = {pool.submit(_check_located, located[i], ids, options): i for i in indices}
             for i in then:  # the rules no worker can load run here meanwhile
                 finish(i, check_rule(rules[i], ids, options))
@@ -131,13 +158,18 @@ def check_in_processes(
         return lost
 
     if located:
-        lost = run_pool(list(located), workers_for(jobs, len(located)), here)
-        here = []
-        # A dying worker breaks the whole pool: check each rule it took down alone, so only the culprit errors.
-        for i in sorted(lost):
-            again = run_pool([i], 1, [])
-            if i in again:
-                finish(i, _died(rules[i], again[i]))
+        with tempfile.TemporaryDirectory(prefix="gradguard-stuck-") as name:
+            folder = Path(name)
+            lost = run_pool(list(located), workers_for(jobs, len(located)), here)
+            here = []
+            # A dying worker breaks the whole pool: check each rule it took down alone, so only the culprit errors.
+            for i in sorted(lost):
+                for old in folder.iterdir():
+                    old.unlink()
+                again = run_pool([i], 1, [])
+                if i in again:
+                    left = [f.read_text() for f in folder.iterdir()]
+                    finish(i, _stuck(rules[i], left[0]) if left else _died(rules[i], again[i]))
     for i in here:
         finish(i, check_rule(rules[i], ids, options))
     return [r for r in results if r is not None]

@@ -12,16 +12,18 @@ safety matrix. Verdicts are deterministic for a seed.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, ContextManager
+from pathlib import Path
+from typing import Any, Callable, ContextManager
 
 import numpy as np
 
 from gradguard.checker import random_state, reproducer
-from gradguard.checker._deadline import at_safe_point
+from gradguard.checker._deadline import STUCK_EXIT, at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
@@ -35,7 +37,8 @@ from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec
 from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
 from gradguard.engines.jax_engine._relay import callbacks_quiet
 
-__all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO"]
+__all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO", "STUCK_HOOKS",
+           "STUCK_FOLDER", "stuck_reason"]
 
 # Large inputs get fewer examples, decided by the size of the first (seeded) input so that verdicts stay
 # deterministic: up to this many array elements a rule gets every example; beyond it, proportionally
@@ -63,8 +66,8 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     try:
         # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
         # own programs on its values: none is a finding, and they would bury the report.
-        with time_limit(options.rule_timeout_s), np.errstate(all="ignore"), warnings.catch_warnings(), callbacks_quiet(), \
-                random_state.kept():
+        with time_limit(options.rule_timeout_s, stuck=_stop_stuck(rule, options)), np.errstate(all="ignore"), \
+                warnings.catch_warnings(), callbacks_quiet(), random_state.kept():
             warnings.simplefilter("ignore", RuntimeWarning)
             _prepare_engine(rule, ids, options.jax_cache_dir)
             with memory:  # its growth counts from here: loading JAX above is not the rule's
@@ -369,7 +372,42 @@ def _relative(path: str | None, root: str | None) -> str | None:
 
 
 def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeout,
-               grace_s: float | None = None) -> ContextManager[None]:
+               grace_s: float | None = None, stuck: Callable[[float], None] | None = None) -> ContextManager[None]:
     """Raise ``exception`` in the block after ``seconds`` of wall time: at the checker's next safe point,
-    or by a signal after ``grace_s`` more inside one call (:mod:`gradguard.checker._deadline`)."""
-    return _time_limit(seconds, exception, grace_s)
+    or by a signal after ``grace_s`` more inside one call; ``stuck`` where neither can
+    (:mod:`gradguard.checker._deadline`)."""
+    return _time_limit(seconds, exception, grace_s, stuck)
+
+
+STUCK_FOLDER: list[str] = []  # in a worker process: the folder where it leaves why it stopped, for its parent
+STUCK_HOOKS: list[Callable[[str], None]] = []  # what a run in one process says before it stops (the CLI's)
+
+
+def stuck_reason(name: str, elapsed: float, limit: float) -> str:
+    return (f"rule {name} did not return from native code {elapsed:.0f} s into its check, past its {limit:g} s time "
+            "limit: a compiled loop that never ends, or a hung library call, which no signal interrupts (a signal's "
+            "handler runs only between Python bytecodes)")
+
+
+def _stop_stuck(rule: RuleSpec, options: Options) -> Callable[[float], None]:
+    """The last resort of the rule's time limit (:mod:`gradguard.checker._deadline`, stage 3): the rule's call
+    cannot be stopped in this process, so the process ends, saying why. A worker process leaves the reason for
+    its parent (which reports the rule and checks the others); a run in one process says which rules it checked."""
+
+    def stop(elapsed: float) -> None:
+        reason = stuck_reason(rule.name, elapsed, options.rule_timeout_s or 0.0)
+        try:
+            if STUCK_FOLDER:
+                Path(STUCK_FOLDER[0], f"{os.getpid()}.txt").write_text(reason)
+            elif STUCK_HOOKS:
+                for hook in list(STUCK_HOOKS):
+                    hook(reason)
+            else:
+                sys.stderr.write(f"gradguard: {reason}. The process was stopped: rules not yet reported were not "
+                                 "checked. Draw inputs where the rule ends, or check with --jobs 2: each rule then "
+                                 "runs in a worker process, and a stuck one is reported alone.\n")
+                sys.stderr.flush()
+        finally:
+            os._exit(STUCK_EXIT)
+
+    return stop

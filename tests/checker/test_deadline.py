@@ -165,3 +165,61 @@ def test_the_run_delay_is_read_from_the_kernel_where_it_says():
     assert isinstance(waited, float) and waited >= 0.0
     _spin_wall(0.05)
     assert _deadline._run_delay_s() >= waited
+
+
+# A compiled loop that never ends on some inputs (pyscfad's chemical-potential solve on unsorted energies did): a
+# signal's handler runs only between bytecodes, never inside XLA's loop, so neither a safe point nor SIGALRM ends it.
+STUCK_RULES = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gradguard import arrays, jax_rule, rrule
+
+
+@jax.custom_jvp
+def spin(x):
+    return jax.lax.while_loop(lambda c: jnp.all(c[1] >= 0), lambda c: (c[0] * 1.0, c[1] + 1.0), (x, 0.0))[0]
+
+
+@spin.defjvp
+def spin_jvp(primals, tangents):
+    return spin(primals[0]), tangents[0]
+
+
+spin_rule = jax_rule(spin, arrays(shape=(2,)))
+
+
+def square(x):
+    return x * x
+
+
+@rrule(square, arrays(shape=(2,)))
+def square_rrule(x):
+    return x * x, lambda g: (2 * x * g,)
+'''
+
+
+def _gradguard(tmp_path, *args):
+    import subprocess
+    import sys
+
+    (tmp_path / "stuck_rules.py").write_text(STUCK_RULES)
+    cli = "import sys; from gradguard.checker.cli import main; sys.argv[0] = 'gradguard'; main()"
+    return subprocess.run([sys.executable, "-c", cli, "check", str(tmp_path / "stuck_rules.py"),
+                           "--timeout", "1", "--no-cache", "--select", "GG1", *args],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+
+
+def test_a_rule_stuck_in_native_code_stops_a_one_process_run_saying_so(tmp_path):
+    run = _gradguard(tmp_path, "--jobs", "1")
+    assert run.returncode == 4, (run.returncode, run.stdout, run.stderr)
+    assert "gradguard: rule spin did not return from native code" in run.stderr, run.stderr
+    assert "past its 1 s time limit" in run.stderr and "check with --jobs 2" in run.stderr
+
+
+def test_a_rule_stuck_in_native_code_costs_its_worker_not_the_run(tmp_path):
+    run = _gradguard(tmp_path, "--jobs", "2")
+    assert run.returncode == 1, (run.returncode, run.stdout, run.stderr)
+    lines = run.stdout.splitlines()
+    assert any(ln.startswith("ERROR spin") and "Timeout: rule spin did not return from native code" in ln for ln in lines), run.stdout
+    assert any(ln.startswith("PASS  square_rrule") for ln in lines), run.stdout
