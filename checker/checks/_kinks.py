@@ -190,8 +190,9 @@ def kink_problem(case: Case, found: KinkViolation) -> Problem:
     u = found.direction[0] if len(found.direction) == 1 else found.direction
     return Problem(
         message=(
-            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink where entries "
-            f"meet: with the cotangent |ybar| and the positive direction u = {show(u)}, the one-sided derivatives of "
+            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink that couples "
+            f"entries (along u its one-sided derivatives are not the sums of each entry's own): with the cotangent "
+            f"|ybar| and the positive direction u = {show(u)}, the one-sided derivatives of "
             f"<|ybar|, primal(x + t u)> at t = 0 are "
             f"{show(found.left)} (t < 0) and {show(found.right)} (t > 0) by finite differences, but "
             f"<pullback(|ybar|), u> = {show(found.got)} lies outside them. Each tangent element alone lies within "
@@ -202,7 +203,7 @@ def kink_problem(case: Case, found: KinkViolation) -> Problem:
         fix=(
             "Where several entries meet at a kink (tied entries of a max or min, equal arguments of maximum), "
             "share the cotangent among them (e.g. divide by the number of ties) or give it to one of them, "
-            "instead of giving each the whole cotangent."
+            "instead of giving each the whole cotangent; where none tie at this input, re-derive the tangent here."
         ),
     )
 

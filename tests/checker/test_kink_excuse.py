@@ -75,7 +75,8 @@ def test_ties_each_given_the_whole_cotangent_are_excused_with_the_coupled_kink_f
     found = excuse(amax_rule, [1.0, 1.0, 0.0], [1.0, 1.0, 0.0], v=[1.0, 0.0, 0.0])
     assert found is not None
     assert found.problem is not None
-    assert "at a kink where entries meet" in found.problem.message
+    assert "at a kink that couples entries (along u its one-sided derivatives are not the sums of each entry's own)" \
+        in found.problem.message
 
 
 def middle(x):

@@ -48,8 +48,8 @@ def amax_ties_share(x):
 
 
 KINK_MESSAGE = (
-    r"the pullback of {name} disagrees with finite differences of the primal at a kink where entries meet: with "
-    r"the cotangent \|ybar\| and the positive direction u = (array\(\[[^]]*\]\)), the one-sided derivatives of <\|ybar\|, primal\(x \+ t u\)> "
+    r"the pullback of {name} disagrees with finite differences of the primal at a kink that couples entries \(along "
+    r"u its one-sided derivatives are not the sums of each entry's own\): with the cotangent \|ybar\| and the positive direction u = (array\(\[[^]]*\]\)), the one-sided derivatives of <\|ybar\|, primal\(x \+ t u\)> "
     rf"at t = 0 are {NUM} \(t < 0\) and {NUM} \(t > 0\) by finite differences, but <pullback\(\|ybar\|\), u> = {NUM} "
     r"lies outside them\. Each tangent element alone lies within its own one-sided derivatives; taken together "
     r"along u they do not\."
