@@ -77,7 +77,7 @@ def grace_for(seconds: float) -> float:
     return min(DEFAULT_GRACE_S, max(0.5, seconds / 4))
 
 
-STUCK_EXIT = 4  # the exit status of a process stopped because a rule never returned from native code
+STUCK_EXIT = 6  # the exit status of a process stopped because a rule never returned from native code
 STUCK_MARGIN_S = 5.0  # stage 3 comes this long (or twice the grace) after the signal was due at the latest
 
 

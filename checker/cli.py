@@ -31,7 +31,7 @@ from gradguard.checker.errors import GradguardError, UsageError
 __all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_STUCK", "EXIT_NO_RULES"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
-EXIT_STUCK = 4  # a rule stuck in native code past its time limit stopped the run (gradguard.checker._deadline)
+EXIT_STUCK = 6  # a rule stuck in native code past its time limit stopped the run (gradguard.checker._deadline)
 EXIT_NO_RULES = 5  # as pytest's "no tests collected": nothing was checked, which is not a pass
 DEFAULT_MEMORY_LIMIT_MB = default_limit_mb()  # as check()'s (options.py), without importing the runner here
 
@@ -161,7 +161,7 @@ def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None,
         if show_progress:
             click.echo(f"[{done}/{total}] {result.name}: {result.verdict} ({result.duration_s:.2f} s)", err=True)
 
-    def on_stuck(reason: str) -> None:
+    def on_stuck(rule: Any, reason: str) -> None:
         """A rule stuck in native code past its time limit: the process must end (checker._deadline); say what
         was checked before it, since no report will follow."""
         for result in finished:

@@ -380,7 +380,9 @@ def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeo
 
 
 STUCK_FOLDER: list[str] = []  # in a worker process: the folder where it leaves why it stopped, for its parent
-STUCK_HOOKS: list[Callable[[str], None]] = []  # what a run in one process says before it stops (the CLI's)
+# What a run in one process says before it stops, given the rule and the reason (the CLI's lines, the sandbox's
+# streamed result for the rule).
+STUCK_HOOKS: list[Callable[[RuleSpec, str], None]] = []
 
 
 def stuck_reason(name: str, elapsed: float, limit: float) -> str:
@@ -401,7 +403,7 @@ def _stop_stuck(rule: RuleSpec, options: Options) -> Callable[[float], None]:
                 Path(STUCK_FOLDER[0], f"{os.getpid()}.txt").write_text(reason)
             elif STUCK_HOOKS:
                 for hook in list(STUCK_HOOKS):
-                    hook(reason)
+                    hook(rule, reason)
             else:
                 sys.stderr.write(f"gradguard: {reason}. The process was stopped: rules not yet reported were not "
                                  "checked. Draw inputs where the rule ends, or check with --jobs 2: each rule then "

@@ -35,8 +35,9 @@ The plan (JSON) says what is left to do in here:
   (:mod:`gradguard.service.sandbox._seccomp` builds it).
 
 Exit status: 0 a report was written, 3 the checker itself failed (traceback
-on stderr), 4 the isolation could not be set up, 128+N the checker was
-killed by signal N (namespaces level, like bubblewrap).
+on stderr), 4 the isolation could not be set up, 6 a rule stuck in native code
+past its time limit stopped the checker (its name on stderr's last line), 128+N the
+checker was killed by signal N (namespaces level, like bubblewrap).
 """
 
 from __future__ import annotations
@@ -310,6 +311,17 @@ def _check(args: argparse.Namespace, send) -> None:  # type: ignore[no-untyped-d
 
     rules, failures = collect(args.bundle)
     send({"rules": [rule.name for rule in rules]})
+
+    def stuck(rule, reason: str) -> None:  # type: ignore[no-untyped-def]
+        """A rule stuck in native code past its time limit ends this process (checker._deadline): the reason on
+        stderr, whose last line the parent gives as the run's (the rule "not finished", the later ones "not
+        checked", each naming it)."""
+        sys.stderr.write(f"{reason}\nstopped by rule {rule.name}, stuck in native code past its time limit\n")
+        sys.stderr.flush()
+
+    from gradguard.checker.per_rule import STUCK_HOOKS
+
+    STUCK_HOOKS.append(stuck)
     report = checker.check(rules, select=args.select, ignore=args.ignore, seed=args.seed,
                            max_examples=args.max_examples, rule_timeout_s=args.rule_timeout or None,
                            memory_limit_mb=args.rule_memory or None,

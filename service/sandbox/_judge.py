@@ -24,6 +24,7 @@ from gradguard.service import reports
 from gradguard.service.sandbox import _stream
 
 _SETUP_CODE = 4  # the entry program could not isolate itself
+_STUCK_CODE = 6  # a rule stuck in native code past its time limit stopped the checker (checker._deadline.STUCK_EXIT)
 
 
 def _g(x: float) -> str:
@@ -89,6 +90,8 @@ def _stopped(raw, limits, reasons: dict[str, str], tail: str) -> str | None:
             return reasons[kind]
         if raw.returncode == _SETUP_CODE:
             return f"sandbox setup failed: {last_line(tail) or 'no output'}"
+        if raw.returncode == _STUCK_CODE:  # the checker's own last resort: a rule its time limit could not stop
+            return "was " + (last_line(tail) or "stopped by a rule stuck in native code past its time limit")
         return f"checker crashed: {last_line(tail) or f'exit status {raw.returncode}'}"
     return None
 

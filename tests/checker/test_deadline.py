@@ -212,7 +212,7 @@ def _gradguard(tmp_path, *args):
 
 def test_a_rule_stuck_in_native_code_stops_a_one_process_run_saying_so(tmp_path):
     run = _gradguard(tmp_path, "--jobs", "1")
-    assert run.returncode == 4, (run.returncode, run.stdout, run.stderr)
+    assert run.returncode == 6, (run.returncode, run.stdout, run.stderr)
     assert "gradguard: rule spin did not return from native code" in run.stderr, run.stderr
     assert "past its 1 s time limit" in run.stderr and "check with --jobs 2" in run.stderr
 

@@ -51,6 +51,27 @@ def test_a_hanging_rule_ends_at_its_own_time_limit_and_the_others_get_verdicts(t
     assert outcome.duration_s < 30
 
 
+# A compiled loop that never ends (a float counter stops growing at 2**53 and stays >= 0): no signal stops it.
+SPINS = "import jax; jax.lax.while_loop(lambda c: c >= 0, lambda c: c + 1.0, 0.0)"
+
+
+@pytest.mark.slow
+def test_a_rule_stuck_in_native_code_is_its_own_timeout_and_stops_the_run_honestly(tmp_path) -> None:
+    """The checker ends its process when a rule's time limit cannot stop it (exit 6): the run's reason names the
+    rule (no "sandbox setup failed", exit 4's), the rules before keep their verdicts, and the rest say why not."""
+    outcome = run_check(bundle(tmp_path, SPINS), limits=Limits(wall_s=60, cpu_s=120), rule_timeout_s=1)
+    assert not outcome.ok and outcome.reason == ("was stopped by rule b_stuck_rrule, stuck in native code past its "
+                                                 "time limit"), (outcome.reason, outcome.stderr_tail)
+    found = verdicts(outcome.report)
+    assert found["a_double_rrule"] == ("pass", None)
+    assert found["b_stuck_rrule"] == ("error", "not finished: the run was stopped by rule b_stuck_rrule, stuck in "
+                                               "native code past its time limit while this rule was being checked")
+    assert found["c_after_rrule"] == ("error", "not checked: the run was stopped by rule b_stuck_rrule, stuck in "
+                                               "native code past its time limit before this rule's turn")
+    assert "rule b_stuck_rrule did not return from native code" in outcome.stderr_tail
+    assert outcome.duration_s < 40
+
+
 @pytest.mark.slow
 def test_memory_exhausted_inside_a_rule_is_a_limit_error_not_a_finding(tmp_path) -> None:
     """With no per-rule budget, the run's own memory limit bites: an error naming it, never a finding."""
