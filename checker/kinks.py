@@ -889,6 +889,15 @@ def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, .
             near = ring(step / JUMP_RATIO**2)
             if not (among(near, value) and among(near, fd_value, fd_error)):
                 return False  # the usual case for a wrong pullback: finite differences lie outside its answers
+            fine = input_steps(args, directions)
+            if fine:
+                # Steps at the input's own scale are usable (every element the direction moves is that small): kinks
+                # nearer than every step must show there too. jaxopt's isotonic regression at [1.4e-306, -1.2e-38,
+                # -2.2e-309, -2.00001, -3] is smooth within 1e-309 of x, and its jvp, which merges blocks within 1e-8,
+                # answers alike at every point 1e-41 away: a wrong derivative, not a kink.
+                tiny = ring(fine[0])
+                if not all(math.isfinite(a) for a in tiny) or tolerances.close(max(tiny) - min(tiny), 0.0, tol, scale=scale):
+                    return False
             far = ring(step / JUMP_RATIO)
     except Exception:  # noqa: BLE001 - the rule fails beside x (a domain edge): no excuse from here
         return False

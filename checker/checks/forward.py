@@ -22,8 +22,8 @@ from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.kinks import (between_sides, contracted, derivative_range, element_sides, input_steps, jumps_around,
-                                     neighbours, shifted, unresolved, vertical_tangent)
+from gradguard.checker.kinks import (between_sides, contracted, derivative_range, element_sides, jumps_around, unresolved,
+                                     vertical_tangent)
 from gradguard.checker.trees import abs_inner, inner, leaves
 from gradguard.engines import fd
 
@@ -172,15 +172,6 @@ def _near_kinks(case: Case, u: tuple[Any, ...], w: Any, got: float, d: Any, scal
             return math.nan
         return inner(w, ty)
 
-    fine = input_steps(case.args, u)
-    if fine:
-        # Steps at the input's own scale are usable: kinks nearer than every step must show there too. jaxopt's
-        # isotonic regression at [1.4e-306, -1.2e-38, -2.2e-309, -2.00001, -3] is smooth within 1e-309 of x, and
-        # its jvp, which merges blocks within 1e-8, answers alike at every point 1e-41 away: a wrong jvp, not a kink.
-        around = [answer(tuple(shifted(case.args, d, fine[0]))) for d in neighbours(u)]
-        if not (all(math.isfinite(a) for a in around)
-                and not tolerances.close(max(around) - min(around), 0.0, case.tol, scale=scale)):
-            return False
     return jumps_around(answer, case.args, u, g=contracted(_primal(case), w), step=float(d.step), value=got,
                         fd_value=float(d.value), fd_error=float(d.error), scale=scale, tol=case.tol)
 
