@@ -88,7 +88,7 @@ def torch_rule(
     def rule(*given: Any, **kw: Any) -> tuple[Any, Callable[[Any], Any]]:
         diff = diff_of(given)
         call = torch_engine.run_function(function, given, diff, kwargs=kw)
-        y = call.outputs_numpy()
+        y = _opaque_as_none(call)
         if diff and positions.get("spec") is not None:
             _record_constant_outputs(positions["spec"], call)
 
@@ -115,7 +115,7 @@ def torch_rule(
 
     def default_primal(*given: Any, **kw: Any) -> Any:
         call = torch_engine.run_function(function, given, diff_of(given), kwargs=kw, grad_enabled=False)
-        return call.outputs_numpy()
+        return _opaque_as_none(call)
 
     rule.__name__ = rule.__qualname__ = fname
     rule.__doc__ = f"rrule running the torch.autograd.Function {fname} through PyTorch's autograd."
@@ -139,22 +139,46 @@ def torch_rule(
     return spec
 
 
+def _opaque_as_none(call: Any) -> Any:
+    """The Function's outputs as NumPy values, with None for a top-level output that is no tensor and holds
+    something other than arrays and numbers (a class, a string, a module's object): PyTorch returns such outputs
+    as they are and never differentiates them, and they have no values to compare. torchopt's implicit gradient
+    returns ``(*output, aux, output_is_tensor, type(output))``, and the class object made every check an error."""
+    import torch
+
+    from gradguard.checker.case import _unsupported_leaf
+
+    y = call.outputs_numpy()
+    if not isinstance(call.output, (tuple, list)) or hasattr(call.output, "_fields"):
+        return y
+    parts = [None if not isinstance(raw, torch.Tensor) and _unsupported_leaf(value) is not None else value
+             for raw, value in zip(call.output, y)]
+    return type(y)(parts)
+
+
 def _record_constant_outputs(spec: RuleSpec, call: Any) -> None:
     """Which outputs of a tuple carry no derivative in PyTorch: float tensors the Function marked non-differentiable
     (``ctx.mark_non_differentiable``: one that does not require grad beside one that does, with inputs that do),
-    and float values that are not tensors (a NumPy array or a Python float beside the tensors: autograd does not
-    see them, and backward gets None for them). The checks draw no cotangent for them and the contexts' programs
-    give them no weight: PyTorch passes no gradient through them, so their derivative is no part of what the
-    backward must compute."""
+    and every output that is no tensor (a NumPy array, a Python float, or a list of tensors beside the tensors:
+    autograd tracks only the tensors the tuple holds itself, and backward gets None for the others; theseus'
+    forward kinematics returns its poses as a list). The checks draw no cotangent for them and the contexts'
+    programs give them no weight: PyTorch passes no gradient through them, so their derivative is no part of what
+    the backward must compute."""
     import torch
 
     if not isinstance(call.output, (tuple, list)):
         return
     flat = call.flat_outputs()
     tensors = [isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) for t in flat]
-    constant = frozenset(k for k, t in enumerate(flat) if (tensors[k] and not t.requires_grad) or _untracked_float(t))
+    constant = frozenset(k for k, t in enumerate(flat)
+                         if (tensors[k] and not t.requires_grad) or _untracked_float(t) or _untracked_container(t))
     if constant and any(tensors[k] and t.requires_grad for k, t in enumerate(flat)):
         spec.extra[CONSTANT_OUTPUTS] = constant
+
+
+def _untracked_container(value: Any) -> bool:
+    """A list, tuple or dict returned inside the Function's output tuple: autograd does not look inside it."""
+    return isinstance(value, (list, tuple, dict))
 
 
 def _untracked_float(value: Any) -> bool:

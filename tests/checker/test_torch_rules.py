@@ -381,3 +381,34 @@ def test_readable_tells_a_freed_tensor():
     assert readable(x) and readable(x[::2]) and readable(x.reshape(2, 3).T) and readable(view)
     x.untyped_storage().resize_(0)
     assert not readable(x) and not readable(view)
+
+
+def _square_with_extras(factor: float, extra: str):
+    """x * x, with what PyTorch never differentiates beside it: a list of tensors (theseus' forward kinematics returns
+    its poses so), or a class object and a flag (torchopt's implicit gradient returns ``type(output)``)."""
+
+    class SquareWithExtras(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            if extra == "list":
+                return x * x, [x * 3.0, x + 1.0]
+            return x * x, True, tuple
+
+        @staticmethod
+        def backward(ctx, grad, *rest):
+            (x,) = ctx.saved_tensors
+            return factor * x * grad
+
+    return torch_rule(SquareWithExtras, arrays(shape=(3,), min_value=-2.0, max_value=2.0), name=f"square_{extra}_{factor:g}")
+
+
+@pytest.mark.parametrize("extra", ["list", "class"])
+def test_outputs_pytorch_never_differentiates_carry_no_derivative(extra):
+    """The list drew cotangents and finite differences of its own (a false GG201: 28.93 against 1.29); the class object
+    made every check an error ("the output holds type <class 'tuple'>")."""
+    right = check(_square_with_extras(2.0, extra), seed=0)
+    assert right.rules[0].error is None and right.rules[0].verdict == "pass", (right.rules[0].error, [
+        f.message for f in right.findings])
+    wrong = check(_square_with_extras(3.0, extra), select=["GG201"], seed=0)
+    assert [f.check_id for f in wrong.findings] == ["GG201"]
