@@ -375,9 +375,13 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
         )
         return
     rhs = 0.0
+    not_finite: list[tuple[int, int]] = []  # (argument, flat element) where PyTorch's derivative of the backward is not finite
     for i, d in zip(case.diff_positions, second):
         if d is not None:
-            rhs += inner(np.asarray(u[i]), call_numpy(d))
+            d_np = np.asarray(call_numpy(d))
+            rhs += inner(np.asarray(u[i]), d_np)
+            if d_np.dtype.kind in "fc":
+                not_finite += [(i, int(k)) for k in np.flatnonzero(~np.isfinite(d_np))]
     scale = sum(float(np.sum(np.abs(np.asarray(u[i])) * np.abs(first[i]))) for i in case.diff_positions)
     if tolerances.close(float(lhs.value), rhs, case.tol, fd_error=lhs.error, scale=scale):
         return
@@ -386,7 +390,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
     lhs = fd_directional(pulled, case.fresh(), u, w, confirm=True)  # one table can be fooled (a pole nearby)
     if lhs is None or tolerances.close(float(lhs.value), rhs, case.tol, fd_error=lhs.error, scale=scale):
         return
-    if not math.isfinite(rhs) and _gradient_jumps(case, call, u, w):
+    if not math.isfinite(rhs) and (_gradient_jumps(case, call, u, w) or _jumps_where_not_finite(case, call, w, not_finite)):
         # A norm's gradient x/|x| at x = 0: the entries the cotangent weighs by 0 leave the program smooth, but
         # PyTorch multiplies their infinite second derivative by that 0. The rule has no second derivative there
         # to be right or wrong about (GG206 and GG301 judge a first-order NaN at such a point the same way).
@@ -529,6 +533,24 @@ def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...
         return kinked(pulled, case.fresh(), u, every)
     except Exception:  # noqa: BLE001 - the gradient cannot be taken beside x: nothing established
         return False
+
+
+JUMP_PROBES = 8  # _jumps_where_not_finite: at most this many elements probed
+
+
+def _jumps_where_not_finite(case: Case, call: Any, w: tuple[Any, ...], where: list[tuple[int, int]]) -> bool:
+    """Whether the gradient (every output and entry weighted) kinks or jumps at x along one of the input elements
+    where PyTorch's derivative of the backward is not finite (:func:`_gradient_jumps` along that element alone).
+    ``u`` may leave those elements still: kymatio's modulus at a zero row of x, which u does not move, where PyTorch
+    multiplies the row's infinite second derivative by u's 0 and gives NaN for the whole product; along the row
+    the gradient jumps (slopes 100, 1e4, 1e6 at steps 1e-2 to 1e-6), along u it is smooth (980.264)."""
+    from gradguard.checker.kinks import unit_vector
+
+    for i, k in where[:JUMP_PROBES]:
+        along = tuple(unit_vector(case.args[i], k) if j == i else None for j in range(case.nargs))
+        if _gradient_jumps(case, call, along, w):
+            return True
+    return False
 
 
 def _as_declared(rule: Any) -> Any:

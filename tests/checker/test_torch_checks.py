@@ -438,6 +438,16 @@ def test_gg705_the_jump_is_seen_whatever_the_covector_weighs() -> None:
     assert found and all(f.severity == "warning" for f in found), [(f.severity, f.message) for f in found]
 
 
+def test_gg705_the_jump_is_seen_where_the_direction_does_not_move() -> None:
+    """Seed 1 draws a zero row that the direction u leaves still: PyTorch's double backward is NaN there (its infinite
+    second derivative times u's 0), while along u the gradient is smooth (980.264 by finite differences, and by
+    hand). The jump is looked for along the entries where PyTorch's derivative is not finite too."""
+    report = check(torch_rule(Modulus, arrays(shape=(1, 2, 3, 2), min_value=-2.0, max_value=2.0)), seed=1)
+    assert report.rules[0].error is None, report.rules[0].error
+    found = [f for f in report.findings if f.check_id == "GG705"]
+    assert all(f.severity == "warning" for f in found), [(f.severity, f.message) for f in found]
+
+
 def test_gg705_a_nan_where_the_gradient_is_smooth_is_still_an_error() -> None:
     _, (f,) = findings(torch_rule(SquareViaAbs, arrays(shape=(3,), min_value=0.0, max_value=0.0)), "GG705")
     assert f.severity == "error" and f.actual == "nan", (f.severity, f.message)
