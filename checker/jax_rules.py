@@ -154,6 +154,13 @@ def jax_rule(
               *(i for i in parts.nondiff_argnums if declared is None or i < declared))
     rule = _adapted(fn, forward_mode, merged)
     primal = _numpy_primal(parts.fun, parts.nondiff_argnums)
+    user = _user_function(parts.fun)
+    if user is not parts.fun:  # jax.custom_gradient: the user's function names the rule, its parameters and its lines
+        primal.__name__ = primal.__qualname__ = user.__name__
+        try:
+            primal.__signature__ = inspect.signature(user)  # type: ignore[attr-defined]
+        except (TypeError, ValueError):
+            pass
     jax_fn, jax_primal = with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})
     flat = flattening(parts.fun, arg_specs, args, merged)
     if flat is not None:  # pytree arguments: checked leaf by leaf (see checker.pytree_args)
@@ -172,7 +179,7 @@ def jax_rule(
         args=args,
         mutates=mutates,
         nondiff=merged,
-        name=name or parts.name,
+        name=name or (user.__name__ if user is not parts.fun else parts.name),
         rtol=rtol,
         atol=atol,
         kind="jax",
@@ -184,10 +191,23 @@ def jax_rule(
     spec.extra["jax_primal"] = structured_primal(jax_primal, structures) if structures else jax_primal
     if forward_mode:
         spec.extra[CUSTOM_JVP] = True
-    spec.module = getattr(parts.fun, "__module__", None)
+    spec.module = getattr(user, "__module__", None)
     rules = (parts.jvp,) if forward_mode else (parts.fwd, parts.bwd)
-    spec.source_file, spec.source_lines = _source_span(parts.fun, *rules)
+    spec.source_file, spec.source_lines = _source_span(user, *(() if user is not parts.fun else rules))
     return spec
+
+
+def _user_function(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """The function the user wrote under ``fun``: for ``jax.custom_gradient(f)``, a custom_vjp whose function is
+    JAX's own ``wrapped_fun`` (its source lies in JAX, its parameters are ``*args``), ``f`` itself, which returns
+    ``(value, vjp)`` (rlax's ``clip_gradient``); ``fun`` otherwise."""
+    if getattr(fun, "__qualname__", "") != "custom_gradient.<locals>.wrapped_fun":
+        return fun
+    try:
+        inner = inspect.getclosurevars(fun).nonlocals.get("fun")
+    except (TypeError, ValueError):
+        return fun
+    return inner if callable(inner) else fun
 
 
 def custom_kind(rule: RuleSpec) -> str:

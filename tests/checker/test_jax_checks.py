@@ -803,3 +803,27 @@ def test_a_pullback_that_jumps_at_the_input_alone_has_no_second_order_to_judge()
 def test_a_stopped_second_order_of_an_svd_still_fails_gg204():
     (found,) = findings(_svd_rule(True, "svd_stopped", arrays(shape=(2, 2), min_value=0.5, max_value=2.0)), "GG204")
     assert found.message.startswith("the second order of svd_stopped is wrong"), found.message
+
+
+@jax.custom_gradient
+def _clip_gradient(x, bound):
+    def grad_fn(g):
+        return (jnp.clip(g, -1.0, 1.0), None)  # rlax's clip_gradient: a gradient clipped on purpose
+
+    return x, grad_fn
+
+
+@jax.custom_gradient
+def _softplus_cg(x):
+    return jnp.logaddexp(0.0, x), lambda g: (g * jax.nn.sigmoid(x),)
+
+
+def test_a_custom_gradient_rule_is_named_and_placed_by_the_users_function():
+    """jax.custom_gradient wraps the function in JAX's own ``wrapped_fun(*args)``: the rule's location pointed into
+    JAX and its failing input read ``wrapped_fun(arg0=...)``."""
+    right = check(jax_rule(_softplus_cg, arrays(shape=(3,))), seed=0)
+    assert right.rules[0].verdict == "pass" and right.rules[0].name == "_softplus_cg", right.rules[0]
+    assert right.rules[0].source_file.endswith("test_jax_checks.py")
+    (found,) = findings(jax_rule(_clip_gradient, arrays(shape=(2,)), arrays(shape=())), "GG201")
+    assert found.rule == "_clip_gradient" and found.counterexample["call"].startswith("_clip_gradient(x=array("), \
+        found.counterexample
