@@ -82,6 +82,11 @@ def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
     diagnosis = next((row.cells[e].diagnosis for e in engines if row.cells[e].diagnosis), None)
     nonfinite = [e for e in engines if row.cells[e].rel_error is None]
     error = "a non-finite gradient" if nonfinite and worst == 0.0 else f"relative error {worst:.1e}"
+    if error.startswith("relative") and row.slope is not None and abs(row.slope) <= row.tol.atol:
+        # a relative error against a gradient of 0 is the error over the tolerance's floor: 6.8e+08 said nothing
+        off = max((abs(row.cells[e].slope - row.slope) for e in engines if row.cells[e].slope is not None), default=None)
+        if off is not None:
+            error = f"{off:.3g} where the program's gradient is 0"
     message = (
         f"in context `{row.context.name}` ({row.context.description}) the gradient of the program is wrong "
         f"under {', '.join(engines)} ({error})."

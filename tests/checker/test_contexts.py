@@ -2,6 +2,7 @@
 corpus, and what happens when a rule or a context program fails."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -371,3 +372,21 @@ def test_a_forward_that_is_not_the_primal_is_still_a_different_value_at_a_subnor
     assert jax.status in ("right", "wrong") and jax.slope is not None  # judged, not excused by the flush
     assert jax.value == pytest.approx(2 * -9.81888 * 0.0 + 2 * 1.5 * 3.0)  # XLA's value: twice the flushed primal
     assert outcome.rows[0].value == pytest.approx(-9.81888 * 2.225074e-309 + 1.5 * 3.0)
+
+
+def flat(x):
+    return x * 0.0
+
+
+@rrule(flat, arrays(shape=(3,)))
+def flat_identity_rrule(x):
+    return x * 0.0, lambda g: (g,)  # the gradient of x * 0 is 0: every program's gradient through it is 0
+
+
+def test_an_error_against_a_zero_gradient_is_given_as_it_is_not_relative():
+    """A relative error against a gradient of 0 is the error over the tolerance's floor (torchopt's masked update:
+    "relative error 6.8e+08"): the message gives the error itself and says the program's gradient is 0."""
+    report = check(flat_identity_rrule, select=["GG501"], seed=0)
+    (found,) = [f for f in report.findings if f.check_id == "GG501"]
+    assert re.search(r"\(-?[0-9.e+-]+ where the program's gradient is 0\)\.", found.message), found.message
+    assert "relative error" not in found.message
