@@ -546,7 +546,8 @@ def test_a_wrong_float32_rule_is_still_found_where_the_program_resolves_it():
     assert re.fullmatch(
         r"in context `output-used` \(the output goes through y \+ s sin\(y/s\)/2 \(s = 1 unless the output exceeds "
         r"pi or a finite-difference step moves it further\) into a random linear functional\) the "
-        rf"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(relative error \S+\)\.",
+        rf"gradient of the program is wrong under tape\[zero\], tape\[skip\], jax{TORCH_RE} \(\S+ where the program's "
+        r"gradient is 0\)\.",  # exp(x) of 1e-38 and below: the program's gradient is 0 to the tolerance
         finding.message,
     ), finding.message
 
