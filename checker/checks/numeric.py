@@ -236,7 +236,9 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         return
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
-    fix = "Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, sign)."
+    fix = ("Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, "
+           "sign). A pullback that solves a system iteratively is linear only to its solver's tolerance: declare "
+           "the rule's atol= and rtol= at that tolerance.")
     scaled = _nonlinear(case, _tangents_for(case, scale_tree(ybar, alpha)), [(alpha, base)])
     if scaled is not None:
         bad = scaled
