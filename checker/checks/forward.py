@@ -21,7 +21,7 @@ from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
-from gradguard.checker.inputs import show
+from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import (between_sides, contracted, derivative_range, element_sides, jumps_around, unresolved,
                                      vertical_tangent)
 from gradguard.checker.trees import abs_inner, inner, leaves
@@ -130,14 +130,15 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
                  "tangents (at a kink, a one-sided derivative or a value between them)."),
         )
         return
+    fd_text, got_text = show_apart(float(d.value), got)
     yield Problem(
         message=(
             f"the jvp of {case.rule.name} disagrees with finite differences: along a random direction u, "
-            f"<w, jvp(x; u)> = {show(got)}, but d/dt <w, {case.rule.name}(x + t u)> = {show(float(d.value))} by "
+            f"<w, jvp(x; u)> = {got_text}, but d/dt <w, {case.rule.name}(x + t u)> = {fd_text} by "
             "finite differences of the primal."
         ),
-        expected=show(float(d.value)),
-        actual=show(got),
+        expected=fd_text,
+        actual=got_text,
         fix=("Return, as the tangent output of the jvp rule, the derivative of the primal applied to the input "
              "tangents (the chain rule through every input that moves)."),
     )

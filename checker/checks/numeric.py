@@ -101,7 +101,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             yield excused.problem
         return
     name = case.rule.name
-    test = f"<ybar, J v> = {show(float(lhs.value))} by finite differences, <pullback(ybar), v> = {show(whole.rhs)}"
+    fd_text, rule_text = show_apart(float(lhs.value), whole.rhs)
+    test = f"<ybar, J v> = {fd_text} by finite differences, <pullback(ybar), v> = {rule_text}"
     if not case.evidence:  # a shrinking step: the verdict is settled; the hint and localisation are for the kept input
         yield Problem(message=f"the pullback of {name} disagrees with finite differences of the primal: {test}.")
         return
@@ -114,7 +115,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     for w in wrong:
         if w.arg < 0:
             message = f"the pullback of {name} disagrees with finite differences of the primal: {test}."
-            location, expected, actual = None, show(float(lhs.value)), show(whole.rhs)
+            location, expected, actual = None, fd_text, rule_text
         elif w.idx is not None:
             place = where(w.arg, w.idx)
             expected, actual = show_apart(w.expected, w.got)

@@ -380,7 +380,7 @@ not silently."""
                 location = f"argument {i}"
                 where = f" (the tangent for {location})"
                 break
-    fd_text, jax_text = show(float(lhs.value)), show(rhs)
+    fd_text, jax_text = show_apart(float(lhs.value), rhs)
     yield Problem(
         message=(
             f"the second order of {case.rule.name} is wrong{where or ''}: along a random direction u, "

@@ -28,7 +28,7 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
-from gradguard.checker.inputs import show
+from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd
@@ -367,7 +367,7 @@ def _cotangent_part(case: Case, ybar: Any, c: Any, w: tuple[Any, ...], d: Any, a
 
 
 def _problem(case: Case, wrt: str, quantity: str, along: str, lhs: fd.Derivative, rhs: float, d: Any) -> Problem:
-    fd_text, tape_text = show(float(lhs.value)), show(rhs)
+    fd_text, tape_text = show_apart(float(lhs.value), rhs)
     why = ""
     if d.escapes:
         why = (f" Traced values were read as plain ones ({_sites(d.escapes)}); the tape treats what is computed "
