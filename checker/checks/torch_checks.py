@@ -20,7 +20,7 @@ from gradguard.checker.checks._jax import first_line
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
 from gradguard.checker.checks.second_order import fd_directional, kinked
-from gradguard.checker.inputs import show
+from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
 from gradguard.checker.trees import abs_inner, copy_tree, describe, inner, leaves, tree_map, with_leaves
 from gradguard.engines.torch_engine import gradients
@@ -303,7 +303,7 @@ def double_backward(case: Case) -> Iterable[Problem]:
         raise Skip("the rule has no differentiable argument")
     call = run_call(case)
     ybar = case.cotangent_like(call.outputs_numpy())
-    u = case.direction("direction")
+    u = _on_structure(case, case.direction("direction"))
     w = case.direction("covector")
     grads = grads_of(case, call, ybar, create_graph=True)
     first = numpy_grads(case, grads)
@@ -408,12 +408,13 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
             severity="warning",
         )
         return
+    fd_text, torch_text = show_apart(float(lhs.value), rhs)
     yield Problem(
         message=(f"double backward through {name} is wrong: along a random direction u, d/dt <w, grad at "
-                 f"(x + t u)(ybar)> = {show(float(lhs.value))} by finite differences of the gradient, but PyTorch's "
-                 f"derivative of the backward (create_graph=True) gives {show(rhs)}."),
-        expected=show(float(lhs.value)),
-        actual=show(rhs),
+                 f"(x + t u)(ybar)> = {fd_text} by finite differences of the gradient, but PyTorch's "
+                 f"derivative of the backward (create_graph=True) gives {torch_text}."),
+        expected=fd_text,
+        actual=torch_text,
         fix=_WRONG_DOUBLE_FIX,
     )
 
@@ -551,6 +552,22 @@ def _jumps_where_not_finite(case: Case, call: Any, w: tuple[Any, ...], where: li
         if _gradient_jumps(case, call, along, w):
             return True
     return False
+
+
+def _on_structure(case: Case, u: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``u`` moved onto each structured argument's tangent space at ``x`` (:func:`structure.project_tangent`): the
+    rule is differentiated as declared, off the structure's projections, so a step off the structure asks the
+    Function about inputs it was never meant for. linear_operator's Cholesky solve reads A's lower triangle only:
+    along a direction that is not symmetric its gradient moves by 3.33041, along the symmetric part by -1.55052,
+    PyTorch's own double backward."""
+    from gradguard.checker.specs import structures_of
+    from gradguard.checker.structure import project_tangent
+
+    structures = structures_of(case.rule.arg_specs or ())
+    if not structures:
+        return u
+    return tuple(v if v is None or i not in structures else project_tangent(structures[i], v, case.args[i])
+                 for i, v in enumerate(u))
 
 
 def _as_declared(rule: Any) -> Any:
