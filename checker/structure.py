@@ -103,9 +103,20 @@ def _curved_adjoint(kind: str, g: Any, x: Any) -> Any:
 def project_tensor(kind: str, t: Any) -> Any:
     """``P(t)`` for a PyTorch tensor, in differentiable tensor operations: the safety matrix's torch column runs a
     torch rule as ``Function.apply(P(x))``, so that autograd pulls the Function's gradient back through ``P`` as
-    the checker's own reading of the rule does (``structured_rule``)."""
+    the checker's own reading of the rule does (``structured_rule``). Its value is :func:`project`'s, bit for bit
+    (``t`` itself where it lies on the structure): the formula moves a unit row that has norm 1 to rounding by an
+    ulp, and transformers' YOSO, ``acos`` of two such rows' inner product, read 1 + 2.2e-16 (NaN) in the plain run
+    and 1 - 1.1e-16 in the torch column, a false GG503."""
+    import torch
+
     if t.dim() < min_ndim(kind):
         return t
+    formula = _projection_tensor(kind, t)
+    exact = torch.as_tensor(np.asarray(project(kind, t.detach().cpu().numpy())), dtype=t.dtype, device=t.device)
+    return formula + (exact - formula.detach())  # exact: the two differ by rounding, so the sum is `exact` itself
+
+
+def _projection_tensor(kind: str, t: Any) -> Any:
     if kind == "symmetric":
         return (t + t.mT) / 2
     if kind == "psd":

@@ -185,3 +185,33 @@ def test_a_nested_output_whose_cotangent_is_dropped_is_wrong_under_torch():
     ), finding.message
     cells = _cells(safety_matrix(nested_unscaled, seed=0))
     assert cells[("output-used", "torch")]["rel_error"] == pytest.approx(cells[("output-used", "tape[zero]")]["rel_error"])
+
+
+class _SquaredAngle(torch.autograd.Function):
+    """acos(x . y)**2 of unit rows (transformers' YOSO takes acos of such inner products): smooth up to x = y, where
+    x . y rounds to 1 +- 2.2e-16 and acos of the upper one is NaN."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        c = (x * y).sum(-1)
+        ctx.save_for_backward(x, y, c)
+        return torch.acos(c) ** 2
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y, c = ctx.saved_tensors
+        s = torch.clamp(1 - c * c, min=0.0)
+        d = torch.where(s > 1e-12, -2 * torch.acos(c.clamp(-1, 1)) / torch.sqrt(s.clamp(min=1e-300)),
+                        torch.full_like(c, -2.0))
+        w = (g * d).unsqueeze(-1)
+        return w * y, w * x
+
+
+def test_the_torch_column_hands_a_structured_argument_over_with_its_own_value():
+    """The projection's formula moved a unit row by an ulp: the plain run read acos(1 + 2.2e-16) (NaN) and the torch
+    column acos(1 - 1.1e-16), and GG503 called the engines' disagreement a training-mode branch."""
+    rule = torch_rule(_SquaredAngle, arrays(shape=(6, 4), structure="unit"), arrays(shape=(6, 4), structure="unit"),
+                      name="squared_angle_unit")
+    for seed in (0, 2):
+        report = check(rule, select=["GG503"], seed=seed)
+        assert report.findings == [], (seed, [f.message for f in report.findings])
