@@ -72,7 +72,8 @@ def _check_located(locator: Locator, ids: list[str], options: Options) -> RuleRe
     return None
 
 
-def _died(rule: RuleSpec, exc: BaseException) -> RuleResult:
+def _errored(rule: RuleSpec, kind: str, message: str) -> RuleResult:
+    """An error verdict for ``rule`` that its worker could not give (the worker died or was stopped)."""
     return RuleResult(
         name=rule.name,
         module=rule.module,
@@ -80,13 +81,14 @@ def _died(rule: RuleSpec, exc: BaseException) -> RuleResult:
         source_lines=list(rule.source_lines) if rule.source_lines else None,
         kind=rule.kind,
         verdict="error",
-        error={
-            "type": "WorkerDied",
-            "message": f"the worker process checking this rule died ({type(exc).__name__}: {exc}); the rule may crash "
-            "the interpreter (a segfault in native code, os._exit). Check it alone: gradguard check FILE --jobs 1",
-            "traceback": "",
-        },
+        error={"type": kind, "message": message, "traceback": ""},
     )
+
+
+def _died(rule: RuleSpec, exc: BaseException) -> RuleResult:
+    return _errored(rule, "WorkerDied", f"the worker process checking this rule died ({type(exc).__name__}: {exc}); the "
+                    "rule may crash the interpreter (a segfault in native code, os._exit). Check it alone: gradguard "
+                    "check FILE --jobs 1")
 
 
 def _worker_started(stuck_folder: str) -> None:
@@ -97,20 +99,8 @@ def _worker_started(stuck_folder: str) -> None:
 
 
 def _stuck(rule: RuleSpec, reason: str) -> RuleResult:
-    return RuleResult(
-        name=rule.name,
-        module=rule.module,
-        source_file=rule.source_file,
-        source_lines=list(rule.source_lines) if rule.source_lines else None,
-        kind=rule.kind,
-        verdict="error",
-        error={
-            "type": "Timeout",
-            "message": f"{reason}; its worker process was stopped, and the other rules were checked. Draw inputs where "
-            "the rule ends (a solver's loop bounded, or specs inside its domain), or raise --timeout",
-            "traceback": "",
-        },
-    )
+    return _errored(rule, "Timeout", f"{reason}; its worker process was stopped, and the other rules were checked. Draw "
+                    "inputs where the rule ends (a solver's loop bounded, or specs inside its domain), or raise --timeout")
 
 
 def check_in_processes(
