@@ -180,7 +180,7 @@ def derivative_range(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ..
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             g0, magnitude = g(tuple(copy_tree(args)))
-            for h in _fine_steps(eps ** (1 / 3))[1:] + input_steps(args, directions):
+            for h in _finer_steps(args, directions):
                 if _rounding_swamps(eps, magnitude, h, tol, scale):
                     break  # rounding would swamp the slope at this step and below
                 ahead = g(tuple(shifted(args, directions, h)))[0]
@@ -265,6 +265,12 @@ def _fine_steps(h: float) -> list[float]:
     return [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
 
 
+def _finer_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[float]:
+    """The steps below ``eps**(1/3)`` that :func:`derivative_range` and :func:`element_sides` take, finest last:
+    FINE_STEPS ones each 1000 times smaller, then the input's own scales (:func:`input_steps`)."""
+    return _fine_steps(_eps(args, directions) ** (1 / 3))[1:] + input_steps(args, directions)
+
+
 INPUT_SCALES = 3  # input_steps: at most this many of the input's own scales, the coarsest first
 INPUT_STEPS = (1e3, 1e6)  # ... each giving steps these many times smaller than the element that sets it
 
@@ -282,9 +288,8 @@ def input_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[floa
     derivatives they give belong to the cone the eigenvalues make from afar (-818.784 and -496.854), not to the
     point (at 1.8e-170: -491.488 from below, the rule's own -491.473; an element whose sides meet there is off by a
     thousandth of the step over the eigenvalues' gap, so a step a million times finer comes too). Steps this fine
-    are cheap, and where the
-    function's rounding swamps them (an element of 5e-305 in a function of size 1e-165) the callers' rounding
-    bounds drop them. A step must also move every element it moves far above its rounding (RESOLVED times its
+    are cheap, and where the function's rounding swamps them (an element of 5e-305 in a function of size 1e-165)
+    the callers' rounding bounds drop them. A step must also move every element it moves far above its rounding (RESOLVED times its
     spacing, at the largest element the direction moves): beside an element of 1.8e-167 a step of 5e-308 is lost
     in the sum, and the quotient reads 0 where nothing moved."""
     eps = _eps(args, directions)
@@ -743,7 +748,7 @@ def element_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tupl
                 if not (np.all(np.isfinite(right)) and np.all(np.isfinite(left))):
                     return None
                 sides.append((np.minimum(left, right), np.maximum(left, right)))
-            for step in _fine_steps(h)[1:] + input_steps(args, directions):
+            for step in _finer_steps(args, directions):
                 up, down = at(step), at(-step)
                 for i, x0 in enumerate(v[0]):
                     if x0 is None:

@@ -381,7 +381,7 @@ def time_limit(seconds: float | None, exception: type[BaseException] = RuleTimeo
 
 STUCK_FOLDER: list[str] = []  # in a worker process: the folder where it leaves why it stopped, for its parent
 # What a run in one process says before it stops, given the rule and the reason (the CLI's lines, the sandbox's
-# streamed result for the rule).
+# last stderr line, which names the rule).
 STUCK_HOOKS: list[Callable[[RuleSpec, str], None]] = []
 
 

@@ -19,11 +19,10 @@ import numpy as np
 from gradguard.checker import compare, tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
-from gradguard.checker.checks._vjp import _contracted, _primal, one_sided
+from gradguard.checker.checks._vjp import _contracted, _primal, derivative_range, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show, show_apart
-from gradguard.checker.kinks import (between_sides, contracted, derivative_range, element_sides, jumps_around, unresolved,
-                                     vertical_tangent)
+from gradguard.checker.kinks import between_sides, element_sides, jumps_around, unresolved, vertical_tangent
 from gradguard.checker.trees import abs_inner, inner, leaves
 from gradguard.engines import fd
 
@@ -152,8 +151,7 @@ def _within_steps(case: Case, u: tuple[Any, ...], w: Any, got: float, scale: flo
     smallest eigenvalue is 9e-5 has a kink 1e-4 along ``u``: the central differences gave 1408.18 and the steps
     from 6e-6 down 1504.39 to 1504.30, around the jvp's 1504.297. A wrong jvp at a smooth point stays outside:
     the range is as narrow as the rounding there."""
-    sides = derivative_range(contracted(_primal(case), w), case.args, u, case.tol, scale)
-    return between_sides(sides, got, case.tol, scale)
+    return between_sides(derivative_range(case, w, u, case.tol, scale), got, case.tol, scale)
 
 
 def _near_kinks(case: Case, u: tuple[Any, ...], w: Any, got: float, d: Any, scale: float) -> bool:
@@ -173,7 +171,7 @@ def _near_kinks(case: Case, u: tuple[Any, ...], w: Any, got: float, d: Any, scal
             return math.nan
         return inner(w, ty)
 
-    return jumps_around(answer, case.args, u, g=contracted(_primal(case), w), step=float(d.step), value=got,
+    return jumps_around(answer, case.args, u, g=_contracted(case, w), step=float(d.step), value=got,
                         fd_value=float(d.value), fd_error=float(d.error), scale=scale, tol=case.tol)
 
 

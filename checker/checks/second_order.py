@@ -195,15 +195,9 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
     no graph)."""
 
     def g(t: float) -> float:
-        # Only the moving arguments change, and a Python number stays one; a constant is passed as it is (a
-        # callable, None or a flag: type(a)(a) raised for them, and the raise read as a kink on every input)
-        moved = tuple(a if v is None else _step(a, t * np.asarray(v)) for a, v in zip(args, along))
-        return inner(w, f(*copy_tree(moved)))
+        return inner(w, f(*_moved(args, along, t)))
 
-    # the moving arguments only: a constant may be anything (a callable a checkpoint runs, a module)
-    size = max([float(np.max(np.abs(a))) for a, v in zip(args, along) if v is not None and np.size(a)] + [1.0])
-    reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
-    h = 1e-5 * size / reach
+    h = _probe_step(args, along)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -242,14 +236,11 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...]) -> bool:
     entries the signs leave alone. The output jumps there too (the second row of Vh is [-1, 0] at ``x`` and
     [1, 0] around it), and where the cotangent reads only it the pullback's values agree at ``x`` while its
     derivatives do not (4.96421 by JAX, 19.426 around): callers ask about both."""
-    size = max([float(np.max(np.abs(a))) for a, v in zip(args, along) if v is not None and np.size(a)] + [1.0])
-    reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
-    h = 1e-5 * size / reach
+    h = _probe_step(args, along)
 
     def at(t: float) -> list[np.ndarray]:
-        moved = tuple(a if v is None else _step(a, t * np.asarray(v)) for a, v in zip(args, along))
         out = []
-        for leaf in leaves(f(*copy_tree(moved))):
+        for leaf in leaves(f(*_moved(args, along, t))):
             arr = None if leaf is None else np.asarray(leaf)
             out.append(arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64)
                        if arr is not None and arr.dtype.kind in "fc" else None)
@@ -278,6 +269,29 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...]) -> bool:
         if np.any(kept):
             return True
     return False
+
+
+def _probe_step(args: tuple[Any, ...], along: tuple[Any, ...]) -> float:
+    """The first step :func:`kinked` and :func:`jumps_at_x` take along ``along``: 1e-5 of the largest moving argument
+    (at least 1) over the direction's largest element. The moving arguments only: a constant may be anything (a
+    callable a checkpoint runs, a module)."""
+    size = max([float(np.max(np.abs(a))) for a, v in zip(args, along) if v is not None and np.size(a)] + [1.0])
+    reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
+    return 1e-5 * size / reach
+
+
+def _moved(args: tuple[Any, ...], along: tuple[Any, ...], t: float) -> tuple[Any, ...]:
+    """Copies of ``args + t along``: only the moving arguments change, and a Python number stays one; a constant is
+    passed as it is (a callable, None or a flag: type(a)(a) raised for them, and the raise read as a kink on every
+    input)."""
+    return copy_tree(tuple(a if v is None else _step(a, t * np.asarray(v)) for a, v in zip(args, along)))
+
+
+def discontinuous_at_x(case: Case, pulled: Any, u: tuple[Any, ...]) -> bool:
+    """Whether the pullback ``pulled`` (args -> tangents) or the rule's output jumps at ``x`` alone along ``u``
+    (:func:`jumps_at_x`): no second order there to judge (LAPACK's signs of singular vectors that flip at ``x``
+    and nowhere around it)."""
+    return jumps_at_x(pulled, case.fresh(), u) or jumps_at_x(forward_at(case), case.fresh(), u)
 
 
 def _step(a: Any, dv: Any) -> Any:
@@ -323,7 +337,7 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
         return None
     if finer_steps_admit(contracted(pulled, w), case.args, u, rhs, case.tol, abs_inner(u, d.wrt_args)):
         return None  # a pole of the pullback near x (log|det| beside a singular matrix): its tables' steps were too coarse
-    if jumps_at_x(pulled, case.fresh(), u) or jumps_at_x(forward_at(case), case.fresh(), u):
+    if discontinuous_at_x(case, pulled, u):
         return None  # the pullback or the output is discontinuous at x (LAPACK's signs of singular vectors flip there)
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
