@@ -29,6 +29,8 @@ from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import keyless, own_constants_only, shrink_deadline
 from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
 from gradguard.checker.case import Case, HypothesisDraws, ReplayDraws, ReplayExhausted, RuleRaised
+from gradguard.checker.checks._state import (irreproducibility_seen, note_irreproducible, unreproducible,
+                                             without_verdict)
 from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
@@ -98,11 +100,39 @@ def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | N
     """Problems found by one check on one case, or the reason it did not apply."""
     at_safe_point()  # an expired time limit stops here, between two checks, not inside a library call
     try:
-        return list(info.fn(case) or ()), None
+        problems = list(info.fn(case) or ())
     except Skip as skip:
         return str(skip)
     except RuleRaised as exc:
         return [exc.problem()], exc
+    if problems and info.compares_calls and severity(info, problems) == "error":
+        why = irreproducible_pullback(info, case)
+        if why:
+            return why
+    return problems, None
+
+
+def irreproducible_pullback(info: CheckInfo, case: Case | None, *, tries: int = 0) -> str:
+    """The reason ``info`` (a check with ``compares_calls``) has no verdict of its own on this rule, or '':
+    the rule's pullback did not reproduce its own result at an input of this rule's check, this one included
+    (asked once per drawn input, shared by its checks; ``tries`` > 0: asked afresh that many times, for a
+    failure already kept, where an error of the asking itself establishes nothing; None: only what earlier
+    inputs showed). Then whatever difference
+    between separate calls the check saw could be that alone; GG403 and GG406 report the irreproducibility."""
+    why = irreproducibility_seen()
+    if not why and case is not None and not tries:
+        why = case.reproduction(unreproducible)
+    for _ in range(tries if not why and case is not None else 0):
+        try:
+            why = unreproducible(case)
+        except Exception:  # noqa: BLE001 - the kept case cannot call again (its draws are spent): nothing shown
+            break
+        if why:
+            break
+    if not why:
+        return ""
+    note_irreproducible(why)
+    return without_verdict(why)
 
 
 def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:

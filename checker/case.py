@@ -217,6 +217,9 @@ class Shared:
     # snapshot, bit for bit, container types and all): then that snapshot stands for the primal's value at the
     # input, and the checks that need it again do not call the primal again (see Case.input_primal).
     primal_is_output: bool = False
+    # Why the pullback does not reproduce its own result at this input (see checks._state.unreproducible), ''
+    # where it does; None until a check whose verdict rests on that asked.
+    unreproducible: str | None = None
 
 
 def _is_pair(result: Any) -> bool:
@@ -392,6 +395,14 @@ class Case:
         pulled = self.first_pullback()
         return pulled, self.validated(pulled.tangents)
 
+    def reproduction(self, find: Callable[["Case"], str]) -> str:
+        """Why the pullback does not reproduce its own result at this input ('' where it does): ``find(self)``
+        (checks._state.unreproducible), asked once per drawn input and shared by that input's checks."""
+        shared = self._shared
+        if shared.unreproducible is None:
+            shared.unreproducible = find(self)
+        return shared.unreproducible
+
     def primal(self, args: tuple[Any, ...] | None = None) -> Any:
         return self.call("primal", self.rule.primal, *(self.fresh() if args is None else args))
 
@@ -458,6 +469,34 @@ class Case:
         drawn = children(self.draw_like(marked, label))
         return rebuild(y, (zeros_like_tree(part) if m is None else d
                            for part, m, d in zip(children(y), children(marked), drawn)))
+
+    def fixed_cotangent(self, y: Any) -> Any:
+        """A cotangent for the output ``y`` as `cotangent_like` makes one, drawn from nothing: fixed values between
+        1/2 and 2 in size, either sign, from a private generator. For a question a check asks about the rule after
+        its own draws (`checks._state.unreproducible`), which must leave the case's draws, its counterexample and
+        its replay as they were."""
+        rng = np.random.default_rng(0)
+
+        def element(shape: tuple[int, ...]) -> np.ndarray:
+            return rng.uniform(0.5, 2.0, shape) * rng.choice((-1.0, 1.0), shape)
+
+        def leaf(v: Any) -> Any:
+            if isinstance(v, (np.ndarray, np.generic)):
+                dt = np.result_type(v)
+                dt = dt if dt.kind in "fc" else np.dtype("float64")
+                made = (element(np.shape(v)) + (1j * element(np.shape(v)) if dt.kind == "c" else 0)).astype(dt)
+                return made[()] if isinstance(v, np.generic) else made
+            if isinstance(v, complex):
+                return complex(float(element(())), float(element(())))
+            if isinstance(v, (float, int)) and not isinstance(v, bool):
+                return float(element(()))
+            return None
+
+        marked = without_constant_outputs(self.rule, y)
+        if marked is y:
+            return tree_map(leaf, y)
+        made = children(tree_map(leaf, marked))
+        return rebuild(y, (zeros_like_tree(part) if m is None else d for part, m, d in zip(children(y), children(marked), made)))
 
     def direction(self, label: str = "direction") -> tuple[Any, ...]:
         """A tangent direction: random for differentiable arguments, None for the others."""

@@ -27,9 +27,11 @@ from gradguard.checker._deadline import STUCK_EXIT, at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
-                                       _shrink_note, _SpecCannotGenerate, internal_error, severity)
+                                       _shrink_note, _SpecCannotGenerate, internal_error, irreproducible_pullback,
+                                       severity)
 from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip
+from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.report import Finding, RuleResult
@@ -158,6 +160,16 @@ def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = 
 
 
 def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
+    with irreproducibility_scope():
+        _run_checks_in_scope(rule, infos, options, result)
+
+
+# Times a kept failure of a check that compares separate calls asks afresh whether the pullback reproduces its
+# result, where no input of the search showed that it does not (a random pullback can agree with itself by chance).
+IRREPRODUCIBLE_TRIES = 3
+
+
+def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
     applicable = []
     for info in infos:
         if rule.kind not in info.kinds:
@@ -183,6 +195,10 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
             _run_per_rule(rule, info, options, result, shared)
             continue
         first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
+        judged = first_failure is not None or survey.ran.get(info.id, 0) > 0
+        if judged and info.compares_calls and (why := irreproducible_pullback(info, None)):
+            result.checks_skipped.append({"id": info.id, "reason": why})  # passed or failed, it proved nothing
+            continue
         if first_failure is None:
             if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
                 result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
@@ -216,6 +232,12 @@ def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result
             if shrinkable and note == "complete":
                 note = None  # the search did not find it again (a flaky rule): the first failure, as drawn
         case, problems, raised = failure
+        if info.compares_calls and raised is None and severity(info, problems) == "error":
+            why = irreproducible_pullback(info, case, tries=IRREPRODUCIBLE_TRIES)
+            if why:
+                result.checks_run.remove(info.id)
+                result.checks_skipped.append({"id": info.id, "reason": why})
+                continue
         if raised is not None:
             key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
             if key in raised_messages:

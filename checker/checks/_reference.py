@@ -279,6 +279,9 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
     except AdapterError as exc:
         raise _Untraceable(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - whatever JAX raised while tracing the primal
+        if case.rule.kind == "torch":  # JAX's tracers met torch operations: not a fault of the rule
+            raise _Untraceable(f"the primal calls PyTorch operations, which JAX cannot trace ({first_line(exc)}); "
+                               "GG201's finite differences judge the backward") from None
         raise _Untraceable(f"primal is not traceable by JAX: {first_line(exc)}") from None
 
 

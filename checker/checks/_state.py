@@ -7,19 +7,23 @@ change is a write) for the mutation checks, within the per-dtype tolerance for t
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.case import Case
+from gradguard.checker.case import Case, RuleRaised
 from gradguard.checker.checks.registry import Skip
 from gradguard.checker.compare import at, close_elementwise, exact, first_mismatch
-from gradguard.checker.inputs import arg_names, show
+from gradguard.checker.inputs import arg_names, show, show_apart
 from gradguard.checker.trees import copy_tree, describe, leaves, same_structure
 
-__all__ = ["Change", "argument_labels", "argument_name", "first_change", "fresh_tangents", "tangent_change", "tangent_tuple"]
+__all__ = ["Change", "argument_labels", "argument_name", "first_change", "fresh_tangents", "tangent_change", "tangent_tuple",
+           "irreproducibility_scope", "irreproducibility_seen", "note_irreproducible", "pulled_twice_differs",
+           "two_forwards_differ", "unreproducible", "without_verdict"]
 
 
 @dataclass
@@ -109,3 +113,80 @@ def tangent_change(
         if change is not None:
             return j, change
     return None
+
+
+def unreproducible(case: Case) -> str:
+    """Why the rule's pullback does not reproduce its own result at this input, or '' where it does.
+
+    Two more forward calls on fresh copies of the input, the first one's pullback called twice, all with one
+    fixed cotangent (`Case.fixed_cotangent`: nothing drawn, so the case's counterexample and replay stay as the
+    check left them): the three results must agree (per-dtype tolerance). A pullback that draws random numbers
+    (a sampled gradient estimator), accumulates into a buffer or reads the clock fails this; then a check that
+    compares separate calls (two cotangents, two inputs, before and after an in-place change) sees that
+    difference whatever it probes, and its diagnosis would be a guess. GG403 and GG406 report the
+    irreproducibility itself. Where a call raises, nothing is established: ''."""
+    try:
+        y, pb = case.pair()
+        ybar = case.fixed_cotangent(y)
+        again = fresh_tangents(case, pb, ybar)
+        third = fresh_tangents(case, pb, ybar)
+        _, other = case.pair()
+        elsewhere = fresh_tangents(case, other, ybar)
+    except (RuleRaised, Skip):
+        return ""
+    names = argument_labels(case)
+    found = tangent_change(case, again, third)
+    if found is not None:
+        return pulled_twice_differs(names[found[0]], found[1])
+    found = tangent_change(case, again, elsewhere)
+    if found is not None:
+        return two_forwards_differ(names[found[0]], found[1])
+    return ""
+
+
+# What showed, during the check of the rule now running, that its pullback does not reproduce its own result:
+# one input that shows it is enough for the whole rule, since an input where two random draws happened to agree
+# proves nothing. GG403 and GG406 note what they find; so do the checks that ask `unreproducible` themselves.
+# Scoped to one rule's check by `irreproducibility_scope` (a verdict never depends on an earlier rule).
+_IRREPRODUCIBLE: ContextVar[list[str] | None] = ContextVar("gradguard_irreproducible", default=None)
+
+
+@contextmanager
+def irreproducibility_scope() -> Iterator[None]:
+    token = _IRREPRODUCIBLE.set([])
+    try:
+        yield
+    finally:
+        _IRREPRODUCIBLE.reset(token)
+
+
+def pulled_twice_differs(label: str, change: Change) -> str:
+    """What shows that a pullback called twice with the same cotangent does not reproduce its result (GG403)."""
+    return (f"calling its pullback twice with the same cotangent gave the tangent for {label}{change.where} as "
+            f"{change.before}, then {change.after} (GG403)")
+
+
+def two_forwards_differ(label: str, change: Change) -> str:
+    """What shows that the pullbacks of two forward calls on one input differ for one cotangent (GG406)."""
+    return (f"the pullbacks of two forward calls on identical copies of the input gave the tangent for {label}"
+            f"{change.where} as {change.before}, then {change.after} for the same cotangent (GG406)")
+
+
+def without_verdict(why: str) -> str:
+    """Why a check that compares separate calls gives no verdict on a rule whose pullback ``why`` shows to be
+    irreproducible (the reason it is listed as skipped)."""
+    return (f"it compares separate calls of the rule, whose pullback does not reproduce its own result ({why}): "
+            "any difference it saw could be that alone")
+
+
+def note_irreproducible(why: str) -> None:
+    """Record that the rule being checked does not reproduce its pullback's result (the first reason is kept)."""
+    record = _IRREPRODUCIBLE.get()
+    if record is not None and not record:
+        record.append(why)
+
+
+def irreproducibility_seen() -> str:
+    """The first reason noted during the current rule's check, or ''."""
+    record = _IRREPRODUCIBLE.get()
+    return record[0] if record else ""

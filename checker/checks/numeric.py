@@ -200,6 +200,7 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     "GG202",
     family="numeric",
     title="pullback is not linear in the cotangent",
+    compares_calls=True,
     given="""
         def total(a):
             return a.sum()
@@ -273,6 +274,7 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     "GG205",
     family="numeric",
     title="complex inputs: wrong conjugation convention",
+    compares_calls=True,
     given="""
         def cmul(z, c):
             return c * z

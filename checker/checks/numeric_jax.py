@@ -294,6 +294,7 @@ def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any
     "GG204",
     family="numeric",
     title="second order wrong (grad of the pullback)",
+    compares_calls=True,
     kinds=("jax", "numpy"),
     given="""
         @jax.custom_vjp

@@ -10,6 +10,11 @@ It receives a :class:`gradguard.checker.case.Case` (one drawn input) and yields
 :class:`Problem` s; it never returns verdicts. Ids are stable. Checks run in
 id order; those with ``gates=True`` (structural contract checks) stop the
 others for that input when they fail, so the first message is the real cause.
+Those with ``compares_calls=True`` judge the rule by comparing the results of
+separate calls (two cotangents, two inputs, before and after a change); an error
+they find on an input where the pullback does not reproduce its own result (two
+calls, same input, same cotangent, different tangents: GG403 and GG406) is not
+theirs to report, and the check is listed as skipped there with that reason.
 
 Checks that run on the whole rule rather than one input (the contexts' safety
 matrix) register with ``per_rule=True`` and receive a :class:`gradguard.checker.options.PerRule`.
@@ -41,6 +46,7 @@ class CheckInfo:
     fn: Callable[..., Iterable[Problem]]
     gates: bool = False
     per_rule: bool = False
+    compares_calls: bool = False  # its verdict rests on a reproducible pullback (see the module's docstring)
     kinds: tuple[str, ...] = ("numpy", "jax", "torch")
     given_example: str = ""  # the definitions both examples use (primals, imports beyond numpy/jax/gradguard)
     broken_example: str = ""
@@ -63,6 +69,7 @@ def check(
     severity: str = "error",
     gates: bool = False,
     per_rule: bool = False,
+    compares_calls: bool = False,
     kinds: tuple[str, ...] = ("numpy", "jax", "torch"),
     given: str = "",
     broken: str = "",
@@ -90,6 +97,7 @@ def check(
             explanation=inspect.cleandoc(fn.__doc__ or ""),
             fn=fn,
             gates=gates,
+            compares_calls=compares_calls,
             per_rule=per_rule,
             kinds=kinds,
             given_example=inspect.cleandoc(given),

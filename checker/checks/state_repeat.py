@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Iterable
 
 from gradguard.checker.case import Case, RuleRaised
-from gradguard.checker.checks._state import argument_labels, first_change, fresh_tangents, tangent_change, tangent_tuple
+from gradguard.checker.checks._state import (argument_labels, first_change, fresh_tangents, note_irreproducible,
+                                             pulled_twice_differs, tangent_change, tangent_tuple, two_forwards_differ,
+                                             without_verdict)
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.trees import copy_tree, tree_map
 
@@ -70,6 +72,7 @@ def pullback_reentrant(case: Case) -> Iterable[Problem]:
     found = tangent_change(case, first, second)
     if found is not None:
         j, change = found
+        note_irreproducible(pulled_twice_differs(names[j], change))
         yield Problem(
             message=(
                 f"calling the pullback of {case.rule.name} twice with the same cotangent gave different tangents "
@@ -121,6 +124,7 @@ _STALE_FIX = "Allocate residuals inside the rrule for each call, or copy what th
     "GG404",
     family="state",
     title="stale residuals: a second forward call changes the first pullback's result",
+    compares_calls=True,
     broken="""
         _COS = np.empty(3)                       # preallocated once, shared by every call
 
@@ -153,8 +157,11 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
         before = fresh_tangents(case, pb1, ybar)
     except RuleRaised:
         raise Skip("the pullback cannot be called twice (see GG403)") from None
-    if tangent_change(case, first, before) is not None:
-        raise Skip("the pullback gives different results when called twice (see GG403)")
+    if (found := tangent_change(case, first, before)) is not None:
+        j, change = found
+        why = pulled_twice_differs(argument_labels(case)[j], change)
+        note_irreproducible(why)
+        raise Skip(without_verdict(why))
     # Snapshot the output only now: a pullback that writes into its own output is GG402's finding, not a
     # second forward call's.
     y1_before = copy_tree(y1)
@@ -247,7 +254,10 @@ def deterministic(case: Case) -> Iterable[Problem]:
     generator is not hidden state: every forward of a `torch.autograd.Function` starts from one fixed state of
     PyTorch's, and every call of a NumPy rule that draws from `np.random`'s from one fixed state of NumPy's, as a
     program re-run under `torch.manual_seed` or `np.random.seed` does; so a dropout mask drawn that way and kept
-    for the backward pass passes, and a backward that draws a new mask does not."""
+    for the backward pass passes, and a backward that draws a new mask does not. Where the pullback does not
+    reproduce its own result (here, or in GG403), the checks that judge a rule by comparing separate calls
+    (GG202, GG204, GG205, GG404, GG702, GG703, GG705) give no verdict on it and say why: whatever they probe,
+    they would see the new draw and blame linearity, second order or stale state for it."""
     y1 = case.first_call().output
     y2, pb2 = case.pair()
     change = first_change(y1, y2, case.tol)
@@ -270,6 +280,7 @@ def deterministic(case: Case) -> Iterable[Problem]:
     found = tangent_change(case, first, second)
     if found is not None:
         j, change = found
+        note_irreproducible(two_forwards_differ(argument_labels(case)[j], change))
         yield Problem(
             message=(
                 f"the pullbacks of two forward calls of {case.rule.name} on identical copies of the same input "

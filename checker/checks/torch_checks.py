@@ -170,6 +170,7 @@ def call_numpy(g: Any) -> Any:
     "GG702",
     family="torch",
     title="backward ignores ctx.needs_input_grad (wrong or missing gradient when only some inputs need one)",
+    compares_calls=True,
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""
@@ -257,6 +258,7 @@ _NEEDS_FIX = ("Compute the gradient of input i whenever ctx.needs_input_grad[i] 
     "GG705",
     family="torch",
     title="double backward wrong (second order against finite differences)",
+    compares_calls=True,
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""

@@ -25,6 +25,7 @@ _LOUD = "inplace"
     "GG703",
     family="torch",
     title="a tensor saved for backward can change in place unnoticed (no version counter check)",
+    compares_calls=True,
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""

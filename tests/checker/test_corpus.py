@@ -32,11 +32,7 @@ SWEEP_MAX_EXAMPLES = 5
 # Known gradguard deviations from a label: ids it reports on top of the label, and why that is
 # gradguard's fault, not the rule's. Such a case xfails while the deviation is exactly this one,
 # passes once gradguard is fixed, and fails on any other difference.
-KNOWN: dict[str, tuple[list[str], str]] = {
-    "state:dropout_hidden_rng_rrule": (["GG204"], "the rule's dropout mask is unseeded, so whether the new NumPy "
-                                       "second-order check (GG204) sees a different mask in its finite differences "
-                                       "than in the tape's derivative depends on the run: reported on some runs only"),
-}
+KNOWN: dict[str, tuple[list[str], str]] = {}
 
 
 @pytest.fixture(autouse=True)

@@ -591,3 +591,64 @@ def test_a_mask_from_numpys_global_generator_kept_for_the_pullback_passes_and_on
     gg406 = next(f for f in redrawn.findings if f.check_id == "GG406")
     assert gg406.message.startswith("the pullbacks of two forward calls of dropout_mask_drawn_again_rrule on identical "
                                     "copies of the same input gave different tangents for the same cotangent")
+
+
+# -- a pullback that does not reproduce its own result: the checks comparing separate calls give no verdict ----
+
+
+def logsumexp_rows(x):
+    m = x.max(axis=-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def _sampled_pullback(x, ybar, draw):
+    """pytorch-struct's sampling semiring: the gradient of logsumexp, softmax(x), replaced by a one-hot sample
+    drawn from it (a score-function estimator: right in expectation, never the derivative)."""
+    p = np.exp(x - x.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    picks = [draw(len(row), row) for row in p]
+    return ybar[:, None] * np.eye(x.shape[-1])[picks]
+
+
+@rrule(logsumexp_rows, arrays(shape=(3, 4), min_value=-3, max_value=3))
+def sampled_logsumexp_rrule(x):
+    rng = np.random.default_rng()  # a new sample on every pullback call
+    return logsumexp_rows(x), lambda ybar: (_sampled_pullback(x, ybar, lambda n, p: rng.choice(n, p=p)),)
+
+
+@rrule(logsumexp_rows, arrays(shape=(3, 4), min_value=-3, max_value=3))
+def argmax_squared_cotangent_rrule(x):
+    """Deterministic, and not linear in the cotangent: ybar**2 picks the row's most likely entry."""
+    return logsumexp_rows(x), lambda ybar: (_sampled_pullback(x, ybar ** 2, lambda n, p: int(np.argmax(p))),)
+
+
+COMPARING = ["GG202", "GG404"]
+
+
+def test_a_pullback_that_draws_a_new_sample_every_call_is_blamed_on_its_randomness_alone():
+    """pytorch-struct's sampled logsumexp drew GG202 ("not linear in the cotangent"), GG404 ("stale residuals") and,
+    as a torch Function, GG703 and GG705, each reading the new sample of a second call as its own fault. The checks
+    that compare separate calls are skipped for such a rule, naming the irreproducibility; GG403 and GG406 report it."""
+    for seed in (0, 1, 2):
+        result = check(sampled_logsumexp_rrule, select=["GG2", "GG4"], ignore=["GG203", "GG204"], seed=seed).rules[0]
+        assert result.error is None, result.error
+        ids = {f.check_id for f in result.findings}
+        assert {"GG403", "GG406"} <= ids and not ids & set(COMPARING), (seed, ids)
+        skipped = {s["id"]: s["reason"] for s in result.checks_skipped}
+        for check_id in COMPARING:
+            assert re.fullmatch(
+                r"it compares separate calls of the rule, whose pullback does not reproduce its own result \("
+                r"(calling its pullback twice with the same cotangent gave the tangent for argument 0 \(x\) at \[\d, \d\] "
+                r"as \S+, then \S+ \(GG403\)|the pullbacks of two forward calls on identical copies of the input gave "
+                r"the tangent for argument 0 \(x\) at \[\d, \d\] as \S+, then \S+ for the same cotangent \(GG406\))\): "
+                r"any difference it saw could be that alone",
+                skipped.get(check_id, ""),
+            ), (seed, check_id, skipped)
+
+
+def test_a_deterministic_pullback_that_is_not_linear_still_fails_gg202():
+    result = check(argmax_squared_cotangent_rrule, select=["GG202", "GG403", "GG406"]).rules[0]
+    assert [f.check_id for f in result.findings] == ["GG202"], [(f.check_id, f.message) for f in result.findings]
+    assert result.findings[0].message.startswith("the pullback of argmax_squared_cotangent_rrule is not linear in the "
+                                                  "cotangent")
+    assert "GG202" in result.checks_run

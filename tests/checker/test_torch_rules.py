@@ -412,3 +412,66 @@ def test_outputs_pytorch_never_differentiates_carry_no_derivative(extra):
         f.message for f in right.findings])
     wrong = check(_square_with_extras(3.0, extra), select=["GG201"], seed=0)
     assert [f.check_id for f in wrong.findings] == ["GG201"]
+
+
+class SampledLogSumExp(torch.autograd.Function):
+    """pytorch-struct's `_SampledLogSumExp` (torch_struct/semirings/sample.py, harvardnlp/pytorch-struct), its
+    backward as the source has it: a one-hot sample of softmax(input), drawn from the global generator on every
+    backward call, in place of the gradient."""
+
+    @staticmethod
+    def forward(ctx, input, dim):
+        ctx.save_for_backward(input, torch.tensor(dim))
+        return torch.logsumexp(input, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        logits, dim = ctx.saved_tensors
+        grad_input = None
+        if ctx.needs_input_grad[0]:
+            def sample(ls):
+                pre_shape = ls.shape
+                draws = torch.multinomial(ls.softmax(-1).view(-1, pre_shape[-1]), 1, True)
+                return torch.nn.functional.one_hot(draws, pre_shape[-1]).view(*pre_shape).type_as(ls)
+
+            s = sample(logits)
+            grad_input = grad_output.unsqueeze(int(dim)).mul(s)
+        return grad_input, None
+
+
+def test_a_backward_that_samples_is_blamed_on_its_randomness_not_on_what_each_comparison_probes():
+    """The sampled logsumexp drew GG202, GG404, GG703 ("reads the output as changed in place") and GG705 ("double
+    backward wrong"), each reading a second call's new sample as its own fault. They give no verdict on it now;
+    GG403 and GG406 say what is wrong, and GG201 that the backward is not the derivative."""
+    rule = torch_rule(SampledLogSumExp, arrays(shape=(3, 4), min_value=-3, max_value=3), constant(-1), name="sampled")
+    result = _report(rule, ignore=["GG5"]).rules[0]
+    ids = {f.check_id for f in result.findings}
+    assert ids == {"GG201", "GG403", "GG406"}, [(f.check_id, f.message) for f in result.findings]
+    skipped = {s["id"]: s["reason"] for s in result.checks_skipped}
+    for check_id in ("GG202", "GG404", "GG703", "GG705"):
+        assert skipped.get(check_id, "").startswith("it compares separate calls of the rule, whose pullback does not "
+                                                    "reproduce its own result ("), (check_id, skipped)
+
+
+class LogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.logsumexp(x, dim=-1)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g.unsqueeze(-1) * (x - y.unsqueeze(-1)).exp()
+
+
+def test_gg203_says_why_it_cannot_judge_a_function_written_in_torch():
+    """JAX's tracers met torch.logsumexp in a Function's forward: the skip said "primal is not traceable by JAX:
+    TypeError: logsumexp(): argument 'input' (position 1) must be Tensor, not LinearizeTracer", as if the rule
+    were at fault."""
+    result = _report(torch_rule(LogSumExp, arrays(shape=(2, 3))), ignore=["GG5"]).rules[0]
+    assert result.findings == [], [(f.check_id, f.message) for f in result.findings]
+    (reason,) = [s["reason"] for s in result.checks_skipped if s["id"] == "GG203"]
+    assert reason.startswith("the primal calls PyTorch operations, which JAX cannot trace ("), reason
+    assert reason.endswith("); GG201's finite differences judge the backward"), reason

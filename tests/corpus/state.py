@@ -238,7 +238,10 @@ LABELS = {
     "square_returns_buffer_rrule": {"bug": "state", "expect": ["GG404", "GG503"]},
     "identity_returns_input_rrule": {"bug": "state", "expect": ["GG405"]},
     "flatten_view_rrule": {"bug": "state", "expect": ["GG405"]},
-    "scale_stochastic_pullback_rrule": {"bug": "state", "expect": ["GG201", "GG202", "GG203", "GG301", "GG403", "GG406", "GG501"]},
-    "dropout_hidden_rng_rrule": {"bug": "state", "expect": ["GG102", "GG201", "GG202", "GG203", "GG406", "GG503"]},
+    # The two rules below draw a new random sample on every call: the checks that compare separate calls
+    # (GG202's two cotangents, GG204's nearby inputs, GG404, GG70x) would see the new sample and blame linearity,
+    # second order or stale residuals for it, so they give no verdict on them; GG403 and GG406 name the cause.
+    "scale_stochastic_pullback_rrule": {"bug": "state", "expect": ["GG201", "GG203", "GG301", "GG403", "GG406", "GG501"]},
+    "dropout_hidden_rng_rrule": {"bug": "state", "expect": ["GG102", "GG201", "GG203", "GG406", "GG503"]},
     "softplus_lazy_init_rrule": {"bug": "state", "expect": ["GG404", "GG501"]},
 }
