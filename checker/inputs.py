@@ -36,14 +36,24 @@ def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
 
 def show_apart(a: Any, b: Any, *, precision: int = 6) -> tuple[str, str]:
     """``show(a)`` and ``show(b)``, with more significant digits (up to 17) where two different numbers would
-    otherwise read alike: a finding that says "expected -0.138254, got -0.138254" shows no disagreement."""
+    otherwise read alike: a finding that says "expected -0.138254, got -0.138254" (or "1.0" beside a rounded
+    "1") shows no disagreement."""
     texts = show(a, precision=precision), show(b, precision=precision)
     scalar = (float, complex, np.floating, np.complexfloating)
-    if isinstance(a, scalar) and isinstance(b, scalar) and a != b:
-        while texts[0] == texts[1] and precision < 17:
+    if isinstance(a, scalar) and isinstance(b, scalar) and a != b and _read_alike(*texts):
+        a, b = (v.item() if isinstance(v, np.generic) else v for v in (a, b))  # repr(np.float64(x)): "np.float64(x)"
+        while _read_alike(*texts) and precision < 17:
             precision += 2
             texts = show(a, precision=precision), show(b, precision=precision)
     return texts
+
+
+def _read_alike(first: str, second: str) -> bool:
+    """Whether two shown numbers are the same number ("1.0" and "1"; texts that are no numbers: equal texts)."""
+    try:
+        return complex(first) == complex(second)
+    except ValueError:
+        return first == second
 
 
 def literal(value: Any) -> str:

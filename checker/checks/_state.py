@@ -64,7 +64,7 @@ def first_change(before: Any, after: Any, tol: tolerances.Tolerance | None = Non
         # its repr if short).
         found = first_mismatch([(k, a_arr, b_arr)], agree, as_python=False)
         if found is not None:
-            return Change(f"{leaf}{at(found.index)}", show(found.want), show(found.got))
+            return Change(f"{leaf}{at(found.index)}", *show_apart(found.want, found.got))
     return None
 
 
