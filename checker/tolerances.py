@@ -13,11 +13,12 @@ tolerance literal.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "resolves", "SAFETY", "RESOLUTION"]
+__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "allowed", "approximation_hint", "resolves", "SAFETY", "RESOLUTION"]
 
 SAFETY = 10.0  # how many finite-difference error estimates a comparison forgives
 # A finite-difference value whose error bound (SAFETY estimates) exceeds this share of its size cannot tell a
@@ -49,11 +50,38 @@ def for_dtype(dtype: np.dtype | str | None, *, rtol: float | None = None, atol: 
 def close(a: float, b: float, tol: Tolerance, *, scale: float = 0.0, fd_error: float = 0.0) -> bool:
     if not (np.isfinite(a) and np.isfinite(b)):
         return bool(a == b)
-    scale = max(scale, abs(a), abs(b))
-    return abs(a - b) <= tol.atol + tol.rtol * scale + SAFETY * fd_error
+    return abs(a - b) <= allowed(a, b, tol, scale=scale, fd_error=fd_error)
+
+
+def allowed(a: float, b: float, tol: Tolerance, *, scale: float = 0.0, fd_error: float = 0.0) -> float:
+    """How far apart :func:`close` lets ``a`` and ``b`` be: the dtype's absolute and relative tolerance (relative to
+    the larger of ``scale``, ``|a|`` and ``|b|``) and SAFETY finite-difference error estimates."""
+    return tol.atol + tol.rtol * max(scale, abs(a), abs(b)) + SAFETY * fd_error
 
 
 def resolves(value: float, fd_error: float, tol: Tolerance) -> bool:
     """Whether a finite-difference ``value`` with error estimate ``fd_error`` is sharp enough to call a
     derivative right: its error bound is within RESOLUTION of its size (or the absolute tolerance)."""
     return SAFETY * fd_error <= RESOLUTION * abs(value) + tol.atol
+
+
+NEAR_AGREEMENT = 1e-3  # approximation_hint: sides this close (relative) may differ by the primal's own accuracy
+
+
+def approximation_hint(fd_value: float, rule_value: float, tol: Tolerance) -> str:
+    """A sentence for a fix where finite differences of the primal and the rule's derivative agree to within
+    NEAR_AGREEMENT but not within ``tol``; '' elsewhere. A primal that approximates its function (a special
+    function's series or continued fraction, accurate to 1e-8 or so) has an error that changes with the input, so
+    its own derivative, which finite differences measure, differs from the exact one a rule returns by about as
+    much: TensorFlow Probability's Owen's T, whose exact derivative 0.0721222 (by mpmath) is 1.2e-5 below the
+    slope of its primal. What was established is only the relative difference; the sentence says so."""
+    scale = max(abs(fd_value), abs(rule_value))
+    if not (math.isfinite(fd_value) and math.isfinite(rule_value)) or scale == 0:
+        return ""
+    relative = abs(fd_value - rule_value) / scale
+    if not tol.rtol < relative <= NEAR_AGREEMENT:
+        return ""
+    suggested = 10.0 ** math.ceil(math.log10(2 * relative))
+    return (f" The two sides agree to {relative:.1e} relative: if the primal only approximates its function (a "
+            "special function's series, accurate to about that), the rule's exact derivative may be right and the "
+            f"primal's own slope off by that much; then declare the rule's accuracy (rtol={suggested:g}).")

@@ -222,6 +222,10 @@ class DotTest:
     def agrees(self, tol: tolerances.Tolerance) -> bool:
         return tolerances.close(float(self.lhs.value), self.rhs, tol, scale=self.scale, fd_error=self.lhs.error)
 
+    def allowed(self, tol: tolerances.Tolerance) -> float:
+        """How far apart the two sides may be (:func:`tolerances.allowed`)."""
+        return tolerances.allowed(float(self.lhs.value), self.rhs, tol, scale=self.scale, fd_error=self.lhs.error)
+
 
 def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
     return DotTest(lhs, inner(tangents, directions), abs_inner(tangents, directions))

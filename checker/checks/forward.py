@@ -139,7 +139,8 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
         expected=fd_text,
         actual=got_text,
         fix=("Return, as the tangent output of the jvp rule, the derivative of the primal applied to the input "
-             "tangents (the chain rule through every input that moves)."),
+             "tangents (the chain rule through every input that moves)."
+             + tolerances.approximation_hint(float(d.value), got, case.tol)),
     )
 
 

@@ -9,6 +9,7 @@ numeric_jax.py, GG206 (non-finite tangents) in numeric_finite.py.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import numpy as np
@@ -35,6 +36,7 @@ from gradguard.checker.checks._vjp import (
     owner,
     tangent_pairs,
 )
+from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.trees import copy_tree, tree_map
@@ -102,7 +104,9 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         return
     name = case.rule.name
     fd_text, rule_text = show_apart(float(lhs.value), whole.rhs)
-    test = f"<ybar, J v> = {fd_text} by finite differences, <pullback(ybar), v> = {rule_text}"
+    apart = abs(float(lhs.value) - whole.rhs)
+    test = (f"<ybar, J v> = {fd_text} by finite differences, <pullback(ybar), v> = {rule_text}, "
+            f"{show(apart, precision=2)} apart where the tolerance allows {show(whole.allowed(tol), precision=2)}")
     if not case.evidence:  # a shrinking step: the verdict is settled; the hint and localisation are for the kept input
         yield Problem(message=f"the pullback of {name} disagrees with finite differences of the primal: {test}.")
         return
@@ -141,10 +145,27 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 f"Re-derive the tangent{f' for argument {w.arg}' if w.arg >= 0 else 's'} at this input (the smallest "
                 "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
                 "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
-                "straight-through estimator, a surrogate or scaled gradient) fails this check by design: leave "
+                "straight-through estimator, a surrogate or scaled gradient, a Lie group's gradient in its Lie algebra) "
+                "fails this check by design: leave "
                 "GG201 out of its run (--ignore GG201, check(ignore=[...]))." + hint
+                + tolerances.approximation_hint(*_compared(w, lhs, whole), tol)
             ),
         )
+
+
+def _compared(w: WrongTangent, lhs: Any, whole: Any) -> tuple[float, float]:
+    """The two numbers a GG201 message holds up for ``w``: the element's (where it was localised), the argument's
+    dot-product test, or the whole test's. An approximate primal's slope is off by a small fraction in every
+    element; a rule that drops a term (maxtext's cross-entropy ignoring the z-loss output's cotangent: half the
+    element, though 5e-5 of the whole test) is off by a large fraction of the element it gets wrong."""
+    try:
+        if w.arg >= 0 and w.idx is not None:
+            return float(np.real(w.expected)), float(np.real(w.got))
+        if w.arg >= 0:
+            return float(w.dot.lhs.value), float(w.dot.rhs)
+    except (TypeError, ValueError):  # a complex pair or an opaque value: no sentence
+        return math.nan, math.nan
+    return float(lhs.value), float(whole.rhs)
 
 
 # -- GG202 ----------------------------------------------------------------------------------------
