@@ -371,7 +371,11 @@ not silently."""
         return
     if _pullback_unresolved(case, ybar, u, w, rhs, scale):
         return  # finite differences at finer steps agree, or the pullback jumps or has a pole nearer than any step
-    where = location = None
+    location = None
+    fd_text, jax_text = show_apart(float(lhs.value), rhs)
+    expected, actual = fd_text, jax_text
+    what = (f": along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {fd_text} by finite differences of "
+            f"the pullback, but JAX's derivative of the pullback (jvp of vjp, through fwd and bwd) gives {jax_text}.")
     if len(case.diff_positions) > 1:
         for i in case.diff_positions:
             wi = tuple(w[j] if j == i else None for j in range(case.nargs))
@@ -380,18 +384,18 @@ not silently."""
             si = float(np.sum(np.abs(np.asarray(w[i])) * np.abs(np.asarray(jax_d[i]))))
             if part is not None and not tolerances.close(float(part.value), ri, tol, scale=si, fd_error=part.error):
                 location = f"argument {i}"
-                where = f" (the tangent for {location})"
+                part_text, ri_text = expected, actual = show_apart(float(part.value), ri)
+                # the numbers of that tangent alone: the whole sum pairs every argument's tangent with w
+                what = (f" in the tangent for {location}: along a random direction u (every argument moving), "
+                        f"d/dt <w_{i}, pullback at (x + t u)(ybar) for {location}> = {part_text} by finite differences "
+                        f"of the pullback, but JAX's derivative of the pullback (jvp of vjp, through fwd and bwd) "
+                        f"gives {ri_text} (over every argument's tangent: {fd_text} against {jax_text}).")
                 break
-    fd_text, jax_text = show_apart(float(lhs.value), rhs)
     yield Problem(
-        message=(
-            f"the second order of {case.rule.name} is wrong{where or ''}: along a random direction u, "
-            f"d/dt <w, pullback at (x + t u)(ybar)> = {fd_text} by finite differences of the pullback, but JAX's "
-            f"derivative of the pullback (jvp of vjp, through fwd and bwd) gives {jax_text}."
-        ),
+        message=f"the second order of {case.rule.name} is wrong{what}",
         location=location,
-        expected=fd_text,
-        actual=jax_text,
+        expected=expected,
+        actual=actual,
         fix=(
             "JAX differentiates fwd and bwd to get second derivatives: keep the residuals differentiable functions "
             "of the inputs (no stop_gradient, rounding, integer casts or host NumPy on them) and compute bwd with "

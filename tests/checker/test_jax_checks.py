@@ -827,3 +827,37 @@ def test_a_custom_gradient_rule_is_named_and_placed_by_the_users_function():
     (found,) = findings(jax_rule(_clip_gradient, arrays(shape=(2,)), arrays(shape=())), "GG201")
     assert found.rule == "_clip_gradient" and found.counterexample["call"].startswith("_clip_gradient(x=array("), \
         found.counterexample
+
+
+@jax.custom_vjp
+def scaled_square(a, p):
+    return a * p ** 2
+
+
+def _scaled_square_fwd(a, p):
+    return a * p ** 2, (a, p)
+
+
+def _scaled_square_bwd(res, g):
+    a, p = res
+    return g * jax.lax.stop_gradient(p ** 2), g * 2 * a * p  # the first tangent's p is cut from the second order
+
+
+scaled_square.defvjp(_scaled_square_fwd, _scaled_square_bwd)
+
+
+def test_gg204_gives_the_numbers_of_the_tangent_it_names():
+    """TFP's igammainv: GG204 named "the tangent for argument 0" beside numbers that summed both arguments' tangents
+    (21.303 against 24.5517), which no reader could recover from argument 0 alone. Now the named tangent's own
+    numbers come first, the whole sum after them."""
+    rule = jax_rule(scaled_square, arrays(shape=(3,), min_value=0.5, max_value=2.0),
+                    arrays(shape=(3,), min_value=0.5, max_value=2.0))
+    (f,) = findings(rule, "GG204")
+    m = re.fullmatch(
+        rf"the second order of scaled_square is wrong in the tangent for argument 0: along a random direction u \(every "
+        rf"argument moving\), d/dt <w_0, pullback at \(x \+ t u\)\(ybar\) for argument 0> = {NUM} by finite differences "
+        rf"of the pullback, but JAX's derivative of the pullback \(jvp of vjp, through fwd and bwd\) gives {NUM} \(over "
+        rf"every argument's tangent: {NUM} against {NUM}\)\.", f.message)
+    assert m, f.message
+    assert f.location == "argument 0" and (f.expected, f.actual) == (m[1], m[2])
+    assert float(m[1]) != float(m[2]) and float(m[3]) != float(m[4])
