@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -30,6 +32,7 @@ from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
 __all__ = [
     "FINE_STEPS",
+    "computed_at",
     "JUMP_RATIO",
     "NEIGHBOURS",
     "UNIT_NEIGHBOURS_UP_TO",
@@ -81,8 +84,27 @@ def shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> lis
     return out
 
 
+# The machine epsilon the functions probed here compute at, where a caller knows it to be coarser than their
+# inputs' dtype shows (`computed_at`); 0: the inputs' dtype tells.
+_COMPUTED_AT: ContextVar[float] = ContextVar("gradguard_computed_at", default=0.0)
+
+
+@contextmanager
+def computed_at(eps: float | None) -> Iterator[None]:
+    """Within: every function this module probes computes at machine epsilon ``eps`` (None: its inputs' dtype
+    tells), so steps where that rounding swamps a slope are not taken. A float64 program through a rule that
+    computes and returns float32 (NeMo's RNN-T loss) is flat at steps float64 could take: its finer one-sided
+    slopes were float32's rounding, and they spanned a wrong gradient (half the right one) as if kinks were there."""
+    token = _COMPUTED_AT.set(eps or 0.0)
+    try:
+        yield
+    finally:
+        _COMPUTED_AT.reset(token)
+
+
 def _eps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> float:
-    return max(float(np.finfo(np.asarray(args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None)
+    return max([float(np.finfo(np.asarray(args[i]).dtype).eps) for i, v in enumerate(directions) if v is not None]
+               + [_COMPUTED_AT.get()])
 
 
 def contracted(f: Callable[..., Any], covector: Any) -> Scalar:
@@ -602,7 +624,8 @@ def _stairs_at(values: Callable[[float], list[np.ndarray]], n: int, idx: tuple[i
 
 
 def _direction_eps(args: tuple[Any, ...], d: tuple[Any, ...]) -> float:
-    return max(float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None)
+    return max([float(np.finfo(np.asarray(a).dtype).eps) for a, v in zip(args, d) if v is not None]
+               + [_COMPUTED_AT.get()])
 
 
 # Quotients that grow without settling: each step's growth at least this fraction of the last one's. A derivative's

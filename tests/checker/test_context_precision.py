@@ -722,3 +722,35 @@ def test_tied_weights_passes_w_transposed_only_in_a_shape_the_spec_makes():
     # Where the spec draws both shapes, tied-weights runs on them (and its aliasing bugs are still found:
     # test_an_aliasing_bug_is_found_on_drawn_shapes).
     assert "tied-weights" in safety_matrix(matmul_rrule, seed=0)["contexts"]
+
+
+# -- a rule that computes in float32 whatever its inputs ---------------------------------------------------------
+def softplus_total_f32(x):
+    """NeMo's RNN-T loss's pattern: float64 in, the loss computed and returned in float32."""
+    return np.asarray(np.sum(np.logaddexp(np.float32(0), 40 * x.astype(np.float32))), dtype=np.float32)
+
+
+@rrule(softplus_total_f32, arrays(shape=(3,), min_value=0.5, max_value=2.0))
+def softplus_total_f32_rrule(x):
+    grad = 40 / (1 + np.exp(-40 * x))
+    return softplus_total_f32(x), lambda ybar: (None,) if ybar is None else (ybar * grad,)
+
+
+@rrule(softplus_total_f32, arrays(shape=(3,), min_value=0.5, max_value=2.0))
+def softplus_total_f32_halved_rrule(x):
+    grad = 20 / (1 + np.exp(-40 * x))
+    return softplus_total_f32(x), lambda ybar: (None,) if ybar is None else (ybar * grad,)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_program_through_a_float32_rule_is_differentiated_at_float32s_steps(seed):
+    """NeMo's RNN-T loss returns float32 for float64 log-probabilities: the programs' finite differences took float64's
+    steps (5.6e-7), over which the float32 loss did not move, and read a slope of 0 with no error, so a right cell
+    was WRONG ("0.0707 where the program's gradient is 0") and most others no verdict. They take float32's steps and
+    price in its rounding now: every cell is right, and a rule off by half is still wrong."""
+    result = _context_findings(softplus_total_f32_rrule, seed)
+    assert result.findings == [], [(f.check_id, f.message) for f in result.findings]
+    statuses = {c["status"] for c in result.safety_matrix["cells"]}
+    assert statuses <= {"right", "not applicable"} and "right" in statuses, result.safety_matrix["cells"]
+    wrong = _context_findings(softplus_total_f32_halved_rrule, seed)
+    assert "GG501" in {f.check_id for f in wrong.findings}
