@@ -47,7 +47,7 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
-from gradguard.checker.checks.second_order import discontinuous_at_x, numpy_second_order, pullback_at
+from gradguard.checker.checks.second_order import discontinuous_at_x, kinked, numpy_second_order, pullback_at
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import contracted, defined_side, finer_steps_admit, unit_vector
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
@@ -284,10 +284,13 @@ def _pullback_unresolved(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any
     table's steps too coarse), or its slopes grow at every step float64 can take
     (:func:`gradguard.checker.kinks.unresolved`: the pullback jumps at ``x``, a pseudo-inverse where the rank
     drops, or has a pole nearer than any step), or some element of the pullback or of the rule's output jumps at
-    ``x`` alone (:func:`discontinuous_at_x`: LAPACK's signs of singular vectors that flip at ``x`` and nowhere around it)."""
+    ``x`` alone (:func:`discontinuous_at_x`: LAPACK's signs of singular vectors that flip at ``x`` and nowhere around it),
+    or the pullback has a kink at ``x`` along ``u`` (:func:`kinked`, as the NumPy second order and GG705 ask): jax-md's
+    safe_acos one float64 step inside its clip at -1 + 1e-7, where along u the pullback runs on as acos' on one side
+    (JAX's 1.71248e10, mpmath's too) and is the clamp's constant on the other, and central differences gave 77770.1."""
     pulled = pullback_at(case, ybar)
     return (finer_steps_admit(contracted(pulled, w), case.args, u, rhs, case.tol, scale)
-            or discontinuous_at_x(case, pulled, u))
+            or discontinuous_at_x(case, pulled, u) or kinked(pulled, case.fresh(), u, w))
 
 
 @check(

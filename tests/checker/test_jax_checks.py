@@ -861,3 +861,47 @@ def test_gg204_gives_the_numbers_of_the_tangent_it_names():
     assert m, f.message
     assert f.location == "argument 0" and (f.expected, f.actual) == (m[1], m[2])
     assert float(m[1]) != float(m[2]) and float(m[3]) != float(m[4])
+
+
+SAFE_EPS = 1e-7
+
+
+@jax.custom_jvp
+def safe_acos(x):
+    return jnp.arccos(x)
+
+
+@safe_acos.defjvp
+def _safe_acos_jvp(primals, tangents):
+    """jax-md's safe_acos (jax_md/_nn/uma/common/rotation.py): acos' with x clipped 1e-7 inside +-1."""
+    (x,), (x_dot,) = primals, tangents
+    x_clamped = jnp.clip(x, -1 + SAFE_EPS, 1 - SAFE_EPS)
+    return safe_acos(x), -x_dot / jnp.maximum(jnp.sqrt(1 - x_clamped ** 2), SAFE_EPS)
+
+
+@jax.custom_jvp
+def cut_acos(x):
+    return jnp.arccos(x)
+
+
+@cut_acos.defjvp
+def _cut_acos_jvp(primals, tangents):
+    (x,), (x_dot,) = primals, tangents
+    return cut_acos(x), -x_dot / jax.lax.stop_gradient(jnp.sqrt(1 - x ** 2))  # no second order through the root
+
+
+def test_gg204_gives_no_verdict_where_the_pullback_has_a_kink_at_the_input():
+    """Seed 10 of the real-world corpus drew x = -0.9999998999999999, one float64 step inside safe_acos' clip: along u
+    the pullback runs on as acos' on one side (JAX's second order, 1.71248e10, is mpmath's) and is the clip's constant
+    on the other, and central differences across the two gave 77770.1, a false GG204. A kink of the pullback at x has
+    no second derivative to judge; a second order that is wrong away from the clip still fails."""
+    from gradguard.checker.reproducer import replay
+
+    spec = arrays(shape=(4,), min_value=-1 + SAFE_EPS, max_value=1 - SAFE_EPS)
+    x = np.array([1.7783071825400792e-137, 0.11737905601973708, 0.5318655709993795, -0.9999998999999999])
+    draws = [np.array([0.0, 0.0, 2.2189419687701406, -0.3738604535661887]),
+             (np.array([0.0, 0.0, 2.7828160801498694, -2.813032685775953]),),
+             (np.array([0.0, 0.0, 0.0, 1.4564201188577277]),)]
+    assert replay(jax_rule(safe_acos, spec), "GG204", (x,), draws) == []
+    (f,) = findings(jax_rule(cut_acos, spec), "GG204")
+    assert f.message.startswith("the second order of cut_acos is wrong: "), f.message
