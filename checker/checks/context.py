@@ -94,6 +94,9 @@ def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
     if diagnosis:
         message += f" Watch mode: {diagnosis}"
     actual = "; ".join(f"{e}: {row.cells[e].slope:.6g}" for e in engines if row.cells[e].slope is not None)
+    slopes = [row.cells[e].slope for e in engines if row.cells[e].slope is not None]
+    if row.slope is not None and slopes:  # the engine furthest off: an approximate primal moves every engine alike
+        fix += tolerances.approximation_hint(row.slope, max(slopes, key=lambda s: abs(s - row.slope)), row.tol)
     return Problem(
         message=message,
         location=f"context {row.context.name}",
@@ -109,8 +112,9 @@ _FIXES = {
         "every tangent by the cotangent and treat None as zero."
     ),
     BASELINE: (
-        "The rule is wrong even in the simplest program that uses its output (see the isolation checks' "
-        "findings); fix the pullback first, the other contexts are judged against this one."
+        "The rule is wrong even in the simplest program that uses its output; fix the pullback first, the other "
+        "contexts are judged against this one. The isolation checks (GG201) judge it at their own inputs; where "
+        "they found nothing, this program's inputs are ones they did not draw: run the reproducer."
     ),
     "called-twice": (
         "Either the pullback reads state that a second call of the rule overwrites (a shared buffer, cache or "

@@ -770,3 +770,15 @@ def test_gg201_says_where_a_rule_may_be_exact_and_its_primal_an_approximation():
     declared = rrule(exp_series, arrays(shape=(3,), min_value=0.8, max_value=1.0), rtol=float(m[2]),
                      name="declared")(lambda x: (exp_series(x), lambda ybar: (ybar * np.exp(x),)))
     assert findings(declared, "GG201") == []  # the setting the sentence names does what it says
+
+
+def test_gg501_says_it_too_and_sends_to_the_reproducer_not_to_findings_that_may_not_exist():
+    """TensorFlow Probability's Owen's T at seed 3: GG201 passed, and GG501 said "see the isolation checks' findings"
+    (there were none) for a 8.5e-6 relative difference that the primal's own error makes."""
+    report = check(exact_exp_of_a_series_rrule, select=["GG5"])
+    (f,) = [f for f in report.findings if f.check_id == "GG501" and f.location == "context output-used"]
+    assert "see the isolation checks' findings" not in f.fix
+    assert "where they found nothing, this program's inputs are ones they did not draw: run the reproducer" in f.fix
+    assert re.search(r"The two sides agree to \S+ relative: if the primal only approximates its function", f.fix), f.fix
+    wrong = check(halved_exp_of_a_series_rrule, select=["GG5"]).findings
+    assert wrong and not any("agree to" in w.fix for w in wrong), [w.fix for w in wrong]
