@@ -4,6 +4,7 @@ exact message; its correct twin passes."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -454,57 +455,19 @@ def test_gg705_a_nan_where_the_gradient_is_smooth_is_still_an_error() -> None:
     assert f.message.startswith("double backward through SquareViaAbs is wrong: ")
 
 
-class Procrustes(torch.autograd.Function):
-    """roma's _ProcrustesManualDerivatives (naver/roma 8ce9ed9, roma/mappings.py) without its regularization and
-    autocast branches: R = U V^T, the nearest rotation (force_rotation flips the smallest singular value's vector
-    where det(U V^T) < 0), whose backward is right to first order and reads U and V as saved non-differentiable
-    outputs, so its double backward misses their terms."""
-
-    @staticmethod
-    def forward(M, force_rotation, gradient_eps):
-        U, D, Vt = torch.linalg.svd(M)
-        V = Vt.transpose(-2, -1)
-        if force_rotation:
-            with torch.no_grad():
-                flip = torch.det(U) * torch.det(V) < 0
-                sign = 1.0 - 2.0 * flip.to(U.dtype)
-                flip_matrix = torch.cat((torch.ones_like(D[:, :-1]), sign[:, None]), dim=-1)
-            D = D * flip_matrix
-            U = U * flip_matrix[:, None, :]
-        return U @ V.transpose(-1, -2), D, U, V
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        M, force_rotation, gradient_eps = inputs
-        R, DS, US, V = output
-        ctx.save_for_backward(US, DS, V, M, R)
-        ctx.mark_non_differentiable(US, V)
-        ctx.gradient_eps = gradient_eps
-
-    @staticmethod
-    def backward(ctx, grad_R, grad_DS, grad_US, grad_V):
-        US, DS, V, M, R = ctx.saved_tensors
-        USik_Vjl = torch.einsum("bik,bjl -> bklij", US, V)
-        USil_Vjk = USik_Vjl.transpose(1, 2)
-        DSl = DS[:, None, :, None, None]
-        DSk = DS[:, :, None, None, None]
-        pinv = torch.where(torch.abs(DSk + DSl) < ctx.gradient_eps, torch.zeros_like(DSk + DSl), 1.0 / (DSk + DSl))
-        Omega_klij = (USik_Vjl - USil_Vjk) * pinv
-        grad_M = torch.einsum("bnm, bnk, bklij, bml -> bij", grad_R, US, Omega_klij, V)
-        grad_M = grad_M + (US * grad_DS[:, None, :]) @ V.transpose(-1, -2)
-        return grad_M, None, None
-
-
 def test_gg705_is_not_shown_where_the_output_jumps_at_the_input_alone() -> None:
     """roma's Procrustes has a wrong double backward (63.94 where PyTorch's SVD derivative and finite differences of
     the gradient give 129.87); its counterexample shrank to M = 0, where R jumps (polar(u) on one side, polar(-u) on
     the other), the double backward is NaN, and "0.0 by finite differences" held only along the ray the shrunk
-    direction drew. GG705 has no derivative to judge there: the counterexample is an M with a derivative."""
-    report, found = findings(torch_rule(Procrustes, arrays(shape=(2, 3, 3), min_value=-2.0, max_value=2.0),
-                                        constant(True), constant(1e-5)), "GG705")
+    direction drew. GG705 has no derivative to judge there: the counterexample is an M with a derivative. (The
+    real-world corpus's copy of the Function, whose GG705 is a listed upstream flaw.)"""
+    from gradguard.checker.loader import load_module
+
+    corpus = load_module(Path(__file__).parents[1] / "realworld" / "correct_torch_functions.py")
+    report, found = findings(corpus.roma_procrustes_rotation_rule, "GG705")  # roma/mappings.py, verbatim
     (f,) = [f for f in found if f.severity == "error"]
-    assert f.message.startswith("double backward through Procrustes is wrong: "), f.message
-    m = eval(f.counterexample["args"][0], {"array": lambda a, shape=None: np.array(a)})  # noqa: S307 - the report's
+    assert f.message.startswith("double backward through roma_procrustes_rotation_rule is wrong: "), f.message
+    m = eval(f.counterexample["args"][0], {"array": lambda a, shape=None: np.array(a)})  # noqa: S307 - its own literal
     assert np.linalg.svd(m, compute_uv=False).min() > 1e-3, m  # R is smooth around it: it has a derivative
 
 
