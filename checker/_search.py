@@ -113,19 +113,18 @@ def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | N
 
 
 def irreproducible_pullback(info: CheckInfo, case: Case | None, *, tries: int = 0) -> str:
-    """The reason ``info`` (a check with ``compares_calls``) has no verdict of its own on this rule, or '':
-    the rule's pullback did not reproduce its own result at an input of this rule's check, this one included
-    (asked once per drawn input, shared by its checks; ``tries`` > 0: asked afresh that many times, for a
-    failure already kept, where an error of the asking itself establishes nothing; None: only what earlier
-    inputs showed). Then whatever difference
-    between separate calls the check saw could be that alone; GG403 and GG406 report the irreproducibility."""
+    """The reason ``info`` (a check with ``compares_calls``) has no verdict of its own on this rule, or '': the
+    rule's pullback did not reproduce its own result at an input of this rule's check, this one included. Asked once
+    per drawn input and shared by its checks; ``tries`` > 0: asked afresh that many times, for a failure already
+    kept; ``case`` None: only what earlier inputs showed. Then whatever difference between separate calls the check
+    saw could be that alone; GG403 and GG406 report the irreproducibility itself."""
     why = irreproducibility_seen()
     if not why and case is not None and not tries:
         why = case.reproduction(unreproducible)
     for _ in range(tries if not why and case is not None else 0):
         try:
             why = unreproducible(case)
-        except Exception:  # noqa: BLE001 - the kept case cannot call again (its draws are spent): nothing shown
+        except Exception:  # noqa: BLE001 - the asking failed (a kept case's rule state): nothing shown
             break
         if why:
             break
