@@ -175,6 +175,13 @@ ALPHAS = st.one_of(
 )
 
 
+# graphcast's reduce_precision rounds its cotangent to bfloat16 in bwd on purpose (a straight-through estimator that
+# also quantizes the gradient): the fix says so rather than only naming abs, square and sign.
+_ON_PURPOSE = (" A pullback that quantizes its cotangent on purpose (mixed-precision training's straight-through "
+               "rounding to bfloat16 or float8) fails this check by design: leave GG202 out of its run (--ignore "
+               "GG202, check(ignore=[...])).")
+
+
 def _tangents_for(case: Case, ybar: Any) -> tuple[Any, ...]:
     """A snapshot of the pullback's tangents for ``ybar`` from a fresh forward call (reentrancy, and a
     pullback that hands out the same buffer every call, are GG403's business)."""
@@ -260,15 +267,16 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
     fix = ("Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, "
-           "sign). A pullback that solves a system iteratively is linear only to its solver's tolerance: declare "
-           "the rule's atol= and rtol= at that tolerance.")
+           "sign, rounding it to a lower precision). A pullback that solves a system iteratively is linear only to "
+           "its solver's tolerance: declare the rule's atol= and rtol= at that tolerance." + _ON_PURPOSE)
     scaled = _nonlinear(case, _tangents_for(case, scale_tree(ybar, alpha)), [(alpha, base)])
     if scaled is not None:
         bad = scaled
         law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
         fix = (
             "Scale every tangent by the cotangent: np.full(x.shape, ybar) or ybar * dydx, never np.ones(x.shape) "
-            "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign)."
+            "(that is right only when ybar == 1), and no nonlinear use of ybar (abs, square, sign, rounding it to a "
+            "lower precision)." + _ON_PURPOSE
         )
     else:
         summed = _nonlinear(case, _tangents_for(case, _add(ybar, ybar2)), [(1.0, base), (1.0, other)])

@@ -782,3 +782,22 @@ def test_gg501_says_it_too_and_sends_to_the_reproducer_not_to_findings_that_may_
     assert re.search(r"The two sides agree to \S+ relative: if the primal only approximates its function", f.fix), f.fix
     wrong = check(halved_exp_of_a_series_rrule, select=["GG5"]).findings
     assert wrong and not any("agree to" in w.fix for w in wrong), [w.fix for w in wrong]
+
+
+def double(x):
+    return 2 * x
+
+
+@rrule(double, arrays(shape=(4,), min_value=-2.0, max_value=2.0))
+def double_rounds_its_cotangent_rrule(x):
+    """graphcast's reduce_precision pattern: the cotangent rounded to a lower precision in the backward pass."""
+    return double(x), lambda ybar: (None,) if ybar is None else (2 * ybar.astype(np.float16).astype(np.float64),)
+
+
+def test_gg202_names_a_cotangent_rounded_to_a_lower_precision_and_the_way_to_leave_it_out():
+    """graphcast rounds its cotangent to bfloat16 on purpose; GG202's fix named only abs, square and sign."""
+    (f,) = findings(double_rounds_its_cotangent_rrule, "GG202")
+    assert "rounding it to a lower precision" in f.fix, f.fix
+    assert f.fix.endswith("A pullback that quantizes its cotangent on purpose (mixed-precision training's "
+                          "straight-through rounding to bfloat16 or float8) fails this check by design: leave GG202 "
+                          "out of its run (--ignore GG202, check(ignore=[...])).")
