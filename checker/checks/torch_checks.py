@@ -350,8 +350,11 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
                     "carries one), so a program that differentiates its gradient misses the terms through it:")
             actual = "no graph (declared @once_differentiable)"
         else:
-            what = ("is impossible: the gradients its backward returns carry no graph (torch.autograd.grad with "
-                    "create_graph=True gave tensors that do not require grad), but")
+            what = ("is missing: the gradients its backward returns carry no graph (torch.autograd.grad with "
+                    "create_graph=True gave tensors that do not require grad), so differentiating a gradient raises "
+                    "where nothing else in the program carries a graph, and silently leaves out the terms through "
+                    "this Function where something does (a gradient penalty, a Hessian-vector product of a larger "
+                    "loss); but")
             actual = "no graph"
         yield Problem(
             message=(f"double backward through {name} {what} along a random direction u, d/dt <w, grad at "
