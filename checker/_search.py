@@ -119,19 +119,24 @@ def irreproducible_pullback(info: CheckInfo, case: Case | None, *, tries: int = 
     kept; ``case`` None: only what earlier inputs showed. Then whatever difference between separate calls the check
     saw could be that alone; GG403 and GG406 report the irreproducibility itself."""
     why = irreproducibility_seen()
-    if not why and case is not None and not tries:
-        why = case.reproduction(unreproducible)
-    for _ in range(tries if not why and case is not None else 0):
-        try:
-            why = unreproducible(case)
-        except Exception:  # noqa: BLE001 - the asking failed (a kept case's rule state): nothing shown
-            break
-        if why:
-            break
+    if not why and case is not None:
+        why = _asked_afresh(case, tries) if tries else case.reproduction(unreproducible)
     if not why:
         return ""
     note_irreproducible(why)
     return without_verdict(why)
+
+
+def _asked_afresh(case: Case, tries: int) -> str:
+    """`unreproducible` asked of ``case`` up to ``tries`` times, until one shows it ('' where none does)."""
+    for _ in range(tries):
+        try:
+            why = unreproducible(case)
+        except Exception:  # noqa: BLE001 - the asking failed (a kept case's rule state): nothing shown
+            return ""
+        if why:
+            return why
+    return ""
 
 
 def _hypothesis_settings(options: Options) -> Callable[[Any], Any]:

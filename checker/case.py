@@ -463,12 +463,17 @@ class Case:
     def cotangent_like(self, y: Any, label: str = "cotangent") -> Any:
         """A random cotangent for the output ``y`` (`draw_like`); zeros for the outputs the rule declares to
         carry no derivative (`without_constant_outputs`), drawn as None (so recorded and shown as None)."""
+        return self._for_outputs(y, lambda outputs: self.draw_like(outputs, label))
+
+    def _for_outputs(self, y: Any, make: Callable[[Any], Any]) -> Any:
+        """A cotangent for ``y``: ``make``'s for the outputs that carry a derivative, zeros for those the rule
+        declares to carry none (`without_constant_outputs`, which ``make`` sees as None)."""
         marked = without_constant_outputs(self.rule, y)
         if marked is y:
-            return self.draw_like(y, label)
-        drawn = children(self.draw_like(marked, label))
+            return make(y)
+        made = children(make(marked))
         return rebuild(y, (zeros_like_tree(part) if m is None else d
-                           for part, m, d in zip(children(y), children(marked), drawn)))
+                           for part, m, d in zip(children(y), children(marked), made)))
 
     def fixed_cotangent(self, y: Any) -> Any:
         """A cotangent for the output ``y`` as `cotangent_like` makes one, drawn from nothing: fixed values between
@@ -492,11 +497,7 @@ class Case:
                 return float(element(()))
             return None
 
-        marked = without_constant_outputs(self.rule, y)
-        if marked is y:
-            return tree_map(leaf, y)
-        made = children(tree_map(leaf, marked))
-        return rebuild(y, (zeros_like_tree(part) if m is None else d for part, m, d in zip(children(y), children(marked), made)))
+        return self._for_outputs(y, lambda outputs: tree_map(leaf, outputs))
 
     def direction(self, label: str = "direction") -> tuple[Any, ...]:
         """A tangent direction: random for differentiable arguments, None for the others."""

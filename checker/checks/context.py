@@ -93,10 +93,10 @@ def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
     )
     if diagnosis:
         message += f" Watch mode: {diagnosis}"
-    actual = "; ".join(f"{e}: {row.cells[e].slope:.6g}" for e in engines if row.cells[e].slope is not None)
-    slopes = [row.cells[e].slope for e in engines if row.cells[e].slope is not None]
+    slopes = {e: row.cells[e].slope for e in engines if row.cells[e].slope is not None}
+    actual = "; ".join(f"{e}: {slope:.6g}" for e, slope in slopes.items())
     if row.slope is not None and slopes:  # the engine furthest off: an approximate primal moves every engine alike
-        fix += tolerances.approximation_hint(row.slope, max(slopes, key=lambda s: abs(s - row.slope)), row.tol)
+        fix += tolerances.approximation_hint(row.slope, max(slopes.values(), key=lambda s: abs(s - row.slope)), row.tol)
     return Problem(
         message=message,
         location=f"context {row.context.name}",

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 import numpy as np
 from hypothesis import strategies as st
 
+from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
 from gradguard.checker.checks._kinks import kink_excuse
@@ -36,7 +37,6 @@ from gradguard.checker.checks._vjp import (
     owner,
     tangent_pairs,
 )
-from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.trees import copy_tree, tree_map
@@ -146,8 +146,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
                 "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
                 "straight-through estimator, a surrogate or scaled gradient, a Lie group's gradient in its Lie algebra) "
-                "fails this check by design: leave "
-                "GG201 out of its run (--ignore GG201, check(ignore=[...]))." + hint
+                "fails this check by design: leave GG201 out of its run (--ignore GG201, check(ignore=[...]))." + hint
                 + tolerances.approximation_hint(*_compared(w, lhs, whole), tol)
             ),
         )

@@ -74,10 +74,12 @@ class RuleView:
         self.settings = dict(settings or {})  # engines' settings for this run (`_jax_engine.SETTING`)
         self.complex = any(np.iscomplexobj(v) for v in leaves((example_args, output))
                            if isinstance(v, (np.ndarray, np.generic, complex, float, int)))
-        # The rule's outputs' floating dtypes: a program through a rule that computes in float32 whatever its
-        # inputs (NeMo's RNN-T loss) resolves slopes only to float32's rounding (`_verdict.rounding_bound`).
-        self.output_dtypes = tuple({np.asarray(v).dtype for v in leaves(output)
-                                    if isinstance(v, (np.ndarray, np.generic)) and np.asarray(v).dtype.kind in "fc"})
+        # The machine epsilon of the rule's least precise floating output (None: no such output): a program through
+        # a rule that computes in float32 whatever its inputs (NeMo's RNN-T loss) resolves slopes only to float32's
+        # rounding, whatever the program's own dtype (`_matrix._run_row`).
+        self.computed_at = max((float(np.finfo(np.asarray(v).dtype).eps) for v in leaves(output)
+                                if isinstance(v, (np.ndarray, np.generic)) and np.asarray(v).dtype.kind in "fc"),
+                               default=None)
         self._adapted: dict[str, Any] = {}
 
     def adapted(self, family: str, make: Callable[["RuleView"], Any]) -> Any:

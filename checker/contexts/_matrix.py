@@ -196,13 +196,12 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
     has it already (`fit_bends` ran it there on these constants); None: run it here. The program's finite
     differences and kink probes take the steps of the coarsest precision among its inputs and the rule's outputs
     (a float64 program through a rule that returns float32 resolves slopes only at float32's steps)."""
-    computed_at = max((float(np.finfo(dt).eps) for dt in view.output_dtypes), default=None)
-    with kinks.computed_at(computed_at):
-        return _judged_row(ctx, plan, v, view, engines, tol, value, computed_at)
+    with kinks.computed_at(view.computed_at):
+        return _judged_row(ctx, plan, v, view, engines, tol, value)
 
 
 def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[Engine, ...],
-                tol: tolerances.Tolerance, value: Any, computed_at: float | None) -> Row:
+                tol: tolerances.Tolerance, value: Any) -> Row:
     from gradguard.engines.fd import budget, confirmed
 
     row = Row(ctx, tol=tol, mutates=bool(view.rule.mutates))
@@ -217,10 +216,10 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
             # 1/x at 5e-324, lgamma at a pole: the program has no value, let alone a derivative, to hold engines to
             row.truth_error = f"the program's value is {row.value!r} at this input under plain NumPy"
         else:
-            fd = confirmed(program, plan.inputs, v, computed_at=computed_at,
+            fd = confirmed(program, plan.inputs, v, computed_at=view.computed_at,
                            **{"complex_step": False, **budget(plan.inputs)})
             row.slope, row.fd_step = float(np.real(fd.value)), fd.step
-            row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step, view.output_dtypes))
+            row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step, view.computed_at))
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         note_memory_error(exc)
         row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"

@@ -30,15 +30,15 @@ from gradguard.checker.trees import leaves
 __all__ = ["compare", "kink_excuse", "rounding_bound"]
 
 
-def rounding_bound(inputs: tuple[Any, ...], value: float, step: float, outputs: tuple[np.dtype, ...] = ()) -> float:
+def rounding_bound(inputs: tuple[Any, ...], value: float, step: float, computed_at: float | None = None) -> float:
     """The smallest slope a finite difference at ``step`` can resolve on a program of size ``value`` computed
-    in the precision of its inputs and of the rule's ``outputs`` (their dtypes): ``eps * |value| / step``, with
-    the largest eps among them. A float32 program in the thousands is flat at steps below its resolution, and a
+    in the precision of its inputs, or at machine epsilon ``computed_at`` where that is coarser (the rule's
+    outputs'): ``eps * |value| / step``, with the largest eps among them. A float32 program in the thousands is flat at steps below its resolution, and a
     Richardson table of equal values claims a slope of 0 with no error at all; so is a float64 program through a
     rule that returns float32 (NeMo's RNN-T loss: 0 at a step of 5.6e-7, where its slope is -0.369)."""
     eps = [float(np.finfo(np.asarray(x).dtype).eps) for x in leaves(inputs)
            if x is not None and np.asarray(x).dtype.kind in "fc"]
-    eps += [float(np.finfo(dt).eps) for dt in outputs]
+    eps += [computed_at] if computed_at else []
     if not eps or not (step > 0 and math.isfinite(step) and math.isfinite(value)):
         return 0.0
     return max(eps) * abs(value) / step
