@@ -11,6 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 ADMIN = "test-admin-token-0123456789abcdef"
+# How long a test waits for one answer from a live server: httpx's 5 s default is less than a first request can
+# take while the rest of the suite keeps every core busy.
+LIVE_TIMEOUT_S = 60.0
 
 SMALL_RULES = '''\
 import numpy as np

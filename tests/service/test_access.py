@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_support import ADMIN, LiveServer
+from service_support import ADMIN, LIVE_TIMEOUT_S, LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTE_MODULES = ["service/api/projects.py", "service/api/runs.py", "web/routes.py", "web/badge_routes.py"]
@@ -239,9 +239,9 @@ def test_access_logs_never_hold_a_url_token(make_settings, migrated) -> None:
         try:
             secret = "ggr_this-must-not-be-logged"
             for query in ({"token": secret}, {"branch": "main", "Token": secret}):
-                httpx.get(f"{server.url}/badge/open.svg", params=query)
-            httpx.get(f"{server.url}/badge/open.svg?tok%65n={secret}")  # read as 'token' by the app: redacted too
-            httpx.get(f"{server.url}/badge/open.svg?branch=main")
+                httpx.get(f"{server.url}/badge/open.svg", params=query, timeout=LIVE_TIMEOUT_S)
+            httpx.get(f"{server.url}/badge/open.svg?tok%65n={secret}", timeout=LIVE_TIMEOUT_S)  # read as 'token' by the app: redacted too
+            httpx.get(f"{server.url}/badge/open.svg?branch=main", timeout=LIVE_TIMEOUT_S)
         finally:
             logging.getLogger("uvicorn.access").removeHandler(handler)
     badge_lines = [line for line in lines if "/badge/open.svg" in line]

@@ -8,7 +8,7 @@ import pytest
 
 from gradguard.service.app import create_app
 
-from service_support import LiveServer  # type: ignore[import-not-found]
+from service_support import LIVE_TIMEOUT_S, LiveServer  # type: ignore[import-not-found]
 
 BIG = 200 * 2**20
 LIMIT = 2**20
@@ -25,7 +25,8 @@ def server(make_settings, migrated):  # type: ignore[no-untyped-def]
 def token(server, admin_headers) -> str:  # type: ignore[no-untyped-def]
     import httpx
 
-    return httpx.post(f"{server.url}/api/v1/projects", json={"slug": "p"}, headers=admin_headers).json()["token"]
+    return httpx.post(f"{server.url}/api/v1/projects", json={"slug": "p"}, headers=admin_headers,
+                      timeout=LIVE_TIMEOUT_S).json()["token"]
 
 
 def _request_head(token: str, extra: str) -> bytes:

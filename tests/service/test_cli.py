@@ -18,7 +18,7 @@ from gradguard.service.cli import migrate, worker
 from gradguard.service.db import get_engine
 from gradguard.web.cli import serve
 
-from service_support import wait_for  # type: ignore[import-not-found]
+from service_support import LIVE_TIMEOUT_S, wait_for  # type: ignore[import-not-found]
 
 GRADGUARD = [sys.executable, "-c", "from gradguard.checker.cli import main; main()"]
 
@@ -95,15 +95,15 @@ def test_serve_demo_shows_verdicts_within_a_minute(tmp_path: Path) -> None:
         wait_for(ready, 60, "gradguard serve to be ready")
         output = log.read_text()
         assert "admin token" in output and "demo project token" in output and f"{base}/api/v1/runs/" in output
-        branches = wait_for(lambda: httpx.get(f"{base}/api/v1/projects/demo/branches").json()["items"], 60,
+        branches = wait_for(lambda: httpx.get(f"{base}/api/v1/projects/demo/branches", timeout=LIVE_TIMEOUT_S).json()["items"], 60,
                             "the first demo verdict")
         assert branches[0]["status"] in ("passed", "failed", "error")
         assert (tmp_path / "gradguard.sqlite3").exists()
         # The default branch shows a verdict at first sight: its badge is coloured, not grey.
-        main = wait_for(lambda: [b for b in httpx.get(f"{base}/api/v1/projects/demo/branches").json()["items"]
+        main = wait_for(lambda: [b for b in httpx.get(f"{base}/api/v1/projects/demo/branches", timeout=LIVE_TIMEOUT_S).json()["items"]
                                  if b["branch"] == "main"], 90, "a verdict on the demo's default branch")
         assert main[0]["status"] in ("passed", "failed")
-        badge = httpx.get(f"{base}/badge/demo.json").json()
+        badge = httpx.get(f"{base}/badge/demo.json", timeout=LIVE_TIMEOUT_S).json()
         assert badge["color"] not in ("lightgrey", "grey", "inactive"), badge
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends

@@ -248,18 +248,19 @@ def test_gradguard_submit_sets_the_per_rule_time_limit(make_settings, migrated, 
 
     from gradguard.service.app import create_app
     from gradguard.service.client_cli import submit
-    from service_support import LiveServer  # type: ignore[import-not-found]
+    from service_support import LIVE_TIMEOUT_S, LiveServer  # type: ignore[import-not-found]
 
     (tmp_path / "rules.py").write_text("x = 1\n")
     monkeypatch.chdir(tmp_path)
     for name in ("GITHUB_ACTIONS", "GITHUB_REPOSITORY", "GITHUB_SHA", "GITHUB_REF_NAME", "GITHUB_EVENT_PATH"):
         monkeypatch.delenv(name, raising=False)
     with LiveServer(create_app(make_settings(database_url=migrated))) as server:
-        token = httpx.post(f"{server.url}/api/v1/projects", json={"slug": "cli"}, headers=admin_headers).json()["token"]
+        token = httpx.post(f"{server.url}/api/v1/projects", json={"slug": "cli"}, headers=admin_headers,
+                           timeout=LIVE_TIMEOUT_S).json()["token"]
         args = ["rules.py", "--server", server.url, "--token", token, "--project", "cli", "--no-wait"]
         done = CliRunner().invoke(submit, [*args, "--rule-timeout", "12.5"])
         assert done.exit_code == 0, done.output
-        runs = httpx.get(f"{server.url}/api/v1/projects/cli/runs").json()["items"]
+        runs = httpx.get(f"{server.url}/api/v1/projects/cli/runs", timeout=LIVE_TIMEOUT_S).json()["items"]
         assert [r["rule_timeout_s"] for r in runs] == [12.5]
         refused = CliRunner().invoke(submit, [*args, "--rule-timeout", "500"])
         assert refused.exit_code == 2 and "rule_timeout_s" in refused.output, refused.output
