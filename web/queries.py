@@ -81,7 +81,7 @@ def run_counts(session: Session, *, projects: Sequence[Project]) -> dict[int, in
     if not projects:
         return {}
     query = select(Run.project_id, func.count()).where(Run.project_id.in_([p.id for p in projects])).group_by(Run.project_id)
-    return dict(session.execute(query).tuples().all())
+    return {project_id: count for project_id, count in session.execute(query)}
 
 
 def branch_rows(session: Session, *, project: Project, limit: int = 50) -> list[BranchRow]:
