@@ -47,9 +47,9 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
-from gradguard.checker.checks.second_order import discontinuous_at_x, kinked, numpy_second_order, pullback_at
+from gradguard.checker.checks.second_order import discontinuous_at_x, fd_directional, kinked, numpy_second_order, pullback_at
 from gradguard.checker.inputs import show, show_apart
-from gradguard.checker.kinks import contracted, defined_side, finer_steps_admit, unit_vector
+from gradguard.checker.kinks import contracted, defined_side, derivative_range, finer_steps_admit, unit_vector
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
 
@@ -327,7 +327,9 @@ def second_order(case: Case) -> Iterable[Problem]:
     still give wrong second derivatives: a residual wrapped in ``stop_gradient``, rounded, cast to an integer
     or computed on the host (NumPy, callbacks) is a constant to JAX. For a random cotangent ``ybar``, direction
     ``u`` and covector ``w``, the check compares JAX's ``d/dt <w, pullback at (x + t u)(ybar)>`` (jvp of vjp)
-    with finite differences of the pullback itself. NumPy rules get the same test from the tape, which runs
+    with finite differences of the pullback itself; where JAX's is not finite (NaN) and finite differences establish a
+    derivative the pullback has there, that is reported too (as a warning where the pullback kinks or jumps at ``x``
+    along an element whose derivative is NaN). NumPy rules get the same test from the tape, which runs
     their rrule and pullback on traced arrays (checks/second_order.py), also in the cotangent. A rule JAX refuses to differentiate twice (e.g. ``fwd``
 calls the custom_vjp function itself, so forward mode meets it) is skipped with JAX's reason: it fails loudly,
 not silently."""
@@ -363,6 +365,9 @@ not silently."""
         case.rule.run_state[_NO_SECOND_ORDER] = reason
         raise Skip(reason) from None
     if not is_finite_tree([jax_d[i] for i in case.diff_positions]):
+        problem = _not_finite_second_order(case, ybar, u, w, jax_d)
+        if problem is not None:
+            yield problem
         return
     lhs = _pullback_fd(case, ybar, u, w)
     if lhs is None:
@@ -406,6 +411,100 @@ not silently."""
         ),
     )
 
+
+
+_NOT_FINITE_FIX = (
+    "JAX differentiates fwd and bwd to get second derivatives, and one operation in them has no finite derivative at "
+    "this input though the pullback it computes has one: a square root, division or logarithm at 0 inside jnp.where "
+    "(whose branch not taken still passes its NaN on to the derivative), or an eigendecomposition with repeated "
+    "eigenvalues. Keep the branch not taken finite (the double-where trick), or give that piece a custom_jvp with its "
+    "finite limit."
+)
+
+
+def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...],
+                             jax_d: tuple[Any, ...]) -> Problem | None:
+    """GG204 where JAX's derivative of the pullback along ``u`` is not finite: an error only where the pullback has a
+    derivative there that finite differences establish (a confirmed table, and one-sided slopes at every finer step
+    that agree with it: no kink, jump or pole at ``x``). PennyLane's fidelity of two density matrices at I and I:
+    its bwd calls eigh, whose derivative JAX computes as NaN where eigenvalues repeat, while the pullback it returns
+    moves smoothly (central differences 2.99999975 and 2.9999999975 at steps 1e-3 and 1e-4). Where the pullback has no
+    derivative at ``x`` (a norm's gradient at 0) there is nothing the NaN is wrong about, and no verdict."""
+    pulled = pullback_at(case, ybar)
+    lhs = fd_directional(pulled, case.fresh(), u, w, confirm=True)
+    if lhs is None:
+        return None
+    value = float(lhs.value)
+    tol = case.tol
+    scale = abs(value)
+    if not tolerances.resolves(value, lhs.error, tol):
+        return None  # the table's error bound is too wide to call a derivative established
+    g = contracted(pulled, w)
+    sides = derivative_range(g, case.args, u, tol, scale)
+    if sides is None or not all(tolerances.close(s, value, tol, scale=scale) for s in sides):
+        return None  # finer steps do not bear a single slope out: a kink, a jump or a pole at x
+    if kinked(pulled, case.fresh(), u, w) or discontinuous_at_x(case, pulled, u):
+        return None
+    where_not_finite = [i for i in case.diff_positions if not is_finite_tree([jax_d[i]])]
+    location = f"argument {where_not_finite[0]}" if len(case.diff_positions) > 1 and len(where_not_finite) == 1 else None
+    part = f" in the tangent for {location}" if location else ""
+    rhs = inner(w, jax_d)
+    if _jumps_where_not_finite(case, ybar, u, jax_d):
+        # x |x| / 2 with its pullback's |x| taken as sqrt(x**2), at x = 0 where u does not move: along u the pullback
+        # is smooth, but JAX multiplies the element's 0/0 derivative by u's 0 and the whole product is NaN. The rule
+        # has no second derivative at that element to be right or wrong about (GG705 judges PyTorch's alike).
+        return Problem(
+            message=(f"JAX's derivative of the pullback of {case.rule.name} gives {show(rhs)} at an input where the "
+                     "pullback has no derivative (with every output and every entry weighted by 1, the pullback at "
+                     "x + t u, or at x moved along an element where JAX's derivative is not finite, jumps or kinks at "
+                     f"t = 0): along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {show(value)} by "
+                     "finite differences of the pullback, along which it shows no jump, but JAX's derivative of the "
+                     "pullback (jvp of vjp, through fwd and bwd), taken through the entries without a derivative, is "
+                     "not finite."),
+            location=location,
+            expected=show(value),
+            actual=show(rhs),
+            fix=_NOT_FINITE_FIX,
+            severity="warning",
+        )
+    return Problem(
+        message=(f"the second order of {case.rule.name} is not finite{part}: along a random direction u, d/dt <w, "
+                 f"pullback at (x + t u)(ybar)> = {show(value)} by finite differences of the pullback (the one-sided "
+                 f"slopes at every finer step agree: the pullback is smooth here), but JAX's derivative of the pullback "
+                 f"(jvp of vjp, through fwd and bwd) gives {show(rhs)}, so a program that differentiates this gradient "
+                 "(a Hessian-vector product, jax.hessian) gets it too."),
+        location=location,
+        expected=show(value),
+        actual=show(rhs),
+        fix=_NOT_FINITE_FIX,
+    )
+
+
+JUMP_PROBES = 8  # _jumps_where_not_finite: at most this many elements probed
+
+
+def _jumps_where_not_finite(case: Case, ybar: Any, u: tuple[Any, ...], jax_d: tuple[Any, ...]) -> bool:
+    """Whether the pullback for a cotangent of ones, read with a covector of ones (every output and entry weighted:
+    JAX's NaN comes from every such entry whatever the check's cotangent and covector weigh it by), kinks or jumps at
+    x along ``u`` or along one of the input elements where JAX's derivative of the pullback is not finite (``u`` may
+    leave that element still, and JAX multiplies its infinite or undefined derivative by u's 0)."""
+    ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), ybar)
+    every = tuple(None if i not in case.diff_positions else np.ones_like(np.asarray(case.args[i]))
+                  for i in range(case.nargs))
+    pulled = pullback_at(case, ones)
+    alongs = [u]
+    for i in case.diff_positions:
+        d = np.asarray(jax_d[i])
+        if d.shape == np.shape(case.args[i]) and d.dtype.kind in "fc":
+            alongs += [tuple(unit_vector(case.args[i], int(k)) if j == i else None for j in range(case.nargs))
+                       for k in np.flatnonzero(~np.isfinite(d))]
+    for along in alongs[:JUMP_PROBES + 1]:
+        try:
+            if kinked(pulled, case.fresh(), along, every):
+                return True
+        except Exception:  # noqa: BLE001 - the pullback cannot be taken beside x: nothing established
+            continue
+    return False
 
 # The runner loads JAX (on the requested device) before timing a rule's checks when one of these is selected.
 for _id in ("GG203", "GG204"):

@@ -905,3 +905,59 @@ def test_gg204_gives_no_verdict_where_the_pullback_has_a_kink_at_the_input():
     assert replay(jax_rule(safe_acos, spec), "GG204", (x,), draws) == []
     (f,) = findings(jax_rule(cut_acos, spec), "GG204")
     assert f.message.startswith("the second order of cut_acos is wrong: "), f.message
+
+
+def _square_with_bwd(name, bwd):
+    """x**2 / 2 elementwise, summed, with the pullback g * x computed as ``bwd(x, g)``."""
+    @jax.custom_vjp
+    def half_square(x):
+        return 0.5 * jnp.sum(x ** 2)
+
+    half_square.defvjp(lambda x: (half_square(x), x), lambda x, g: (bwd(x, g),))
+    return jax_rule(half_square, arrays(shape=(3,), min_value=-2.0, max_value=2.0), name=name)
+
+
+# g * x with x's size taken as sqrt(x**2): the pullback is smooth, its JAX derivative 0/0 = NaN where x = 0
+_sqrt_of_square = _square_with_bwd("sqrt_of_square", lambda x, g: g * jnp.where(x >= 0, 1.0, -1.0) * jnp.sqrt(x ** 2))
+_plain_product = _square_with_bwd("plain_product", lambda x, g: g * x)
+
+
+def test_gg204_reports_a_second_order_jax_gives_as_nan_where_the_pullback_is_smooth():
+    """PennyLane's fidelity of two density matrices (a custom_vjp whose bwd calls eigh) at I and I: JAX's jvp of its
+    vjp is NaN (eigh's derivative where eigenvalues repeat), while the pullback moves smoothly (central differences
+    2.99999975 and 2.9999999975 at steps 1e-3 and 1e-4), and GG204 said nothing (PyTorch's twin failed GG705). A
+    Hessian-vector product through the rule gets the NaN. Here: g * x with |x| taken as sqrt(x**2), at x = 0."""
+    (f,) = findings(_sqrt_of_square, "GG204")
+    m = re.fullmatch(
+        rf"the second order of sqrt_of_square is not finite: along a random direction u, d/dt <w, pullback at "
+        rf"\(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the pullback \(the one-sided slopes at every finer "
+        rf"step agree: the pullback is smooth here\), but JAX's derivative of the pullback \(jvp of vjp, through fwd "
+        rf"and bwd\) gives nan, so a program that differentiates this gradient \(a Hessian-vector product, jax.hessian\) "
+        rf"gets it too\.",
+        f.message,
+    )
+    assert m and f.actual == "nan", f.message
+    ybar, (u,), (w,) = (np.asarray(eval(v, {"array": np.array})) for v in f.counterexample["draws"].values())
+    assert float(m[1]) == pytest.approx(float(ybar) * float(np.dot(u, w)), rel=1e-6)  # d/dt <w, g (x + t u)> at any x
+    assert "double-where" in f.fix
+    assert findings(_plain_product, "GG204") == []
+
+
+@jax.custom_vjp
+def _half_abs_square(x):
+    return 0.5 * jnp.sum(x * jnp.abs(x))
+
+
+_half_abs_square.defvjp(lambda x: (_half_abs_square(x), x), lambda x, g: (g * jnp.sqrt(x ** 2),))
+
+
+def test_gg204_only_warns_of_a_nan_second_order_where_the_pullback_has_a_kink():
+    """The pullback g |x| (of x |x| / 2, its |x| taken as sqrt(x**2)) has a kink at x = 0: no second derivative there
+    for JAX's NaN to be wrong about, even where u leaves that element still and the pullback is smooth along u (JAX
+    multiplies the element's 0/0 by u's 0). A warning, as GG705 gives PyTorch's NaN at such an input."""
+    rule = jax_rule(_half_abs_square, arrays(shape=(3,), min_value=-2.0, max_value=2.0), name="half_abs_square")
+    (f,) = findings(rule, "GG204")
+    assert f.severity == "warning", f.message
+    assert f.message.startswith("JAX's derivative of the pullback of half_abs_square gives nan at an input where the "
+                                "pullback has no derivative"), f.message
+    assert check(rule, select=["GG204"]).rules[0].verdict == "pass"

@@ -344,6 +344,8 @@ UPSTREAM_FLAWS = {
         "JAX's _det_jvp differentiates _cofactor_solve, whose second derivative is not det's at a nearly singular "
         "matrix: at [[0, 5.5e-28, 0], [0, 0, 0.5356], [-9.467, 0, 0]] along u = ones, w = ones, "
         "d/dt <w, grad det(x + t u)> is 0 exactly (mpmath, det's cofactors are polynomials) and 8.1e-15 by finite "
-        "differences; JAX's jvp of its grad gives 8.93, its jvp of vjp 6.46e+11",
+        "differences; JAX's jvp of its grad gives 8.93, its jvp of vjp 6.46e+11; and at an exactly singular matrix "
+        "(row 1 zero) JAX's jvp of vjp is NaN where the exact cofactors (sympy) give -21.126074 along the drawn u, "
+        "finite differences -21.1261",
     ),
 }
