@@ -1,23 +1,26 @@
 """Real-world corpus: correct `torch.autograd.Function`s from public PyTorch projects, checked with `torch_rule`.
 
-Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt and entmax (the commit of each is in the constants below;
+Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax and PennyLane (the commit of each is in the constants below;
 the comment above each Function names its file and lines and quotes the upstream backward). The math is kept
 exactly as the source has it; helpers are copied beside it. Specs are each Function's real domain. Left out on
 purpose: torchdiffeq's ``_UncheckedAssign``, whose backward hands the overwritten slot a gradient on purpose (its
-callers never need one there). Needs PyTorch: tests/realworld/test_realworld_correct.py skips this module where
+callers never need one there). PennyLane's fidelity comes in its three interfaces' rules (an autograd VJP written
+as an rrule, a JAX custom_vjp and a PyTorch Function) over one formula. Needs PyTorch: tests/realworld/test_realworld_correct.py skips this module where
 PyTorch is not installed. ``LABELS`` maps each rule to its source; ``UPSTREAM_FLAWS`` lists the error findings
 that are real flaws of the upstream rule, with evidence in INDEX.md.
 """
 
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 from torch.autograd import Function
 from torch.cuda.amp import custom_bwd, custom_fwd
 from torch.distributions import Normal
 
-from gradguard import arrays, constant, torch_rule
+from gradguard import arrays, constant, jax_rule, rrule, torch_rule
 
 NERFSTUDIO = "nerfstudio-project/nerfstudio@50e0e3c70c775e89333256213363badbf074f29d"
 GPYTORCH = "cornellius-gp/gpytorch@7c4ec80f0f05cf530348a8a8972d67a11dd26ed2"
@@ -25,6 +28,7 @@ PYRO = "pyro-ppl/pyro@ff6ae1c9572591791aae8842bcd702fcf0b46fd6"
 E3NN = "e3nn/e3nn@2aa7f58440a06b15352a2cbce01fa4c26f824969"
 GEOOPT = "geoopt/geoopt@11f781daa404e80f419d0a2cf709d2a67b846985"  # parent of d7c115c, which removed them
 ENTMAX = "deep-spin/entmax@c2bec6d5e7d649cba7766c2172d89123ec2a6d70"
+PENNYLANE = "PennyLaneAI/pennylane@4ac3a0fc72c26333c91f8f4c58f2dcd9e9a9a27c"
 
 
 # =====================================================================================================
@@ -630,6 +634,143 @@ entmax_bisect_rule = torch_rule(EntmaxBisectFunction, arrays(shape=(2, 4), min_v
                                 constant(True), name="entmax_bisect_rule")
 
 
+# =====================================================================================================
+# PennyLane  pennylane/math/fidelity.py:186-345 (with pennylane/math/quantum.py:941-963, sqrt_matrix)
+#   grad_dm0 = sqrt_dm1 @ u0 @ (1 / sqrt(evs0)[..., None] * u0^H) @ sqrt_dm1, times sum(sqrt(evs0)) (transposed
+#   outside torch and tensorflow), evs0 the eigenvalues of sqrt_dm1 @ dm0 @ sqrt_dm1 floored at 1e-15
+# The fidelity of two density matrices, F = (tr sqrt(sqrt(dm0) dm1 sqrt(dm0)))**2, and its custom rules for
+# autograd (fidelity.py:265-291, written here as an rrule), JAX (296-318) and PyTorch (324-345). PennyLane's
+# `qml.math` dispatches through autoray; `_qml_math` below does the same for the calls these functions make (the
+# only adaptation). Domain: real symmetric positive semi-definite 3x3 matrices.
+# =====================================================================================================
+def _interface(x):
+    if isinstance(x, torch.Tensor):
+        return torch
+    if isinstance(x, (jax.Array, jax.core.Tracer)):
+        return jnp
+    return np
+
+
+class _qml_math:  # noqa: N801 - stands for pennylane.math
+    @staticmethod
+    def eigh(a):
+        return _interface(a).linalg.eigh(a)
+
+    @staticmethod
+    def eigvalsh(a):
+        return _interface(a).linalg.eigvalsh(a)
+
+    @staticmethod
+    def where(condition, a, b):
+        lib = _interface(condition)
+        if lib is torch:
+            a, b = (v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float64) for v in (a, b))
+        return lib.where(condition, a, b)
+
+    @staticmethod
+    def cast_like(a, like):
+        lib = _interface(like)
+        if lib is torch:
+            return torch.as_tensor(a, dtype=like.dtype)
+        return lib.asarray(a, dtype=like.dtype)
+
+    @staticmethod
+    def sqrt(x):
+        return _interface(x).sqrt(x)
+
+    @staticmethod
+    def diag(x):
+        return _interface(x).diag(x)
+
+    @staticmethod
+    def transpose_conj(x):
+        lib = _interface(x)
+        return torch.conj(x.transpose(-1, -2)) if lib is torch else lib.conj(lib.swapaxes(x, -1, -2))
+
+    @staticmethod
+    def real(x):
+        return _interface(x).real(x)
+
+
+def _sqrt_matrix(density_matrix):  # quantum.py:941-963 (one matrix, not a batch)
+    evs, vecs = _qml_math.eigh(density_matrix)
+    evs = _qml_math.real(evs)
+    evs = _qml_math.where(evs > 0.0, evs, 0.0)
+    evs = _qml_math.cast_like(evs, vecs)
+    return vecs @ _qml_math.diag(_qml_math.sqrt(evs)) @ _qml_math.transpose_conj(vecs)
+
+
+def _compute_fidelity_vanilla(density_matrix0, density_matrix1):  # fidelity.py:186-213
+    sqrt_mat = _sqrt_matrix(density_matrix0)
+    sqrt_mat_sqrt = sqrt_mat @ density_matrix1 @ sqrt_mat
+    evs = _qml_math.real(_qml_math.eigvalsh(sqrt_mat_sqrt))
+    evs = _qml_math.where(evs > 0.0, evs, 0)
+    return (_interface(evs).sum(_qml_math.sqrt(evs), -1)) ** 2
+
+
+def _compute_fidelity_vjp0(dm0, dm1, grad_out):  # fidelity.py:216-248 (one matrix each)
+    sqrt_dm1 = _sqrt_matrix(dm1)
+    evs0, u0 = _qml_math.eigh(sqrt_dm1 @ dm0 @ sqrt_dm1)
+    evs0 = _qml_math.real(evs0)
+    evs0 = _qml_math.where(evs0 > 1e-15, evs0, 1e-15)
+    evs0 = _qml_math.cast_like(evs0, sqrt_dm1)
+    u0_dag = _qml_math.transpose_conj(u0)
+    grad_dm0 = sqrt_dm1 @ u0 @ (1 / _qml_math.sqrt(evs0)[..., None] * u0_dag) @ sqrt_dm1
+    lib = _interface(dm0)
+    if lib is torch:
+        grad_dm0 = torch.sum(torch.sqrt(evs0), -1) * grad_dm0
+    else:
+        grad_dm0 = lib.sum(lib.sqrt(evs0), -1) * lib.swapaxes(grad_dm0, -1, -2)
+    return grad_dm0 * _qml_math.cast_like(grad_out, grad_dm0)
+
+
+def _compute_fidelity_grad(dm0, dm1, grad_out):  # fidelity.py:251-262
+    return _compute_fidelity_vjp0(dm0, dm1, grad_out), _compute_fidelity_vjp0(dm1, dm0, grad_out)
+
+
+_DENSITY = arrays(shape=(3, 3), structure="psd")
+
+
+@rrule(_compute_fidelity_vanilla, _DENSITY, _DENSITY, name="pennylane_fidelity_autograd_rrule")
+def pennylane_fidelity_autograd_rrule(dm0, dm1):  # fidelity.py:265-291: autograd's defvjp of the two VJPs
+    return (_compute_fidelity_vanilla(dm0, dm1),
+            lambda g: (_compute_fidelity_vjp0(dm0, dm1, g), _compute_fidelity_vjp0(dm1, dm0, g)))
+
+
+@jax.custom_vjp
+def _compute_fidelity_jax(dm0, dm1):  # fidelity.py:296-318
+    return _compute_fidelity_vanilla(dm0, dm1)
+
+
+def _compute_fidelity_jax_fwd(dm0, dm1):
+    return _compute_fidelity_jax(dm0, dm1), (dm0, dm1)
+
+
+def _compute_fidelity_jax_bwd(res, grad_out):
+    dm0, dm1 = res
+    return _compute_fidelity_grad(dm0, dm1, grad_out)
+
+
+_compute_fidelity_jax.defvjp(_compute_fidelity_jax_fwd, _compute_fidelity_jax_bwd)
+pennylane_fidelity_jax_rule = jax_rule(_compute_fidelity_jax, _DENSITY, _DENSITY, name="pennylane_fidelity_jax_rule")
+
+
+class _TorchFidelity(Function):  # fidelity.py:324-345
+    @staticmethod
+    def forward(ctx, dm0, dm1):
+        fid = _compute_fidelity_vanilla(dm0, dm1)
+        ctx.save_for_backward(dm0, dm1)
+        return fid
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        dm0, dm1 = ctx.saved_tensors
+        return _compute_fidelity_grad(dm0, dm1, grad_out)
+
+
+pennylane_fidelity_torch_rule = torch_rule(_TorchFidelity, _DENSITY, _DENSITY, name="pennylane_fidelity_torch_rule")
+
+
 LABELS = {
     "nerfstudio_trunc_exp_rule": {"source": f"{NERFSTUDIO} nerfstudio/field_components/activations.py:28-41"},
     "gpytorch_log_normal_cdf_rule": {"source": f"{GPYTORCH} gpytorch/functions/_log_normal_cdf.py:12-117"},
@@ -643,9 +784,27 @@ LABELS = {
     "entmax_sparsemax_rule": {"source": f"{ENTMAX} entmax/activations.py:17-166"},
     "entmax_entmax15_rule": {"source": f"{ENTMAX} entmax/activations.py:169-192"},
     "entmax_bisect_rule": {"source": f"{ENTMAX} entmax/root_finding.py:16-103"},
+    "pennylane_fidelity_autograd_rrule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-291"},
+    "pennylane_fidelity_jax_rule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-262, 296-318"},
+    "pennylane_fidelity_torch_rule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-262, 324-345"},
 }
 
 UPSTREAM_FLAWS = {
+    "pennylane_fidelity_jax_rule": (
+        {"GG204"},
+        "PennyLane's fidelity bwd calls eigh, whose derivative JAX computes as NaN where eigenvalues repeat: at dm0 = "
+        "dm1 = I (the maximally mixed state, scaled) JAX's jvp of the vjp, and so jax.hessian, is NaN, while the "
+        "pullback moves smoothly (central differences 2.99999975 and 2.9999999975 at steps 1e-3 and 1e-4 along "
+        "u = e_33 in dm1, w = ones); at a matrix with distinct eigenvalues JAX's second order agrees with finite "
+        "differences",
+    ),
+    "pennylane_fidelity_torch_rule": (
+        {"GG705"},
+        "the PyTorch twin of pennylane_fidelity_jax_rule's flaw: torch.linalg.eigh's derivative is NaN where "
+        "eigenvalues repeat, so the double backward at dm0 = dm1 = I is NaN where central differences of the gradient "
+        "give 2.99999975, 2.9999999975 and 2.99999999989 at steps 1e-3, 1e-4 and 1e-5; at a positive definite matrix "
+        "with distinct eigenvalues the double backward gives 9.1875172, finite differences 9.1875172",
+    ),
     "gpytorch_rbf_rule": (
         {"GG705"},
         "gpytorch's RBFCovariance saves d_output_d_input computed in forward, without a graph, and its backward "
