@@ -10,6 +10,7 @@ One correct Function and one per PyTorch-specific way of being wrong:
     square_rule           the input is kept on ctx, past the version counter          GG703
     double_rule           forward writes into its input without ctx.mark_dirty        GG704
     sin_rule              backward is @once_differentiable: no double backward        GG705
+    cube_rule             backward sets x.grad and returns it too: counted twice      GG706
 """
 
 import torch
@@ -112,3 +113,21 @@ class Sin(torch.autograd.Function):
 
 
 sin_rule = torch_rule(Sin, arrays(shape=(3,)))
+
+
+# -- GG706: return the gradient; never write x.grad in backward -------------------------------------------
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        gx = 3 * x ** 2 * grad
+        x.grad = gx  # drop it: autograd adds the returned gx to a leaf's .grad
+        return gx
+
+
+cube_rule = torch_rule(Cube, arrays(shape=(3,), min_value=-2.0, max_value=2.0))

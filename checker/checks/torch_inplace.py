@@ -1,10 +1,14 @@
 """PyTorch-specific in-place checks for `torch.autograd.Function` rules: a saved tensor changed in place
-between forward and backward without PyTorch's version counter noticing (GG703), and a forward that
-writes into an input without ``ctx.mark_dirty`` (GG704)."""
+between forward and backward without PyTorch's version counter noticing (GG703), a forward that
+writes into an input without ``ctx.mark_dirty`` (GG704), and a backward that writes an input's ``.grad``
+itself (GG706)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterable
+
+import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised
 from gradguard.checker.checks.registry import Problem, Skip, check
@@ -13,7 +17,7 @@ from gradguard.checker.compare import at, where
 from gradguard.checker.inputs import show
 from gradguard.engines import torch_engine
 
-__all__ = ["saved_tensor_version", "mark_dirty"]
+__all__ = ["saved_tensor_version", "mark_dirty", "writes_input_grad"]
 
 # PyTorch's errors when a tensor autograd needs was changed in place (a saved tensor's version counter,
 # or the base of a view a Function returned) all say so.
@@ -169,3 +173,127 @@ def mark_dirty(case: Case) -> Iterable[Problem]:
                      "tensor; or write the result into a new tensor (x * 2 instead of x.mul_(2))."),
             )
             return
+
+
+# -- GG706 ------------------------------------------------------------------------------------------
+@check(
+    "GG706",
+    family="torch",
+    title="backward writes an input's .grad itself (a leaf input's gradient counted twice)",
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                gx = 2 * x * grad
+                x.grad = gx                  # "mimics" .backward(): autograd then adds the returned gx to it
+                return gx
+
+        square_rule = torch_rule(Square, arrays(shape=(3,)))
+    """,
+    fixed="""
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                (x,) = ctx.saved_tensors
+                return 2 * x * grad          # returned only: autograd accumulates it where it belongs
+
+        square_rule = torch_rule(Square, arrays(shape=(3,)))
+    """,
+)
+def writes_input_grad(case: Case) -> Iterable[Problem]:
+    """A backward that sets ``x.grad`` on a tensor it received and returns a gradient for it as well (memcnn's
+    InvertibleCheckpointFunction "mimics backwards" so): where ``x`` is a leaf (a parameter, an input created with
+    ``requires_grad=True``) and the program calls ``.backward()``, autograd adds the returned gradient to what
+    backward wrote, and ``x.grad`` holds both. The check takes the gradients with ``torch.autograd.grad``, which
+    writes no ``.grad``, so a ``.grad`` on the tensors the Function received is backward's own; it then runs the
+    Function on leaf tensors with ``.backward()``, as such a program does, and reports what their ``.grad`` holds
+    against the gradient backward returns."""
+    import torch
+
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    call = run_call(case)
+    if call.node is None:
+        raise Skip("no output of the Function requires grad: autograd records no backward")
+    ybar = case.cotangent_like(call.outputs_numpy())
+    want = numpy_grads(case, grads_of(case, call, ybar))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # .grad of a tensor that is not a leaf: PyTorch warns on reading it
+        written = [i for i in case.diff_positions
+                   if isinstance(call.inputs[i], torch.Tensor) and call.inputs[i].grad is not None]
+    # A backward that writes .grad and returns no gradient for that input gives a leaf the gradient it wrote once; that
+    # the tensors that are not leaves get none is GG201's to find
+    written = [i for i in written if np.any(want[i])]
+    if not written:
+        return
+    i = written[0]
+    name = case.rule.name
+    got = _leaf_backward(case, ybar, i)
+    if isinstance(got, str):
+        raise Skip(f"the backward of {name} writes input {i}'s .grad itself, but the Function does not run on leaf "
+                   f"tensors that require grad ({got}), where a program's .backward() would add its returned gradient "
+                   "to that .grad")
+    bad = first_difference(got, want[i], case)
+    if bad is None:
+        return  # what a leaf's .grad holds is the gradient (backward returned none for it): nothing counted twice
+    idx, g, w = bad
+    yield Problem(
+        message=(f"the backward of {name} writes a gradient into input {i}'s .grad itself and returns one for it as "
+                 f"well: where that input is a leaf tensor (a parameter, an input created with requires_grad=True) "
+                 f"and the program calls .backward(), autograd adds the returned gradient to the one backward wrote, "
+                 f"and its .grad{at(idx)} is {show(g)} where the gradient backward returns is {show(w)}."),
+        location=where(i, idx),
+        expected=show(w),
+        actual=show(g),
+        fix=("Return the gradients from backward and leave .grad alone: autograd accumulates what backward returns "
+             "into each leaf's .grad (and passes it on for a tensor that is not a leaf); a .grad that backward sets "
+             "is added to, not replaced."),
+    )
+
+
+def _leaf_backward(case: Case, ybar: Any, i: int) -> np.ndarray | str:
+    """What input ``i``'s ``.grad`` holds after the Function runs on leaf tensors and the program calls
+    ``.backward()`` for ``ybar``; where it cannot run so (it writes into or frees a leaf that requires grad, which
+    PyTorch refuses), what stopped it."""
+    import torch
+
+    from gradguard.checker.checks.torch_checks import _function
+
+    fn = _function(case)
+    inputs: list[Any] = []
+    leaves: dict[int, Any] = {}
+    for j, a in enumerate(case.fresh()):
+        if isinstance(a, np.ndarray):
+            leaf = torch.tensor(a)  # storage of its own, as a program's tensors have (a reversible block frees it)
+            if j in case.diff_positions:
+                leaf.requires_grad_(True)
+                leaves[j] = leaf
+            inputs.append(leaf)
+        else:
+            inputs.append(a)
+    if i not in leaves:
+        return "the input is not an array"
+    try:
+        out = torch_engine.apply(fn, *inputs, **(case.rule.extra.get("kwargs") or {}))
+        leaf_call = torch_engine.TorchCall(fn, tuple(case.args), tuple(inputs), leaves, out)
+        outs, cts = leaf_call.cotangents(ybar)
+        if not outs:
+            return "no output requires grad"
+        torch.autograd.backward(outs, cts)
+    except Exception as exc:  # noqa: BLE001 - a Function that writes into its leaf input, or refuses it: loud
+        return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    grad = leaves[i].grad
+    return np.zeros_like(np.asarray(case.args[i]), dtype=float) if grad is None else np.asarray(torch_engine.to_numpy(grad))

@@ -1,4 +1,4 @@
-"""Test the tester: the PyTorch-specific checks (GG701-GG705). Each broken Function fails its check with the
+"""Test the tester: the PyTorch-specific checks (GG701-GG706). Each broken Function fails its check with the
 exact message; its correct twin passes."""
 
 from __future__ import annotations
@@ -236,6 +236,61 @@ def test_gg704_marked_dirty_passes() -> None:
     assert found == [] and skips(report, "GG704") == []
 
 
+# -- GG706 -------------------------------------------------------------------------------------------
+class SquareSettingGrad(torch.autograd.Function):
+    """memcnn's InvertibleCheckpointFunction "mimics backwards": it sets each input's .grad and returns the same
+    gradient, so a leaf input's .grad after .backward() is twice the gradient (measured on memcnn itself: 2.0x)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        gx = 2 * x * grad
+        x.grad = gx
+        return gx
+
+
+class SquareSettingGradOnly(torch.autograd.Function):
+    """Writes .grad and returns no gradient: a leaf's .grad is right, so nothing is counted twice (that the
+    returned gradient is missing for a tensor that is not a leaf is GG201's to find)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        x.grad = 2 * x * grad
+        return None
+
+
+def test_gg706_a_backward_that_writes_its_inputs_grad_counts_a_leafs_gradient_twice() -> None:
+    _, (f,) = findings(torch_rule(SquareSettingGrad, arrays(shape=(3,), min_value=0.5, max_value=2.0)), "GG706")
+    m = re.fullmatch(
+        rf"the backward of SquareSettingGrad writes a gradient into input 0's \.grad itself and returns one for it as "
+        rf"well: where that input is a leaf tensor \(a parameter, an input created with requires_grad=True\) and the "
+        rf"program calls \.backward\(\), autograd adds the returned gradient to the one backward wrote, and its "
+        rf"\.grad at \[(\d)\] is {NUM} where the gradient backward returns is {NUM}\.",
+        f.message,
+    )
+    assert m and float(m[2]) == pytest.approx(2 * float(m[3])), f.message
+    assert f.severity == "error" and f.location == f"argument 0 at [{m[1]}]"
+    assert "leave .grad alone" in f.fix
+
+
+def test_gg706_passes_a_backward_that_only_returns_its_gradients_or_only_writes_grad() -> None:
+    report, found = findings(torch_rule(SquareSaved, arrays(shape=(3,))), "GG706")
+    assert found == [] and skips(report, "GG706") == []
+    _, found = findings(torch_rule(SquareSettingGradOnly, arrays(shape=(3,))), "GG706")
+    assert found == []
+
+
 # -- GG705 -------------------------------------------------------------------------------------------
 class SinDetached(torch.autograd.Function):
     @staticmethod
@@ -444,9 +499,15 @@ def test_gg705_at_a_cone_point_the_gradient_jumps_and_a_nan_there_is_a_warning()
 def test_gg705_the_jump_is_seen_whatever_the_covector_weighs() -> None:
     """Seed 2 draws a row (1.1e-177, -4.9e-324) whose |x|**2 underflows (a cone point in floats) and a covector that
     weighs its jumping entry by 0: the jump test read with that covector saw nothing, and the NaN was an error."""
-    report = check(torch_rule(Modulus, arrays(shape=(3, 2))), seed=2)
-    assert report.rules[0].error is None, report.rules[0].error
-    found = [f for f in report.findings if f.check_id == "GG705"]
+    from gradguard.checker.case import Case, ReplayDraws
+    from gradguard.checker.checks.registry import CHECKS
+
+    x = np.array([[-4.519151684744335e-270, 6.666067230259941], [1.0943916292628345e-177, -5e-324],
+                  [3.85118815502196, -1.7689724806862264e-260]])
+    draws = [np.array([-1.1680897660234346, 0.0, 3.221127068983243]),
+             (np.array([[-3.4881497532747776, 0.0], [-2.340593587600281, 0.0], [-1.463401550504773, 0.0]]),),
+             (np.array([[-3.0, 3.579054178280698], [0.0, -1.9070564100249636], [1.1, 0.0]]),)]  # as seed 2 drew them
+    found = list(CHECKS["GG705"].fn(Case(torch_rule(Modulus, arrays(shape=(3, 2))), (x,), ReplayDraws(draws))))
     assert found and all(f.severity == "warning" for f in found), [(f.severity, f.message) for f in found]
 
 
@@ -494,7 +555,7 @@ def test_gg705_a_double_backward_that_raises_is_a_warning_not_a_crash() -> None:
 
 # -- the example module ----------------------------------------------------------------------------
 EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG704"],
-            "Sin": ["GG705"]}
+            "Sin": ["GG705"], "Cube": ["GG706"]}
 
 
 @pytest.mark.slow
