@@ -1,6 +1,6 @@
 """Real-world corpus: correct `torch.autograd.Function`s from public PyTorch projects, checked with `torch_rule`.
 
-Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax and PennyLane (the commit of each is in the constants below;
+Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane and memcnn (the commit of each is in the constants below;
 the comment above each Function names its file and lines and quotes the upstream backward). The math is kept
 exactly as the source has it; helpers are copied beside it. Specs are each Function's real domain. Left out on
 purpose: torchdiffeq's ``_UncheckedAssign``, whose backward hands the overwritten slot a gradient on purpose (its
@@ -10,6 +10,7 @@ PyTorch is not installed. ``LABELS`` maps each rule to its source; ``UPSTREAM_FL
 that are real flaws of the upstream rule, with evidence in INDEX.md.
 """
 
+import functools
 import math
 
 import jax
@@ -19,6 +20,7 @@ import torch
 from torch.autograd import Function
 from torch.cuda.amp import custom_bwd, custom_fwd
 from torch.distributions import Normal
+from torch.utils.checkpoint import get_device_states, set_device_states
 
 from gradguard import arrays, constant, jax_rule, rrule, torch_rule
 
@@ -29,6 +31,7 @@ E3NN = "e3nn/e3nn@2aa7f58440a06b15352a2cbce01fa4c26f824969"
 GEOOPT = "geoopt/geoopt@11f781daa404e80f419d0a2cf709d2a67b846985"  # parent of d7c115c, which removed them
 ENTMAX = "deep-spin/entmax@c2bec6d5e7d649cba7766c2172d89123ec2a6d70"
 PENNYLANE = "PennyLaneAI/pennylane@4ac3a0fc72c26333c91f8f4c58f2dcd9e9a9a27c"
+MEMCNN = "silvandeleemput/memcnn@439ac2673093d6e226c4f45927c50b7210036e18"
 
 
 # =====================================================================================================
@@ -771,6 +774,184 @@ class _TorchFidelity(Function):  # fidelity.py:324-345
 pennylane_fidelity_torch_rule = torch_rule(_TorchFidelity, _DENSITY, _DENSITY, name="pennylane_fidelity_torch_rule")
 
 
+# =====================================================================================================
+# memcnn  memcnn/models/revop.py:11-131 (the custom_fwd shim and InvertibleCheckpointFunction), memcnn/models/
+# additive.py:8-91 (AdditiveCoupling, its default implementation; the deprecated implementations 0 and 1 left out)
+#   backward: gradients = torch.autograd.grad(temp_output, detached_inputs + ctx.weights, grad_outputs);
+#             element.grad = element_grad for each input ("mimic backwards"); return (None,) * 6 + gradients
+# An invertible block that frees or keeps its input and recomputes the forward in backward, as memcnn's
+# InvertibleModuleWrapper(AdditiveCoupling(Fm, Gm), keep_input=True) calls it (get_device_states and
+# set_device_states are torch.utils.checkpoint's, which memcnn copies). Fm and Gm: tiny seeded float64 Linear(2, 2)
+# + tanh without parameters (their weights as buffers: the Function's *inputs_and_weights is the input alone).
+# =====================================================================================================
+try:
+    import torch.amp
+    def _memcnn_custom_fwd(fwd=None, *, cast_inputs=None, device_type='cuda'):
+        if fwd is None:
+            return functools.partial(_memcnn_custom_fwd, cast_inputs=cast_inputs, device_type=device_type)
+        return torch.amp.custom_fwd(fwd, cast_inputs=cast_inputs, device_type=device_type)
+    def _memcnn_custom_bwd(bwd, device_type='cuda'):
+        return torch.amp.custom_bwd(bwd, device_type=device_type)
+
+except ModuleNotFoundError:
+    def _memcnn_custom_fwd(fwd=None, *, cast_inputs=None, device_type='cuda'):
+        if fwd is None:
+            return functools.partial(_memcnn_custom_fwd, cast_inputs=cast_inputs, device_type=device_type)
+        return functools.partial(fwd)
+
+    def _memcnn_custom_bwd(bwd, device_type='cuda'):
+        return functools.partial(bwd, device_type=device_type)
+
+
+class InvertibleCheckpointFunction(torch.autograd.Function):
+    @staticmethod
+    @_memcnn_custom_fwd(cast_inputs=torch.float32)
+    def forward(ctx, fn, fn_inverse, keep_input, num_bwd_passes, preserve_rng_state, num_inputs, *inputs_and_weights):
+        # store in context
+        ctx.fn = fn
+        ctx.fn_inverse = fn_inverse
+        ctx.keep_input = keep_input
+        ctx.weights = inputs_and_weights[num_inputs:]
+        ctx.num_bwd_passes = num_bwd_passes
+        ctx.preserve_rng_state = preserve_rng_state
+        ctx.num_inputs = num_inputs
+        inputs = inputs_and_weights[:num_inputs]
+
+        if preserve_rng_state:
+            ctx.fwd_cpu_state = torch.get_rng_state()
+            # Don't eagerly initialize the cuda context by accident.
+            # (If the user intends that the context is initialized later, within their
+            # run_function, we SHOULD actually stash the cuda state here.  Unfortunately,
+            # we have no way to anticipate this will happen before we run the function.)
+            ctx.had_cuda_in_fwd = False
+            if torch.cuda._initialized:
+                ctx.had_cuda_in_fwd = True
+                ctx.fwd_gpu_devices, ctx.fwd_gpu_states = get_device_states(*inputs)
+
+        ctx.input_requires_grad = [element.requires_grad for element in inputs]
+
+        with torch.no_grad():
+            # Makes a detached copy which shares the storage
+            x = [element.detach() for element in inputs]
+            outputs = ctx.fn(*x)
+
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+
+        # Detaches y in-place (inbetween computations can now be discarded)
+        detached_outputs = tuple([element.detach_() for element in outputs])
+
+        # clear memory from inputs
+        if not ctx.keep_input:
+            # PyTorch 1.0+ way to clear storage
+            for element in inputs:
+                element.storage().resize_(0)
+
+        # store these tensor nodes for backward pass
+        ctx.inputs = [inputs] * num_bwd_passes
+        ctx.outputs = [detached_outputs] * num_bwd_passes
+
+        return detached_outputs
+
+    @staticmethod
+    @_memcnn_custom_bwd
+    def backward(ctx, *grad_outputs):  # pragma: no cover
+        if not torch.autograd._is_checkpoint_valid():
+            raise RuntimeError("InvertibleCheckpointFunction is not compatible with .grad(), please use .backward() if possible")
+        # retrieve input and output tensor nodes
+        if len(ctx.outputs) == 0:
+            raise RuntimeError("Trying to perform backward on the InvertibleCheckpointFunction for more than "
+                               "{} times! Try raising `num_bwd_passes` by one.".format(ctx.num_bwd_passes))
+        inputs = ctx.inputs.pop()
+        outputs = ctx.outputs.pop()
+
+        # recompute input if necessary
+        if not ctx.keep_input:
+            # Stash the surrounding rng state, and mimic the state that was
+            # present at this time during forward.  Restore the surrounding state
+            # when we're done.
+            rng_devices = []
+            if ctx.preserve_rng_state and ctx.had_cuda_in_fwd:
+                rng_devices = ctx.fwd_gpu_devices
+            with torch.random.fork_rng(devices=rng_devices, enabled=ctx.preserve_rng_state):
+                if ctx.preserve_rng_state:
+                    torch.set_rng_state(ctx.fwd_cpu_state)
+                    if ctx.had_cuda_in_fwd:
+                        set_device_states(ctx.fwd_gpu_devices, ctx.fwd_gpu_states)
+                # recompute input
+                with torch.no_grad():
+                    inputs_inverted = ctx.fn_inverse(*outputs)
+                    if not isinstance(inputs_inverted, tuple):
+                        inputs_inverted = (inputs_inverted,)
+                    for element_original, element_inverted in zip(inputs, inputs_inverted):
+                        element_original.storage().resize_(int(np.prod(element_original.size())))
+                        element_original.set_(element_inverted)
+
+        # compute gradients
+        with torch.set_grad_enabled(True):
+            detached_inputs = tuple([element.detach().requires_grad_() for element in inputs])
+            temp_output = ctx.fn(*detached_inputs)
+        if not isinstance(temp_output, tuple):
+            temp_output = (temp_output,)
+
+        gradients = torch.autograd.grad(outputs=temp_output, inputs=detached_inputs + ctx.weights, grad_outputs=grad_outputs)
+
+        # Setting the gradients manually on the inputs and outputs (mimic backwards)
+        for element, element_grad in zip(inputs, gradients[:ctx.num_inputs]):
+            element.grad = element_grad
+
+        for element, element_grad in zip(outputs, grad_outputs):
+            element.grad = element_grad
+
+        return (None, None, None, None, None, None) + gradients
+
+
+class _MemcnnAdditiveCoupling(torch.nn.Module):  # additive.py:8-91, implementation -1
+    def __init__(self, Fm, Gm, split_dim=1):
+        super().__init__()
+        self.Gm = Gm
+        self.Fm = Fm
+        self.split_dim = split_dim
+
+    def forward(self, x):
+        x1, x2 = torch.chunk(x, 2, dim=self.split_dim)
+        x1, x2 = x1.contiguous(), x2.contiguous()
+        fmd = self.Fm.forward(x2)
+        y1 = x1 + fmd
+        gmd = self.Gm.forward(y1)
+        y2 = x2 + gmd
+        out = torch.cat([y1, y2], dim=self.split_dim)
+        return out
+
+    def inverse(self, y):
+        y1, y2 = torch.chunk(y, 2, dim=self.split_dim)
+        y1, y2 = y1.contiguous(), y2.contiguous()
+        gmd = self.Gm.forward(y1)
+        x2 = y2 - gmd
+        fmd = self.Fm.forward(x2)
+        x1 = y1 - fmd
+        x = torch.cat([x1, x2], dim=self.split_dim)
+        return x
+
+
+class _FixedLinearTanh(torch.nn.Module):
+    def __init__(self, seed):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.register_buffer("W", 0.8 * torch.randn(2, 2, generator=g, dtype=torch.float64))
+        self.register_buffer("b", 0.3 * torch.randn(2, generator=g, dtype=torch.float64))
+
+    def forward(self, x):
+        return torch.tanh(x @ self.W.t() + self.b)
+
+
+_coupling = _MemcnnAdditiveCoupling(_FixedLinearTanh(13), _FixedLinearTanh(14))
+memcnn_invertible_checkpoint_rule = torch_rule(
+    InvertibleCheckpointFunction, constant(_coupling.forward), constant(_coupling.inverse), constant(True), constant(1),
+    constant(False), constant(1), arrays(shape=(2, 4), min_value=-2.0, max_value=2.0),
+    name="memcnn_invertible_checkpoint_rule")
+
+
 LABELS = {
     "nerfstudio_trunc_exp_rule": {"source": f"{NERFSTUDIO} nerfstudio/field_components/activations.py:28-41"},
     "gpytorch_log_normal_cdf_rule": {"source": f"{GPYTORCH} gpytorch/functions/_log_normal_cdf.py:12-117"},
@@ -787,9 +968,19 @@ LABELS = {
     "pennylane_fidelity_autograd_rrule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-291"},
     "pennylane_fidelity_jax_rule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-262, 296-318"},
     "pennylane_fidelity_torch_rule": {"source": f"{PENNYLANE} pennylane/math/fidelity.py:186-262, 324-345"},
+    "memcnn_invertible_checkpoint_rule": {"source": f"{MEMCNN} memcnn/models/revop.py:11-131, memcnn/models/additive.py:8-91"},
 }
 
 UPSTREAM_FLAWS = {
+    "memcnn_invertible_checkpoint_rule": (
+        {"GG403", "GG703", "GG705", "GG706"},
+        "memcnn's InvertibleCheckpointFunction sets each input's .grad in backward and returns the same gradient: on a "
+        "leaf input .backward() leaves 2.0x plain autograd's gradient in .grad (GG706; keep_input True or False, on "
+        "memcnn's own code). It keeps its inputs as ctx attributes: changing the input in place between forward and "
+        "backward moves the gradient by up to 0.657 with no error (GG703). Its backward takes torch.autograd.grad "
+        "without create_graph: with .backward(create_graph=True) the input's gradient carries no graph, where plain "
+        "autograd's does (GG705). A second backward raises 'Try raising num_bwd_passes' (GG403: loud, documented)",
+    ),
     "pennylane_fidelity_jax_rule": (
         {"GG204"},
         "PennyLane's fidelity bwd calls eigh, whose derivative JAX computes as NaN where eigenvalues repeat: at dm0 = "
