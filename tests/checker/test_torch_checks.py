@@ -627,6 +627,90 @@ def test_gg705_differentiates_the_backward_with_respect_to_its_cotangent():
     assert "carry no graph from the cotangent" in wrong[0].message and wrong[0].actual == "0.0"
 
 
+class SwiGLUDecomposed(torch.autograd.Function):
+    """xformers' _SwiGLUDecomposedFunc (xformers/ops/swiglu_op.py), verbatim but for FORCE_BW_F32 (False there by
+    default): its backward takes silu' through x.float() inside float64 arithmetic, so no value of its gradient is a
+    float32 number, yet each rounds at float32's 1e-7."""
+
+    @staticmethod
+    def _silu_backward(dy, x):
+        sigm = 1 / (1 + torch.exp(-x.float()))
+        return (dy.float() * sigm * (1 + x.float() * (1 - sigm))).to(x.dtype)
+
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2, w3, b3):
+        x1 = x @ w1.transpose(-2, -1) + b1
+        x2 = x @ w2.transpose(-2, -1) + b2
+        x3 = torch.nn.functional.silu(x1)
+        x4 = x3 * x2
+        x5 = x4 @ w3.transpose(-2, -1) + b3
+        ctx.save_for_backward(x, w1, b1, w2, b2, w3, b3, x1, x2, x3, x4, x5)
+        return x5
+
+    @staticmethod
+    def backward(ctx, dx5):
+        x, w1, b1, w2, b2, w3, b3, x1, x2, x3, x4, x5 = ctx.saved_tensors
+        dx4 = dx5 @ w3
+        dw3 = dx5.transpose(-2, -1) @ x4
+        db3 = dx5.sum(0)
+        dx3 = dx4 * x2
+        dx2 = dx4 * x3
+        dx1 = SwiGLUDecomposed._silu_backward(dx3, x1)
+        dx = dx2 @ w2
+        dw2 = dx2.transpose(-2, -1) @ x
+        db2 = dx2.sum(0)
+        dx += dx1 @ w1
+        dw1 = dx1.transpose(-2, -1) @ x
+        db1 = dx1.sum(0)
+        return (dx, dw1, db1, dw2, db2, dw3, db3)
+
+
+def test_gg705_judges_the_cotangent_part_at_the_rounding_the_backward_shows():
+    """xformers' SwiGLU at the input and draws seed 2 gave it: "d/ds <w, grad(ybar + s c)> = 0.169364 ..., but
+    PyTorch's derivative ... gives 0.169364", terms of size 8 that cancel, each rounded at float32's 1e-7 by its
+    silu', judged at float64's rounding. The backward's measured departure from an affine function of the cotangent
+    is that rounding. (A backward detached from its cotangent still fails:
+    test_gg705_differentiates_the_backward_with_respect_to_its_cotangent.)"""
+    from gradguard.checker.case import Case, ReplayDraws
+    from gradguard.checker.checks.registry import CHECKS
+
+    a = np.array
+    args = (a([[-0.8302561538361395, 0.5462784002579801], [-0.06680329321055245, -1.0881359943580986e-80],
+               [-1.8588341495363565e-208, -1.0016746901696283]]),
+            a([[0.10461377327751564, -0.7212567571033124], [2.133510227588946e-91, -0.47082256182653814],
+               [-0.7339187136591403, 1.9447542837771783e-116], [6.103515625e-05, -0.7816341548166523]]),
+            a([0.45930782429414774, 1.1754943508222875e-38, 0.8700436778419993, 0.2961987918576485]),
+            a([[-2.61462434943843e-154, -1.6793121281900652e-222], [-0.12098493075056793, 1.0],
+               [0.0, 6.398954863070933e-107], [0.28060543079576106, -0.897651695547026]]),
+            a([-0.26592580080263584, -4.5546877876600767e-191, -0.9301938426702439, -0.046945014031994914]),
+            a([[-3.1542158162898785e-177, -0.8895669856928272, 0.2865355249460644, -0.7338942644648361],
+               [-0.5, 0.5268061785388376, -0.6523537697373287, -0.4942124604779864]]),
+            a([-2.220446049250313e-16, 0.49558421644868766]))
+    draws = [
+        a([[-3.3882937341035664, -3.4580815559014493], [0.9249197815981196, 2.5576762238738606], [-1.85676801828459, 0.0]]),
+        (a([[-1.1215610052847302, -0.812529834516897], [0.0, 0.0], [0.8785104584995684, 3.0723706846880923]]),
+         a([[1.1889670107423003, 3.0], [0.0, 0.857718290544482], [0.0, -0.5], [0.8009174206128291, 0.0]]),
+         a([-1.9273381307508823, 0.5852910800303919, 0.0, -3.4840614805845753]),
+         a([[0.0, -2.9061224269358057], [2.6786819233031647, 0.0], [-3.569722618259229, 1.9], [0.5397364849976478, -1.5]]),
+         a([0.0, 3.218358833128475, -3.4843661941145587, 0.0]),
+         a([[-1.6835242313451277, 0.3333333333333333, -2.429969300986403, -1.094680246566543],
+            [0.0, 0.0, -3.9999999999999996, -1.0279044371892243]]),
+         a([0.7699164476307692, -1.0903165407609232])),
+        (a([[-4.0, 0.0], [1.05253482480222, 0.0], [-3.802622289234396, -3.9999999999999996]]),
+         a([[0.0, 0.0], [2.2295644869597346, 1.2923929933491012], [1.9050104500805736, -1.7722290976570227],
+            [-3.0261186118216017, -3.764370140262388]]),
+         a([2.8813123669497056, -2.9711754569993296, -2.5454501487636136, 3.951623489482932]),
+         a([[-3.8797931970757222, 0.0], [0.6446830576055058, 0.0], [-3.1074942881886596, 2.3610676671565347],
+            [1.6140142431174658, -1.8984550821869806]]),
+         a([0.0, 0.0, 1.960780798680168, -3.290854804581734]),
+         a([[3.2471258764779503, 3.2408154344018083, 0.0, 0.0], [-3.1015443528343045, 3.494673578868216, -3.0, -0.4410155022012061]]),
+         a([-0.5236513549670674, 0.5]))]
+    specs = [arrays(shape=np.shape(x)) for x in args]
+    rule = torch_rule(SwiGLUDecomposed, *specs, name="swiglu")
+    found = list(CHECKS["GG705"].fn(Case(rule, args, ReplayDraws(draws))))
+    assert found == [], [f.message for f in found]
+
+
 # -- GG403 on a Function: PyTorch refuses a saved tensor changed in place -----------------------------------
 class DoubleSavedInPlace(torch.autograd.Function):
     """normflows' MemoryEfficientLogDetEstimator pattern: the gradient is computed in place on a saved tensor."""
