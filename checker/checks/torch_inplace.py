@@ -276,8 +276,10 @@ def _leaf_backward(case: Case, ybar: Any, i: int) -> np.ndarray | str:
     inputs: list[Any] = []
     leaves: dict[int, Any] = {}
     for j, a in enumerate(case.fresh()):
-        if isinstance(a, np.ndarray):
-            leaf = torch.tensor(a)  # storage of its own, as a program's tensors have (a reversible block frees it)
+        # the arguments the engine hands the Function as tensors (torch_engine.run_function): arrays, and numbers
+        # in differentiable positions
+        if isinstance(a, np.ndarray) or (j in case.diff_positions and isinstance(a, (np.generic, float, complex))):
+            leaf = torch.tensor(np.asarray(a))  # storage of its own, as a program's tensors have (a reversible block frees it)
             if j in case.diff_positions:
                 leaf.requires_grad_(True)
                 leaves[j] = leaf
@@ -285,7 +287,7 @@ def _leaf_backward(case: Case, ybar: Any, i: int) -> np.ndarray | str:
         else:
             inputs.append(a)
     if i not in leaves:
-        return "the input is not an array"
+        return "the input is not a tensor"
     try:
         out = torch_engine.apply(fn, *inputs, **(case.rule.extra.get("kwargs") or {}))
         leaf_call = torch_engine.TorchCall(fn, tuple(case.args), tuple(inputs), leaves, out)

@@ -282,6 +282,9 @@ def test_gg706_a_backward_that_writes_its_inputs_grad_counts_a_leafs_gradient_tw
     assert m and float(m[2]) == pytest.approx(2 * float(m[3])), f.message
     assert f.severity == "error" and f.location == f"argument 0 at [{m[1]}]"
     assert "leave .grad alone" in f.fix
+    # a Python number the engine hands the Function as a tensor is a leaf in such a program too
+    _, (f,) = findings(torch_rule(SquareSettingGrad, st.floats(0.5, 2.0), name="square_of_a_number"), "GG706")
+    assert f.severity == "error" and f.message.startswith("the backward of square_of_a_number writes a gradient"), f.message
 
 
 def test_gg706_passes_a_backward_that_only_returns_its_gradients_or_only_writes_grad() -> None:
