@@ -395,6 +395,31 @@ def test_a_kink_beside_a_second_kink_a_few_steps_away_is_still_a_kink() -> None:
     assert not kinked(lambda x: (ybar * np.cos(x),), (x,), u, w)
 
 
+def _silu_gradient_through_float32(x):
+    # xformers' _silu_backward: silu' computed in float32 (x.float()), inside float64 arithmetic, so no value of the
+    # gradient is a float32 number, yet each rounds at float32's 1e-7
+    x32 = x.astype(np.float32)
+    s = (1 / (1 + np.exp(-x32))).astype(np.float32)
+    return (8.0 * (s * (1 + x32 * (1 - s))).astype(np.float64) - 7.9 * np.tanh(x),)
+
+
+def test_kinked_does_not_read_float32_rounding_that_does_not_shrink_with_the_step_as_a_kink() -> None:
+    """A kink's second difference shrinks tenfold with the step; rounding's does not. Against one floor that fell
+    where the rounding errors nearly cancel, the rounding of a gradient computed through float32 read as a kink here
+    (and in xformers' SwiGLU at seed 2, where the kink excused a double backward of -4.13 against finite differences'
+    -8.56); a kink is still one."""
+    from gradguard.checker.checks.second_order import kinked
+
+    x = np.array([-0.05665856467284369, 1.557951337396001, 1.7361740638249987, -0.5688192131637191,
+                  0.28611932291904374, -0.7125224356962314])
+    u = (np.array([0.5658001811981808, -0.9725326469572004, -0.6502859968310326, 2.341646112028754,
+                   -1.6370544387997217, 0.7391228681162545]),)
+    w = (np.array([-2.495907938505691, 1.995864885920387, 1.7225898449321004, -1.563783342042287,
+                   2.2589053848642227, -2.648591791168834]),)
+    assert not kinked(_silu_gradient_through_float32, (x,), u, w)
+    assert kinked(lambda x: (np.abs(x) + _silu_gradient_through_float32(x)[0],), (x - x * (np.arange(6) == 3),), u, w)
+
+
 def test_kinked_passes_constants_as_they_are() -> None:
     """kinked() rebuilt every 0-d argument with type(a)(a): a callable or None constant (a checkpoint's function,
     gpytorch's sq_dist_func) raised there, and the raise read as a kink on every input, so GG204 and GG705 excused
