@@ -14,8 +14,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable
 
+import numpy as np
+
 from gradguard.checker import tolerances
 from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.inputs import show_apart
 from gradguard.checker.options import SAFETY_MATRIX
 from gradguard.checker.problems import ContextReplay
 from gradguard.checker.contexts import Outcome, engine, run_matrix
@@ -69,7 +72,18 @@ def _value_differs(row: "Row", name: str) -> bool:
     cell = row.cells[name]
     if row.value is None or cell.value is None or (row.mutates and not engine(name).runs_mutation):
         return False
-    return not _close(cell.value, row.value, row.tol)
+    return not _close(cell.value, row.value, _value_tol(row))
+
+
+def _value_tol(row: "Row") -> tolerances.Tolerance:
+    """The tolerance two runs of the program's value are held to: the row's, or that of the precision the rule computes
+    its output in where that is coarser. fairscale's TargetScoreFunction casts its scores with .float() (an upcast
+    from half precision, a downcast from float64): on a transposed view its float32 sums round otherwise than on the
+    contiguous input, and 0.00141087 against 0.00141087 read as a different function under AD."""
+    if not row.computed_at or row.computed_at <= float(np.finfo(np.float64).eps):
+        return row.tol
+    coarse = tolerances.for_dtype(np.float32 if row.computed_at <= float(np.finfo(np.float32).eps) else np.float16)
+    return tolerances.Tolerance(rtol=max(row.tol.rtol, coarse.rtol), atol=max(row.tol.atol, coarse.atol))
 
 
 def _right(outcome: Outcome, aliasing: bool) -> list[str]:
@@ -287,8 +301,9 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
         if row.value is not None:
             off = [e for e in ran if _value_differs(row, e)]
             if off:
-                shown = ", ".join(f"{e} {ran[e].value:.6g}" for e in off)
-                value_gaps.append(f"`{row.context.name}`: {shown} vs {row.value:.6g} when run")
+                apart = [show_apart(float(ran[e].value), float(row.value)) for e in off]  # the digits that differ
+                shown = ", ".join(f"{e} {a}" for e, (a, _) in zip(off, apart))
+                value_gaps.append(f"`{row.context.name}`: {shown} vs {apart[0][1]} when run")
         elif len(ran) >= 2:
             slopes = sorted(ran.items(), key=lambda kv: kv[1].slope)
             (e1, c1), (e2, c2) = slopes[0], slopes[-1]

@@ -64,6 +64,7 @@ class Row:
     singular_call: list[str | None] = field(default_factory=list)
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
+    computed_at: float | None = None  # the machine epsilon of the rule's least precise output (`RuleView.computed_at`)
 
 
 @dataclass
@@ -204,7 +205,7 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
                 tol: tolerances.Tolerance, value: Any) -> Row:
     from gradguard.engines.fd import budget, confirmed
 
-    row = Row(ctx, tol=tol, mutates=bool(view.rule.mutates))
+    row = Row(ctx, tol=tol, mutates=bool(view.rule.mutates), computed_at=view.computed_at)
     users = numpy_ops(view.rule.primal)
 
     def program(*xs: Any) -> Any:

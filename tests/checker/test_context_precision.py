@@ -754,3 +754,27 @@ def test_a_program_through_a_float32_rule_is_differentiated_at_float32s_steps(se
     assert statuses <= {"right", "not applicable"} and "right" in statuses, result.safety_matrix["cells"]
     wrong = _context_findings(softplus_total_f32_halved_rrule, seed)
     assert "GG501" in {f.check_id for f in wrong.findings}
+
+
+def test_gg503_holds_two_runs_of_a_float32_rule_to_float32s_rounding_and_shows_the_digits_that_differ() -> None:
+    """fairscale's TargetScoreFunction casts its scores with .float() (an upcast from half precision, a downcast from
+    float64): on a transposed view its float32 sums round otherwise than on the contiguous input, and GG503 called
+    the program "a different function under AD": "torch 0.00141087 vs 0.00141087 when run". A value that differs
+    beyond that rounding, or any difference in a float64 rule, still counts."""
+    import numpy as np
+
+    from gradguard.checker.checks.context import _value_differs
+    from gradguard.checker.contexts import CONTEXTS
+    from gradguard.checker.contexts._engine import Cell
+    from gradguard.checker.contexts._matrix import Row
+
+    def row(value: float, other: float, computed_at: float | None) -> Row:
+        r = Row(CONTEXTS[0], computed_at=computed_at)
+        r.value = value
+        r.cells["torch"] = Cell("torch", "ran", value=other, slope=0.0)
+        return r
+
+    eps32 = float(np.finfo(np.float32).eps)
+    assert not _value_differs(row(0.0014108700, 0.0014108700 + 2e-7, eps32), "torch")
+    assert _value_differs(row(0.0014108700, 0.0014108700 + 2e-7, None), "torch")
+    assert _value_differs(row(0.0014108700, 0.0028217400, eps32), "torch")  # a different function, float32 or not
