@@ -322,12 +322,15 @@ class TorchCall:
 
 
 def run_function(function: Any, args: Sequence[Any], diff: Iterable[int], *, kwargs: dict[str, Any] | None = None,
-                 requires_grad: Iterable[int] | None = None, grad_enabled: bool = True) -> TorchCall:
+                 requires_grad: Iterable[int] | None = None, grad_enabled: bool = True,
+                 leaf_inputs: bool = False) -> TorchCall:
     """``function.apply`` on ``args`` converted to tensors, recorded by autograd.
 
     ``diff`` are the positions that carry a tangent; ``requires_grad`` (default: all of ``diff``) those whose
     leaf requires grad in this call (``ctx.needs_input_grad`` follows it). With ``grad_enabled=False`` the
-    forward runs under ``torch.no_grad()`` (the primal, as users call it outside training).
+    forward runs under ``torch.no_grad()`` (the primal, as users call it outside training). The Function gets
+    copies of the leaves, which are not leaves themselves (``ctx.mark_dirty`` is legal on them); with
+    ``leaf_inputs`` it gets the leaves, in storage of their own, as a program hands it its parameters.
     """
     torch = load()
     diff = set(diff)
@@ -340,10 +343,12 @@ def run_function(function: Any, args: Sequence[Any], diff: Iterable[int], *, kwa
             if i in diff:
                 arr = np.asarray(a)
                 leaf = _tensor(np.array(arr, copy=True), torch)
+                if leaf_inputs:
+                    leaf = leaf.clone()  # storage PyTorch owns, resizable (a reversible block frees its input)
                 if i in wanted:
                     leaf.requires_grad_(True)
                     leaves[i] = leaf
-                t = leaf.clone() if leaf.requires_grad else leaf  # a non-leaf: mark_dirty is legal on it
+                t = leaf.clone() if leaf.requires_grad and not leaf_inputs else leaf  # a non-leaf: mark_dirty is legal on it
                 if isinstance(a, np.ndarray):
                     written.append((a, t))
                 inputs.append(t)

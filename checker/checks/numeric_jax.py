@@ -47,7 +47,8 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
-from gradguard.checker.checks.second_order import discontinuous_at_x, fd_directional, kinked, numpy_second_order, pullback_at
+from gradguard.checker.checks.second_order import (discontinuous_at_x, fd_directional, kinked, kinked_where_not_finite,
+                                                   numpy_second_order, pullback_at)
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import contracted, defined_side, derivative_range, finer_steps_admit, unit_vector
 from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
@@ -412,7 +413,6 @@ not silently."""
     )
 
 
-
 _NOT_FINITE_FIX = (
     "JAX differentiates fwd and bwd to get second derivatives, and one operation in them has no finite derivative at "
     "this input though the pullback it computes has one: a square root, division or logarithm at 0 inside jnp.where "
@@ -449,7 +449,7 @@ def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple
     location = f"argument {where_not_finite[0]}" if len(case.diff_positions) > 1 and len(where_not_finite) == 1 else None
     part = f" in the tangent for {location}" if location else ""
     rhs = inner(w, jax_d)
-    if _jumps_where_not_finite(case, ybar, u, jax_d):
+    if _jumps_where_not_finite(case, ybar, u, w, jax_d):
         # x |x| / 2 with its pullback's |x| taken as sqrt(x**2), at x = 0 where u does not move: along u the pullback
         # is smooth, but JAX multiplies the element's 0/0 derivative by u's 0 and the whole product is NaN. The rule
         # has no second derivative at that element to be right or wrong about (GG705 judges PyTorch's alike).
@@ -480,31 +480,19 @@ def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple
     )
 
 
-JUMP_PROBES = 8  # _jumps_where_not_finite: at most this many elements probed
-
-
-def _jumps_where_not_finite(case: Case, ybar: Any, u: tuple[Any, ...], jax_d: tuple[Any, ...]) -> bool:
-    """Whether the pullback for a cotangent of ones, read with a covector of ones (every output and entry weighted:
-    JAX's NaN comes from every such entry whatever the check's cotangent and covector weigh it by), kinks or jumps at
-    x along ``u`` or along one of the input elements where JAX's derivative of the pullback is not finite (``u`` may
-    leave that element still, and JAX multiplies its infinite or undefined derivative by u's 0)."""
+def _jumps_where_not_finite(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...],
+                            jax_d: tuple[Any, ...]) -> bool:
+    """Whether the pullback for a cotangent of ones, read with a covector of ones, kinks or jumps at x along ``u`` or
+    along an input element where JAX's derivative of the pullback is not finite (:func:`kinked_where_not_finite`)."""
     ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), ybar)
-    every = tuple(None if i not in case.diff_positions else np.ones_like(np.asarray(case.args[i]))
-                  for i in range(case.nargs))
-    pulled = pullback_at(case, ones)
-    alongs = [u]
+    every = tree_map(lambda c: None if c is None else np.ones_like(np.asarray(c)), w)
+    not_finite = []
     for i in case.diff_positions:
         d = np.asarray(jax_d[i])
         if d.shape == np.shape(case.args[i]) and d.dtype.kind in "fc":
-            alongs += [tuple(unit_vector(case.args[i], int(k)) if j == i else None for j in range(case.nargs))
-                       for k in np.flatnonzero(~np.isfinite(d))]
-    for along in alongs[:JUMP_PROBES + 1]:
-        try:
-            if kinked(pulled, case.fresh(), along, every):
-                return True
-        except Exception:  # noqa: BLE001 - the pullback cannot be taken beside x: nothing established
-            continue
-    return False
+            not_finite += [(i, int(k)) for k in np.flatnonzero(~np.isfinite(d))]
+    return kinked_where_not_finite(pullback_at(case, ones), case.fresh(), u, every, not_finite)
+
 
 # The runner loads JAX (on the requested device) before timing a rule's checks when one of these is selected.
 for _id in ("GG203", "GG204"):

@@ -29,11 +29,11 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show, show_apart
-from gradguard.checker.kinks import contracted, finer_steps_admit
+from gradguard.checker.kinks import contracted, finer_steps_admit, unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd
 
-__all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked", "pullback_at"]
+__all__ = ["numpy_second_order", "fd_directional", "fd_settled", "kinked", "kinked_where_not_finite", "pullback_at"]
 
 _UNTRACEABLE = "gg204_tape_untraceable"  # RuleSpec.run_state key: why the tape cannot run this rule (found once)
 
@@ -223,6 +223,31 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
     return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k] and second[k + 1] <= KINK_SHRINK * second[k]
                and second[k + 1] > NOISE_MARGIN * floor for k in (0, 1))
 
+
+
+JUMP_PROBES = 8  # kinked_where_not_finite: at most this many input elements probed
+
+
+def kinked_where_not_finite(pulled_ones: Any, args: tuple[Any, ...], u: tuple[Any, ...], every: tuple[Any, ...],
+                            where: list[tuple[int, int]]) -> bool:
+    """Whether ``pulled_ones``, the pullback for a cotangent of ones read with ``every``, a covector of ones (every
+    output and entry weighted: an engine's NaN in a second order comes from every such entry whatever the check's
+    cotangent and covector weigh it by, and a covector that weighs the jumping entry by 0 hid the jump: kymatio's
+    modulus at seed 2), kinks or jumps at ``args`` (:func:`kinked`) along ``u`` or along one of the input elements
+    ``where`` ((argument, flat element) pairs where the engine's derivative is not finite; the first JUMP_PROBES).
+    ``u`` may leave those elements still: kymatio's modulus at a zero row of x, which u does not move, where PyTorch
+    multiplies the row's infinite second derivative by u's 0 and gives NaN for the whole product; along the row
+    the gradient jumps (slopes 100, 1e4, 1e6 at steps 1e-2 to 1e-6), along u it is smooth (980.264). Where it does,
+    the rule has no second derivative at x for the NaN to be wrong about."""
+    alongs = [u] + [tuple(unit_vector(args[i], k) if j == i else None for j in range(len(args)))
+                    for i, k in where[:JUMP_PROBES]]
+    for along in alongs:
+        try:
+            if kinked(pulled_ones, copy_tree(args), along, every):
+                return True
+        except Exception:  # noqa: BLE001 - the pullback cannot be taken beside x: nothing established
+            continue
+    return False
 
 JUMP_KEPT = 0.5  # jumps_at_x: a second difference that keeps this share of itself at a 1000-fold finer step
 

@@ -19,7 +19,7 @@ from gradguard.checker.case import Case, RuleRaised, is_finite_tree
 from gradguard.checker.checks._jax import first_line
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
-from gradguard.checker.checks.second_order import discontinuous_at_x, fd_directional, kinked
+from gradguard.checker.checks.second_order import discontinuous_at_x, fd_directional, kinked, kinked_where_not_finite
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
 from gradguard.checker.trees import abs_inner, copy_tree, describe, inner, leaves, tree_map, with_leaves
@@ -395,7 +395,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
     lhs = fd_directional(pulled, case.fresh(), u, w, confirm=True)  # one table can be fooled (a pole nearby)
     if lhs is None or tolerances.close(float(lhs.value), rhs, case.tol, fd_error=lhs.error, scale=scale):
         return
-    if not math.isfinite(rhs) and (_gradient_jumps(case, call, u, w) or _jumps_where_not_finite(case, call, w, not_finite)):
+    if not math.isfinite(rhs) and _gradient_kinks(case, call, u, w, not_finite):
         # A norm's gradient x/|x| at x = 0: the entries the cotangent weighs by 0 leave the program smooth, but
         # PyTorch multiplies their infinite second derivative by that 0. The rule has no second derivative there
         # to be right or wrong about (GG206 and GG301 judge a first-order NaN at such a point the same way).
@@ -533,11 +533,10 @@ def _alternated(leaf: Any) -> Any:
     return arr
 
 
-def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
-    """Whether the rule's gradient for a cotangent of ones (every output element weighted) kinks or jumps at x
-    along ``u`` (:func:`kinked`), read with a covector of ones too: where it does, the rule has no second
-    derivative at x. Not with the check's covector ``w``: PyTorch's NaN comes from every such entry whatever
-    ``w`` is, and a ``w`` that weighs the jumping entry by 0 hid the jump (kymatio's modulus at seed 2)."""
+def _gradient_kinks(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...], where: list[tuple[int, int]]) -> bool:
+    """Whether the rule's gradient for a cotangent of ones, read with a covector of ones, kinks or jumps at x along
+    ``u`` or along an input element where PyTorch's derivative of the backward is not finite
+    (:func:`kinked_where_not_finite`)."""
     ones = tree_map(lambda y: None if y is None else np.ones_like(np.asarray(y)), call.outputs_numpy())
     every = tree_map(lambda c: None if c is None else np.ones_like(np.asarray(c)), w)
     rrule = _as_declared(case.rule)
@@ -545,28 +544,7 @@ def _gradient_jumps(case: Case, call: Any, u: tuple[Any, ...], w: tuple[Any, ...
     def pulled(*a: Any) -> Any:
         return rrule(*a)[1](copy_tree(ones))
 
-    try:
-        return kinked(pulled, case.fresh(), u, every)
-    except Exception:  # noqa: BLE001 - the gradient cannot be taken beside x: nothing established
-        return False
-
-
-JUMP_PROBES = 8  # _jumps_where_not_finite: at most this many elements probed
-
-
-def _jumps_where_not_finite(case: Case, call: Any, w: tuple[Any, ...], where: list[tuple[int, int]]) -> bool:
-    """Whether the gradient (every output and entry weighted) kinks or jumps at x along one of the input elements
-    where PyTorch's derivative of the backward is not finite (:func:`_gradient_jumps` along that element alone).
-    ``u`` may leave those elements still: kymatio's modulus at a zero row of x, which u does not move, where PyTorch
-    multiplies the row's infinite second derivative by u's 0 and gives NaN for the whole product; along the row
-    the gradient jumps (slopes 100, 1e4, 1e6 at steps 1e-2 to 1e-6), along u it is smooth (980.264)."""
-    from gradguard.checker.kinks import unit_vector
-
-    for i, k in where[:JUMP_PROBES]:
-        along = tuple(unit_vector(case.args[i], k) if j == i else None for j in range(case.nargs))
-        if _gradient_jumps(case, call, along, w):
-            return True
-    return False
+    return kinked_where_not_finite(pulled, case.fresh(), u, every, where)
 
 
 def _on_structure(case: Case, u: tuple[Any, ...]) -> tuple[Any, ...]:

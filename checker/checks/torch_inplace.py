@@ -272,30 +272,16 @@ def _leaf_backward(case: Case, ybar: Any, i: int) -> np.ndarray | str:
 
     from gradguard.checker.checks.torch_checks import _function
 
-    fn = _function(case)
-    inputs: list[Any] = []
-    leaves: dict[int, Any] = {}
-    for j, a in enumerate(case.fresh()):
-        # the arguments the engine hands the Function as tensors (torch_engine.run_function): arrays, and numbers
-        # in differentiable positions
-        if isinstance(a, np.ndarray) or (j in case.diff_positions and isinstance(a, (np.generic, float, complex))):
-            leaf = torch.tensor(np.asarray(a))  # storage of its own, as a program's tensors have (a reversible block frees it)
-            if j in case.diff_positions:
-                leaf.requires_grad_(True)
-                leaves[j] = leaf
-            inputs.append(leaf)
-        else:
-            inputs.append(a)
-    if i not in leaves:
-        return "the input is not a tensor"
     try:
-        out = torch_engine.apply(fn, *inputs, **(case.rule.extra.get("kwargs") or {}))
-        leaf_call = torch_engine.TorchCall(fn, tuple(case.args), tuple(inputs), leaves, out)
-        outs, cts = leaf_call.cotangents(ybar)
+        call = torch_engine.run_function(_function(case), case.fresh(), case.diff_positions,
+                                         kwargs=case.rule.extra.get("kwargs"), leaf_inputs=True)
+        if i not in call.leaves:
+            return "the input is not a tensor"
+        outs, cts = call.cotangents(ybar)
         if not outs:
             return "no output requires grad"
         torch.autograd.backward(outs, cts)
     except Exception as exc:  # noqa: BLE001 - a Function that writes into its leaf input, or refuses it: loud
         return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    grad = leaves[i].grad
+    grad = call.leaves[i].grad
     return np.zeros_like(np.asarray(case.args[i]), dtype=float) if grad is None else np.asarray(torch_engine.to_numpy(grad))
