@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "allowed", "approximation_hint", "resolves", "SAFETY", "RESOLUTION"]
+__all__ = ["Tolerance", "TABLE", "for_dtype", "close", "allowed", "settles", "approximation_hint", "resolves", "SAFETY",
+           "RESOLUTION"]
 
 SAFETY = 10.0  # how many finite-difference error estimates a comparison forgives
 # A finite-difference value whose error bound (SAFETY estimates) exceeds this share of its size cannot tell a
@@ -57,6 +58,16 @@ def allowed(a: float, b: float, tol: Tolerance, *, scale: float = 0.0, fd_error:
     """How far apart :func:`close` lets ``a`` and ``b`` be: the dtype's absolute and relative tolerance (relative to
     the larger of ``scale``, ``|a|`` and ``|b|``) and SAFETY finite-difference error estimates."""
     return tol.atol + tol.rtol * max(scale, abs(a), abs(b)) + SAFETY * fd_error
+
+
+def settles(a: float, b: float, tol: Tolerance, *, scale: float = 0.0, fd_error: float = 0.0) -> bool:
+    """Whether ``a`` (finite differences with error estimate ``fd_error``) and ``b`` are :func:`close` without the
+    finite-difference error's share of the allowance outgrowing the tolerance's own: a pass that a shallow (cheaper)
+    table may settle on its own. A deeper table's value lies within the shallow one's error of it, so where this
+    holds, only a derivative off by one to three times the tolerance could have failed the deeper table. A table whose
+    estimate is larger (a function whose higher derivatives are large at its steps) settles nothing, and the caller
+    takes the deeper one."""
+    return close(a, b, tol, scale=scale, fd_error=fd_error) and SAFETY * fd_error <= allowed(a, b, tol, scale=scale)
 
 
 def resolves(value: float, fd_error: float, tol: Tolerance) -> bool:

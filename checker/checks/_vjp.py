@@ -181,10 +181,11 @@ def _primal(case: Case) -> Callable[..., Any]:
 
 
 def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...], *,
-                      confirming: fd.Derivative | None = None) -> fd.Derivative | None:
+                      confirming: fd.Derivative | None = None, table: dict[str, Any] | None = None) -> fd.Derivative | None:
     """``d/dt <cotangent, primal(x + t v)>`` at 0, or None where the primal fails near ``x`` (its domain's edge).
     ``confirming``: this function's earlier answer for the same arguments, confirmed by `fd.confirmed` (tables at
-    32-fold finer steps until two agree; that first table is not computed again).
+    32-fold finer steps until two agree; that first table is not computed again). ``table``: the table's options
+    (`fd.quick`'s), in place of `fd.budget`'s.
 
     The primal's value at ``x`` itself is not computed again where an earlier check of this drawn input
     established it (:meth:`Case.known_primal`)."""
@@ -194,7 +195,7 @@ def finite_difference(case: Case, cotangent: Any, directions: tuple[Any, ...], *
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            d = estimate(_primal(case), case.fresh(), directions, cotangent, **fd.budget(case.args), base=base)
+            d = estimate(_primal(case), case.fresh(), directions, cotangent, **(table or fd.budget(case.args)), base=base)
     except (ValueError, ArithmeticError):
         return None
     if not (np.all(np.isfinite(d.value)) and math.isfinite(d.error)):
@@ -221,6 +222,10 @@ class DotTest:
 
     def agrees(self, tol: tolerances.Tolerance) -> bool:
         return tolerances.close(float(self.lhs.value), self.rhs, tol, scale=self.scale, fd_error=self.lhs.error)
+
+    def settles(self, tol: tolerances.Tolerance) -> bool:
+        """Agrees, on a table sharp enough to settle the pass alone (`tolerances.settles`)."""
+        return tolerances.settles(float(self.lhs.value), self.rhs, tol, scale=self.scale, fd_error=self.lhs.error)
 
     def allowed(self, tol: tolerances.Tolerance) -> float:
         """How far apart the two sides may be (:func:`tolerances.allowed`)."""

@@ -153,7 +153,7 @@ def fd_directional(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tup
 
 
 def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...],
-               agrees: Any) -> fd.Derivative | None:
+               agrees: Any, settles: Any = None) -> fd.Derivative | None:
     """The finite difference to judge a claim by: the first table where it ``agrees`` with the claim (no error
     to report either way), else the confirmed one. One table's error estimate can be fooled where its
     steps reach across a pole (log's pullback g / x at x = 1e-3 and steps of 1.8e-2 gave 15240.7 +- 48158
@@ -161,11 +161,18 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
 
     Arguments larger than `fd.LARGE_INPUT` elements get a shallow table first (`fd.budget`: each level is
     two calls of the rule and its pullback); where it does not agree, the judgement is made exactly as for
-    small arguments, from the full table and then the confirmed one."""
+    small arguments, from the full table and then the confirmed one. Smaller arguments get one too where the
+    caller passes ``settles`` (`tolerances.settles`: agreement its error estimate cannot have bought), and it
+    stands only where that holds."""
     shallow = fd.budget(args).get("levels")
     if shallow is not None:
         cheap = fd_directional(f, args, along, w, levels=shallow)
         if cheap is not None and agrees(cheap):
+            return cheap
+    elif settles is not None:
+        quick = fd.quick(args)
+        cheap = None if quick is None else fd_directional(f, args, along, w, levels=quick["levels"])
+        if cheap is not None and settles(cheap):
             return cheap
     first = fd_directional(f, args, along, w)
     if first is not None and agrees(first):
@@ -360,7 +367,10 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
     def agrees(lhs: fd.Derivative) -> bool:
         return tolerances.close(float(lhs.value), rhs, case.tol, scale=abs_inner(u, d.wrt_args), fd_error=lhs.error)
 
-    lhs = fd_settled(pulled, case.fresh(), u, w, agrees)
+    def settles(lhs: fd.Derivative) -> bool:
+        return tolerances.settles(float(lhs.value), rhs, case.tol, scale=abs_inner(u, d.wrt_args), fd_error=lhs.error)
+
+    lhs = fd_settled(pulled, case.fresh(), u, w, agrees, settles)
     if lhs is None or agrees(lhs):
         return None
     if kinked(pulled, case.fresh(), u, w):

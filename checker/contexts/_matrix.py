@@ -203,27 +203,29 @@ def _run_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[
 
 def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tuple[Engine, ...],
                 tol: tolerances.Tolerance, value: Any) -> Row:
-    from gradguard.engines.fd import budget, confirmed
-
     row = Row(ctx, tol=tol, mutates=bool(view.rule.mutates), computed_at=view.computed_at)
     users = numpy_ops(view.rule.primal)
 
     def program(*xs: Any) -> Any:
         return plan.program(users, plan.consts, *xs)
 
+    # The ground truth: a shallow table first where the inputs are small (`fd.quick`); it stands only where every
+    # engine's answer settles against it (`tolerances.settles`: an agreement its error estimate cannot have bought),
+    # and the confirmed tables, as deep as before, judge every other row.
+    quick: tuple[float, float, float] | None = None
     try:
         row.value = _scalar(program(*copy_tree(plan.inputs)) if value is None else value)
         if not np.isfinite(row.value):
             # 1/x at 5e-324, lgamma at a pole: the program has no value, let alone a derivative, to hold engines to
             row.truth_error = f"the program's value is {row.value!r} at this input under plain NumPy"
         else:
-            fd = confirmed(program, plan.inputs, v, computed_at=view.computed_at,
-                           **{"complex_step": False, **budget(plan.inputs)})
-            row.slope, row.fd_step = float(np.real(fd.value)), fd.step
-            row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step, view.computed_at))
+            quick = _quick_truth(program, plan, v, view, row.value)
+            if quick is None:
+                _confirmed_truth(row, program, plan, v, view)
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
         note_memory_error(exc)
         row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
+    ran: list[tuple[Engine, Cell, Any, float]] = []
     for engine in engines:
         cell = engine.run(view, plan)
         if cell.status == "ran":
@@ -231,14 +233,61 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
             flushed = _flushed_reading(row, cell, engine, plan, users)
             if flushed is not None:
                 cell.status, cell.message = "skipped", flushed
-                row.cells[engine.name] = cell
-                continue
-            cell.slope = inner(grads, v)
-            _judge(cell, row, engine, view, plan, v, program, abs_inner(grads, v), grads)
-            if cell.status == "wrong" and engine.diagnose is not None:
-                cell.diagnosis = engine.diagnose(view, plan)
+            else:
+                cell.slope = inner(grads, v)
+                ran.append((engine, cell, grads, abs_inner(grads, v)))
         row.cells[engine.name] = cell
+    if quick is not None:
+        if all(_settles(cell.slope, quick, row.tol, scale) for _, cell, _, scale in ran):
+            row.slope, row.fd_step, row.fd_error = quick
+        else:
+            try:
+                _confirmed_truth(row, program, plan, v, view)
+            except Exception as exc:  # noqa: BLE001 - the primal failed at the finer steps: no ground truth
+                note_memory_error(exc)
+                row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
+    for engine, cell, grads, scale in ran:
+        _judge(cell, row, engine, view, plan, v, program, scale, grads)
+        if cell.status == "wrong" and engine.diagnose is not None:
+            cell.diagnosis = engine.diagnose(view, plan)
     return row
+
+
+def _quick_truth(program: Callable[..., Any], plan: Plan, v: tuple, view: RuleView,
+                 value: float) -> tuple[float, float, float] | None:
+    """The program's ``<gradient, v>`` by one shallow table (`fd.quick`), as (slope, step, error bound), or None
+    where the inputs are large (their confirmed tables are shallow already) or its probes fail."""
+    from gradguard.engines.fd import directional, quick
+
+    table = quick(plan.inputs)
+    if table is None:
+        return None
+    try:
+        fd = directional(program, plan.inputs, v, computed_at=view.computed_at, complex_step=False, **table)
+    except ValueError:  # a probe point outside the program's domain: the confirmed tables say what they can
+        return None
+    slope = float(np.real(fd.value))
+    error = max(fd.error, rounding_bound(plan.inputs, value, fd.step, view.computed_at))
+    if not (np.isfinite(slope) and np.isfinite(error)):
+        return None
+    return slope, fd.step, error
+
+
+def _confirmed_truth(row: Row, program: Callable[..., Any], plan: Plan, v: tuple, view: RuleView) -> None:
+    """The row's ground truth by `fd.confirmed`: tables at 32-fold finer steps until two agree."""
+    from gradguard.engines.fd import budget, confirmed
+
+    fd = confirmed(program, plan.inputs, v, computed_at=view.computed_at, **{"complex_step": False, **budget(plan.inputs)})
+    row.slope, row.fd_step = float(np.real(fd.value)), fd.step
+    row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step, view.computed_at))
+
+
+def _settles(slope: float | None, quick: tuple[float, float, float], tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether an engine's ``slope`` is right against the shallow table alone: it agrees, with no message, and the
+    table's error estimate does not buy the agreement."""
+    truth, _, error = quick
+    return (slope is not None and bool(np.isfinite(slope)) and tolerances.settles(slope, truth, tol, scale=scale, fd_error=error)
+            and compare(slope, truth, error, tol, scale) == ("right", None))
 
 
 def _flushed_reading(row: Row, cell: Cell, engine: Engine, plan: Plan, users: Any) -> str | None:
