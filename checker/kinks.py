@@ -584,17 +584,21 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
             tried = 0
             several = len(y0) > 1
             for n, (up, down) in enumerate(zip(run[1.0], run[-1.0])):
-                both = up + down
+                # the run around x, from both sides; where one side stays flat through the whole reach (the last
+                # stair, a plateau: float32's 1 - sigmoid(x) at 0 beyond x = 16.6), twice the other side's, and
+                # the stairs are looked for on that side alone
+                both = np.where(np.isinf(up) & np.isfinite(down), 2 * down, np.where(np.isinf(down) & np.isfinite(up), 2 * up, up + down))
                 for idx in (tuple(int(j) for j in row) for row in np.argwhere(np.isfinite(both))):  # 0-d too
                     if tried >= 4:
                         return None
                     tried += 1
+                    side = -1.0 if np.isinf(up[idx]) else 1.0 if np.isinf(down[idx]) else None
                     # stairs are the primal's own rounding far beyond its output's: each jump far above eps of
                     # the value (float32's rounding of a float32 output is no staircase)
                     kind = np.finfo(np.result_type(arg.dtype, at[n].dtype) if at[n].dtype.kind == "f" else arg.dtype)
                     rounding = RESOLVED * 4 * (float(kind.eps) * abs(float(y0[n][idx])) + float(kind.smallest_subnormal))
                     for spacing in (float(both[idx]) * r for r in STAIR_SPACINGS):
-                        found = _stairs_at(values, n, idx, spacing)
+                        found = _stairs_at(values, n, idx, spacing, side)
                         if found is not None and found[1] > rounding:
                             index = tuple(int(j) for j in idx)
                             return Staircase(where("output " + str(n) if several else "the output", index), *found,
@@ -605,21 +609,41 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
 
 
 def _stairs_at(values: Callable[[float], list[np.ndarray]], n: int, idx: tuple[int, ...],
-               spacing: float) -> tuple[float, float] | None:
+               spacing: float, side: float | None = None) -> tuple[float, float] | None:
     """``(width, height)`` where STAIR_SAMPLES samples of output ``n`` at ``idx`` either side of x, ``spacing``
     apart, hold a staircase in some window around x (8, 12, 16 or all samples either side: stairs may narrow
     away from x), within the stretch where the samples are finite (the primal may leave its range further out:
-    log(0) at the top of the loss above); None otherwise."""
+    log(0) at the top of the loss above); None otherwise. ``side`` (+1 or -1): x is on the last stair, flat
+    for good the other way, and the samples are taken on this side only, where they must hold the staircase
+    themselves: a kink just beyond the steps (relu at -1e-3) is flat on one side too, but its other side moves
+    at every sample, no staircase."""
+    if side is not None:
+        samples = np.array([values(side * j * spacing)[n][idx] for j in range(STAIR_SAMPLES + 1)])
+        bad = np.flatnonzero(~np.isfinite(samples))
+        end = int(bad.min()) if len(bad) else len(samples)
+        for reach in (8, 12, 16, STAIR_SAMPLES):
+            found = _stairs_in(np.diff(samples[:min(end, reach + 1)]), spacing)
+            if found is not None:
+                return found
+        return None
     samples = np.array([values(j * spacing)[n][idx] for j in range(-STAIR_SAMPLES, STAIR_SAMPLES + 1)])
     bad = np.flatnonzero(~np.isfinite(samples))
     lo = int(bad[bad < STAIR_SAMPLES].max()) + 1 if np.any(bad < STAIR_SAMPLES) else 0
     hi = int(bad[bad > STAIR_SAMPLES].min()) if np.any(bad > STAIR_SAMPLES) else len(samples)
     for reach in (8, 12, 16, STAIR_SAMPLES):
-        steps = np.diff(samples[max(lo, STAIR_SAMPLES - reach):min(hi, STAIR_SAMPLES + reach + 1)])
-        jumps = np.flatnonzero(steps)
-        if (len(jumps) >= STAIRS and (np.all(steps[jumps] > 0) or np.all(steps[jumps] < 0))
-                and len(steps) - len(jumps) >= len(jumps)):
-            return spacing * len(steps) / len(jumps), float(np.mean(np.abs(steps[jumps])))
+        found = _stairs_in(np.diff(samples[max(lo, STAIR_SAMPLES - reach):min(hi, STAIR_SAMPLES + reach + 1)]), spacing)
+        if found is not None:
+            return found
+    return None
+
+
+def _stairs_in(steps: np.ndarray, spacing: float) -> tuple[float, float] | None:
+    """``(width, height)`` where the differences ``steps`` of samples ``spacing`` apart hold at least STAIRS jumps of
+    one sign and no more jumps than flat steps; None otherwise."""
+    jumps = np.flatnonzero(steps)
+    if (len(jumps) >= STAIRS and (np.all(steps[jumps] > 0) or np.all(steps[jumps] < 0))
+            and len(steps) - len(jumps) >= len(jumps)):
+        return spacing * len(steps) / len(jumps), float(np.mean(np.abs(steps[jumps])))
     return None
 
 

@@ -142,7 +142,9 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
             for skipped in rule.checks_skipped:
                 lines.append(f"  skipped {skipped['id']}: {skipped['reason']}")
             if not rule.findings and rule.verdict == "pass":
-                lines.append(f"  {style('all checks passed', fg='green')}")
+                # a rule no check could judge has passed nothing: say so, not "all checks passed"
+                lines.append(f"  {style('all checks passed', fg='green')}" if rule.checks_run
+                             else f"  {style('no check ran: see the reasons above', fg='yellow')}")
 
     for failure in report.load_errors:
         lines += ["", style(f"── {failure.path} failed to import", bold=True)]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
-from gradguard.checker.checks._kinks import kink_excuse
+from gradguard.checker.checks._kinks import EXCUSES, NO_VERDICT, kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
@@ -96,18 +96,25 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     whole = dot_test(lhs, tangents, v)  # whole.rhs = <pullback(ybar), v>
     tol = case.tol
     if whole.agrees(tol):
+        _judged(whole, tol)
         return
     # One table's steps (0.018 down to 6e-4 times v) can reach across what finer steps resolve: cbrt's vertical
     # tangent at 0 beside an entry of 1e-5, hidden among entries of 3e16 (its derivative there is 718, the table
     # said 25.75). A disagreement stands only where tables at finer steps bear it out (`fd.confirmed`).
     finer = finite_difference(case, ybar, v, confirming=lhs)
-    if finer is not None and dot_test(finer, tangents, v).agrees(tol):
+    if finer is not None and (settled := dot_test(finer, tangents, v)).agrees(tol):
+        _judged(settled, tol)
         return
     # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.
     excused = kink_excuse(case, ybar, v, tangents, whole, conv, tol)
     if excused is not None:
         if excused.problem is not None:
             yield excused.problem
+        elif excused.reason in NO_VERDICT:
+            # no derivative to hold the pullback to here: this input is not counted as judged, and a rule judged at
+            # no input drawn says so instead of passing (a step whose every drawn input sits on its jump)
+            raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; "
+                       f"at the first: {EXCUSES[excused.reason]}")
         return
     name = case.rule.name
     fd_text, rule_text = show_apart(float(lhs.value), whole.rhs)
@@ -157,6 +164,19 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 + tolerances.approximation_hint(*_compared(w, lhs, whole), tol)
             ),
         )
+
+
+UNRESOLVED = ("finite differences of the primal resolved no derivative at any input drawn (their error bound was wider "
+              "than a tenth of their value: a jump or a kink within their steps), so the pullback was judged at none")
+
+
+def _judged(test: Any, tol: tolerances.Tolerance) -> None:
+    """Skip where the dot-product ``test`` agrees only because its finite difference resolves nothing (`tolerances.resolves`
+    fails and the two sides are not close without its error bound): a step whose drawn inputs all sit on its
+    jump gave 256 +- 256 against any pullback, and GG201 passed having judged none; such an input is not counted."""
+    value = float(test.lhs.value)
+    if not tolerances.resolves(value, test.lhs.error, tol) and not tolerances.close(value, test.rhs, tol, scale=test.scale):
+        raise Skip(UNRESOLVED)
 
 
 def _compared(w: WrongTangent, lhs: Any, whole: Any) -> tuple[float, float]:
