@@ -163,6 +163,7 @@ def _spec_text(rule: Any) -> str:
         "atol": rule.atol,
         "unused_cotangent": rule.unused_cotangent,
         "complex_convention": rule.complex_convention,
+        "ignore": list(rule.ignore),
         "nargs": rule.nargs,
         "args": repr(rule.args_strategy),
     }

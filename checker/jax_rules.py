@@ -112,6 +112,7 @@ def jax_rule(
     atol: float | None = None,
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str = "zeros",
+    ignore: Any = None,
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` or `jax.custom_jvp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
@@ -129,7 +130,8 @@ def jax_rule(
     dict, tuple or list of arrays, drawn e.g. by ``st.builds(Point, arrays(...), arrays(...))``) is checked
     leaf by leaf, each leaf an argument named by its path (`gradguard.checker.pytree_args`); pytree outputs
     need nothing. ``unused_cotangent`` is
-    ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None.
+    ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None. ``ignore`` leaves checks out of
+    this rule's runs, as for `rrule`.
     """
     from gradguard.engines.errors import AdapterError
     from gradguard.engines.jax_engine import custom_jvp_parts, custom_vjp_parts, is_custom_jvp
@@ -186,6 +188,7 @@ def jax_rule(
         jax_fn=jax_fn,
         kwargs=kwargs,
         unused_cotangent=unused_cotangent,
+        ignore=ignore,
     )
     structures = structures_of(arg_specs)
     spec.extra["jax_primal"] = structured_primal(jax_primal, structures) if structures else jax_primal

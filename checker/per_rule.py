@@ -35,7 +35,7 @@ from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.report import Finding, RuleResult
-from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec
+from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
 from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
 from gradguard.engines.jax_engine._relay import callbacks_quiet
 
@@ -60,7 +60,9 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         source_lines=list(rule.source_lines) if rule.source_lines else None,
         kind=rule.kind,
     )
-    infos = [CHECKS[i] for i in ids]
+    infos = [CHECKS[i] for i in ids if not ignores(rule, i)]
+    result.checks_skipped.extend({"id": i, "reason": f"left out by the rule's declaration (ignore={list(rule.ignore)!r})"}
+                                 for i in ids if ignores(rule, i))
     rule.run_state.clear()
     if options.unused_cotangent is not None:
         rule.run_state[RUN_UNUSED_COTANGENT] = options.unused_cotangent
@@ -71,7 +73,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         with time_limit(options.rule_timeout_s, stuck=_stop_stuck(rule, options)), np.errstate(all="ignore"), \
                 warnings.catch_warnings(), callbacks_quiet(), random_state.kept():
             warnings.simplefilter("ignore", RuntimeWarning)
-            _prepare_engine(rule, ids, options.jax_cache_dir)
+            _prepare_engine(rule, [info.id for info in infos], options.jax_cache_dir)
             with memory:  # its growth counts from here: loading JAX above is not the rule's
                 _run_checks(rule, infos, options, result)
                 at_safe_point()  # a budget spent in the last call of the rule's code

@@ -18,6 +18,7 @@ declarations. Much of it is the validation's error messages, each of which names
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import math
@@ -263,6 +264,7 @@ class RuleSpec:
     kind: str = "numpy"  # "numpy", "jax" or "torch"
     unused_cotangent: str | None = None  # declared convention (UNUSED_COTANGENTS); None: the run's default
     complex_convention: str | None = None  # declared (COMPLEX_CONVENTIONS); None: the rule kind's own
+    ignore: tuple[str, ...] = ()  # check ids or prefixes this rule's declaration leaves out of its runs
     jax_fn: Any = None  # the custom_vjp function, for jax rules
     source_file: str | None = None
     source_lines: tuple[int, int] | None = None
@@ -297,6 +299,42 @@ def without_constant_outputs(rule: RuleSpec, y: Any) -> Any:
     if not positions or not isinstance(y, (tuple, list)) or not any(k < len(y) for k in positions):
         return y
     return rebuild(y, (None if k in positions else part for k, part in enumerate(children(y))))
+
+
+def ignored_checks(value: Any) -> tuple[str, ...]:
+    """The check ids or prefixes of a rule's ``ignore=`` (a string, comma-separated or not, or a sequence of them),
+    upper-cased; a SpecError naming one that matches no check."""
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    try:
+        items = list(items)
+    except TypeError:
+        raise SpecError(f"Got ignore={value!r}, but ignore must be a check id or prefix, or a list of them "
+                        "(ignore=[\"GG201\", \"GG501\"]).") from None
+    from gradguard.checker.checks import catalogue
+
+    known = [c.id for c in catalogue()]
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise SpecError(f"Got {item!r} in ignore=, but each entry must be a check id or prefix such as 'GG201'.")
+        for part in item.split(","):
+            part = part.strip().upper()
+            if not part:
+                continue
+            if not any(k.startswith(part) for k in known):
+                close = difflib.get_close_matches(part, known, n=3)
+                hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
+                raise SpecError(f"Got ignore={part!r}, which matches no check id.{hint}")
+            if part not in out:
+                out.append(part)
+    return tuple(out)
+
+
+def ignores(rule: RuleSpec, check_id: str) -> bool:
+    """Whether ``rule``'s declaration leaves ``check_id`` out (``ignore=``)."""
+    return any(check_id.startswith(p) for p in rule.ignore)
 
 
 def validate_unused_cotangent(value: Any, option: str = "unused_cotangent") -> str | None:
@@ -445,6 +483,7 @@ def build_spec(
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str | None = None,
     complex_convention: str | None = None,
+    ignore: Any = None,
 ) -> RuleSpec:
     """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
     if not callable(primal):
@@ -480,6 +519,7 @@ def build_spec(
     nondiff_set |= constants.keys()
     unused_cotangent = validate_unused_cotangent(unused_cotangent)
     complex_convention = _complex_convention(complex_convention)
+    ignored = ignored_checks(ignore)
 
     # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
     # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
@@ -507,6 +547,7 @@ def build_spec(
         kind=kind,
         unused_cotangent=unused_cotangent,
         complex_convention=complex_convention,
+        ignore=ignored,
         jax_fn=jax_fn,
         source_file=path,
         source_lines=lines,
@@ -532,6 +573,7 @@ def rrule(
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str | None = None,
     complex_convention: str | None = None,
+    ignore: Any = None,
 ) -> Callable[[Callable[..., Any]], RuleSpec]:
     """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
 
@@ -546,6 +588,10 @@ def rrule(
     ``complex_convention`` says how the pullback treats complex numbers in the engine it is written for:
     ``"chainrules"`` (the default: the adjoint, ``conj(f'(z)) * ybar``) or ``"jax"`` (``f'(z) * ybar``, as
     JAX and HIPS/autograd); GG201, GG205 and the safety matrix judge the rule by it.
+    ``ignore`` leaves check ids or prefixes (``["GG201", "GG501"]``, or ``"GG201,GG501"``) out of every run of this
+    rule, as ``--ignore`` does for a whole run: a straight-through estimator or a surrogate gradient, which is not
+    the derivative on purpose, fails those by design, and the other rules keep them. The report lists them as
+    skipped, with the declaration as the reason.
     """
     if not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
@@ -553,12 +599,12 @@ def rrule(
     def decorate(rule_fn: Callable[..., Any]) -> RuleSpec:
         return build_spec(
             rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol,
-            kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention,
+            kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention, ignore=ignore,
         )
 
     # Validate the options now, not at decoration, so the error points at the rrule(...) line.
     build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol,
-               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention)
+               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention, ignore=ignore)
     return decorate
 
 

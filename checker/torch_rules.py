@@ -56,6 +56,7 @@ def torch_rule(
     kwargs: dict[str, Any] | None = None,
     primal: Callable[..., Any] | None = None,
     unused_cotangent: str = "zeros",
+    ignore: Any = None,
 ) -> RuleSpec:
     """Declare a `torch.autograd.Function` subclass as a rule to check; returns a :class:`RuleSpec`.
 
@@ -63,7 +64,8 @@ def torch_rule(
     ``ctx``). ``primal`` is the function the Function claims to compute (NumPy in, NumPy out), for GG102;
     by default it is ``function.apply`` under ``torch.no_grad()``. A forward that writes into an input
     (``ctx.mark_dirty``) is declared with ``mutates=`` like any mutating rule. ``unused_cotangent`` is
-    ``"zeros"`` by default: PyTorch materialises zero gradients for unused outputs.
+    ``"zeros"`` by default: PyTorch materialises zero gradients for unused outputs. ``ignore`` leaves checks out of
+    this rule's runs (a surrogate gradient's ``ignore=["GG201", "GG501"]``), as for `rrule`.
     """
     from gradguard.engines import torch_engine
     from gradguard.engines.errors import AdapterError
@@ -128,7 +130,7 @@ def torch_rule(
             chosen.__signature__ = sig  # type: ignore[attr-defined]  # arity errors name forward's parameters
     spec = build_spec(
         rule, chosen, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name or fname, rtol=rtol,
-        atol=atol, kind="torch", kwargs=kwargs, unused_cotangent=unused_cotangent,
+        atol=atol, kind="torch", kwargs=kwargs, unused_cotangent=unused_cotangent, ignore=ignore,
     )
     positions["nondiff"] = spec.nondiff
     positions["spec"] = spec

@@ -128,7 +128,11 @@ _FIXES = {
     BASELINE: (
         "The rule is wrong even in the simplest program that uses its output; fix the pullback first, the other "
         "contexts are judged against this one. The isolation checks (GG201) judge it at their own inputs; where "
-        "they found nothing, this program's inputs are ones they did not draw: run the reproducer."
+        "they found nothing, this program's inputs are ones they did not draw: run the reproducer. A gradient that "
+        "is not the derivative on purpose (a straight-through estimator, a surrogate gradient) is wrong in every "
+        "program by design: leave the checks it fails that way out for this rule with ignore= in its declaration "
+        "(ignore=[\"GG201\", \"GG203\", \"GG501\"]; leaving out GG501 leaves out its other contexts too, while "
+        "GG502 and GG503 still run)."
     ),
     "called-twice": (
         "Either the pullback reads state that a second call of the rule overwrites (a shared buffer, cache or "

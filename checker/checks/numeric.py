@@ -160,7 +160,9 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
                 "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
                 "straight-through estimator, a surrogate or scaled gradient, a Lie group's gradient in its Lie algebra) "
-                "fails this check by design: leave GG201 out of its run (--ignore GG201, check(ignore=[...]))." + hint
+                "fails this check by design, and GG203, GG207 and GG501 with it where they run: leave them out for "
+                "this rule with ignore= in its declaration (rrule(..., ignore=[\"GG201\", \"GG203\", \"GG501\"]), "
+                "likewise torch_rule and jax_rule), which keeps them for every other rule." + hint
                 + tolerances.approximation_hint(*_compared(w, lhs, whole), tol)
             ),
         )
@@ -204,8 +206,8 @@ ALPHAS = st.one_of(
 # graphcast's reduce_precision rounds its cotangent to bfloat16 in bwd on purpose (a straight-through estimator that
 # also quantizes the gradient): the fix says so rather than only naming abs, square and sign.
 _ON_PURPOSE = (" A pullback that quantizes its cotangent on purpose (mixed-precision training's straight-through "
-               "rounding to bfloat16 or float8) fails this check by design: leave GG202 out of its run (--ignore "
-               "GG202, check(ignore=[...])).")
+               "rounding to bfloat16 or float8) fails this check by design: leave GG202 out for this rule with "
+               "ignore=[\"GG202\"] in its declaration.")
 
 
 def _tangents_for(case: Case, ybar: Any) -> tuple[Any, ...]:

@@ -208,7 +208,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         fix=(
             f"Re-derive the tangent for argument {i}: the primal's own jax.numpy code differentiates to the "
             "expected value at this input. If the rule is meant to differ from it (a deliberately different "
-            "derivative), ignore GG203 for this rule."
+            "derivative), leave GG203 out for this rule with ignore=[\"GG203\"] in its declaration."
         ),
     )
 

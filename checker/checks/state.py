@@ -223,7 +223,8 @@ def output_aliases_input(case: Case) -> Iterable[Problem]:
                 actual=how,
                 fix=(
                     "Return a copy (np.array(..., copy=True), x.T.copy()); "
-                    "if the rule returns its argument on purpose, ignore GG405 for it."
+                    "if the rule returns its argument on purpose, leave GG405 out for it with ignore=[\"GG405\"] in "
+                    "its declaration."
                 ),
             )
             break

@@ -800,4 +800,5 @@ def test_gg202_names_a_cotangent_rounded_to_a_lower_precision_and_the_way_to_lea
     assert "rounding it to a lower precision" in f.fix, f.fix
     assert f.fix.endswith("A pullback that quantizes its cotangent on purpose (mixed-precision training's "
                           "straight-through rounding to bfloat16 or float8) fails this check by design: leave GG202 "
-                          "out of its run (--ignore GG202, check(ignore=[...])).")
+                          "out for this rule with ignore=[\"GG202\"] in its declaration.")
+

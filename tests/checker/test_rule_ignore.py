@@ -1,0 +1,92 @@
+"""A rule's own ``ignore=``: a surrogate gradient (not the derivative on purpose) leaves the checks it fails by design
+out of its own runs, and every other rule of the run keeps them."""
+
+import numpy as np
+import pytest
+
+from gradguard.checker import arrays, check, rrule
+from gradguard.checker.cache import _spec_text
+from gradguard.checker.errors import SpecError
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def spike(x):
+    return (x >= 0).astype(x.dtype)
+
+
+def surrogate(**options):
+    # a spiking network's Heaviside step, whose backward is the sigmoid's derivative on purpose
+    @rrule(spike, arrays(shape=(4,), min_value=-3.0, max_value=3.0), name=options.pop("name", "spike_rrule"), **options)
+    def spike_rrule(x):
+        s = 1 / (1 + np.exp(-4 * x))
+        return spike(x), lambda ybar: (None,) if ybar is None else (ybar * 4 * s * (1 - s),)
+
+    return spike_rrule
+
+
+def errors(result):
+    return sorted({f.check_id for f in result.findings if f.severity == "error"})
+
+
+def test_a_surrogate_fails_gg201_and_gg501_by_design_and_the_fix_says_how_to_leave_them_out():
+    result = check(surrogate()).rules[0]
+    assert {"GG201", "GG203", "GG501"} <= set(errors(result))
+    (gg201,) = [f for f in result.findings if f.check_id == "GG201"][:1]
+    assert 'rrule(..., ignore=["GG201", "GG203", "GG501"])' in gg201.fix
+    gg501 = next(f for f in result.findings if f.check_id == "GG501" and "output-used" in f.message)
+    assert 'with ignore= in its declaration (ignore=["GG201", "GG203", "GG501"]' in gg501.fix
+
+
+def test_the_rules_ignore_leaves_its_checks_out_and_says_so_and_the_other_rules_keep_them():
+    quiet = surrogate(name="quiet_spike_rrule", ignore=["GG201", "GG203", "GG501"])
+    report = check([quiet, surrogate(name="loud_spike_rrule")])
+    by_name = {r.name: r for r in report.rules}
+    assert errors(by_name["quiet_spike_rrule"]) == []
+    assert by_name["quiet_spike_rrule"].verdict == "pass"
+    skipped = {s["id"]: s["reason"] for s in by_name["quiet_spike_rrule"].checks_skipped}
+    assert skipped["GG201"] == skipped["GG501"] == "left out by the rule's declaration (ignore=['GG201', 'GG203', 'GG501'])"
+    assert "GG201" not in by_name["quiet_spike_rrule"].checks_run
+    assert {"GG201", "GG501"} <= set(errors(by_name["loud_spike_rrule"]))
+
+
+def test_ignore_takes_prefixes_and_comma_separated_ids_and_goes_into_the_cache_key():
+    rule = surrogate(ignore="gg201, GG5")
+    assert rule.ignore == ("GG201", "GG5")
+    result = check(rule, select=["GG2", "GG5"]).rules[0]
+    left_out = {s["id"] for s in result.checks_skipped if s["reason"].startswith("left out by the rule's declaration")}
+    assert left_out == {"GG201", "GG501", "GG502", "GG503"}
+    assert _spec_text(rule) != _spec_text(surrogate())
+
+
+@pytest.mark.parametrize("value, message", [
+    ("GG999", "Got ignore='GG999', which matches no check id. Known ids: GG101..GG706."),
+    (["GG2O1"], "Got ignore='GG2O1', which matches no check id. Did you mean"),
+    (201, "Got ignore=201, but ignore must be a check id or prefix, or a list of them"),
+])
+def test_an_unknown_check_in_ignore_is_a_spec_error_that_names_it(value, message):
+    with pytest.raises(SpecError) as err:
+        surrogate(ignore=value)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_torch_rule_takes_ignore_too():
+    torch = pytest.importorskip("torch")
+    from gradguard.checker import torch_rule
+
+    class Spike(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return (x >= 0).to(x.dtype)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            s = torch.sigmoid(4 * x)
+            return g * 4 * s * (1 - s)
+
+    rule = torch_rule(Spike, arrays(shape=(4,), min_value=-3.0, max_value=3.0), ignore=["GG201", "GG501"])
+    assert rule.ignore == ("GG201", "GG501")
+    assert errors(check(rule, select=["GG201", "GG501"]).rules[0]) == []
+
