@@ -343,7 +343,9 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
             )
             return
     if np.isfinite(a):
-        cell.rel_error = float(abs(a - b) / max(abs(b), row.tol.atol))
+        # relative to the program's gradient; where that is 0 (within atol), to the engine's own: 1.0, all of it
+        # wrong, where over atol's floor it read 6.1e+08 for a gradient of 0.607 against 0
+        cell.rel_error = float(abs(a - b) / (abs(b) if abs(b) > row.tol.atol else max(abs(a), row.tol.atol)))
     if cell.status == "wrong" and np.isfinite(a):
         excuse = _kink_excuse(cell, row, engine, view, plan, v, program, scale, grads)
         if excuse:

@@ -90,3 +90,13 @@ def test_a_torch_rule_takes_ignore_too():
     assert rule.ignore == ("GG201", "GG501")
     assert errors(check(rule, select=["GG201", "GG501"]).rules[0]) == []
 
+
+def test_a_cell_wrong_where_the_programs_gradient_is_0_shows_a_relative_error_of_1_not_one_over_atol():
+    from gradguard.checker.contexts import run_matrix
+
+    rows = {row.context.name: row for row in run_matrix(surrogate()).rows}
+    base = rows["output-used"]
+    assert base.slope == 0.0  # a step's finite differences, away from its jump
+    wrong = [c for c in base.cells.values() if c.status == "wrong"]
+    assert wrong and all(c.rel_error == 1.0 for c in wrong)  # it read 6e+08: the error over atol's 1e-9
+
