@@ -22,6 +22,7 @@ from gradguard.checker.inputs import show_apart
 from gradguard.checker.options import SAFETY_MATRIX
 from gradguard.checker.problems import ContextReplay
 from gradguard.checker.contexts import Outcome, engine, run_matrix
+from gradguard.checker.contexts._matrix import no_verdict
 
 if TYPE_CHECKING:
     from gradguard.checker.options import PerRule
@@ -50,9 +51,30 @@ def _wrong(row: "Row", baseline: "Row | None" = None) -> list[str]:
     wrong alone: the isolation checks report it, not every context again)."""
     return [
         e for e, c in row.cells.items()
-        if c.status == "wrong" and not _value_differs(row, e)
-        and (baseline is None or baseline is row or baseline.cells[e].status != "wrong")
+        if c.status == "wrong" and not _value_differs(row, e) and _shown_right_alone(baseline, row, e)
     ]
+
+
+def _shown_right_alone(baseline: "Row | None", row: "Row", name: str) -> bool:
+    """Whether engine ``name``'s wrong cell in ``row`` can be the context's doing: the baseline program does not show
+    the rule wrong on its own. Where finite differences gave no verdict in the baseline (its input on a jump or a
+    kink), an aliasing row asks the baseline at a generic input (`Row.elsewhere`): a two-input surrogate spike (BrainPy's, whose
+    aliased pullbacks add up exactly as JAX's gradient of f(x, x) does) was reported for not accumulating under
+    aliasing at the seeds whose baseline input sat on its jump; elsewhere its baseline is wrong, the surrogate's
+    own doing. A maximum that doubles a tie stays right off the tie, and its aliasing finding stands."""
+    if baseline is None or baseline is row:
+        return True
+    cell = baseline.cells.get(name)
+    if cell is None:
+        return True
+    if cell.status == "wrong":
+        return False
+    if no_verdict(cell) and row.context.aliasing and baseline.elsewhere is not None:
+        # GG502 blames accumulation over aliases; a rule wrong on its own is GG201's, and GG501 (whose other
+        # contexts are true, if redundant, about such a rule) keeps its findings
+        other = baseline.elsewhere.cells.get(name)
+        return other is None or other.status != "wrong"
+    return True
 
 
 def _baseline(outcome: Outcome) -> "Row | None":

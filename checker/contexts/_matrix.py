@@ -39,7 +39,7 @@ from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite
 from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit, by_name, fit_bends, weights_like)
-from gradguard.checker.specs import RuleSpec
+from gradguard.checker.specs import UNSTRUCTURED_RRULE, RuleSpec
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 
 __all__ = ["ENGINES", "Cell", "Outcome", "run_matrix", "safety_matrix", "engines_for"]
@@ -65,6 +65,9 @@ class Row:
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
     computed_at: float | None = None  # the machine epsilon of the rule's least precise output (`RuleView.computed_at`)
+    # The baseline program again at the second draw, where finite differences gave some engine no verdict at the
+    # first (`_baseline_elsewhere`): whether the rule is wrong on its own there. Not part of the report.
+    elsewhere: "Row | None" = None
 
 
 @dataclass
@@ -145,7 +148,53 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         v = weights_like(plan.inputs, rng)
         fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
         outcome.rows.append(_run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value))
+    base = next((r for r in outcome.rows if r.context.name == BASELINE), None)
+    if base is not None and any(no_verdict(c) for c in base.cells.values()):
+        base.elsewhere = _baseline_elsewhere(base.context, rule, seed, args, ranges, shapes, view, columns, outcome.tol)
     return outcome
+
+
+BASELINE = "output-used"  # the simplest program that uses the rule's output: a wrong cell here is the rule's own
+
+
+def no_verdict(cell: Cell) -> bool:
+    """Whether finite differences could not judge ``cell`` (a jump or a kink within their steps, an error bound
+    too wide): its engine is neither right nor wrong there."""
+    return cell.status == "skipped" and (cell.message or "").startswith("no verdict")
+
+
+def _baseline_elsewhere(ctx: Context, rule: RuleSpec, seed: int, args: tuple, ranges: Any, shapes: Any,
+                        view: RuleView, columns: tuple[Engine, ...], tol: tolerances.Tolerance) -> Row | None:
+    """The baseline row at a generic input, or None where there is none to take: each differentiable real array
+    argument drawn uniformly over the range its draws took (`drawn_ranges`), the others as drawn. Where the first
+    draw sat on a jump or a kink and gave no verdict, a wrong cell in another context could be the context's doing
+    or the rule's own: a two-input surrogate spike (BrainPy's), whose aliased pullbacks add up exactly, was reported
+    for not accumulating at the seeds whose baseline input sat on its jump (the draws favour 0, where its jump is, as
+    they favour ties). Away from them its baseline is wrong, the surrogate's own doing, while HIPS/autograd's
+    maximum that doubles a tie stays right off the tie. A rule whose arguments carry a structure (`structure=`) or
+    are complex gets none: a uniform draw would leave its domain."""
+    if UNSTRUCTURED_RRULE in rule.extra:
+        return None
+    rng = np.random.default_rng([seed, 1])
+    generic = list(copy_tree(args))
+    for i, a in enumerate(args):
+        if i in rule.nondiff or not isinstance(a, np.ndarray):
+            continue
+        if a.dtype.kind != "f" or i not in ranges or not all(np.isfinite(ranges[i])):
+            return None
+        lo, hi = ranges[i]
+        generic[i] = rng.uniform(lo, hi, size=a.shape).astype(a.dtype)
+    try:
+        with np.errstate(all="ignore"):
+            output2 = rule.primal(*copy_tree(tuple(generic)))
+        rng = _generator(seed, ctx)
+        plan = ctx.plan(Signature(rule, tuple(generic), args, output2, ranges, shapes), rng)
+        v = weights_like(plan.inputs, rng)
+        fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
+        return _run_row(ctx, fitted.plan, v, view, columns, tol, value=fitted.value)
+    except Exception as exc:  # noqa: BLE001 - the primal or the plan refuses the second draw: nothing to compare
+        note_memory_error(exc)
+        return None
 
 
 def _generator(seed: int, ctx: Context) -> np.random.Generator:
