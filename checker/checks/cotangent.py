@@ -21,7 +21,7 @@ from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, t
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
-from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild
+from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 
 __all__: list[str] = []
 
@@ -375,10 +375,13 @@ def cotangent_read_only(case: Case) -> Iterable[Problem]:
     """A pullback must not write into the cotangent it receives. Engines hand the same cotangent buffer to
     every pullback of a fanned-out output and keep accumulating into it; ``ybar *= 2`` inside one pullback
     silently changes the gradient flowing into the others. (Returning ``ybar`` itself as a tangent is fine
-    as long as nothing writes into it. JAX arrays are immutable, so this check applies to NumPy rrules.)"""
+    as long as nothing writes into it. JAX arrays are immutable, so this check applies to NumPy rrules.) A scalar
+    output's cotangent reaches the pullback as a 0-d array, as engines hand it over, so ``dout *= 1 / T`` in a
+    loss's pullback is caught too."""
     y = case.first_call().output
     if not any(isinstance(leaf, np.ndarray) for leaf in leaves(y)):
-        raise Skip("the cotangent is a scalar, which a pullback cannot modify")
+        yield from _scalar_cotangent(case, y)
+        return
     pulled = case.first_pullback()
     ybar, given = pulled.ybar, pulled.given
     for k, (before, after) in enumerate(zip(leaves(ybar), leaves(given))):
@@ -397,5 +400,50 @@ def cotangent_read_only(case: Case) -> Iterable[Problem]:
             expected=show(changed.want),
             actual=show(changed.got),
             fix="Treat ybar as read-only: write ybar = ybar * 2 instead of ybar *= 2, or work on ybar.copy().",
+        )
+        return
+
+
+def _number(leaf: Any) -> bool:
+    return isinstance(leaf, (float, complex, np.floating, np.complexfloating))
+
+
+def _scalar_cotangent(case: Case, y: Any) -> Iterable[Problem]:
+    """GG303 for an output of scalars (a loss): gradguard draws its cotangent as scalars, which nothing can write
+    into, but engines hand it over as 0-d arrays (PyTorch's 0-d tensor, whose ``.numpy()`` a NumPy-wrapped Function
+    writes through; HIPS/autograd's arrays), so the pullback gets the same draw once more as 0-d arrays, after a
+    fresh forward call, and they must come back as they went. A textbook's ``dout *= 1 / T`` left the cotangent
+    at a third of itself, and in ``loss1 + loss2`` under a zero-copy PyTorch wrapper the other loss's input got a
+    third of its gradient."""
+    if case.rule.kind != "numpy":
+        raise Skip("the cotangent is a scalar, which a pullback cannot modify")
+    ybar = case.first_pullback().ybar
+    if not any(_number(leaf) for leaf in leaves(ybar)):
+        raise Skip("the cotangent holds no number a pullback could modify")
+    held = tree_map(lambda leaf: np.array(leaf) if _number(leaf) else leaf, ybar)
+    given = copy_tree(held)
+    _, pb = case.pair()
+    try:
+        case.pullback(pb, given)
+    except RuleRaised:
+        raise Skip("the pullback does not take its scalar cotangent as a 0-d array, as engines hand it over") from None
+    for k, (before, after) in enumerate(zip(leaves(held), leaves(given))):
+        if not isinstance(before, np.ndarray):
+            continue
+        changed = first_mismatch([(k, after, before)], exact)
+        if changed is None:
+            continue
+        place = f"output {k}'s cotangent" if not is_leaf(y) else "the cotangent"
+        yield Problem(
+            message=(
+                f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
+                f"{show(changed.want)} before the call and {show(changed.got)} after. The output is a scalar, and "
+                "engines hand its cotangent over as a 0-d array (PyTorch's 0-d tensor, through .numpy()), which "
+                "this pullback writes into."
+            ),
+            location=place,
+            expected=show(changed.want),
+            actual=show(changed.got),
+            fix="Treat ybar as read-only: write ybar = ybar / T instead of ybar /= T (or *=, +=), or work on a copy.",
         )
         return

@@ -327,6 +327,34 @@ def test_gg303_correct_twins_pass():
     assert_passes_every_isolation_check(double_ok)
 
 
-def test_gg303_skips_scalar_cotangents():
-    report = check(addone_fixed, select=["GG303"])
-    assert report.rules[0].checks_skipped == [{"id": "GG303", "reason": "the cotangent is a scalar, which a pullback cannot modify"}]
+def mean(x):
+    return np.mean(x)
+
+
+@rrule(mean, arrays(shape=(3,)))
+def mean_divides_its_cotangent(x):
+    def pullback(dout):
+        dout *= 1 / x.size  # a textbook's time-averaged loss: harmless on a float, not on a 0-d array
+        return (np.full(x.shape, dout),)
+
+    return mean(x), pullback
+
+
+@rrule(mean, arrays(shape=(3,)))
+def mean_ok(x):
+    return mean(x), lambda dout: (np.full(x.shape, dout / x.size),)
+
+
+def test_gg303_judges_a_scalar_cotangent_as_engines_hand_it_over_a_0d_array():
+    (f,) = findings(mean_divides_its_cotangent, "GG303")
+    m = re.fullmatch(
+        r"the pullback of mean_divides_its_cotangent modified the cotangent it was given: the cotangent was (\S+) "
+        r"before the call and (\S+) after\. The output is a scalar, and engines hand its cotangent over as a 0-d "
+        r"array \(PyTorch's 0-d tensor, through \.numpy\(\)\), which this pullback writes into\.",
+        f.message,
+    )
+    assert m, f.message
+    assert float(m[2]) == pytest.approx(float(m[1]) / 3, rel=1e-5)
+    for twin in (mean_ok, addone_fixed):
+        report = check(twin, select=["GG303"])
+        assert report.rules[0].checks_run == ["GG303"] and not report.findings
