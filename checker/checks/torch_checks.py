@@ -422,7 +422,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
                  f"derivative of the backward (create_graph=True) gives {torch_text}."),
         expected=fd_text,
         actual=torch_text,
-        fix=_WRONG_DOUBLE_FIX,
+        fix=_WRONG_DOUBLE_FIX if math.isfinite(rhs) else _NONFINITE_DOUBLE_FIX,
     )
 
 
@@ -592,6 +592,12 @@ _DOUBLE_FIX = ("Write backward with differentiable torch operations on the saved
                "Function with a backward of its own.")
 # The backward carries a graph, and its derivative is wrong: a detached or NumPy-computed part, or a saved output of
 # the Function itself, whose derivative is then this same backward's (right only if the first order is: GG201).
+# The backward's own derivative is NaN or infinite where its finite differences are not (spikingjelly's s2nn at x = -1:
+# torch.where's untaken branch beta / (x + 1) divides by zero, and 0 * inf is NaN): advice about detached parts misleads.
+_NONFINITE_DOUBLE_FIX = ("Keep inf and NaN out of the backward's own graph: a torch.where or clamp whose untaken branch "
+                         "divides by zero or takes a log or sqrt of 0 still contributes 0 * inf to the double backward. "
+                         "Guard the operand itself (torch.where(mask, x, 1) inside the risky operation, then "
+                         "torch.where(mask, that, other)), as for a first-order NaN (GG206, GG301).")
 _WRONG_DOUBLE_FIX = ("If the first order is wrong too (GG201), fix it first: a backward that reads the Function's "
                      "saved output is differentiated through this same backward. Otherwise write backward with "
                      "differentiable torch operations on the saved tensors (no .detach(), .numpy() or torch.no_grad() "

@@ -859,3 +859,37 @@ def test_gg705_reads_a_structured_rule_along_its_structure() -> None:
     assert found == [], [f.message for f in found]
     _, found = findings(_chol_solve(True), "GG705")
     assert [f.severity for f in found] == ["error"], [f.message for f in found]
+
+
+class _GuardlessWhere(torch.autograd.Function):
+    """spikingjelly's s2nn pattern: the backward's torch.where divides by zero in the branch it does not take at
+    x = -1, so its own derivative there is 0 * inf = NaN, while the backward itself is smooth (sigmoid'')."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.where(x < 0, torch.sigmoid(x), torch.log(torch.clamp(x, min=0) + 1) + 0.5)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return g * torch.where(x < 0, s * (1 - s), 1 / (x + 1))
+
+
+class _GuardedWhere(_GuardlessWhere):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        safe = torch.where(x < 0, torch.ones_like(x), x + 1)  # the operand guarded before the division
+        return g * torch.where(x < 0, s * (1 - s), 1 / safe)
+
+
+def test_gg705_a_nan_double_backward_from_an_untaken_branch_says_how_to_guard_it_and_the_guarded_twin_passes():
+    spec = arrays(shape=(3,), elements=st.sampled_from([-1.0, -2.0, -0.5]))
+    found = [f for f in check(torch_rule(_GuardlessWhere, spec), select=["GG705"]).findings if f.check_id == "GG705"]
+    assert found and found[0].severity == "error"
+    assert "by finite differences of the gradient, but PyTorch's derivative of the backward (create_graph=True) gives nan" in found[0].message
+    assert found[0].fix.startswith("Keep inf and NaN out of the backward's own graph")
+    assert not check(torch_rule(_GuardedWhere, spec), select=["GG705"]).findings
