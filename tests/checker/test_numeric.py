@@ -802,3 +802,19 @@ def test_gg202_names_a_cotangent_rounded_to_a_lower_precision_and_the_way_to_lea
                           "straight-through rounding to bfloat16 or float8) fails this check by design: leave GG202 "
                           "out for this rule with ignore=[\"GG202\"] in its declaration.")
 
+
+def identity(x):
+    return x * 1.0
+
+
+@rrule(identity, arrays(shape=(3,), min_value=-2.0, max_value=2.0))
+def identity_two_wrong(x):
+    # element 0 a little off, element 1 far off: the message names the one that makes the test fail
+    return identity(x), accepting_none(1)(lambda ybar: (ybar * np.array([1.01, 3.0, 1.0]),))
+
+
+def test_gg201_names_the_element_furthest_off_not_the_first():
+    (f,) = findings(identity_two_wrong, "GG201")
+    assert f.location == "argument 0 at [1]", f.message
+    m = re.search(r"cotangent for argument 0 at \[1\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
+    assert m and float(m[2]) == pytest.approx(3 * float(m[1]), rel=1e-4)
