@@ -9,7 +9,6 @@ for a seed.
 
 from __future__ import annotations
 
-import difflib
 import os
 import platform
 import sys
@@ -20,7 +19,7 @@ import numpy as np
 
 from gradguard.checker._search import RuleTimeout
 from gradguard.checker._version import VERSION
-from gradguard.checker.checks import catalogue
+from gradguard.checker.checks import catalogue, check_prefixes
 from gradguard.checker.contexts._jax_engine import MODES as JAX_COLUMN_MODES
 from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.loader import collect
@@ -41,26 +40,8 @@ AUTO_JOBS_ABOVE = 4
 def select_checks(select: Any = None, ignore: Any = None) -> list[str]:
     """Check ids matching the ``select`` prefixes minus the ``ignore`` prefixes (like a linter's codes)."""
     known = [c.id for c in catalogue()]
-
-    def prefixes(option: str, value: Any) -> list[str]:
-        if value is None:
-            return []
-        items = [value] if isinstance(value, str) else list(value)
-        out = []
-        for item in items:
-            for part in str(item).split(","):
-                part = part.strip().upper()
-                if not part:
-                    continue
-                if not any(k.startswith(part) for k in known):
-                    close = difflib.get_close_matches(part, known, n=3)
-                    hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
-                    raise UsageError(f"Got {option}={part!r}, which matches no check id.{hint}")
-                out.append(part)
-        return out
-
-    chosen = prefixes("select", select) or ["GG"]
-    dropped = prefixes("ignore", ignore)
+    chosen = check_prefixes("select", select, UsageError) or ["GG"]
+    dropped = check_prefixes("ignore", ignore, UsageError)
     return [k for k in known if any(k.startswith(p) for p in chosen) and not any(k.startswith(p) for p in dropped)]
 
 

@@ -18,7 +18,6 @@ declarations. Much of it is the validation's error messages, each of which names
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 import math
@@ -304,32 +303,9 @@ def without_constant_outputs(rule: RuleSpec, y: Any) -> Any:
 def ignored_checks(value: Any) -> tuple[str, ...]:
     """The check ids or prefixes of a rule's ``ignore=`` (a string, comma-separated or not, or a sequence of them),
     upper-cased; a SpecError naming one that matches no check."""
-    if value is None:
-        return ()
-    items = [value] if isinstance(value, str) else value
-    try:
-        items = list(items)
-    except TypeError:
-        raise SpecError(f"Got ignore={value!r}, but ignore must be a check id or prefix, or a list of them "
-                        "(ignore=[\"GG201\", \"GG501\"]).") from None
-    from gradguard.checker.checks import catalogue
+    from gradguard.checker.checks import check_prefixes
 
-    known = [c.id for c in catalogue()]
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise SpecError(f"Got {item!r} in ignore=, but each entry must be a check id or prefix such as 'GG201'.")
-        for part in item.split(","):
-            part = part.strip().upper()
-            if not part:
-                continue
-            if not any(k.startswith(part) for k in known):
-                close = difflib.get_close_matches(part, known, n=3)
-                hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
-                raise SpecError(f"Got ignore={part!r}, which matches no check id.{hint}")
-            if part not in out:
-                out.append(part)
-    return tuple(out)
+    return tuple(check_prefixes("ignore", value, SpecError))
 
 
 def ignores(rule: RuleSpec, check_id: str) -> bool:

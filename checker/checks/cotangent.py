@@ -383,25 +383,30 @@ def cotangent_read_only(case: Case) -> Iterable[Problem]:
         yield from _scalar_cotangent(case, y)
         return
     pulled = case.first_pullback()
-    ybar, given = pulled.ybar, pulled.given
-    for k, (before, after) in enumerate(zip(leaves(ybar), leaves(given))):
-        if not isinstance(before, np.ndarray):
-            continue
-        changed = first_mismatch([(k, after, before)], exact)
-        if changed is None:
-            continue
-        place = where(f"output {k}" if not is_leaf(y) else "the cotangent", changed.index)
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
-                f"{show(changed.want)} before the call and {show(changed.got)} after."
-            ),
-            location=place,
-            expected=show(changed.want),
-            actual=show(changed.got),
-            fix="Treat ybar as read-only: write ybar = ybar * 2 instead of ybar *= 2, or work on ybar.copy().",
-        )
+    written = _first_write(pulled.ybar, pulled.given)
+    if written is None:
         return
+    k, changed = written
+    place = where(f"output {k}" if not is_leaf(y) else "the cotangent", changed.index)
+    yield Problem(
+        message=(
+            f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
+            f"{show(changed.want)} before the call and {show(changed.got)} after."
+        ),
+        location=place,
+        expected=show(changed.want),
+        actual=show(changed.got),
+        fix="Treat ybar as read-only: write ybar = ybar * 2 instead of ybar *= 2, or work on ybar.copy().",
+    )
+
+
+def _first_write(before: Any, after: Any) -> tuple[int, Any] | None:
+    """``(leaf, mismatch)`` for the first array leaf of the cotangent ``before`` that ``after`` (the copy the pullback
+    was given) no longer holds bit for bit; None where the pullback wrote into none."""
+    for k, (was, now) in enumerate(zip(leaves(before), leaves(after))):
+        if isinstance(was, np.ndarray) and (changed := first_mismatch([(k, now, was)], exact)) is not None:
+            return k, changed
+    return None
 
 
 def _number(leaf: Any) -> bool:
@@ -427,23 +432,20 @@ def _scalar_cotangent(case: Case, y: Any) -> Iterable[Problem]:
         case.pullback(pb, given)
     except RuleRaised:
         raise Skip("the pullback does not take its scalar cotangent as a 0-d array, as engines hand it over") from None
-    for k, (before, after) in enumerate(zip(leaves(held), leaves(given))):
-        if not isinstance(before, np.ndarray):
-            continue
-        changed = first_mismatch([(k, after, before)], exact)
-        if changed is None:
-            continue
-        place = f"output {k}'s cotangent" if not is_leaf(y) else "the cotangent"
-        yield Problem(
-            message=(
-                f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
-                f"{show(changed.want)} before the call and {show(changed.got)} after. The output is a scalar, and "
-                "engines hand its cotangent over as a 0-d array (PyTorch's 0-d tensor, through .numpy()), which "
-                "this pullback writes into."
-            ),
-            location=place,
-            expected=show(changed.want),
-            actual=show(changed.got),
-            fix="Treat ybar as read-only: write ybar = ybar / T instead of ybar /= T (or *=, +=), or work on a copy.",
-        )
+    written = _first_write(held, given)
+    if written is None:
         return
+    k, changed = written
+    place = f"output {k}'s cotangent" if not is_leaf(y) else "the cotangent"
+    yield Problem(
+        message=(
+            f"the pullback of {case.rule.name} modified the cotangent it was given: {place} was "
+            f"{show(changed.want)} before the call and {show(changed.got)} after. The output is a scalar, and "
+            "engines hand its cotangent over as a 0-d array (PyTorch's 0-d tensor, through .numpy()), which "
+            "this pullback writes into."
+        ),
+        location=place,
+        expected=show(changed.want),
+        actual=show(changed.got),
+        fix="Treat ybar as read-only: write ybar = ybar / T instead of ybar /= T (or *=, +=), or work on a copy.",
+    )
