@@ -137,6 +137,10 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
         context_failure = any(f.check_id.startswith("GG5") for f in _errors(rule))
         if rule.safety_matrix and (verbose or context_failure):
             lines += _matrix_lines(rule.safety_matrix, verbose=verbose)
+            left_out = [s["id"] for s in rule.checks_skipped
+                        if s["id"] in ("GG501", "GG502") and s["reason"].startswith("left out by the rule's declaration")]
+            if left_out:  # the cells are shown, but no check judges them
+                lines.append(f"  (the matrix's cells are not judged: {' and '.join(left_out)} left out by the rule's declaration)")
         if verbose:
             lines.append(f"  checks run: {', '.join(rule.checks_run) or 'none'}")
             for skipped in rule.checks_skipped:

@@ -127,3 +127,11 @@ def test_a_two_input_surrogate_is_not_blamed_for_aliasing_where_the_baseline_has
     x = arrays(shape=(5,), min_value=-3.0, max_value=3.0)
     rule = jax_rule(spike2, x, x, ignore=["GG201", "GG203", "GG501"])
     assert errors(check(rule, seed=seed).rules[0]) == []
+
+
+def test_the_verbose_matrix_of_a_rule_that_leaves_gg501_out_says_its_cells_are_not_judged():
+    from gradguard.checker.terminal import render_text
+
+    text = render_text(check(surrogate(ignore=["GG201", "GG203", "GG501"])), verbose=True)
+    assert "(the matrix's cells are not judged: GG501 left out by the rule's declaration)" in text
+    assert "not judged" not in render_text(check(surrogate()), verbose=True)
