@@ -22,7 +22,7 @@ from gradguard.checker.inputs import show_apart
 from gradguard.checker.options import SAFETY_MATRIX
 from gradguard.checker.problems import ContextReplay
 from gradguard.checker.contexts import Outcome, engine, run_matrix
-from gradguard.checker.contexts._matrix import no_verdict
+from gradguard.checker.contexts._matrix import BASELINE, no_verdict
 
 if TYPE_CHECKING:
     from gradguard.checker.options import PerRule
@@ -40,9 +40,6 @@ def outcome_for(ctx: "PerRule") -> Outcome:
         reasons = "; ".join(f"{s['context']}: {s['reason']}" for s in outcome.skipped[:3])
         raise Skip(f"no context applies to this rule ({reasons})")
     return outcome
-
-
-BASELINE = "output-used"
 
 
 def _wrong(row: "Row", baseline: "Row | None" = None) -> list[str]:

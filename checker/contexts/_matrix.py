@@ -65,8 +65,8 @@ class Row:
     tol: tolerances.Tolerance = tolerances.for_dtype("float64")
     mutates: bool = False  # the rule declares an argument mutation (JAX cannot run it faithfully)
     computed_at: float | None = None  # the machine epsilon of the rule's least precise output (`RuleView.computed_at`)
-    # The baseline program again at the second draw, where finite differences gave some engine no verdict at the
-    # first (`_baseline_elsewhere`): whether the rule is wrong on its own there. Not part of the report.
+    # The baseline program again at a generic input, where finite differences gave some engine no verdict at the
+    # drawn one (`_baseline_elsewhere`): whether the rule is wrong on its own there. Not part of the report.
     elsewhere: "Row | None" = None
 
 
