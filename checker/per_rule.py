@@ -30,10 +30,11 @@ from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failu
                                        _shrink_note, _SpecCannotGenerate, internal_error, irreproducible_pullback,
                                        severity)
 from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, Shared, UnsupportedOutput
-from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip
+from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip, check_prefixes
 from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
+from gradguard.checker.errors import SpecError
 from gradguard.checker.report import Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
 from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
@@ -60,6 +61,12 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         source_lines=list(rule.source_lines) if rule.source_lines else None,
         kind=rule.kind,
     )
+    try:
+        check_prefixes("ignore", list(rule.ignore), SpecError)  # the declaration's ids, against the registry
+    except SpecError as exc:
+        result.verdict = "error"
+        result.error = {"type": "SpecError", "traceback": "", "message": f"the declaration of {rule.name}: {exc}"}
+        return result
     infos = [CHECKS[i] for i in ids if not ignores(rule, i)]
     result.checks_skipped.extend({"id": i, "reason": f"left out by the rule's declaration (ignore={list(rule.ignore)!r})"}
                                  for i in ids if ignores(rule, i))

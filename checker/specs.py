@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from hypothesis.strategies import SearchStrategy
 
+from gradguard.checker.check_ids import split_check_ids
 from gradguard.checker.errors import SpecError
 from gradguard.checker.trees import children, rebuild
 from gradguard.checker.foreign import FOREIGN_ARRAYS, plain_args, foreign_primal, foreign_rule
@@ -302,10 +303,9 @@ def without_constant_outputs(rule: RuleSpec, y: Any) -> Any:
 
 def ignored_checks(value: Any) -> tuple[str, ...]:
     """The check ids or prefixes of a rule's ``ignore=`` (a string, comma-separated or not, or a sequence of them),
-    upper-cased; a SpecError naming one that matches no check."""
-    from gradguard.checker.checks import check_prefixes
-
-    return tuple(check_prefixes("ignore", value, SpecError))
+    upper-cased; a SpecError naming one that is not of a check id's form. Whether each matches a registered check is
+    asked when the rule is checked (`per_rule.check_rule`): the check modules import this one."""
+    return tuple(split_check_ids("ignore", value, SpecError))
 
 
 def ignores(rule: RuleSpec, check_id: str) -> bool:

@@ -9,6 +9,7 @@ GG404 and GG406, which call a rule again: state_repeat.py), GG5xx context.py, GG
 import difflib
 from typing import Any
 
+from gradguard.checker.check_ids import split_check_ids
 from gradguard.checker.checks import contract  # noqa: F401
 from gradguard.checker.checks import numeric  # noqa: F401
 from gradguard.checker.checks import numeric_finite  # noqa: F401
@@ -30,33 +31,16 @@ def catalogue() -> list[CheckInfo]:
 
 
 def check_prefixes(option: str, value: Any, error: type[Exception]) -> list[str]:
-    """The check ids or prefixes of ``option`` (``select``, ``ignore``: a string, comma-separated or not, or a
-    sequence of them), upper-cased, without repeats; ``error`` (the caller's: a usage or a spec error) naming an
-    entry that is not a string or matches no check, with the closest ids."""
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else value
-    try:
-        items = list(items)
-    except TypeError:
-        raise error(f"Got {option}={value!r}, but {option} must be a check id or prefix, or a list of them "
-                    f"({option}=[\"GG201\", \"GG501\"]).") from None
+    """The check ids or prefixes of ``option`` (`split_check_ids`), each matching a registered check; ``error`` (the
+    caller's) naming one that matches none, with the closest ids."""
     known = [c.id for c in catalogue()]
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise error(f"Got {item!r} in {option}=, but each entry must be a check id or prefix such as 'GG201'.")
-        for part in item.split(","):
-            part = part.strip().upper()
-            if not part:
-                continue
-            if not any(k.startswith(part) for k in known):
-                close = difflib.get_close_matches(part, known, n=3)
-                hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
-                raise error(f"Got {option}={part!r}, which matches no check id.{hint}")
-            if part not in out:
-                out.append(part)
-    return out
+    parts = split_check_ids(option, value, error)
+    for part in parts:
+        if not any(k.startswith(part) for k in known):
+            close = difflib.get_close_matches(part, known, n=3)
+            hint = f" Did you mean {', '.join(close)}?" if close else f" Known ids: {known[0]}..{known[-1]}."
+            raise error(f"Got {option}={part!r}, which matches no check id.{hint}")
+    return parts
 
 
 __all__ = ["CHECKS", "FAMILIES", "CheckInfo", "Problem", "Skip", "catalogue", "check", "check_prefixes"]

@@ -60,14 +60,21 @@ def test_ignore_takes_prefixes_and_comma_separated_ids_and_goes_into_the_cache_k
 
 
 @pytest.mark.parametrize("value, message", [
-    ("GG999", "Got ignore='GG999', which matches no check id. Known ids: GG101..GG706."),
-    (["GG2O1"], "Got ignore='GG2O1', which matches no check id. Did you mean"),
+    (["GG2O1"], "Got ignore='GG2O1', but a check id or prefix is GG followed by up to three digits"),
     (201, "Got ignore=201, but ignore must be a check id or prefix, or a list of them"),
+    ([201], "Got 201 in ignore=, but each entry must be a check id or prefix such as 'GG201'."),
 ])
-def test_an_unknown_check_in_ignore_is_a_spec_error_that_names_it(value, message):
+def test_an_ignore_that_is_no_check_id_is_a_spec_error_at_declaration(value, message):
     with pytest.raises(SpecError) as err:
         surrogate(ignore=value)
     assert str(err.value).startswith(message), str(err.value)
+
+
+def test_an_ignore_that_matches_no_check_makes_the_rule_an_error_that_names_it():
+    result = check(surrogate(ignore="GG999")).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "SpecError"
+    assert result.error["message"] == ("the declaration of spike_rrule: Got ignore='GG999', which matches no check id. "
+                                       "Known ids: GG101..GG706.")
 
 
 def test_a_torch_rule_takes_ignore_too():

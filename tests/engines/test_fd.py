@@ -34,7 +34,7 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 def test_exports():
     assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "confirmed",
-                                         "first_step", "derivative", "complex_step", "directional", "inner"])
+                                         "first_step", "derivative", "complex_step", "directional", "inner", "quick"])
 
 
 def test_computed_eps_tells_float32_values_in_a_float64_array():
