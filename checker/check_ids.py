@@ -11,10 +11,11 @@ __all__ = ["split_check_ids"]
 _ID = re.compile(r"GG[0-9]{0,3}")
 
 
-def split_check_ids(option: str, value: Any, error: type[Exception]) -> list[str]:
+def split_check_ids(option: str, value: Any, error: type[Exception], *, form: bool = True) -> list[str]:
     """The check ids or prefixes of ``option`` (a string, comma-separated or not, or a sequence of them), upper-cased,
-    without repeats; ``error`` (the caller's: a usage or a spec error) naming an entry that is not a string or not
-    of the form GG followed by up to three digits. Whether each matches a registered check is the caller's to ask."""
+    without repeats; ``error`` (the caller's: a usage or a spec error) naming an entry that is not a string, or with
+    ``form``, not of the form GG followed by up to three digits. Whether each matches a registered check is the
+    caller's to ask (one that asks at once passes ``form=False`` and names the closest ids instead)."""
     if value is None:
         return []
     items = [value] if isinstance(value, str) else value
@@ -31,7 +32,7 @@ def split_check_ids(option: str, value: Any, error: type[Exception]) -> list[str
             part = part.strip().upper()
             if not part:
                 continue
-            if not _ID.fullmatch(part):
+            if form and not _ID.fullmatch(part):
                 raise error(f"Got {option}={part!r}, but a check id or prefix is GG followed by up to three digits, "
                             "such as 'GG201' or 'GG5'.")
             if part not in out:

@@ -34,7 +34,7 @@ def check_prefixes(option: str, value: Any, error: type[Exception]) -> list[str]
     """The check ids or prefixes of ``option`` (`split_check_ids`), each matching a registered check; ``error`` (the
     caller's) naming one that matches none, with the closest ids."""
     known = [c.id for c in catalogue()]
-    parts = split_check_ids(option, value, error)
+    parts = split_check_ids(option, value, error, form=False)
     for part in parts:
         if not any(k.startswith(part) for k in known):
             close = difflib.get_close_matches(part, known, n=3)
