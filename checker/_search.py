@@ -34,7 +34,7 @@ from gradguard.checker.checks._state import (irreproducibility_seen, note_irrepr
 from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
-from gradguard.checker.trees import leaves
+from gradguard.checker.trees import copy_tree, leaves
 
 if TYPE_CHECKING:
     from gradguard.checker.options import Options
@@ -110,6 +110,20 @@ def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | N
         if why:
             return why
     return problems, None
+
+
+def _kept_input(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A copy of an input kept from an earlier check, for a search that starts from it: each argument deep-copied
+    where it can be, else its arrays copied and the rest passed as it is, as the specs' own ``constant(...)`` passes
+    it to every drawn input. An ODL operator holds its array module, which deepcopy refuses ("cannot pickle
+    'module' object"), and a rule failing two checks crashed the second's search."""
+    out = []
+    for a in args:
+        try:
+            out.append(copy.deepcopy(a))
+        except Exception:  # noqa: BLE001 - an object deepcopy cannot take (a module, a lock, a C handle)
+            out.append(copy_tree(a))
+    return tuple(out)
 
 
 def irreproducible_pullback(info: CheckInfo, case: Case | None, *, tries: int = 0) -> str:
@@ -337,7 +351,7 @@ def _search(rule: RuleSpec, info: CheckInfo, options: Options, budget_s: float |
             raise _CheckFailed(info.id)
         outcome.ran += 1
 
-    inputs = None if at is None else st.builds(copy.deepcopy, st.just(at))
+    inputs = None if at is None else st.builds(_kept_input, st.just(at))
     with shrink_deadline(budget_s):
         _drive(rule, options, body, f"check {info.id}", inputs)
     if outcome.failure is not None:

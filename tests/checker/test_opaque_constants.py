@@ -73,3 +73,27 @@ def test_a_torch_sparse_constant_is_checked_by_every_check():
     assert {"GG201", "GG401", "GG501"} <= set(result.checks_run)
     broken = _result(torch_rule(SparseTimesDenseUntransposed, constant(_T), arrays(shape=(3, 2))), select=["GG201"])
     assert [f.check_id for f in broken.findings] == ["GG201"]
+
+
+class _Operator:
+    """An operator object as ODL's are: it holds its array module, which copy.deepcopy refuses."""
+
+    def __init__(self, k):
+        self.k = k
+        self.ns = np
+
+
+def _scale(op, x):
+    return x * op.k
+
+
+@rrule(_scale, constant(_Operator(2.0)), arrays(shape=(3,)))
+def scale_off_by_one_rrule(op, x):
+    return x * op.k, lambda g: (None, g * (op.k + 1))  # wrong in several checks
+
+
+def test_a_constant_deepcopy_refuses_does_not_crash_the_search_of_a_second_failing_check():
+    result = check(scale_off_by_one_rrule, seed=0).rules[0]
+    assert result.verdict == "fail", result.error
+    failed = {f.check_id for f in result.findings if f.severity == "error"}
+    assert {"GG201", "GG203"} <= failed, failed  # the second one's search starts from the first's kept input
