@@ -208,6 +208,33 @@ def structures_of(arg_specs: Iterable[SearchStrategy]) -> dict[int, str]:
     return {i: kind for i, s in enumerate(arg_specs) if (kind := structure_of(s)) is not None}
 
 
+def _mapped_structure(strategy: SearchStrategy) -> str | None:
+    """The ``structure=`` of an :func:`arrays` strategy underneath ``.map(...)`` calls on ``strategy`` (None where
+    there is none, or no map above it): the mapped values are not known to keep it."""
+    mapped = False
+    for _ in range(16):
+        inner = getattr(strategy, "mapped_strategy", None)
+        if inner is None:
+            return structure_of(strategy) if mapped else None
+        strategy, mapped = inner, True
+    return None
+
+
+def _check_no_lost_structure(arg_specs: tuple[Any, ...]) -> None:
+    """A SpecError for an argument spec whose ``structure=`` sits under ``.map(...)``: the checks would read the
+    mapped values as unstructured and move them off the structure (``arrays(structure="psd").map(lambda m: m + I)``
+    gave a false GG201 on a Cholesky solve that reads one triangle)."""
+    for i, spec in enumerate(arg_specs):
+        if structure_of(spec) is None and (kind := _mapped_structure(spec)) is not None:
+            raise SpecError(
+                f"Got the spec of argument {i}: arrays(..., structure={kind!r}) under .map(...). gradguard cannot know "
+                f"that the mapped values keep the structure, so its directions and finite differences would leave it "
+                f"(a false finding, or a missed one). Draw the values the rule receives with arrays(..., "
+                f"structure={kind!r}) itself, and move the map into the primal and the rule if it is part of the "
+                "function."
+            )
+
+
 def _elements(dt: np.dtype, lo: float, hi: float) -> SearchStrategy:
     width = 32 if dt in (np.float32, np.complex64) else 64
     if width == 32:  # Hypothesis takes only bounds a float32 holds exactly: the float32 values inside them
@@ -481,6 +508,7 @@ def build_spec(
             )
     if args is not None and not isinstance(args, SearchStrategy):
         raise SpecError(f"Got args={args!r}, but args= must be a Hypothesis strategy of tuples, e.g. st.tuples(...).")
+    _check_no_lost_structure(tuple(arg_specs))
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise SpecError(f"Got name={name!r}, but name must be a non-empty string.")
 

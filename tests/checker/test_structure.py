@@ -437,3 +437,18 @@ def test_the_torch_column_reads_a_torch_rule_on_its_structure():
     assert any(c["status"] == "right" for c in right.safety_matrix["cells"] if c["engine"] == "torch")
     wrong = check(torch_rule(SymIdentityDoubled, spec, name="sym_identity_doubled"), select=["GG201", "GG501"])
     assert {f.check_id for f in wrong.findings} == {"GG201", "GG501"}
+
+
+def test_a_structure_under_map_is_a_spec_error_at_declaration_that_says_what_to_do():
+    """arrays(structure="psd").map(lambda m: m + I) drew matrices the checks then read as unstructured: they moved
+    them along non-symmetric directions, and a Cholesky solve, which reads one triangle, got a false GG201."""
+
+    def trace(m):
+        return np.trace(m)
+
+    with pytest.raises(SpecError) as err:
+        rrule(trace, arrays(shape=(3, 3), structure="psd").map(lambda m: m + np.eye(3)))
+    assert str(err.value).startswith(
+        "Got the spec of argument 0: arrays(..., structure='psd') under .map(...). gradguard cannot know that the "
+        "mapped values keep the structure")
+    rrule(trace, arrays(shape=(3, 3)).map(lambda m: m + np.eye(3)))  # no structure declared: nothing lost
