@@ -587,7 +587,8 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
                 # the run around x, from both sides; where one side stays flat through the whole reach (the last
                 # stair, a plateau: float32's 1 - sigmoid(x) at 0 beyond x = 16.6), twice the other side's, and
                 # the stairs are looked for on that side alone
-                both = np.where(np.isinf(up) & np.isfinite(down), 2 * down, np.where(np.isinf(down) & np.isfinite(up), 2 * up, up + down))
+                both = np.where(np.isinf(up) & np.isfinite(down), 2 * down,
+                                np.where(np.isinf(down) & np.isfinite(up), 2 * up, up + down))
                 for idx in (tuple(int(j) for j in row) for row in np.argwhere(np.isfinite(both))):  # 0-d too
                     if tried >= 4:
                         return None

@@ -198,7 +198,9 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
     shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
     for info in applicable:
         if gate_failed and not info.gates:
-            result.checks_skipped.append({"id": info.id, "reason": f"skipped because {gate_failed} failed: fix the structure first"})
+            result.checks_skipped.append({"id": info.id, "reason": (
+                f"skipped because {gate_failed} failed: the other checks need the forward and the pullback to run "
+                "and to return what they must; fix that first")})
             continue
         if info.per_rule:
             _run_per_rule(rule, info, options, result, shared)

@@ -483,7 +483,8 @@ def _agrees_in_float64(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = primal(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args])
-            if any(np.asarray(y).dtype.kind == "f" and np.asarray(y).dtype != np.float64 for y in leaves(out) if y is not None):
+            if any(y is not None and np.asarray(y).dtype.kind == "f" and np.asarray(y).dtype != np.float64
+                   for y in leaves(out)):
                 return False
             # one table at the default steps: finer ones see the rounding inside the float64 primal too (its
             # 1 - sigmoid(x) near 1 at x = 19 rounds at 2e-8 of itself, 6e-4 of the slope at steps of 2e-5)

@@ -55,10 +55,11 @@ def _wrong(row: "Row", baseline: "Row | None" = None) -> list[str]:
 def _shown_right_alone(baseline: "Row | None", row: "Row", name: str) -> bool:
     """Whether engine ``name``'s wrong cell in ``row`` can be the context's doing: the baseline program does not show
     the rule wrong on its own. Where finite differences gave no verdict in the baseline (its input on a jump or a
-    kink), an aliasing row asks the baseline at a generic input (`Row.elsewhere`): a two-input surrogate spike (BrainPy's, whose
-    aliased pullbacks add up exactly as JAX's gradient of f(x, x) does) was reported for not accumulating under
-    aliasing at the seeds whose baseline input sat on its jump; elsewhere its baseline is wrong, the surrogate's
-    own doing. A maximum that doubles a tie stays right off the tie, and its aliasing finding stands."""
+    kink), an aliasing row asks the baseline at a generic input (`Row.elsewhere`): a two-input surrogate spike
+    (BrainPy's, whose aliased pullbacks add up exactly as JAX's gradient of f(x, x) does) was reported for not
+    accumulating under aliasing at the seeds whose baseline input sat on its jump; elsewhere its baseline is wrong,
+    the surrogate's own doing. A maximum that doubles a tie stays right off the tie, and its aliasing finding
+    stands."""
     if baseline is None or baseline is row:
         return True
     cell = baseline.cells.get(name)

@@ -173,9 +173,10 @@ UNRESOLVED = ("finite differences of the primal resolved no derivative at any in
 
 
 def _judged(test: Any, tol: tolerances.Tolerance) -> None:
-    """Skip where the dot-product ``test`` agrees only because its finite difference resolves nothing (`tolerances.resolves`
-    fails and the two sides are not close without its error bound): a step whose drawn inputs all sit on its
-    jump gave 256 +- 256 against any pullback, and GG201 passed having judged none; such an input is not counted."""
+    """Skip where the dot-product ``test`` agrees only because its finite difference resolves nothing
+    (`tolerances.resolves` fails and the two sides are not close without its error bound): a step whose drawn
+    inputs all sit on its jump gave 256 +- 256 against any pullback, and GG201 passed having judged none; such an
+    input is not counted."""
     value = float(test.lhs.value)
     if not tolerances.resolves(value, test.lhs.error, tol) and not tolerances.close(value, test.rhs, tol, scale=test.scale):
         raise Skip(UNRESOLVED)

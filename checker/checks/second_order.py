@@ -28,7 +28,7 @@ import numpy as np
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
-from gradguard.checker.inputs import show, show_apart
+from gradguard.checker.inputs import show_apart
 from gradguard.checker.kinks import contracted, finer_steps_admit, unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd

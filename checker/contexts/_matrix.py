@@ -335,7 +335,8 @@ def _settles(slope: float | None, quick: tuple[float, float, float], tol: tolera
     """Whether an engine's ``slope`` is right against the shallow table alone: it agrees, with no message, and the
     table's error estimate does not buy the agreement."""
     truth, _, error = quick
-    return (slope is not None and bool(np.isfinite(slope)) and tolerances.settles(slope, truth, tol, scale=scale, fd_error=error)
+    return (slope is not None and bool(np.isfinite(slope))
+            and tolerances.settles(slope, truth, tol, scale=scale, fd_error=error)
             and compare(slope, truth, error, tol, scale) == ("right", None))
 
 

@@ -103,7 +103,8 @@ def test_gg101_gates_the_other_checks():
 
     report = check(bad, select=["GG1"])
     skipped = {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}
-    assert skipped["GG102"] == "skipped because GG101 failed: fix the structure first"
+    assert skipped["GG102"] == ("skipped because GG101 failed: the other checks need the forward and the pullback to "
+                                "run and to return what they must; fix that first")
     assert [f.check_id for f in report.findings] == ["GG101"]
 
 

@@ -1,7 +1,6 @@
 """GG201 counts an input where finite differences establish no derivative as not judged, and a rule judged at no
 input drawn is reported with GG201 skipped and the reason, not as having passed it."""
 
-import numpy as np
 import pytest
 from hypothesis import strategies as st
 
