@@ -35,7 +35,7 @@ from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.errors import SpecError
-from gradguard.checker.report import Finding, RuleResult
+from gradguard.checker.report import LEFT_OUT, Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
 from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
 from gradguard.engines.jax_engine._relay import callbacks_quiet
@@ -68,7 +68,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         result.error = {"type": "SpecError", "traceback": "", "message": f"the declaration of {rule.name}: {exc}"}
         return result
     infos = [CHECKS[i] for i in ids if not ignores(rule, i)]
-    result.checks_skipped.extend({"id": i, "reason": f"left out by the rule's declaration (ignore={list(rule.ignore)!r})"}
+    result.checks_skipped.extend({"id": i, "reason": f"{LEFT_OUT} (ignore={list(rule.ignore)!r})"}
                                  for i in ids if ignores(rule, i))
     rule.run_state.clear()
     if options.unused_cotangent is not None:

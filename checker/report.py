@@ -22,9 +22,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SCHEMA", "Finding", "RuleResult", "Report", "LoadFailure"]
+__all__ = ["SCHEMA", "Finding", "RuleResult", "Report", "LoadFailure", "LEFT_OUT"]
 
 SCHEMA = "gradguard.report/1"
+# How a skipped check's reason begins where the rule's own declaration (ignore=) left it out: the runner writes it,
+# the terminal report reads it.
+LEFT_OUT = "left out by the rule's declaration"
 
 
 @dataclass

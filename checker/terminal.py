@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, TextIO
 
-from gradguard.checker.report import Finding, Report, RuleResult
+from gradguard.checker.report import LEFT_OUT, Finding, Report, RuleResult
 
 __all__ = ["render_text", "use_color", "summary_line", "matrix_table"]
 
@@ -138,9 +138,9 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
         if rule.safety_matrix and (verbose or context_failure):
             lines += _matrix_lines(rule.safety_matrix, verbose=verbose)
             left_out = [s["id"] for s in rule.checks_skipped
-                        if s["id"] in ("GG501", "GG502") and s["reason"].startswith("left out by the rule's declaration")]
+                        if s["id"] in ("GG501", "GG502") and s["reason"].startswith(LEFT_OUT)]
             if left_out:  # the cells are shown, but no check judges them
-                lines.append(f"  (the matrix's cells are not judged: {' and '.join(left_out)} left out by the rule's declaration)")
+                lines.append(f"  (the matrix's cells are not judged: {' and '.join(left_out)} {LEFT_OUT})")
         if verbose:
             lines.append(f"  checks run: {', '.join(rule.checks_run) or 'none'}")
             for skipped in rule.checks_skipped:

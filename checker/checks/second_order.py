@@ -169,9 +169,8 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
         cheap = fd_directional(f, args, along, w, levels=shallow)
         if cheap is not None and agrees(cheap):
             return cheap
-    elif settles is not None:
-        quick = fd.quick(args)
-        cheap = None if quick is None else fd_directional(f, args, along, w, levels=quick["levels"])
+    elif settles is not None:  # fd.quick's table: small arguments, whose budget is the full one
+        cheap = fd_directional(f, args, along, w, **fd.quick(args))
         if cheap is not None and settles(cheap):
             return cheap
     first = fd_directional(f, args, along, w)

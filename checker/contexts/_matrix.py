@@ -272,8 +272,7 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
             if quick is None:
                 _confirmed_truth(row, program, plan, v, view)
     except Exception as exc:  # noqa: BLE001 - the primal failed in this context: no ground truth
-        note_memory_error(exc)
-        row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
+        _no_truth(row, exc)
     ran: list[tuple[Engine, Cell, Any, float]] = []
     for engine in engines:
         cell = engine.run(view, plan)
@@ -293,13 +292,18 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
             try:
                 _confirmed_truth(row, program, plan, v, view)
             except Exception as exc:  # noqa: BLE001 - the primal failed at the finer steps: no ground truth
-                note_memory_error(exc)
-                row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
+                _no_truth(row, exc)
     for engine, cell, grads, scale in ran:
         _judge(cell, row, engine, view, plan, v, program, scale, grads)
         if cell.status == "wrong" and engine.diagnose is not None:
             cell.diagnosis = engine.diagnose(view, plan)
     return row
+
+
+def _no_truth(row: Row, exc: Exception) -> None:
+    """The row has no ground truth: the program raised under plain NumPy (a memory error is noted as such)."""
+    note_memory_error(exc)
+    row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
 
 
 def _quick_truth(program: Callable[..., Any], plan: Plan, v: tuple, view: RuleView,
