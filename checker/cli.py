@@ -73,7 +73,7 @@ def main() -> None:
 @click.option("--ignore", multiple=True, metavar="IDS", help="Skip these check ids or prefixes.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for input generation: same seed, same verdict.")
 @click.option("--max-examples", type=click.IntRange(min=1), help="Inputs tried per check (default 20).")
-@click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none): the checker's own time, not waits for a CPU held by other processes (Linux), and at most 3x this in wall time.")
+@click.option("--timeout", "rule_timeout", type=click.FloatRange(min=0), default=120.0, show_default=True, help="Per-rule time limit in seconds (0: none): the checker's own time, not its threads' waits for a CPU held by other processes (Linux), and at most 3x this in wall time.")
 @click.option("--memory-limit", "memory_limit", type=click.FloatRange(min=0), default=DEFAULT_MEMORY_LIMIT_MB,
               show_default="half the physical memory", metavar="MB",
               help="How much each rule may grow the process's resident memory, in MB (0: none).")

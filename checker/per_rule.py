@@ -91,8 +91,8 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         result.error = {
             "type": "Timeout",
             "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run "
-            "(the checker's own time: waits for a CPU held by other processes do not count, up to 3x the limit in "
-            "wall time); "
+            "(the checker's own time: its threads' waits for a CPU held by other processes do not count, up to 3x the "
+            "limit in wall time); "
             "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
             "--max-examples",
             "traceback": "",
