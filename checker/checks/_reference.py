@@ -255,10 +255,12 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
     xs = [fresh[i] for i in diff]
     del fresh
     translated = getattr(primal, TRANSLATED, False)
+    traced = False  # whether JAX traced and ran the primal itself (under jit): then only its gradient can fail
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = jax_engine.run_traced(bound, xs, transform="jit")
+            traced = True
             if translated:
                 check_faithful(case, out)
             ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, tuple_like(out, cotangent))
@@ -282,6 +284,8 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
         if case.rule.kind == "torch":  # JAX's tracers met torch operations: not a fault of the rule
             raise _Untraceable(f"the primal calls PyTorch operations, which JAX cannot trace ({first_line(exc)}); "
                                "GG201's finite differences judge the backward") from None
+        if traced:  # a lax.while_loop, which JAX runs but cannot reverse-differentiate
+            raise _Untraceable(f"JAX runs the primal but cannot reverse-differentiate it: {first_line(exc)}") from None
         raise _Untraceable(f"primal is not traceable by JAX: {first_line(exc)}") from None
 
 

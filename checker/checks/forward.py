@@ -42,7 +42,7 @@ def _jvp(case: Case, u: tuple[Any, ...], args: tuple[Any, ...] | None = None) ->
     from gradguard.engines.jax_engine import jvp_of
 
     if not case.rule.extra.get(CUSTOM_JVP):
-        raise Skip("the rule is not a jax.custom_jvp (its jvp is JAX's own)")
+        raise Skip("the rule is a jax.custom_vjp, which has no jvp (JAX's forward mode refuses a custom_vjp)")
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     jax_ready(case)

@@ -283,8 +283,10 @@ def test_forward_checks_skip_custom_vjp_rules() -> None:
     f.defvjp(lambda x: (jnp.sin(x), jnp.cos(x)), lambda c, g: (g * c,))
     report = check(jax_rule(f, arrays(shape=(2,))), select=["GG207", "GG208"])
     reasons = {s["id"]: s["reason"] for s in report.rules[0].checks_skipped}
-    assert reasons == {"GG207": "the rule is not a jax.custom_jvp (its jvp is JAX's own)",
-                       "GG208": "the rule is not a jax.custom_jvp (its jvp is JAX's own)"}
+    said = "the rule is a jax.custom_vjp, which has no jvp (JAX's forward mode refuses a custom_vjp)"
+    assert reasons == {"GG207": said, "GG208": said}
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):  # what the reason says of JAX
+        jax.jvp(f, (jnp.ones(2),), (jnp.ones(2),))
 
 
 def test_python_branch_on_a_value_fails_under_jit_and_vmap() -> None:

@@ -293,6 +293,31 @@ def test_gg203_skips_a_primal_jax_cannot_trace_with_the_reason():
     assert reason.startswith("primal is not traceable by JAX: "), reason
 
 
+@jax.custom_vjp
+def newton_sqrt(x):
+    """sqrt by Newton's iteration in a lax.while_loop: JAX runs it, jit compiles it, reverse mode cannot go through."""
+    def step(state):
+        y, _ = state
+        new = 0.5 * (y + x / y)
+        return new, jnp.max(jnp.abs(new - y))
+
+    y, _ = jax.lax.while_loop(lambda s: s[1] > 1e-15, step, (jnp.maximum(x, 1.0), jnp.inf))
+    return y
+
+
+newton_sqrt.defvjp(lambda x: (newton_sqrt(x), newton_sqrt(x)), lambda y, g: (g / (2 * y),))
+newton_sqrt_rule = jax_rule(newton_sqrt, arrays(shape=(3,), min_value=0.5, max_value=4.0), name="newton_sqrt")
+
+
+def test_gg203_says_jax_cannot_reverse_differentiate_a_primal_it_runs():
+    """softjax's projections solve with a lax.while_loop: the skip said "primal is not traceable by JAX", and JAX traces
+    and compiles it; what it cannot do is differentiate it in reverse mode."""
+    reason = skipped(newton_sqrt_rule, "GG203")
+    assert reason.startswith("JAX runs the primal but cannot reverse-differentiate it: ValueError: Reverse-mode "
+                             "differentiation does not work for lax.while_loop"), reason
+    assert findings(newton_sqrt_rule, "GG201") == []  # the rule is right: finite differences judge it
+
+
 # -- GG204 -------------------------------------------------------------------------------------------
 def test_gg204_stop_gradient_residual_gives_wrong_second_order():
     (f,) = findings(stopped_residual, "GG204")
