@@ -32,6 +32,7 @@ from gradguard.checker.checks._vjp import (
     first_adjoint,
     has_complex,
     localise,
+    named_place,
     numeric_tangents,
     other_convention,
     owner,
@@ -138,14 +139,16 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             place = where(w.arg, w.idx)
             expected, actual = show_apart(w.expected, w.got)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for {place}: "
-                f"expected {expected} (finite differences), got {actual} (dot-product test: {test})."
+                f"the pullback of {name} disagrees with finite differences of the primal: cotangent for "
+                f"{named_place(case, w.arg, w.idx)}: expected {expected} (finite differences), got {actual} "
+                f"(dot-product test: {test})."
             )
             location = place
         else:
             place = where(w.arg)
             message = (
-                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for {place} "
+                f"the pullback of {name} disagrees with finite differences of the primal: the cotangent for "
+                f"{named_place(case, w.arg)} "
                 f"is wrong: along the drawn direction, <ybar, J v> = {show(float(w.dot.lhs.value))} by finite "
                 f"differences, but the pullback gives {show(w.dot.rhs)}."
             )
@@ -156,7 +159,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             expected=expected,
             actual=actual,
             fix=(
-                f"Re-derive the tangent{f' for argument {w.arg}' if w.arg >= 0 else 's'} at this input (the smallest "
+                f"Re-derive the tangent{f' for {named_place(case, w.arg)}' if w.arg >= 0 else 's'} at this input (the smallest "
                 "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
                 "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
                 "straight-through estimator, a surrogate or scaled gradient, a Lie group's gradient in its Lie algebra) "

@@ -43,6 +43,7 @@ from gradguard.checker.checks._vjp import (
     first_adjoint,
     finite_difference,
     has_complex,
+    named_place,
     other_convention,
     tangent_pairs,
 )
@@ -200,13 +201,13 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} disagrees with the JAX reference gradient ({reference}): "
-            f"cotangent for {place}: expected {want_text} (JAX), got {got_text}.{sides}"
+            f"cotangent for {named_place(case, i, idx)}: expected {want_text} (JAX), got {got_text}.{sides}"
         ),
         location=place,
         expected=want_text,
         actual=got_text,
         fix=(
-            f"Re-derive the tangent for argument {i}: the primal's own jax.numpy code differentiates to the "
+            f"Re-derive the tangent for {named_place(case, i)}: the primal's own jax.numpy code differentiates to the "
             "expected value at this input. If the rule is meant to differ from it (a deliberately different "
             "derivative), leave GG203 out for this rule with ignore=[\"GG203\"] in its declaration."
         ),

@@ -54,7 +54,7 @@ def test_where_one_sided_differences_agree_with_jax_the_finding_says_so():
     (finding,) = check(sqrt_squared_with(2.0, "sqrt_squared_doubled"), select=["GG203"]).findings
     assert finding.message.startswith(
         "the pullback of sqrt_squared_doubled disagrees with the JAX reference gradient (jax.vjp of the function "
-        "underneath the custom_vjp): cotangent for argument 0 at ")
+        "underneath the custom_vjp): cotangent for argument 0 (s) at ")
     assert finding.message.endswith(
         "One-sided finite differences of the primal, from the side where it is defined, along the difference of the two agree with JAX."), finding.message
 

@@ -89,7 +89,7 @@ def test_a_wrong_fmod_at_ordinary_inputs_is_still_reported():
     assert [f.check_id for f in result.findings] == ["GG201"]
     assert result.findings[0].message.startswith(
         "the pullback of fmod_sign_flipped_rrule disagrees with finite differences of the primal: cotangent for "
-        "argument 1 at ")
+        "argument 1 (d) at ")
 
 
 # -- elements far smaller than the steps, beside huge ones --------------------------------------------------------
@@ -129,7 +129,7 @@ def test_a_wrong_cbrt_at_ordinary_inputs_is_still_reported():
     assert {f.check_id for f in result.findings if f.severity == "error"} >= {"GG201", "GG501"}
     gg201 = next(f for f in result.findings if f.check_id == "GG201")
     assert gg201.message.startswith("the pullback of cbrt_missing_third_rrule disagrees with finite differences of the "
-                                    "primal: cotangent for argument 0 at ")
+                                    "primal: cotangent for argument 0 (x) at ")
 
 
 # -- stairs: values rounded inside the primal far beyond its output's rounding --------------------------------------
@@ -188,5 +188,5 @@ def test_a_wrong_rule_where_the_stairs_are_finer_than_the_steps_is_still_reporte
     result = check(dezero_loss_doubled_rrule, seed=0, select=["GG201"]).rules[0]
     assert [f.message for f in result.findings] == [
         "the pullback of dezero_loss_doubled_rrule disagrees with finite differences of the primal: cotangent for "
-        "argument 0 at [0]: expected 1 (finite differences), got 2 (dot-product test: <ybar, J v> = 2 by finite "
+        "argument 0 (x) at [0]: expected 1 (finite differences), got 2 (dot-product test: <ybar, J v> = 2 by finite "
         "differences, <pullback(ybar), v> = 4, 2 apart where the tolerance allows 5.7e-06)."]

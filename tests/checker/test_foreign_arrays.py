@@ -98,7 +98,7 @@ def test_an_rrule_on_jax_arrays_passes_and_its_broken_twin_fails():
     assert "GG106" not in _ids(broken)
     gg201 = next(f for f in broken.findings if f.check_id == "GG201")
     assert gg201.message.startswith("the pullback of forgets_factor disagrees with finite differences of the primal: "
-                                    "cotangent for argument 0 at [0]")
+                                    "cotangent for argument 0 (x) at [0]")
 
 
 def test_an_rrule_on_numpy_inputs_may_return_jax_arrays():

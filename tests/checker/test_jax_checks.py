@@ -267,7 +267,7 @@ def test_gg203_sign_slip_against_the_function_underneath():
     (f,) = findings(softplus_sign_slip, "GG203")
     m = re.fullmatch(
         rf"the pullback of softplus_sign_slip disagrees with the JAX reference gradient \(jax\.vjp of the function "
-        rf"underneath the custom_vjp\): cotangent for argument 0 at \[(\d)\]: expected {NUM} \(JAX\), got {NUM}\. "
+        rf"underneath the custom_vjp\): cotangent for argument 0 \(x\) at \[(\d)\]: expected {NUM} \(JAX\), got {NUM}\. "
         rf"Finite differences of the primal along the difference of the two agree with JAX\.",
         f.message,
     )
@@ -281,7 +281,7 @@ def test_gg203_numpy_rules_use_jax_when_the_primal_traces():
     (f,) = findings(square_wrong_np, "GG203")
     assert re.fullmatch(
         rf"the pullback of square_wrong_np disagrees with the JAX reference gradient \(jax\.vjp of the primal\): "
-        rf"cotangent for argument 0 at \[\d\]: expected {NUM} \(JAX\), got {NUM}\. Finite differences of the primal along the difference of the two agree with JAX\.",
+        rf"cotangent for argument 0 \(x\) at \[\d\]: expected {NUM} \(JAX\), got {NUM}\. Finite differences of the primal along the difference of the two agree with JAX\.",
         f.message,
     ), f.message
     (f,) = findings(tanh_wrong_np, "GG203")  # np.tanh: traced with jax.numpy in its place

@@ -62,7 +62,7 @@ def test_the_primal_itself_still_judges_the_rule():
     assert f.check_id == "GG201"
     assert re.fullmatch(
         r"the pullback of top_eig_symmetric disagrees with finite differences of the primal: cotangent for argument 0 "
-        r"at \[\d, \d\]: expected (-?[0-9.e+-]+) \(finite differences\), got (-?[0-9.e+-]+) \(dot-product test: "
+        r"\(a\) at \[\d, \d\]: expected (-?[0-9.e+-]+) \(finite differences\), got (-?[0-9.e+-]+) \(dot-product test: "
         r"<ybar, J v> = (-?[0-9.e+-]+) by finite differences, <pullback\(ybar\), v> = (-?[0-9.e+-]+), \S+ apart where the tolerance allows \S+\)\.",
         f.message,
     ), f.message
@@ -138,7 +138,7 @@ def test_a_small_wrong_tangent_is_still_a_gg203_finding():
     (f,) = [f for f in check(xlogy_off_by_1e4, select=["GG203"]).findings]
     assert re.fullmatch(
         r"the pullback of xlogy_off_by_1e4 disagrees with the JAX reference gradient \(jax.vjp of the primal, its "
-        r"NumPy calls run as jax.numpy\): cotangent for argument 0 at \[\d\]: expected \S+ \(JAX\), got \S+\. "
+        r"NumPy calls run as jax.numpy\): cotangent for argument 0 \(x\) at \[\d\]: expected \S+ \(JAX\), got \S+\. "
         r"Finite differences of the primal along the difference of the two agree with JAX\.",
         f.message,
     ), f.message
@@ -173,5 +173,5 @@ def test_a_primal_declared_with_kwargs_gets_the_jax_reference():
     assert [f.check_id for f in broken.findings] == ["GG203"]
     assert broken.findings[0].message.startswith(
         "the pullback of softmax_axis_missing_term_rrule disagrees with the JAX reference gradient (jax.vjp of the "
-        "primal, its NumPy calls run as jax.numpy): cotangent for argument 0 at "
+        "primal, its NumPy calls run as jax.numpy): cotangent for argument 0 (x) at "
     ), broken.findings[0].message

@@ -105,7 +105,7 @@ def test_gg201_points_at_the_wrong_argument_and_element():
     (f,) = findings(mul_wrong_b, "GG201")
     m = re.fullmatch(
         rf"the pullback of mul_wrong_b disagrees with finite differences of the primal: cotangent for argument 1 "
-        rf"at \[(\d), (\d)\]: expected {NUM} \(finite differences\), got {NUM} \(dot-product test: <ybar, J v> = "
+        rf"\(b\) at \[(\d), (\d)\]: expected {NUM} \(finite differences\), got {NUM} \(dot-product test: <ybar, J v> = "
         rf"{NUM} by finite differences, <pullback\(ybar\), v> = {NUM}, {NUM} apart where the tolerance allows {NUM}\)\.",
         f.message,
     )
@@ -135,7 +135,7 @@ def cube_ok(x):
 
 def test_gg201_wrong_only_for_negative_inputs():
     (f,) = findings(cube_wrong_for_negatives, "GG201")
-    m = re.search(r"cotangent for argument 0 at \[(\d)\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
+    m = re.search(r"cotangent for argument 0 \(x\) at \[(\d)\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
     assert m, f.message
     x = np.array(eval(f.counterexample["args"][0].replace("array", "")))  # noqa: S307 - our own repr
     assert x[int(m[1])] < 0
@@ -158,7 +158,7 @@ def row_mean_ok(x):
 
 def test_gg201_wrong_only_for_non_square_shapes():
     (f,) = findings(row_mean_wrong_unless_square, "GG201")
-    assert re.search(r"cotangent for argument 0 at \[\d, \d\]: expected \S+ \(finite differences\), got \S+ ", f.message), f.message
+    assert re.search(r"cotangent for argument 0 \(x\) at \[\d, \d\]: expected \S+ \(finite differences\), got \S+ ", f.message), f.message
     shape = np.array(eval(f.counterexample["args"][0].replace("array", ""))).shape  # noqa: S307
     assert shape[0] != shape[1]
     assert findings(row_mean_ok, "GG201") == []
@@ -178,7 +178,7 @@ def addone_fixed(a):
 
 def test_gg201_wrong_only_for_non_unit_cotangent():
     (f,) = findings(addone_ones, "GG201")
-    assert re.search(rf"cotangent for argument 0 at \[\d\]: expected {NUM} \(finite differences\), got 1\.0 ", f.message), f.message
+    assert re.search(rf"cotangent for argument 0 \(a\) at \[\d\]: expected {NUM} \(finite differences\), got 1\.0 ", f.message), f.message
     assert findings(addone_fixed, "GG201") == []
 
 
@@ -246,7 +246,7 @@ def test_gg201_large_argument_is_localised_to_the_argument():
     (f,) = findings(total_square_one_wrong, "GG201")
     assert re.fullmatch(
         rf"the pullback of total_square_one_wrong disagrees with finite differences of the primal: the cotangent "
-        rf"for argument 0 is wrong: along the drawn direction, <ybar, J v> = {NUM} by finite differences, but the "
+        rf"for argument 0 \(x\) is wrong: along the drawn direction, <ybar, J v> = {NUM} by finite differences, but the "
         rf"pullback gives {NUM}\.",
         f.message,
     ), f.message
@@ -816,5 +816,5 @@ def identity_two_wrong(x):
 def test_gg201_names_the_element_furthest_off_not_the_first():
     (f,) = findings(identity_two_wrong, "GG201")
     assert f.location == "argument 0 at [1]", f.message
-    m = re.search(r"cotangent for argument 0 at \[1\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
+    m = re.search(r"cotangent for argument 0 \(x\) at \[1\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
     assert m and float(m[2]) == pytest.approx(3 * float(m[1]), rel=1e-4)

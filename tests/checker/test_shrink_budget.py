@@ -91,7 +91,7 @@ def test_shrinking_steps_ask_for_the_verdict_and_only_the_kept_input_is_localise
     assert len(evaluations) > 10  # the search's evaluations: re-finding the failure, shrinking it, and the kept input
     assert len(localised) == 2
     (found,) = report.findings
-    assert "cotangent for argument 0 at [" in found.message and found.location.startswith("argument 0 at [")
+    assert "cotangent for argument 0 (a) at [" in found.message and found.location.startswith("argument 0 at [")
     # The message is the one the check gives on that input and those draws with nothing left out: the
     # reproducer's replay meets it.
     (case,) = kept

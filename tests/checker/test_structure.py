@@ -180,7 +180,7 @@ def test_a_riemannian_gradient_on_rotations_passes_and_a_wrong_one_fails():
     doubled = check(_trace_a_rule(lambda r: 2 * _riemannian(r), "trace_a_doubled"), select=["GG201"]).findings
     assert [f.check_id for f in doubled] == ["GG201"]
     assert doubled[0].message.startswith("the pullback of trace_a_doubled disagrees with finite differences of the "
-                                         "primal: cotangent for argument 0 at ")
+                                         "primal: cotangent for argument 0 (r) at ")
     unstructured = check(_trace_a_rule(_riemannian, "trace_a_anywhere", structure=None), select=["GG201"])
     assert "GG201" in {f.check_id for f in unstructured.findings}  # off SO(3) the tangent-space gradient is wrong
 
@@ -330,7 +330,7 @@ def test_a_gradient_on_the_tangent_space_of_the_sphere_passes_and_a_wrong_one_fa
     doubled = check(_quartic_rule(lambda q: 2 * _on_sphere(q), "quartic_doubled"), select=["GG201"]).findings
     assert [f.check_id for f in doubled] == ["GG201"]
     assert doubled[0].message.startswith("the pullback of quartic_doubled disagrees with finite differences of the "
-                                         "primal: cotangent for argument 0 at ")
+                                         "primal: cotangent for argument 0 (q) at ")
     unstructured = check(_quartic_rule(_on_sphere, "quartic_anywhere", structure=None), select=["GG201"])
     assert "GG201" in {f.check_id for f in unstructured.findings}  # off the sphere the projected gradient is wrong
     detached = check(_quartic_rule(lambda q: np.array(_on_sphere(q)), "quartic_detached"), select=["GG204"]).findings

@@ -311,7 +311,7 @@ def test_an_output_that_is_not_a_tensor_carries_no_derivative():
     wrong = check(torch_rule(_cube_with_numpy_output(2.0), spec, name="cube_np_out_slip"), select=["GG201"]).findings
     assert [f.check_id for f in wrong] == ["GG201"]
     assert wrong[0].message.startswith("the pullback of cube_np_out_slip disagrees with finite differences of the "
-                                       "primal: cotangent for argument 0 at ")
+                                       "primal: cotangent for argument 0 (x) at ")
 
 
 class RoundToBfloat16(torch.autograd.Function):
