@@ -88,15 +88,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
         _over_memory(result, exc)
     except RuleTimeout:
         result.verdict = "error"
-        result.error = {
-            "type": "Timeout",
-            "message": f"exceeded the {options.rule_timeout_s:g} s per-rule time limit before every check had run "
-            "(the checker's own time: its threads' waits for a CPU held by other processes do not count, up to 3x the "
-            "limit in wall time); "
-            "raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), or draw fewer inputs with "
-            "--max-examples",
-            "traceback": "",
-        }
+        result.error = {"type": "Timeout", "message": _timeout_message(rule, options), "traceback": ""}
     except _SpecCannotGenerate as exc:
         result.verdict = "error"
         result.error = {"type": "SpecError", "message": str(exc), "traceback": ""}
@@ -168,6 +160,28 @@ def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = 
             raise
 
 
+# RuleSpec.run_state key: what the rule's checking was doing (`_Stage`), for a time limit's message to name.
+_STAGE = "stage"
+
+
+@dataclass
+class _Stage:
+    what: str
+    check_id: str | None = None  # the check that was running, where one check alone was
+
+
+def _timeout_message(rule: RuleSpec, options: Options) -> str:
+    """The Timeout error's text: the limit, what the rule's checking was doing when it ran out, and the ways out."""
+    stage = rule.run_state.get(_STAGE)
+    where = f" in {stage.what}" if stage is not None else ""
+    leave_out = (f", or leave {stage.check_id} out for this rule (ignore=[\"{stage.check_id}\"] in its declaration)"
+                 if stage is not None and stage.check_id is not None else "")
+    return (f"exceeded the {options.rule_timeout_s:g} s per-rule time limit{where}, before every check had run (the "
+            "checker's own time: its threads' waits for a CPU held by other processes do not count, up to 3x the "
+            "limit in wall time); raise it with --timeout SECONDS (check(rule_timeout_s=); 0: no limit), draw fewer "
+            f"inputs with --max-examples{leave_out}")
+
+
 def _run_checks(rule: RuleSpec, infos: list[CheckInfo], options: Options, result: RuleResult) -> None:
     with irreproducibility_scope():
         _run_checks_in_scope(rule, infos, options, result)
@@ -190,6 +204,7 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
     # only the checks that failed get a search of their own, which shrinks the failure.
     survey = _survey(rule, per_input, options)
     result.examples = survey.examples
+    rule.run_state.pop(_STAGE, None)  # each stage below names itself
 
     gate_failed: str | None = None
     raised_messages: set[str] = set()
@@ -203,6 +218,7 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
                 "and to return what they must; fix that first")})
             continue
         if info.per_rule:
+            rule.run_state[_STAGE] = _Stage(f"{info.id} ({info.title})", info.id)
             _run_per_rule(rule, info, options, result, shared)
             continue
         first_failure = survey.failures.get(info.id) or survey.warnings.get(info.id)
@@ -226,6 +242,7 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
         if shrinkable and shrink_left is not None and shrink_left <= 0:
             note = _shrink_note(options, spent_earlier=bool(options.shrink_budget_s))
         elif shrinkable:
+            rule.run_state[_STAGE] = _Stage(f"the search for {info.id}'s smallest failing input", info.id)
             # Arrays are what is slow to shrink: when an earlier check's shrunk input fails this check too,
             # only this check's own draws (cotangents, directions) are shrunk.
             searched = (_search(rule, info, options, shrink_left, at=shrunk_args, errors_only=errors_only)
@@ -294,6 +311,8 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
         elif survey.examples >= survey.cap or time.perf_counter() - started > BUDGET_FLOOR_S:
             raise _BudgetSpent()
         survey.examples += 1
+        rule.run_state[_STAGE] = _Stage(f"the checks of each drawn input, at input {survey.examples} of "
+                                        f"{survey.cap}")
         gate_failed = False
         draws = HypothesisDraws(data)
         shared = Shared()  # this input's first forward call and first pullback, made once for all checks

@@ -4,6 +4,7 @@ alarm (pytest-timeout's signal method, an enclosing limit) instead of disarming 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,39 @@ def test_a_hanging_rule_under_check_leaves_the_callers_alarm_armed(outer_alarm):
     assert report.rules[0].verdict == "pass"
     left, _ = signal.getitimer(signal.ITIMER_REAL)
     assert 0 < left < 600
+
+
+def _slow_rule(seconds: float, name: str):
+    """A correct rule whose every forward call takes ``seconds`` of wall time."""
+    def square(x):
+        return x * x
+
+    @rrule(square, arrays(shape=(2,)), name=name)
+    def slow_rrule(x):
+        time.sleep(seconds)
+        return x * x, lambda g: (2 * g * x,)
+
+    return slow_rrule
+
+
+def test_a_timeout_names_what_was_running_and_the_ways_out():
+    """A rule over its limit got "before every check had run" and no more: which check, or which input, was running
+    tells a user whether to raise the limit, draw fewer inputs or leave one slow check out for that rule."""
+    (result,) = check(_slow_rule(0.05, "slow_survey"), select=["GG1", "GG2"], rule_timeout_s=0.6).rules
+    assert result.verdict == "error" and result.error["type"] == "Timeout", result.error
+    message = result.error["message"]
+    assert re.fullmatch(
+        r"exceeded the 0\.6 s per-rule time limit in the checks of each drawn input, at input (\d+) of 20, before "
+        r"every check had run \(the checker's own time: its threads' waits for a CPU held by other processes do not "
+        r"count, up to 3x the limit in wall time\); raise it with --timeout SECONDS \(check\(rule_timeout_s=\); 0: no "
+        r"limit\), draw fewer inputs with --max-examples", message), message
+    (result,) = check(_slow_rule(0.05, "slow_matrix"), select=["GG501"], rule_timeout_s=0.6).rules
+    assert result.error is not None and result.error["type"] == "Timeout", result.error
+    assert result.error["message"].startswith(
+        "exceeded the 0.6 s per-rule time limit in GG501 (wrong gradient in a context (safety-matrix cell)), before "
+        "every check had run"), result.error["message"]
+    assert result.error["message"].endswith(
+        ', or leave GG501 out for this rule (ignore=["GG501"] in its declaration)'), result.error["message"]
 
 
 def _waiting(monkeypatch, share: float) -> None:
