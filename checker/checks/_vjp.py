@@ -32,8 +32,8 @@ import numpy as np
 from gradguard.checker import kinks, tolerances
 from gradguard.checker.specs import complex_convention_of
 from gradguard.checker.case import UNKNOWN, Case
+from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.compare import where
-from gradguard.checker.inputs import arg_names
 from gradguard.checker.kinks import unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, tree_map
 from gradguard.engines import fd
@@ -94,11 +94,11 @@ def convention(case: Case) -> str:
     return JAX if complex_convention_of(case.rule) == "jax" else CHAINRULES
 
 
-
 def named_place(case: Case, i: int, index: Any = None) -> str:
-    """``"argument 3 (high) at [0]"``: :func:`~gradguard.checker.compare.where` with the argument's name, as the report's
-    failing input names it (a finding's ``location`` keeps the position alone)."""
-    return where(f"argument {i} ({arg_names(case.rule.primal, case.nargs)[i]})", index)
+    """``"argument 3 (high) at [0]"``: :func:`~gradguard.checker.compare.where` of the argument's label
+    (`argument_labels`), as the report's failing input names it (a finding's ``location`` keeps the position alone)."""
+    return where(argument_labels(case)[i], index)
+
 
 def other_convention(name: str) -> str:
     return CHAINRULES if name == JAX else JAX

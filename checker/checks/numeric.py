@@ -159,8 +159,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             expected=expected,
             actual=actual,
             fix=(
-                f"Re-derive the tangent{f' for {named_place(case, w.arg)}' if w.arg >= 0 else 's'} at this input (the smallest "
-                "failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
+                f"Re-derive the tangent{f' for {named_place(case, w.arg)}' if w.arg >= 0 else 's'} at this input "
+                "(the smallest failing one found): a wrong sign, a missing chain-rule factor, a missing transpose or a wrong sum "
                 "over broadcast axes are the usual causes. A gradient that is not the derivative on purpose (a "
                 "straight-through estimator, a surrogate or scaled gradient, a Lie group's gradient in its Lie algebra) "
                 "fails this check by design, and GG203, GG207 and GG501 with it where they run: leave them out for "
