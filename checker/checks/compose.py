@@ -23,6 +23,7 @@ from gradguard.checker import compare
 from gradguard.checker.case import Case
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch
 from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, spread
+from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import children, copy_tree, is_leaf, keys_of, rebuild
@@ -78,10 +79,11 @@ def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, .
     return None
 
 
-def _tangent_label(path: str) -> str:
-    """"[1]" -> "tangent for argument 1" (pullback results are one tuple entry per argument)."""
+def _tangent_label(path: str, labels: Sequence[str] | None = None) -> str:
+    """"[1]" -> "tangent for argument 1", or with the arguments' labels (`argument_labels`) "tangent for
+    argument 1 (w)" (pullback results are one tuple entry per argument)."""
     head, _, rest = path[1:].partition("]")
-    return f"tangent for argument {head}" + (f" leaf {rest}" if rest else "")
+    return f"tangent for {labels[int(head)] if labels else f'argument {head}'}" + (f" leaf {rest}" if rest else "")
 
 
 # -- GG601 ------------------------------------------------------------------------------------------
@@ -171,9 +173,10 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     if bad is not None:
         path, idx, got, want = bad
         where = compare.where(_tangent_label(path), idx)
+        named = compare.where(_tangent_label(path, argument_labels(case)), idx)
         yield Problem(
             message=(
-                f"the pullback of {name} differs under jax.jit: the {where} is {show(got)} under jit, "
+                f"the pullback of {name} differs under jax.jit: the {named} is {show(got)} under jit, "
                 f"{show(want)} without it (same input and cotangent)."
             ),
             location=where,
@@ -359,11 +362,12 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
         if bad is not None:
             path, idx, got, want_value = bad
             head, _, rest = path[1:].partition("]")
-            where = compare.where(f"tangent for argument {diff[int(head)]}" + (f" leaf {rest}" if rest else ""), idx)
+            where = compare.where(_tangent_label(f"[{diff[int(head)]}]{rest}"), idx)
+            named = compare.where(_tangent_label(f"[{diff[int(head)]}]{rest}", argument_labels(case)), idx)
             yield Problem(
                 message=(
                     f"the pullback of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "
-                    f"the {where} is {show(got)} under vmap, {show(want_value)} when called alone (same cotangent)."
+                    f"the {named} is {show(got)} under vmap, {show(want_value)} when called alone (same cotangent)."
                 ),
                 location=f"example {k}, {where}",
                 expected=show(want_value),

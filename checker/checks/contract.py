@@ -12,6 +12,7 @@ import numpy as np
 
 from gradguard.checker.case import Case
 from gradguard.checker.compare import at, close_to_reference, first_mismatch, where
+from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.checks.registry import Problem, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import describe, leaves, same_structure, with_article
@@ -209,11 +210,11 @@ def tangent_shapes(case: Case) -> Iterable[Problem]:
         want, got = np.shape(case.args[i]), np.shape(t[i])
         if want != got:
             yield Problem(
-                message=f"the tangent for argument {i} has shape {got}, but the argument has shape {want}.",
+                message=f"the tangent for {argument_labels(case)[i]} has shape {got}, but the argument has shape {want}.",
                 location=f"argument {i}",
                 expected=str(want),
                 actual=str(got),
-                fix=f"Return a tangent shaped like argument {i} (sum over broadcast axes, reshape flattened results).",
+                fix=f"Return a tangent shaped like {argument_labels(case)[i]} (sum over broadcast axes, reshape flattened results).",
             )
 
 
@@ -252,7 +253,7 @@ def tangent_dtypes(case: Case) -> Iterable[Problem]:
         got = np.asarray(t[i]).dtype
         if got != arg.dtype:
             yield Problem(
-                message=f"the tangent for argument {i} has dtype {got}, but the argument has dtype {arg.dtype}.",
+                message=f"the tangent for {argument_labels(case)[i]} has dtype {got}, but the argument has dtype {arg.dtype}.",
                 location=f"argument {i}",
                 expected=str(arg.dtype),
                 actual=str(got),
@@ -299,7 +300,7 @@ def nondiff_gets_none(case: Case) -> Iterable[Problem]:
             continue
         why = "declared nondiff" if i in case.rule.nondiff else f"{with_article(describe(case.args[i]))}, which has no tangent"
         yield Problem(
-            message=f"argument {i} is {why}, so its tangent must be None, but the pullback returned {show(t[i])}.",
+            message=f"{argument_labels(case)[i]} is {why}, so its tangent must be None, but the pullback returned {show(t[i])}.",
             location=f"argument {i}",
             expected="None",
             actual=show(t[i]),

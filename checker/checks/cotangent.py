@@ -17,7 +17,7 @@ import numpy as np
 from gradguard.checker.case import Case, RuleRaised, is_finite_tree, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
 from gradguard.checker.checks._kinks import NoDerivative, beyond_float64, no_derivative_along
-from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, tangent_pairs
+from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, named_place, tangent_pairs
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
@@ -104,7 +104,7 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     yield Problem(
         message=(
             f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-            f"{where(i, idx)} is {show(value)}."
+            f"{named_place(case, i, idx)} is {show(value)}."
         ),
         location=where(i, idx),
         expected="0 (or None)",
@@ -121,7 +121,7 @@ def _no_derivative_warning(case: Case, i: int, idx: tuple[int, ...], value: Any,
     return Problem(
         message=(
             f"the pullback of {case.rule.name} must return zero tangents for a zero cotangent, but the tangent for "
-            f"{where(i, idx)} is {show(value)}, {why}. A program that does not use the output still gets this value "
+            f"{named_place(case, i, idx)} is {show(value)}, {why}. A program that does not use the output still gets this value "
             "in its gradient."
         ),
         location=where(i, idx),
@@ -303,7 +303,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                 yield Problem(
                     message=(
                         f"the pullback of {case.rule.name} must return zero or None tangents for {what}, but the "
-                        f"tangent for {where(i, idx)} is {show(value)}."
+                        f"tangent for {named_place(case, i, idx)} is {show(value)}."
                     ),
                     location=where(i, idx),
                     expected="0 (or None)",
@@ -322,7 +322,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                     yield Problem(
                         message=(
                             f"the pullback of {case.rule.name} must give the same tangents for {what} as for zeros "
-                            f"there, but the tangent for {where(i, idx)} is {show(value)} with None and "
+                            f"there, but the tangent for {named_place(case, i, idx)} is {show(value)} with None and "
                             f"{show(expected)} with zeros."
                         ),
                         location=where(i, idx),
@@ -338,7 +338,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
                 yield Problem(
                     message=(
                         f"the pullback of {case.rule.name} must treat {what} as a zero cotangent for that output, "
-                        f"but the tangent for {where(i, idx)} is {show(value)}, not {show(expected)} as with zeros."
+                        f"but the tangent for {named_place(case, i, idx)} is {show(value)}, not {show(expected)} as with zeros."
                     ),
                     location=where(i, idx),
                     expected=show(expected),

@@ -319,7 +319,7 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     want_text, got_text = show_apart(want, got)
     yield Problem(
         message=(
-            f"the pullback of {case.rule.name} is not linear in the cotangent: for {where(i, idx)}, "
+            f"the pullback of {case.rule.name} is not linear in the cotangent: for {named_place(case, i, idx)}, "
             + law.format(got=got_text, want=want_text)
             + "."
         ),

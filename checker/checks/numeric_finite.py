@@ -26,6 +26,7 @@ from gradguard.checker.checks._vjp import (
     element_derivative,
     element_index,
     first_adjoint,
+    named_place,
     numeric_tangents,
     only_argument,
     unit_vector,
@@ -89,6 +90,7 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             if found is None:
                 continue
             where = compare.where(i, element_index(case.args[i], int(k)))
+            place = named_place(case, i, element_index(case.args[i], int(k)))
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
             sides = no_derivative_along(case, i, int(k))
             if sides is None and beyond_float64(case, i, int(k)) is not None:
@@ -102,11 +104,11 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
                 sides = NoDerivative("<ybar, primal(x)>", None, None)  # smooth along this element, not differentiable at x
             if sides is not None:
                 if kink is None:
-                    kink = _no_derivative_problem(case, where, value, sides, bad.size)
+                    kink = _no_derivative_problem(case, where, place, value, sides, bad.size)
                 continue
             yield Problem(
                 message=(
-                    f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the "
+                    f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {place}, where the "
                     f"primal is finite and has a derivative along this element (its one-sided derivatives agree; "
                     f"finite differences give {show(as_rule_sees(found[0], conv))}); {bad.size} element(s) of this "
                     "tangent are not finite."
@@ -127,7 +129,7 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
         yield kink
 
 
-def _no_derivative_problem(case: Case, where: str, value: Any, sides: NoDerivative, count: int) -> Problem:
+def _no_derivative_problem(case: Case, where: str, place: str, value: Any, sides: NoDerivative, count: int) -> Problem:
     if sides.growing:
         established = f"finite, but {sides.established()}"
         fix = (
@@ -153,7 +155,7 @@ def _no_derivative_problem(case: Case, where: str, value: Any, sides: NoDerivati
         )
     return Problem(
         message=(
-            f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {where}, where the primal is "
+            f"the pullback of {case.rule.name} returned {show(value)} in the tangent for {place}, where the primal is "
             f"{established}; {count} element(s) of this tangent are not finite."
         ),
         location=where,

@@ -394,10 +394,11 @@ not silently."""
             si = float(np.sum(np.abs(np.asarray(w[i])) * np.abs(np.asarray(jax_d[i]))))
             if part is not None and not tolerances.close(float(part.value), ri, tol, scale=si, fd_error=part.error):
                 location = f"argument {i}"
+                label = named_place(case, i)
                 part_text, ri_text = expected, actual = show_apart(float(part.value), ri)
                 # the numbers of that tangent alone: the whole sum pairs every argument's tangent with w
-                what = (f" in the tangent for {location}: along a random direction u (every argument moving), "
-                        f"d/dt <w_{i}, pullback at (x + t u)(ybar) for {location}> = {part_text} by finite differences "
+                what = (f" in the tangent for {label}: along a random direction u (every argument moving), "
+                        f"d/dt <w_{i}, pullback at (x + t u)(ybar) for {label}> = {part_text} by finite differences "
                         f"of the pullback, but JAX's derivative of the pullback (jvp of vjp, through fwd and bwd) "
                         f"gives {ri_text} (over every argument's tangent: {fd_text} against {jax_text}).")
                 break
@@ -448,7 +449,7 @@ def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple
         return None
     where_not_finite = [i for i in case.diff_positions if not is_finite_tree([jax_d[i]])]
     location = f"argument {where_not_finite[0]}" if len(case.diff_positions) > 1 and len(where_not_finite) == 1 else None
-    part = f" in the tangent for {location}" if location else ""
+    part = f" in the tangent for {named_place(case, where_not_finite[0])}" if location else ""
     rhs = inner(w, jax_d)
     if _jumps_where_not_finite(case, ybar, u, w, jax_d):
         # x |x| / 2 with its pullback's |x| taken as sqrt(x**2), at x = 0 where u does not move: along u the pullback

@@ -168,7 +168,7 @@ def test_gg104_flattened_tangent():
         return x.sum(), lambda ybar: (np.full(x.size, ybar),)
 
     (f,) = findings(bad, "GG104")
-    assert f.message == "the tangent for argument 0 has shape (6,), but the argument has shape (2, 3)."
+    assert f.message == "the tangent for argument 0 (x) has shape (6,), but the argument has shape (2, 3)."
     assert f.location == "argument 0"
 
 
@@ -190,7 +190,7 @@ def test_gg105_float64_tangent_for_float32_argument():
         return x * x, lambda ybar: ((2 * x * ybar).astype("float64"),)
 
     (f,) = findings(bad, "GG105")
-    assert f.message == "the tangent for argument 0 has dtype float64, but the argument has dtype float32."
+    assert f.message == "the tangent for argument 0 (x) has dtype float64, but the argument has dtype float32."
 
 
 def test_gg106_tangent_for_a_constant():
@@ -199,7 +199,7 @@ def test_gg106_tangent_for_a_constant():
         return x**n, lambda ybar: (n * x ** (n - 1) * ybar, 0.0)
 
     (f,) = findings(bad, "GG106")
-    assert f.message == "argument 1 is declared nondiff, so its tangent must be None, but the pullback returned 0.0."
+    assert f.message == "argument 1 (n) is declared nondiff, so its tangent must be None, but the pullback returned 0.0."
 
 
 def test_gg106_integer_argument_inferred_nondiff_with_args_strategy():
@@ -210,7 +210,7 @@ def test_gg106_integer_argument_inferred_nondiff_with_args_strategy():
         return x**n, lambda ybar: (n * x ** (n - 1) * ybar, 1)
 
     (f,) = findings(bad, "GG106")
-    assert f.message == "argument 1 is an int, which has no tangent, so its tangent must be None, but the pullback returned 1."
+    assert f.message == "argument 1 (n) is an int, which has no tangent, so its tangent must be None, but the pullback returned 1."
 
 
 def _scaled_exp_rule(nu_tangent, x_factor, name):

@@ -67,7 +67,7 @@ def test_gg301_ones_for_a_zero_cotangent():
     (f,) = findings(addone_ones, "GG301")
     assert f.message == (
         "the pullback of addone_ones must return zero tangents for a zero cotangent, "
-        "but the tangent for argument 0 at [0] is 1.0."
+        "but the tangent for argument 0 (a) at [0] is 1.0."
     )
     assert f.location == "argument 0 at [0]"
     assert "np.full(x.shape, ybar)" in f.fix
@@ -75,7 +75,7 @@ def test_gg301_ones_for_a_zero_cotangent():
 
 def test_gg301_constant_term():
     (f,) = findings(square_offset, "GG301")
-    assert f.message.endswith("but the tangent for argument 0 at [0] is 0.5.")
+    assert f.message.endswith("but the tangent for argument 0 (x) at [0] is 0.5.")
 
 
 def test_gg301_correct_twin_passes():
@@ -125,7 +125,7 @@ def test_gg302_ones_for_none():
     (f,) = findings(addone_ones, "GG302", unused_cotangent="none")
     assert f.message == (
         "the pullback of addone_ones must return zero or None tangents for None as the cotangent, "
-        "but the tangent for argument 0 at [0] is 1.0."
+        "but the tangent for argument 0 (a) at [0] is 1.0."
     )
 
 
@@ -273,7 +273,7 @@ def test_gg302_a_finite_none_against_non_finite_zeros_says_only_that_they_differ
     (f,) = findings(sincos_nan_for_zeros, "GG302")
     assert f.message == (
         "the pullback of sincos_nan_for_zeros must give the same tangents for None as the cotangent of output 1 as "
-        "for zeros there, but the tangent for argument 0 at [0] is 1.0 with None and nan with zeros."
+        "for zeros there, but the tangent for argument 0 (x) at [0] is 1.0 with None and nan with zeros."
     )
     assert f.expected == "the same tangent for None and for zeros"
     assert f.actual == "1.0 with None, nan with zeros"

@@ -396,7 +396,7 @@ def test_gg601_python_branch_raises_under_jit():
 def test_gg601_bwd_that_differs_under_jit():
     (f,) = findings(traced_fast_path, "GG601")
     assert re.fullmatch(
-        rf"the pullback of traced_fast_path differs under jax\.jit: the tangent for argument 0 at \[\d\] is {NUM} under "
+        rf"the pullback of traced_fast_path differs under jax\.jit: the tangent for argument 0 \(x\) at \[\d\] is {NUM} under "
         rf"jit, {NUM} without it \(same input and cotangent\)\.",
         f.message,
     ), f.message
@@ -453,7 +453,7 @@ def test_gg601_gg602_equal_non_finite_values_agree_and_do_not_hide_a_difference_
     assert findings(non_finite_ok, "GG601", "GG602") == []
     (jit,) = findings(non_finite_traced, "GG601")
     assert re.fullmatch(
-        rf"the pullback of non_finite_traced differs under jax\.jit: the tangent for argument 0 at \[[12]\] is {NUM} "
+        rf"the pullback of non_finite_traced differs under jax\.jit: the tangent for argument 0 \(x\) at \[[12]\] is {NUM} "
         rf"under jit, {NUM} without it \(same input and cotangent\)\.", jit.message), jit.message
 
 
@@ -462,7 +462,7 @@ def test_gg602_host_callback_declared_batch_aware():
     (f,) = findings(host_norm_batched, "GG602")
     m = re.fullmatch(
         rf"the pullback of host_norm_batched differs under jax\.vmap: for example (\d) of a batch of 3, the tangent "
-        rf"for argument 0 at \[\d\] is {NUM} under vmap, {NUM} when called alone \(same cotangent\)\.",
+        rf"for argument 0 \(x\) at \[\d\] is {NUM} under vmap, {NUM} when called alone \(same cotangent\)\.",
         f.message,
     )
     assert m, f.message
@@ -879,8 +879,8 @@ def test_gg204_gives_the_numbers_of_the_tangent_it_names():
                     arrays(shape=(3,), min_value=0.5, max_value=2.0))
     (f,) = findings(rule, "GG204")
     m = re.fullmatch(
-        rf"the second order of scaled_square is wrong in the tangent for argument 0: along a random direction u \(every "
-        rf"argument moving\), d/dt <w_0, pullback at \(x \+ t u\)\(ybar\) for argument 0> = {NUM} by finite differences "
+        rf"the second order of scaled_square is wrong in the tangent for argument 0 \(a\): along a random direction u \(every "
+        rf"argument moving\), d/dt <w_0, pullback at \(x \+ t u\)\(ybar\) for argument 0 \(a\)> = {NUM} by finite differences "
         rf"of the pullback, but JAX's derivative of the pullback \(jvp of vjp, through fwd and bwd\) gives {NUM} \(over "
         rf"every argument's tangent: {NUM} against {NUM}\)\.", f.message)
     assert m, f.message

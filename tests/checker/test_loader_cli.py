@@ -137,7 +137,7 @@ def test_reproducer_replays_the_failure_as_a_standalone_script(rules_dir, tmp_pa
     script.write_text(finding.reproducer)
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert proc.returncode == 1
-    assert "AssertionError: GG104 a tangent's shape differs from its argument's: the tangent for argument 0 has shape (6,)" in proc.stderr
+    assert "AssertionError: GG104 a tangent's shape differs from its argument's: the tangent for argument 0 (x) has shape (6,)" in proc.stderr
 
 
 def test_reproducer_passes_once_the_rule_is_fixed(rules_dir, tmp_path):

@@ -312,7 +312,7 @@ def test_correct_rules_pass_numeric_checks_for_ten_seeds(rule):
 def test_gg202_ones_instead_of_full():
     (f,) = findings(addone_ones, "GG202")
     assert f.message == (
-        "the pullback of addone_ones is not linear in the cotangent: for argument 0 at [0], "
+        "the pullback of addone_ones is not linear in the cotangent: for argument 0 (a) at [0], "
         "pullback(2.0 * ybar) = 1.0, but 2.0 * pullback(ybar) = 2.0."
     )
     assert "np.full(x.shape, ybar)" in f.fix
@@ -331,7 +331,7 @@ def double_abs(x):
 def test_gg202_not_additive():
     (f,) = findings(double_abs, "GG202")
     assert re.fullmatch(
-        rf"the pullback of double_abs is not linear in the cotangent: for argument 0 at \[\d\], "
+        rf"the pullback of double_abs is not linear in the cotangent: for argument 0 \(x\) at \[\d\], "
         rf"pullback\((ybar1 \+ ybar2|{NUM} \* ybar)\) = {NUM}, but (pullback\(ybar1\) \+ pullback\(ybar2\)|{NUM} \* "
         rf"pullback\(ybar\)) = {NUM}\.",
         f.message,
@@ -366,7 +366,7 @@ def test_gg202_judges_cancelling_cotangents_at_the_scale_of_their_terms():
     assert replay(scale32_rrule, "GG202", x, list(CANCELLING)) == []
     with pytest.raises(AssertionError, match=re.escape(
             "GG202 pullback is not linear in the cotangent: the pullback of scale32_ones_rrule is not linear in the "
-            "cotangent: for argument 0 at [0], pullback(-0.999999 * ybar) = 1000.3, but -0.999999 * pullback(ybar) = "
+            "cotangent: for argument 0 (x) at [0], pullback(-0.999999 * ybar) = 1000.3, but -0.999999 * pullback(ybar) = "
             "-1000.3.")):
         replay(scale32_ones_rrule, "GG202", x, list(CANCELLING))
 
@@ -534,7 +534,7 @@ def sqrt_rrule(x):
 def test_gg206_nan_where_the_derivative_is_finite():
     (f,) = findings(xabs_nan_at_zero, "GG206")
     assert re.fullmatch(
-        r"the pullback of xabs_nan_at_zero returned nan in the tangent for argument 0 at \[\d\], where the primal is "
+        r"the pullback of xabs_nan_at_zero returned nan in the tangent for argument 0 \(x\) at \[\d\], where the primal is "
         r"finite and has a derivative along this element \(its one-sided derivatives agree; finite differences give "
         r"(0\.0|-?[0-9.e-]+)\); [123] element\(s\) of this tangent are not finite\.",
         f.message,

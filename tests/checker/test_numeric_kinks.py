@@ -150,7 +150,7 @@ def row_std_nan_on_constant_rows(x):
 
 
 NO_DERIVATIVE = (
-    r"the pullback of {name} returned nan in the tangent for argument 0 at \[[\d, ]+\], where the primal is finite "
+    r"the pullback of {name} returned nan in the tangent for argument 0 \(x\) at \[[\d, ]+\], where the primal is finite "
     r"but has no derivative along this element that finite differences resolve: the one-sided derivatives of "
     rf"(the output|the output at \[\d\]) are {NUM} \(from below\) and {NUM} \(from above\) at steps 6e-06 and "
     r"6e-09; \d+ element\(s\) of this tangent are not finite\."
@@ -195,7 +195,7 @@ def test_nan_at_a_cone_point_for_a_zero_cotangent_is_a_warning():
     (f,) = result.findings
     match = re.fullmatch(
         r"the pullback of norm_nan_at_zero must return zero tangents for a zero cotangent, but the tangent for "
-        rf"argument 0 at \[0\] is nan, at a point where the primal has no derivative finite differences resolve "
+        rf"argument 0 \(x\) at \[0\] is nan, at a point where the primal has no derivative finite differences resolve "
         rf"along this element: the one-sided derivatives of the output are {NUM} \(from below\) and {NUM} \(from "
         r"above\) at steps 6e-06 and 6e-09\. A program that does not use the output still gets this value in its "
         r"gradient\.",
@@ -224,7 +224,7 @@ def test_a_zero_cotangent_error_names_the_element_where_the_derivative_exists():
     assert f.severity == "error" and f.location == "argument 1 at [0]"
     assert f.message == (
         "the pullback of floor_plus_nan_at_integers must return zero tangents for a zero cotangent, but the tangent "
-        "for argument 1 at [0] is nan."
+        "for argument 1 (y) at [0] is nan."
     )
 
 
@@ -232,7 +232,7 @@ def test_nan_for_a_zero_cotangent_where_the_derivative_exists_stays_an_error():
     (f,) = findings(xabs_nan_but_norm_ok, "GG301")
     assert f.severity == "error"
     assert f.message == ("the pullback of xabs_nan_but_norm_ok must return zero tangents for a zero cotangent, but "
-                         "the tangent for argument 0 at [0] is nan.")
+                         "the tangent for argument 0 (x) at [0] is nan.")
 
 
 @rrule(norm, arrays(shape=(3,), elements=st.just(0.0)))
@@ -301,7 +301,7 @@ def test_nan_where_the_primal_is_smooth_along_the_element_but_not_differentiable
     result = check(middle_nan_at_ties, select=["GG206"]).rules[0]
     (f,) = result.findings
     assert f.message == (
-        "the pullback of middle_nan_at_ties returned nan in the tangent for argument 0 at [0], where the primal is "
+        "the pullback of middle_nan_at_ties returned nan in the tangent for argument 0 (x) at [0], where the primal is "
         "finite but has no derivative at this input that finite differences resolve: along directions through it, "
         "the one-sided derivatives of <ybar, primal(x)> differ, or its directional derivative is not linear in the "
         "direction, by finite differences; 3 element(s) of this tangent are not finite."

@@ -98,7 +98,7 @@ def test_a_zero_cotangent_at_a_vertical_tangent_is_a_warning_that_says_what_was_
     [problem] = _problems(cbrt_rrule, "GG301", [])
     assert problem.severity == "warning"
     assert re.fullmatch(
-        r"the pullback of cbrt_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 "
+        r"the pullback of cbrt_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 \(x\) "
         r"at \[0\] is nan, at a point where the primal has no derivative finite differences resolve along this "
         r"element: " + GROWING +
         r"\. A program that does not use the output still gets this value in its gradient\.", problem.message)
@@ -109,7 +109,7 @@ def test_a_non_finite_tangent_at_a_vertical_tangent_is_a_warning_for_any_cotange
         [problem] = _problems(cbrt_rrule, "GG206", [cotangent])
         assert problem.severity == "warning"
         assert re.fullmatch(
-            r"the pullback of cbrt_rrule returned (nan|inf) in the tangent for argument 0 at \[0\], where the primal "
+            r"the pullback of cbrt_rrule returned (nan|inf) in the tangent for argument 0 \(x\) at \[0\], where the primal "
             r"is finite, but " + GROWING + r"; 1 element\(s\) of this tangent are not finite\.", problem.message)
         assert problem.expected == "a finite value"
 
@@ -118,10 +118,10 @@ def test_a_nan_where_the_primal_is_smooth_stays_an_error():
     [problem] = _problems(cube_nan_at_zero_rrule, "GG301", [])
     assert problem.severity is None  # the check's own: an error
     assert problem.message == ("the pullback of cube_nan_at_zero_rrule must return zero tangents for a zero "
-                               "cotangent, but the tangent for argument 0 at [0] is nan.")
+                               "cotangent, but the tangent for argument 0 (x) at [0] is nan.")
     [problem] = _problems(cube_nan_at_zero_rrule, "GG206", [np.array([1.0, 1.0])])
     assert problem.severity is None
-    assert re.fullmatch(r"the pullback of cube_nan_at_zero_rrule returned nan in the tangent for argument 0 at \[0\], "
+    assert re.fullmatch(r"the pullback of cube_nan_at_zero_rrule returned nan in the tangent for argument 0 \(x\) at \[0\], "
                         r"where the primal is finite and has a derivative along this element \(its one-sided derivatives "
                         r"agree; finite differences give (-?1e-40|0)\); 1 element\(s\) of this tangent are not "
                         r"finite\.", problem.message), problem.message
@@ -140,7 +140,7 @@ def test_a_logarithmic_vertical_tangent_at_the_edge_of_the_domain_is_a_warning()
     [problem] = _problems(xlogx_rrule, "GG301", [])
     assert problem.severity == "warning"
     assert re.fullmatch(
-        r"the pullback of xlogx_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 "
+        r"the pullback of xlogx_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 \(x\) "
         r"at \[0\] is nan, at a point where the primal has no derivative finite differences resolve along this "
         r"element: " + _log_growth("above")
         + r"\. A program that does not use the output still gets this value in its gradient\.", problem.message)
@@ -154,7 +154,7 @@ def test_a_logarithmic_vertical_tangent_inside_the_domain_is_a_warning():
     assert re.search(_log_growth("both"), problem.message), problem.message
     [problem] = _problems(x_log_abs_rrule, "GG206", [np.array([1.0, 1.0])])
     assert problem.severity == "warning" and problem.expected == "a finite value"
-    assert re.fullmatch(r"the pullback of x_log_abs_rrule returned -inf in the tangent for argument 0 at \[0\], where "
+    assert re.fullmatch(r"the pullback of x_log_abs_rrule returned -inf in the tangent for argument 0 \(x\) at \[0\], where "
                         r"the primal is finite, but " + _log_growth("both") + r"; 1 element\(s\) of this tangent are "
                         r"not finite\.", problem.message), problem.message
 
@@ -163,21 +163,21 @@ def test_a_nan_at_the_edge_of_the_domain_where_the_derivative_is_finite_stays_an
     [problem] = _problems(x_to_1_5_rrule, "GG301", [])
     assert problem.severity is None
     assert problem.message == ("the pullback of x_to_1_5_rrule must return zero tangents for a zero cotangent, but the "
-                               "tangent for argument 0 at [0] is nan.")
+                               "tangent for argument 0 (x) at [0] is nan.")
 
 
 def test_a_zero_cotangent_where_the_primal_is_not_finite_is_a_warning_and_ignoring_it_stays_an_error():
     [problem] = _problems(log_rrule, "GG301", [])  # log(0) = -inf: no derivative there, but the NaN still leaks
     assert problem.severity == "warning"
     assert problem.message == ("the pullback of log_rrule must return zero tangents for a zero cotangent, but the "
-                               "tangent for argument 0 at [0] is nan, at a point where the primal's output at [0] is "
+                               "tangent for argument 0 (x) at [0] is nan, at a point where the primal's output at [0] is "
                                "-inf, so it has no derivative there. A program that does not use the output still "
                                "gets this value in its gradient.")
     for at in (AT_ZERO, (np.array([0.5, 1.0]),)):
         [problem] = _problems(log_ones_rrule, "GG301", [], at=at)
         assert problem.severity is None
         assert re.fullmatch(r"the pullback of log_ones_rrule must return zero tangents for a zero cotangent, but the "
-                            r"tangent for argument 0 at \[0\] is (inf|2\.0)\.", problem.message), problem.message
+                            r"tangent for argument 0 \(x\) at \[0\] is (inf|2\.0)\.", problem.message), problem.message
 
 
 # -- beside a pole, not at a cone point: nothing established, so no claim ----------------------------
@@ -199,7 +199,7 @@ def test_steps_that_straddle_a_pole_establish_no_cone_point_and_a_derivative_bey
     assert problem.severity == "warning"
     assert problem.message == (
         "the pullback of reciprocal_rrule must return zero tangents for a zero cotangent, but the tangent for argument "
-        "0 at [0] is nan, where finite differences establish no derivative of the output at [0] along this element (its "
+        "0 (x) at [0] is nan, where finite differences establish no derivative of the output at [0] along this element (its "
         "one-sided slopes grow at every step float64 can take: a singularity nearer than any step), and the "
         "pullback's own tangent there for a unit cotangent is -inf. A program that does not use the output still "
         "gets this value in its gradient.")
