@@ -501,6 +501,7 @@ def unresolved_element(f: Any, args: tuple[Any, ...], i: int, k: int) -> tuple[s
 
 STAIRS = 3  # staircase: at least this many jumps of one sign, with more flat samples than jumps, make a staircase
 STAIR_SAMPLES = 24  # ... among this many samples either side of x,
+WINDOWS = (8, 12, 16, STAIR_SAMPLES)  # ... in a window of this many either side (stairs may narrow away from x)
 STAIR_SPACINGS = (1 / 8, 1 / 2, 2.0)  # ... this many times the flat run around x apart (stairs of several widths)
 STAIR_REACH = 0.05  # ... the run looked for out to this fraction of max(1, |x|) on each side
 
@@ -578,8 +579,9 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
             h = finest
             while h <= reach and any(np.any(np.isinf(r)) for side in run.values() for r in side):
                 for sign, side in run.items():
-                    for r, v, y in zip(side, values(sign * h), y0):
-                        r[np.isinf(r) & (v != y)] = h
+                    if any(np.any(np.isinf(r)) for r in side):  # a side whose every run is known needs no call
+                        for r, v, y in zip(side, values(sign * h), y0):
+                            r[np.isinf(r) & (v != y)] = h
                 h *= 2.0
             tried = 0
             several = len(y0) > 1
@@ -599,7 +601,7 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
                     kind = np.finfo(np.result_type(arg.dtype, at[n].dtype) if at[n].dtype.kind == "f" else arg.dtype)
                     rounding = RESOLVED * 4 * (float(kind.eps) * abs(float(y0[n][idx])) + float(kind.smallest_subnormal))
                     for spacing in (float(both[idx]) * r for r in STAIR_SPACINGS):
-                        found = _stairs_at(values, n, idx, spacing, side)
+                        found = _stairs_at(values, n, idx, spacing, side, centre=float(y0[n][idx]))
                         if found is not None and found[1] > rounding:
                             index = tuple(int(j) for j in idx)
                             return Staircase(where("output " + str(n) if several else "the output", index), *found,
@@ -610,31 +612,44 @@ def staircase(f: Any, args: tuple[Any, ...], i: int, k: int) -> Staircase | None
 
 
 def _stairs_at(values: Callable[[float], list[np.ndarray]], n: int, idx: tuple[int, ...],
-               spacing: float, side: float | None = None) -> tuple[float, float] | None:
+               spacing: float, side: float | None = None, centre: float | None = None) -> tuple[float, float] | None:
     """``(width, height)`` where STAIR_SAMPLES samples of output ``n`` at ``idx`` either side of x, ``spacing``
     apart, hold a staircase in some window around x (8, 12, 16 or all samples either side: stairs may narrow
     away from x), within the stretch where the samples are finite (the primal may leave its range further out:
     log(0) at the top of the loss above); None otherwise. ``side`` (+1 or -1): x is on the last stair, flat
     for good the other way, and the samples are taken on this side only, where they must hold the staircase
     themselves: a kink just beyond the steps (relu at -1e-3) is flat on one side too, but its other side moves
-    at every sample, no staircase."""
-    if side is not None:
-        samples = np.array([values(side * j * spacing)[n][idx] for j in range(STAIR_SAMPLES + 1)])
-        bad = np.flatnonzero(~np.isfinite(samples))
-        end = int(bad.min()) if len(bad) else len(samples)
-        for reach in (8, 12, 16, STAIR_SAMPLES):
-            found = _stairs_in(np.diff(samples[:min(end, reach + 1)]), spacing)
-            if found is not None:
-                return found
-        return None
-    samples = np.array([values(j * spacing)[n][idx] for j in range(-STAIR_SAMPLES, STAIR_SAMPLES + 1)])
-    bad = np.flatnonzero(~np.isfinite(samples))
-    lo = int(bad[bad < STAIR_SAMPLES].max()) + 1 if np.any(bad < STAIR_SAMPLES) else 0
-    hi = int(bad[bad > STAIR_SAMPLES].min()) if np.any(bad > STAIR_SAMPLES) else len(samples)
-    for reach in (8, 12, 16, STAIR_SAMPLES):
-        found = _stairs_in(np.diff(samples[max(lo, STAIR_SAMPLES - reach):min(hi, STAIR_SAMPLES + reach + 1)]), spacing)
+    at every sample, no staircase.
+
+    The samples are taken window by window, from x outwards, and no further than a window that settles it: a
+    window's steps are inside every wider window's, so jumps of both signs there, or more jumps than the widest
+    window's flat steps could match, leave no staircase in any of them (a solver's output that moves in steps of
+    its own rounding, or smoothly, was sampled 49 times per spacing before: a few seconds an element for a
+    primal of 10 ms). The answer is the one the whole set of samples gives, except where the primal raises
+    beyond the window that settles it: it is not called there. ``centre``: the value at x, where the caller has
+    it already."""
+    signs = (side,) if side is not None else (-1.0, 1.0)
+    taken: dict[float, list[float]] = {sign: [] for sign in signs}  # samples at j = 1, 2, ... spacings per side
+    blocked = {sign: False for sign in signs}  # a non-finite sample ends the stretch on that side
+    centre = float(values(0.0)[n][idx]) if centre is None else centre
+    widest = STAIR_SAMPLES * len(signs)  # steps in the widest window
+    for reach in WINDOWS:
+        for sign in signs:
+            while not blocked[sign] and len(taken[sign]) < reach:
+                sample = float(values(sign * (len(taken[sign]) + 1) * spacing)[n][idx])
+                if np.isfinite(sample):
+                    taken[sign].append(sample)
+                else:
+                    blocked[sign] = True
+        window = [*taken.get(-1.0, [])[:reach][::-1], centre, *taken.get(1.0, [])[:reach]] if side is None else \
+            [centre, *taken[side][:reach]]
+        steps = np.diff(np.array(window))
+        found = _stairs_in(steps, spacing)
         if found is not None:
             return found
+        jumps = steps[steps != 0]
+        if (np.any(jumps > 0) and np.any(jumps < 0)) or 2 * len(jumps) > widest:
+            return None  # every wider window holds these jumps too
     return None
 
 
