@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show_apart
-from gradguard.checker.kinks import contracted, finer_steps_admit, unit_vector
+from gradguard.checker.kinks import STAIR_SLACK, contracted, finer_steps_admit, unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd
 
@@ -256,9 +256,13 @@ def kinked_where_not_finite(pulled_ones: Any, args: tuple[Any, ...], u: tuple[An
     return False
 
 JUMP_KEPT = 0.5  # jumps_at_x: a second difference that keeps this share of itself at a 1000-fold finer step
+# ... and is at least this many times the finer second differences a tenth of the coarse step away on either side
+# (at x alone: a function whose values are noisy at that scale has such second differences everywhere)
+JUMP_ALONE = 10.0
 
 
-def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...]) -> bool:
+def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...],
+               noise_explains: Callable[[float], bool] | None = None) -> bool:
     """Whether some output element of ``f`` jumps at ``args`` itself along ``along``: its second difference
     ``|f(x + s u) + f(x - s u) - 2 f(x)|`` keeps half its size or more from one step to one a thousand times
     finer, far above the element's rounding (a smooth element's shrinks a millionfold, a kink's a thousandfold).
@@ -271,7 +275,15 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...]) -> bool:
     derivative finite differences see around it (264.438, in the neighbours' signs), though the covector read only
     entries the signs leave alone. The output jumps there too (the second row of Vh is [-1, 0] at ``x`` and
     [1, 0] around it), and where the cotangent reads only it the pullback's values agree at ``x`` while its
-    derivatives do not (4.96421 by JAX, 19.426 around): callers ask about both."""
+    derivatives do not (4.96421 by JAX, 19.426 around): callers ask about both.
+
+    ``noise_explains``: where the caller can say how much noise would explain what it saw (given the sum of the
+    largest second differences of the elements, at the finer step, at x and a tenth of the coarse step away on
+    either side), a second difference that keeps its size there too is no jump at x alone but noise everywhere
+    around x: it counts only where it explains the caller's disagreement. A backward that differentiates by a
+    finite difference of its own (sigkernel's, at a step of 1e-9) is noisy at 1e-7 everywhere, and its double
+    backward, 1e9 off finite differences of its gradient, was excused as a jump; a correct quotient of the same
+    kind, whose gradient climbs in stairs finer differences read as flat, is excused by its noise."""
     h = _probe_step(args, along)
 
     def at(t: float) -> list[np.ndarray]:
@@ -282,29 +294,60 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...]) -> bool:
                        if arr is not None and arr.dtype.kind in "fc" else None)
         return out
 
+    def second(t: float, s: float, y: list[Any] | None = None) -> list[Any] | None:
+        """Per leaf, the second difference at t with step s (None where the leaf is not a float array)."""
+        y = at(t) if y is None else y
+        ahead, behind = at(t + s), at(t - s)
+        if not len(ahead) == len(behind) == len(y):
+            return None
+        return [None if a is None or b is None or c is None or a.shape != c.shape or b.shape != c.shape
+                else np.abs(a + b - 2 * c) for a, b, c in zip(ahead, behind, y)]
+
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             y0 = at(0.0)
-            second = []
-            for s in (h, h / 1000):
-                ahead, behind = at(s), at(-s)
-                if not len(ahead) == len(behind) == len(y0):
-                    return False
-                second.append([None if a is None or b is None or c is None or a.shape != c.shape or b.shape != c.shape
-                               else np.abs(a + b - 2 * c) for a, b, c in zip(ahead, behind, y0)])
+            coarse, fine = second(0.0, h, y0), second(0.0, h / 1000, y0)
+            if coarse is None or fine is None:
+                return False
     except Exception:  # noqa: BLE001 - the function refuses a point beside x: no jump established
         return False
-    for c, coarse, fine in zip(y0, *second):
-        if c is None or coarse is None or fine is None:
+    candidates = []
+    for n, (c, wide, narrow) in enumerate(zip(y0, coarse, fine)):
+        if c is None or wide is None or narrow is None:
             continue
         eps = float(np.finfo(np.float32 if c.dtype == np.complex64 else c.real.dtype).eps)
         floor = 1000 * 4 * eps * np.abs(c)
         with np.errstate(all="ignore"):
-            kept = np.isfinite(coarse) & np.isfinite(fine) & (fine > floor) & (fine >= JUMP_KEPT * coarse)
+            kept = np.isfinite(wide) & np.isfinite(narrow) & (narrow > floor) & (narrow >= JUMP_KEPT * wide)
         if np.any(kept):
-            return True
-    return False
+            candidates.append((n, kept, narrow, floor))
+    if not candidates:
+        return False
+    if noise_explains is None:
+        return True
+    alone = [kept for _, kept, _, _ in candidates]
+    noise = [np.where(kept, narrow, 0.0) for _, kept, narrow, _ in candidates]
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for centre in (h / 10, -h / 10):
+                around = second(centre, h / 1000)
+                if around is None:
+                    return True
+                for k, (n, kept, narrow, floor) in enumerate(candidates):
+                    if around[n] is None or around[n].shape != narrow.shape or not np.all(np.isfinite(around[n])):
+                        return True
+                    # at x alone: this element's second difference stands far above its neighbours', and the whole
+                    # output is smooth there (noise in steps of a quantum often cancels to 0 at one element)
+                    smooth = bool(np.all(around[n] <= floor))
+                    alone[k] = alone[k] & (narrow > JUMP_ALONE * around[n]) & smooth
+                    noise[k] = np.maximum(noise[k], np.where(kept, around[n], 0.0))
+    except Exception:  # noqa: BLE001 - the function refuses a point beside x: as before, the jump at x stands
+        return True
+    if any(np.any(kept) for kept in alone):
+        return True
+    return noise_explains(float(sum(np.sum(n) for n in noise)))
 
 
 def _probe_step(args: tuple[Any, ...], along: tuple[Any, ...]) -> float:
@@ -323,11 +366,23 @@ def _moved(args: tuple[Any, ...], along: tuple[Any, ...], t: float) -> tuple[Any
     return copy_tree(tuple(a if v is None else _step(a, t * np.asarray(v)) for a, v in zip(args, along)))
 
 
-def discontinuous_at_x(case: Case, pulled: Any, u: tuple[Any, ...]) -> bool:
+def discontinuous_at_x(case: Case, pulled: Any, u: tuple[Any, ...], w: tuple[Any, ...] | None = None,
+                       lhs: fd.Derivative | None = None, rhs: float | None = None) -> bool:
     """Whether the pullback ``pulled`` (args -> tangents) or the rule's output jumps at ``x`` alone along ``u``
     (:func:`jumps_at_x`): no second order there to judge (LAPACK's signs of singular vectors that flip at ``x``
-    and nowhere around it)."""
-    return jumps_at_x(pulled, case.fresh(), u) or jumps_at_x(forward_at(case), case.fresh(), u)
+    and nowhere around it). Given the covector ``w`` and the finite differences ``lhs`` of ``<w, pulled>`` that
+    disagree with ``rhs``, a pullback noisy everywhere around ``x`` counts only where its noise, over the
+    differences' step (times STAIR_SLACK, Richardson's weights), reaches the disagreement."""
+    explains = None
+    if w is not None and lhs is not None and rhs is not None and lhs.step > 0:
+        weight = max([float(np.max(np.abs(np.asarray(c)))) for c in leaves(w) if c is not None and np.size(c)] + [0.0])
+        gap = abs(float(lhs.value) - rhs)
+
+        def explains(noise: float) -> bool:
+            return STAIR_SLACK * weight * noise / float(lhs.step) >= gap
+
+    return (jumps_at_x(pulled, case.fresh(), u, explains)
+            or jumps_at_x(forward_at(case), case.fresh(), u))
 
 
 def _step(a: Any, dv: Any) -> Any:

@@ -413,7 +413,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
             severity="warning",
         )
         return
-    if discontinuous_at_x(case, pulled, u):
+    if discontinuous_at_x(case, pulled, u, w, lhs, rhs):
         return  # the output or the gradient jumps at x alone (roma's Procrustes at M = 0): no derivative to judge
     fd_text, torch_text = show_apart(float(lhs.value), rhs)
     yield Problem(
