@@ -130,7 +130,14 @@ def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
     slopes = {e: row.cells[e].slope for e in engines if row.cells[e].slope is not None}
     actual = "; ".join(f"{e}: {slope:.6g}" for e, slope in slopes.items())
     if row.slope is not None and slopes:  # the engine furthest off: an approximate primal moves every engine alike
-        fix += tolerances.approximation_hint(row.slope, max(slopes.values(), key=lambda s: abs(s - row.slope)), row.tol)
+        hint = tolerances.approximation_hint(row.slope, max(slopes.values(), key=lambda s: abs(s - row.slope)), row.tol)
+        if hint and not diagnosis:
+            # Nothing established the context's own hazard (no watch-mode account), and the sides nearly agree: a
+            # deep-equilibrium layer's solve, 1e-7 off its fixed point, failed fan-out at 2.6e-6 relative, and a fix
+            # that began "the pullback must treat its cotangent as read-only" named a cause nobody had seen.
+            fix = f"{hint.strip()} If it computes its function exactly: {fix[0].lower()}{fix[1:]}"
+        else:
+            fix += hint
     return Problem(
         message=message,
         location=f"context {row.context.name}",

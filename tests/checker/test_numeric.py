@@ -780,6 +780,9 @@ def test_gg501_says_it_too_and_sends_to_the_reproducer_not_to_findings_that_may_
     assert "see the isolation checks' findings" not in f.fix
     assert "where they found nothing, this program's inputs are ones they did not draw: run the reproducer" in f.fix
     assert re.search(r"The two sides agree to \S+ relative: if the primal only approximates its function", f.fix), f.fix
+    # Nothing established the context's own hazard, so the sentence comes first and the context's advice is the
+    # other case (a deep-equilibrium layer's fan-out fix began "the pullback must treat its cotangent as read-only")
+    assert f.fix.startswith("The two sides agree to ") and " If it computes its function exactly: " in f.fix, f.fix
     wrong = check(halved_exp_of_a_series_rrule, select=["GG5"]).findings
     assert wrong and not any("agree to" in w.fix for w in wrong), [w.fix for w in wrong]
 
