@@ -79,11 +79,15 @@ def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, .
     return None
 
 
-def _tangent_label(path: str, labels: Sequence[str] | None = None) -> str:
-    """"[1]" -> "tangent for argument 1", or with the arguments' labels (`argument_labels`) "tangent for
-    argument 1 (w)" (pullback results are one tuple entry per argument)."""
+def _tangent_places(case: Case, path: str, idx: Any, positions: Sequence[int] | None = None) -> tuple[str, str]:
+    """A tangent element's ``location`` and its place in a message: "[1]" at (2,) -> "tangent for argument 1 at [2]"
+    and "tangent for argument 1 (w) at [2]" (`argument_labels`). ``path`` indexes a pullback result with one entry per
+    argument, or one per entry of ``positions`` (the argument each entry belongs to)."""
     head, _, rest = path[1:].partition("]")
-    return f"tangent for {labels[int(head)] if labels else f'argument {head}'}" + (f" leaf {rest}" if rest else "")
+    i = int(head) if positions is None else positions[int(head)]
+    leaf = f" leaf {rest}" if rest else ""
+    return (compare.where(f"tangent for argument {i}{leaf}", idx),
+            compare.where(f"tangent for {argument_labels(case)[i]}{leaf}", idx))
 
 
 # -- GG601 ------------------------------------------------------------------------------------------
@@ -172,8 +176,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
     bad = first_difference(t_jit, t_eager, case)
     if bad is not None:
         path, idx, got, want = bad
-        where = compare.where(_tangent_label(path), idx)
-        named = compare.where(_tangent_label(path, argument_labels(case)), idx)
+        where, named = _tangent_places(case, path, idx)
         yield Problem(
             message=(
                 f"the pullback of {name} differs under jax.jit: the {named} is {show(got)} under jit, "
@@ -361,9 +364,7 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
         bad = first_difference(_unstack(tangents, k), per_tangents[k], case)
         if bad is not None:
             path, idx, got, want_value = bad
-            head, _, rest = path[1:].partition("]")
-            where = compare.where(_tangent_label(f"[{diff[int(head)]}]{rest}"), idx)
-            named = compare.where(_tangent_label(f"[{diff[int(head)]}]{rest}", argument_labels(case)), idx)
+            where, named = _tangent_places(case, path, idx, positions=diff)
             yield Problem(
                 message=(
                     f"the pullback of {name} differs under jax.vmap: for example {k} of a batch of {len(batch)}, "

@@ -89,8 +89,8 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             found = element_derivative(case, ybar, i, int(k))
             if found is None:
                 continue
-            where = compare.where(i, element_index(case.args[i], int(k)))
-            place = named_place(case, i, element_index(case.args[i], int(k)))
+            index = element_index(case.args[i], int(k))
+            where, place = compare.where(i, index), named_place(case, i, index)
             value = as_rule_sees(t.reshape(-1)[k].item(), conv)
             sides = no_derivative_along(case, i, int(k))
             if sides is None and beyond_float64(case, i, int(k)) is not None:

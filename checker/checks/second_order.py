@@ -282,8 +282,8 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...],
     either side), a second difference that keeps its size there too is no jump at x alone but noise everywhere
     around x: it counts only where it explains the caller's disagreement. A backward that differentiates by a
     finite difference of its own (sigkernel's, at a step of 1e-9) is noisy at 1e-7 everywhere, and its double
-    backward, 1e9 off finite differences of its gradient, was excused as a jump; a correct quotient of the same
-    kind, whose gradient climbs in stairs finer differences read as flat, is excused by its noise."""
+    backward, 1e9 off finite differences of its gradient, was excused as a jump; a disagreement that noise of that
+    size over the caller's step could make still is."""
     h = _probe_step(args, along)
 
     def at(t: float) -> list[np.ndarray]:
