@@ -596,6 +596,25 @@ def test_confirmed_given_its_first_table_gives_the_same_answer_without_computing
     assert len(calls) == everything - one.evaluations == given.evaluations == alone.evaluations - one.evaluations
 
 
+def _cubic_rounded_to_float32(x):
+    return np.sum((x * x * x - 2.0 * x).astype(np.float32).astype(np.float64))  # float64 in and out, float32's noise
+
+
+def test_a_finer_table_within_a_few_of_its_own_errors_does_not_widen_the_confirmed_error(monkeypatch):
+    """A float64 function that rounds at float32 (a backward computing silu' through x.float()): at the finer tables'
+    steps rounding dominates, and a table's error estimate, the spread of its entries, is a sample of that noise that
+    another table exceeds by a few times. Such a table does not contradict the coarse pair's value, which bounds
+    the truth; read as a contradiction (beyond one of its errors), it widened the error to 6 times the value."""
+    rng = np.random.default_rng(1)
+    x, v = rng.uniform(-2, 2, 4), rng.uniform(-1, 1, 4)
+    truth = float(np.dot(3 * x * x - 2.0, v))
+    sure = fd.confirmed(_cubic_rounded_to_float32, (x,), (v,), complex_step=False)
+    assert_within_estimate(sure, truth)
+    assert sure.error < 1e-3 * abs(truth)
+    monkeypatch.setattr(fd, "_CONTRADICTS", 1.0)  # one error estimate: the noise reads as a contradiction
+    assert fd.confirmed(_cubic_rounded_to_float32, (x,), (v,), complex_step=False).error > abs(truth)
+
+
 def test_confirmed_keeps_a_complex_step_and_refuses_bad_refinements():
     result = fd.confirmed(lambda a: np.sum(np.sin(a)), (np.array([0.5]),), (np.array([1.0]),))
     assert result.method == "complex-step" and result.evaluations == directional(
