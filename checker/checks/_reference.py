@@ -227,7 +227,7 @@ def _reference_values(case: Case, primal: Callable[..., Any]) -> Callable[..., A
 
     def values(*args: Any) -> Any:
         try:
-            return jax_engine.run_traced(bound, [args[i] for i in diff], transform="jit")
+            return jax_engine.run_traced(bound, [args[i] for i in diff], transform="jit", family=(primal, diff))
         except Exception:  # noqa: BLE001 - not jittable: run it eagerly
             return tree_map(lambda v: None if v is None else np.asarray(v), primal(*args))
 
@@ -259,13 +259,14 @@ def _vjp_of(case: Case, primal: Callable[..., Any], cotangent: Any) -> tuple[Any
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = jax_engine.run_traced(bound, xs, transform="jit")
+            out = jax_engine.run_traced(bound, xs, transform="jit", family=(primal, diff))
             traced = True
             if translated:
                 check_faithful(case, out)
             ct = tree_map(lambda c, o: None if c is None else np.asarray(c, dtype=np.asarray(o).dtype), cotangent, tuple_like(out, cotangent))
             del out  # the gradient's run makes its own
-            return spread(jax_engine.run_traced(bound, xs, transform="jit_grad", cotangent=ct), diff, case.nargs)
+            return spread(jax_engine.run_traced(bound, xs, transform="jit_grad", cotangent=ct, family=(primal, diff)),
+                          diff, case.nargs)
     except Skip:
         raise
     except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace tells traceable from not

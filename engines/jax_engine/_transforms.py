@@ -27,10 +27,13 @@ __all__ = ["TRANSFORMS", "run_under", "run_traced", "cache_info", "clear_cache"]
 TRANSFORMS = ("none", "jit", "grad", "jit_grad", "vmap")
 
 _MAX_CACHED = 256
+_COMPILE_AFTER = 8  # run_traced: runs of one trace by XLA, primitive by primitive, before it is compiled whole
 _cache: "collections.OrderedDict[Any, Callable[..., Any]]" = collections.OrderedDict()
 # run_traced's traces: per (transformed function, static arguments, argument shapes and dtypes), the closed
 # jaxpr and its output tree.
 _traces: "collections.OrderedDict[Any, Any]" = collections.OrderedDict()
+# run_traced's families (its ``family=``, transform, static values, shapes): how many traces each has made.
+_families: "collections.OrderedDict[Any, int]" = collections.OrderedDict()
 _stats = {"hits": 0, "misses": 0}
 
 
@@ -78,12 +81,20 @@ def run_traced(
     transform: str,
     cotangent: Any = None,
     nondiff: Sequence[int] = (),
+    family: Any = None,
 ) -> Any:
     """What ``run_under`` gives under "jit" or "jit_grad", without compiling: JAX traces the function (or its
     ``vjp``) once per (function, static arguments, argument shapes and dtypes) and the trace runs with NumPy
     (`gradguard.engines.jax_engine._numpy_eval`; XLA's treatment of subnormal numbers included). Where the trace
-    holds a primitive NumPy does not run here, or JAX cannot trace it this way, ``run_under`` runs it. The
-    values are XLA's up to rounding (a few units in the last place)."""
+    holds a primitive NumPy does not run here, ``run_under`` compiles it and runs it; where JAX cannot trace it,
+    what JAX raised is raised (for that key, without tracing again). The values are XLA's up to rounding (a few
+    units in the last place).
+
+    ``family``: a hashable key shared by functions that are one function with other values bound into it (GG203
+    binds a rule's fixed arguments, and a drawn label array binds new values at every input). Each binding is a
+    trace of its own; where a family's traces keep changing, one that NumPy does not run is run by XLA
+    primitive by primitive (`_Trace`), which compiles nothing new once its primitives have run on those
+    shapes, instead of being compiled whole for each binding."""
     if transform not in ("jit", "jit_grad"):
         raise ValueError(f"Got transform={transform!r}, but run_traced runs 'jit' or 'jit_grad'.")
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
@@ -105,25 +116,76 @@ def run_traced(
     except TypeError:  # an unhashable static argument: nothing to key a trace on
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
     found = _traces.get(key)
-    if found is False:  # an earlier call found that NumPy does not run this trace
-        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
-    try:
-        if found is None:
+    if isinstance(found, _Untraced):
+        raise found.error.with_traceback(None)  # JAX could not trace it for this key before: jit cannot either
+    if found is None:
+        try:
             closed, shape = jax.make_jaxpr(base, static_argnums=static, return_shape=True)(*values)
-            found = _traces[key] = (closed, jax.tree_util.tree_structure(shape))
-            while len(_traces) > _MAX_CACHED:
-                _traces.popitem(last=False)
-        result = jax.tree_util.tree_unflatten(found[1], evaluate(found[0], flat))
-    except _relay.RelayedError as exc:
-        _relay.raise_original(exc)
-    except Unsupported:
-        _traces[key] = False
+        except (MemoryError, RecursionError):
+            raise
+        except Exception as exc:  # jit traces as make_jaxpr does, so it would raise the same: no compiling to try
+            _keep(key, _Untraced(exc))
+            raise
+        found = _keep(key, _Trace(closed, jax.tree_util.tree_structure(shape)))
+        if family is not None:
+            kin = (family, transform, key[1:])
+            _families[kin] = _families.pop(kin, 0) + 1
+            while len(_families) > _MAX_CACHED:
+                _families.popitem(last=False)
+    if found.by_xla < 0:
+        try:
+            result = jax.tree_util.tree_unflatten(found.tree, evaluate(found.closed, flat))
+        except _relay.RelayedError as exc:
+            _relay.raise_original(exc)
+        except Unsupported:  # XLA runs it from now on: compiled, unless its family keeps making new traces
+            varying = family is not None and _families.get((family, transform, key[1:]), 0) > 1
+            found.by_xla = 0 if varying else _COMPILE_AFTER
+        except Exception:  # noqa: BLE001 - NumPy could not run it: XLA runs it, and raises what it raises
+            return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    if found.by_xla >= _COMPILE_AFTER:  # run often enough that compiling it once costs less than primitive by primitive
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
-    except Exception:  # noqa: BLE001 - not traceable this way: XLA runs it, and raises what it raises
-        return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    if found.by_xla >= 0:
+        from jax.extend.core import jaxpr_as_fun
+
+        found.by_xla += 1
+        with _relay.relaying():
+            outs = jaxpr_as_fun(found.closed)(*flat)
+        result = jax.tree_util.tree_unflatten(found.tree, [np.asarray(o) for o in outs])
     if grad:
         result = _by_position(result, nondiff, static, nargs)
     return jax.tree_util.tree_map(np.asarray, result)
+
+
+class _Trace:
+    """A traced program: its closed jaxpr, its output tree, and how it runs: with NumPy (``by_xla`` < 0), or,
+    where NumPy does not run one of its primitives, by XLA: primitive by primitive while ``by_xla`` (the runs
+    so far) is under `_COMPILE_AFTER`, compiled whole (`run_under`) from then on.
+
+    A primitive run alone is compiled once per (primitive, shapes, parameters) and kept by JAX for every later
+    program, so a trace made afresh for new bound values compiles nothing new after the first; compiling the
+    whole program again for each binding is what a family of changing traces avoids this way. A trace that
+    keeps being run is compiled after all (a binding that comes back at every input)."""
+
+    __slots__ = ("closed", "tree", "by_xla")
+
+    def __init__(self, closed: Any, tree: Any) -> None:
+        self.closed, self.tree, self.by_xla = closed, tree, -1
+
+
+class _Untraced:
+    """What JAX raised tracing a function for a key: raised again for that key, without tracing it again."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _keep(key: Any, entry: Any) -> Any:
+    _traces[key] = entry
+    while len(_traces) > _MAX_CACHED:
+        _traces.popitem(last=False)
+    return entry
 
 
 def _transformed(
@@ -216,6 +278,7 @@ def clear_cache() -> None:
     """Drop the cached transformed functions (and with them their compilations) and run_traced's traces."""
     _cache.clear()
     _traces.clear()
+    _families.clear()
     _stats.update(hits=0, misses=0)
 
 

@@ -261,6 +261,72 @@ def test_run_traced_hands_a_trace_numpy_does_not_run_to_xla():
     assert got.tolist() == [-2.0, 4.0, 6.0]
 
 
+def _compiles_during(run):
+    """How many programs XLA compiled while ``run()`` ran."""
+    from jax import monitoring
+
+    compiled, active = [], [True]
+    monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **_: compiled.append(name) if active[0] and name == "/jax/core/compile/backend_compile_duration" else None)
+    try:
+        run()
+    finally:
+        active[0] = False
+    return len(compiled)
+
+
+@pytest.mark.parametrize("transform", ["jit", "jit_grad"])
+def test_a_family_whose_bound_values_change_is_run_by_xla_primitive_by_primitive_not_compiled_per_binding(transform):
+    """GG203 binds a rule's fixed arguments into the function it traces, and a drawn index array binds new values
+    at every input: each binding is a trace of its own. Where NumPy does not run it (a gather; its gradient a
+    scatter-add), compiling each whole cost one XLA compilation per drawn input; run primitive by primitive,
+    the family compiles nothing once its primitives have run on these shapes."""
+    from gradguard.engines.jax_engine import run_traced, run_under
+
+    rng = np.random.default_rng(0)
+    x, ct = rng.standard_normal(6), rng.standard_normal(4)
+    bindings = [rng.integers(0, 6, size=4) for _ in range(6)]
+
+    def bound(idx):
+        return lambda v: jnp.take(v, idx) * 2.0  # a new function per binding, as bind_nondiff makes one
+
+    def run(idx, family):
+        kwargs = {"cotangent": ct} if transform == "jit_grad" else {}
+        return run_traced(bound(idx), (x,), transform=transform, family=family, **kwargs)
+
+    family = ("take", transform)
+    _compiles_during(lambda: [run(idx, family) for idx in bindings[:2]])  # the first compiled, the second's primitives
+    assert _compiles_during(lambda: [run(idx, family) for idx in bindings[2:]]) == 0
+    for idx in bindings:
+        kwargs = {"cotangent": ct} if transform == "jit_grad" else {}
+        want = run_under(bound(idx), (x,), transform=transform, **kwargs)
+        got = run(idx, family)
+        for g, w in zip(got if transform == "jit_grad" else [got], want if transform == "jit_grad" else [want]):
+            np.testing.assert_allclose(g, w, rtol=1e-15)
+    # Without a family each binding is compiled whole, as before.
+    assert _compiles_during(lambda: [run(idx + 0, None) for idx in bindings[2:]]) >= len(bindings[2:])
+
+
+def test_run_traced_raises_what_jax_raised_tracing_without_tracing_again():
+    """jit traces a function as make_jaxpr does: where tracing failed, compiling it would fail the same way, and the
+    same key fails again without a trace (GG203 asks at every drawn input of a primal that reads its values)."""
+    import jax
+
+    from gradguard.engines.jax_engine import run_traced
+
+    traced = []
+
+    def reads_its_values(v):
+        traced.append(1)
+        return jnp.asarray(np.asarray(v) * 2.0)
+
+    x = np.array([1.0, 2.0])
+    for _ in range(3):
+        with pytest.raises(jax.errors.TracerArrayConversionError):
+            run_traced(reads_its_values, (x,), transform="jit")
+    assert len(traced) == 1
+
+
 def test_a_reverse_cumulative_sum_agrees_with_xla_up_to_the_order_of_its_rounding():
     # Found by the property test above: NumPy adds 1.2e-38 last (keeping it), XLA first (losing it to -1.2e-7).
     x = np.array([[1.192092896e-07] * 3, [1.175494351e-38, -1.192092896e-07, 1.192092896e-07]])
