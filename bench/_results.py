@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-ORDER = ("detection", "detection_examples", "realworld", "torch", "scaling", "memory", "checker_speed")
+ORDER = ("detection", "detection_examples", "realworld", "torch", "scaling", "memory", "checker_speed", "corpus_time")
 TITLE = """# Benchmark results
 
 Each section below says the command that made it; run it again to regenerate that section:
@@ -28,6 +28,7 @@ Each section below says the command that made it; run it again to regenerate tha
     python bench/memory.py --results bench/RESULTS.md
     python bench/checker_speed.py --results bench/RESULTS.md
     python bench/memory_limit.py --results bench/RESULTS.md   # the per-rule memory budget: its cost, each rule's growth
+    python bench/corpus_time.py --results bench/RESULTS.md    # where the time goes on the real-world corpus, per module and check
 
 Times are wall-clock on a shared machine: compare only figures measured in the same run (ratios).
 tests/test_bench_smoke.py runs each script in a tiny configuration.

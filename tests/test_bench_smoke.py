@@ -8,6 +8,7 @@ reason where it is not installed; gradguard and check_grads are always run.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,14 @@ def test_gpu_parity_compares_two_devices_runs() -> None:
 def test_jax_library_probe_tiny() -> None:
     out = run("jax_library.py", "--rules", "relu,det", "--seeds", "0", "--select", "GG101,GG102")
     assert "| relu | - |" in out and "| det | - |" in out, out
+
+
+def test_corpus_time_tiny(tmp_path: Path) -> None:
+    results, figures = tmp_path / "RESULTS.md", tmp_path / "figures.json"
+    out = run("corpus_time.py", "--modules", "tests/realworld/correct_jax.py", "--select", "GG101,GG102", "--processes", "1",
+              "--json", str(figures), "--results", str(results))
+    (row,) = json.loads(figures.read_text())["modules"]
+    assert row["module"] == "correct_jax.py" and row["rules"] >= 6 and row["errors"] == {}
+    assert set(row["checks"]) == {"GG101", "GG102"} and all(v > 0 for v in row["checks"].values())
+    assert "per check, summed over the modules (s): GG10" in out and "correct_jax.py" in out
+    assert "Made by `python bench/corpus_time.py --modules tests/realworld/correct_jax.py" in results.read_text()
