@@ -117,7 +117,7 @@ def run_traced(
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
     found = _traces.get(key)
     if isinstance(found, _Untraced):
-        raise found.error.with_traceback(None)  # JAX could not trace it for this key before: jit cannot either
+        raise found.again()  # JAX could not trace it for this key before: jit cannot either
     if found is None:
         try:
             closed, shape = jax.make_jaxpr(base, static_argnums=static, return_shape=True)(*values)
@@ -173,12 +173,21 @@ class _Trace:
 
 
 class _Untraced:
-    """What JAX raised tracing a function for a key: raised again for that key, without tracing it again."""
+    """What JAX raised tracing a function for a key: raised again for that key, without tracing it again.
 
-    __slots__ = ("error",)
+    Kept as its type and arguments only: the exception itself holds the frames it passed through, and with them
+    the arguments of the call (a drawn input of 10**6 elements, at every input of a family)."""
+
+    __slots__ = ("kind", "args")
 
     def __init__(self, error: Exception) -> None:
-        self.error = error
+        self.kind, self.args = type(error), error.args
+
+    def again(self) -> Exception:
+        """An exception of the same type and arguments, made without calling its ``__init__`` (JAX's take a tracer)."""
+        made = self.kind.__new__(self.kind)
+        made.args = self.args
+        return made
 
 
 def _keep(key: Any, entry: Any) -> Any:

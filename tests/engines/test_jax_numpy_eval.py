@@ -322,9 +322,30 @@ def test_run_traced_raises_what_jax_raised_tracing_without_tracing_again():
 
     x = np.array([1.0, 2.0])
     for _ in range(3):
-        with pytest.raises(jax.errors.TracerArrayConversionError):
+        with pytest.raises(jax.errors.TracerArrayConversionError, match="numpy.ndarray"):
             run_traced(reads_its_values, (x,), transform="jit")
     assert len(traced) == 1
+
+
+def test_a_failed_trace_keeps_nothing_of_its_arguments():
+    """What is remembered of a failed trace is the error's type and arguments, not the exception: its frames hold
+    the call's arguments, a drawn input that can be 10**6 elements, at every input of a family."""
+    import gc
+    import weakref
+
+    import jax
+
+    from gradguard.engines.jax_engine import run_traced
+
+    x = np.arange(5.0)
+    held = weakref.ref(x)
+    try:
+        run_traced(lambda v: jnp.asarray(np.asarray(v) + 1.0), (x,), transform="jit")
+    except jax.errors.TracerArrayConversionError:
+        pass
+    del x
+    gc.collect()
+    assert held() is None
 
 
 def test_a_reverse_cumulative_sum_agrees_with_xla_up_to_the_order_of_its_rounding():
