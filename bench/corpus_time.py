@@ -35,18 +35,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _results import Transcript, command_line, write_section  # noqa: E402
 
 REALWORLD = ROOT / "tests" / "realworld"
-NEEDS_TORCH = {"correct_torch_libraries.py", "correct_torch_functions.py", "correct_torch_db.py"}
+sys.path.insert(0, str(REALWORLD))
 
-
-def default_modules() -> list[Path]:
-    torch = importlib.util.find_spec("torch") is not None
-    return sorted(p for p in REALWORLD.glob("correct_*.py") if torch or p.name not in NEEDS_TORCH)
+from _modules import correct_modules  # noqa: E402  (the modules the real-world tests check)
 
 
 def _timed_module(task: tuple[str, int, str | None]) -> dict[str, Any]:
     """One module checked in this worker process: its wall time, the time in each check, its error findings."""
     path, seed, select = task
-    sys.path.insert(0, str(REALWORLD))  # the modules import their helpers from there, as under pytest
     import gradguard.checker.per_rule as per_rule
     from gradguard.checker import check
     from gradguard.checker.loader import load_module
@@ -95,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", default=None, help="write every module's figures and findings here")
     parser.add_argument("--results", default=None, help="write a section of this RESULTS.md")
     args = parser.parse_args(argv)
-    modules = [Path(m) for m in args.modules.split(",") if m] or default_modules()
+    modules = [Path(m) for m in args.modules.split(",") if m] or correct_modules()
     out = Transcript()
     import gradguard
 

@@ -16,7 +16,6 @@ minimal reproduction under tests/realworld/false_errors/).
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from gradguard.checker.loader import load_module, rules_in
 
 HERE = Path(__file__).resolve().parent
 from _seeds import SEEDS  # noqa: E402  (0 and 1 by default; GRADGUARD_REALWORLD_SEEDS=0-9: the full pin)
+from _modules import correct_modules  # noqa: E402
 MIN_RULES = 60
 WHOLE_MODULE_TIMEOUT_S = 1800
 
@@ -42,14 +42,9 @@ def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(checker.per_rule, "BUDGET_FLOOR_S", float("inf"))
 
 
-# Modules of rules written against PyTorch itself (torch_rule), checked only where PyTorch is installed (CI
-# installs it; the README's test command alone does not).
-NEEDS_TORCH = {"correct_torch_libraries.py", "correct_torch_functions.py", "correct_torch_db.py"}
-
-
-def _module_paths() -> list[Path]:
-    torch = importlib.util.find_spec("torch") is not None
-    return sorted(p for p in HERE.glob("correct_*.py") if torch or p.name not in NEEDS_TORCH)
+# The modules, those written against PyTorch itself only where it is installed (CI installs it; the README's test
+# command alone does not).
+_module_paths = correct_modules
 
 
 # gradguard's own remaining mistakes on correct rules (each one open work on the wave's first priority): rule ->
