@@ -115,6 +115,7 @@ def run_traced(
         hash(key)
     except TypeError:  # an unhashable static argument: nothing to key a trace on
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    kin = None if family is None else (family, transform, key[1:])  # the family's traces of this shape
     found = _traces.get(key)
     if isinstance(found, _Untraced):
         raise found.again()  # JAX could not trace it for this key before: jit cannot either
@@ -127,8 +128,7 @@ def run_traced(
             _keep(key, _Untraced(exc))
             raise
         found = _keep(key, _Trace(closed, jax.tree_util.tree_structure(shape)))
-        if family is not None:
-            kin = (family, transform, key[1:])
+        if kin is not None:
             _families[kin] = _families.pop(kin, 0) + 1
             while len(_families) > _MAX_CACHED:
                 _families.popitem(last=False)
@@ -138,8 +138,7 @@ def run_traced(
         except _relay.RelayedError as exc:
             _relay.raise_original(exc)
         except Unsupported:  # XLA runs it from now on: compiled, unless its family keeps making new traces
-            varying = family is not None and _families.get((family, transform, key[1:]), 0) > 1
-            found.by_xla = 0 if varying else _COMPILE_AFTER
+            found.by_xla = 0 if kin is not None and _families.get(kin, 0) > 1 else _COMPILE_AFTER
         except Exception:  # noqa: BLE001 - NumPy could not run it: XLA runs it, and raises what it raises
             return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
     if found.by_xla >= _COMPILE_AFTER:  # run often enough that compiling it once costs less than primitive by primitive
