@@ -14,7 +14,8 @@ Four ways to run a program (the ``jax_column`` setting, `MODES`):
   the compiled program (its outputs are returned beside the value), so a call whose output is unused
   still runs, and raises, as it does eagerly.
 * ``"traced"`` (NumPy rules): JAX traces ``value_and_grad(program)`` once per (rule, context, structure,
-  constants, shapes, dtypes), the constants concrete as under eager JAX, so JAX decides everything the column is about (which cotangent
+  fixed arguments, shapes, dtypes), the weights passed as arguments and the fixed arguments concrete as
+  under eager JAX, so JAX decides everything the column is about (which cotangent
   reaches the rule's pullback, zeros for an unused output, how aliased uses accumulate), and the traced
   program's primitives run with NumPy (`gradguard.engines.jax_engine._numpy_eval`), the rule's host
   callbacks with read-only copies as JAX hands them: no XLA compilation. A program holding a primitive
@@ -211,10 +212,14 @@ def _compile(program: Callable[..., Any], ops: Ops, n: int) -> Any:
 def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[float, tuple]:
     """The program traced by JAX, its primitives run with NumPy.
 
-    The plan's constants (the context's weights, the rule's fixed arguments) stay concrete values while JAX
-    traces, as they are under eager JAX: a fixed argument that sets an output's shape (a repeat count) must
-    be a number there, not a tracer. So a trace serves the plans with the same constants, value for value,
-    and inputs of the same shapes and dtypes (a kink's moved inputs, a rule checked again)."""
+    The plan's weights (its constants: random arrays, and the loss's scales as Python floats) are arguments of
+    the trace, as under "jit": a trace serves every plan of the same program with weights and inputs of the
+    same structure, shapes and dtypes (a kink's moved inputs, widened bends, the rule checked again at another
+    seed). A Python float stays weakly typed there, as it is as a constant, so a float32 output stays float32.
+    The rule's fixed arguments are not inputs of the program (they are part of `Plan.same`, which picks the
+    `_Program`), so they stay concrete values while JAX traces, as under eager JAX: one that sets an output's
+    shape (a repeat count) must be a number there, not a tracer. Weights that are not all numbers and arrays
+    are traced as constants, and that trace serves nothing else."""
     import jax
 
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
@@ -223,17 +228,22 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
     consts = plan.consts
     try:
         flat, tree = jax.tree_util.tree_flatten(tuple(plan.inputs))
-        fixed = _value_key(consts)
-        key = None if fixed is None else (tree, tuple((type(x), np.shape(x), np.result_type(x).str) for x in flat), fixed)
+        weights, weights_tree = jax.tree_util.tree_flatten(consts)
+        key = _trace_key(weights, weights_tree, flat, tree)
         found = program.traced.get(key) if key is not None else None
         if found is None:
             differentiated = _with_outputs(plan.program, ops, len(plan.inputs))
-            closed, shape = jax.make_jaxpr(lambda *xs: differentiated(consts, *xs), return_shape=True)(*plan.inputs)
+            if key is None:
+                closed, shape = jax.make_jaxpr(lambda *xs: differentiated(consts, *xs), return_shape=True)(*plan.inputs)
+            else:
+                closed, shape = jax.make_jaxpr(
+                    lambda ws, *xs: differentiated(jax.tree_util.tree_unflatten(weights_tree, ws), *xs),
+                    return_shape=True)(weights, *plan.inputs)
             found = (closed, jax.tree_util.tree_structure(shape))
             if key is not None:
                 program.traced[key] = found
         closed, out_tree = found
-        (value, _outputs), grads = jax.tree_util.tree_unflatten(out_tree, evaluate(closed, flat))
+        (value, _outputs), grads = jax.tree_util.tree_unflatten(out_tree, evaluate(closed, flat if key is None else weights + flat))
     except RelayedError as exc:
         raise_original(exc)  # the rule raised in its host callback, as it would eagerly
     except Unsupported as exc:
@@ -243,19 +253,14 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
     return scalar(value), _numpy(grads)
 
 
-def _value_key(tree: Any) -> Any:
-    """A hashable key of ``tree``'s structure and every leaf's type, shape, dtype and bytes; None where a leaf
-    is not a number or an array (then nothing is reused)."""
-    import jax
-
-    leaves, structure = jax.tree_util.tree_flatten(tree)
-    parts = []
-    for leaf in leaves:
-        if not isinstance(leaf, (np.ndarray, np.generic, bool, int, float, complex)):
-            return None
-        a = np.asarray(leaf)
-        parts.append((type(leaf), a.shape, a.dtype.str, a.tobytes()))
-    return structure, tuple(parts)
+def _trace_key(weights: list[Any], weights_tree: Any, flat: list[Any], tree: Any) -> Any:
+    """What a trace with the weights as arguments depends on: both trees' structures and each leaf's type (a
+    Python float is weakly typed), shape and dtype; None where a weight is not a float or complex number or
+    array (an integer may be used as a count, which a tracer cannot be)."""
+    if not all(isinstance(w, (float, complex)) or (isinstance(w, (np.ndarray, np.generic)) and w.dtype.kind in "fc")
+               for w in weights):
+        return None
+    return (weights_tree, tree, tuple((type(x), np.shape(x), np.result_type(x).str) for x in (*weights, *flat)))
 
 
 def _fall_back(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program, reason: str,

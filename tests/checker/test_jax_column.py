@@ -190,6 +190,45 @@ def test_auto_traces_a_numpy_rules_programs_once_and_compiles_nothing(compiles):
     assert all(p.compiled is not None for p in _programs(rule)) and _jax_cells(compiled) == _jax_cells(first)
 
 
+def test_a_traced_program_serves_other_weights_with_the_cells_eager_jax_gives(compiles):
+    """The weights are arguments of a trace: the matrix at another seed (other weights, other inputs of the same
+    shapes) traces nothing again, and its cells are eager JAX's at that seed. A trace keyed on the weights'
+    values traced every program again."""
+    rule = _softplus_rule()
+    run_matrix(rule, engines=["jax"], settings=AUTO)
+    traced = {id(p): p for p in _programs(rule)}
+    other = run_matrix(rule, engines=["jax"], settings=AUTO, seed=1)
+    assert {id(p) for p in _programs(rule)} == set(traced)
+    assert all(p.matrices == 2 and len(p.traced) == 1 for p in _programs(rule))
+    assert _jax_cells(other) == _jax_cells(run_matrix(_softplus_rule(), engines=["jax"], settings=EAGER, seed=1))
+    assert _values(other) == pytest.approx(_values(run_matrix(_softplus_rule(), engines=["jax"], settings=EAGER, seed=1)))
+
+
+def _values(outcome):
+    return [(float(r.cells["jax"].value), r.cells["jax"].slope) for r in outcome.rows if r.cells["jax"].value is not None]
+
+
+def test_a_float32_rules_traced_program_stays_float32_with_the_weights_as_arguments():
+    """The loss's scales are Python floats: as arguments of the trace they stay weakly typed, as constants are,
+    so a float32 output is not promoted, and the traced program gives eager JAX's values to float32's rounding."""
+    def make():
+        @rrule(_softplus, arrays(shape=(3,), dtype="float32", min_value=-5.0, max_value=5.0))
+        def softplus32_rrule(x):
+            return _softplus(x), lambda g: (g / (1.0 + np.exp(-x)),)
+
+        return softplus32_rrule
+
+    rule = make()
+    traced = run_matrix(rule, engines=["jax"], settings=TRACED)
+    eager = run_matrix(make(), engines=["jax"], settings=EAGER)
+    assert _jax_cells(traced) == _jax_cells(eager)
+    assert {status for _, status, _ in _jax_cells(traced)} == {"right"}
+    programs = _programs(rule)
+    assert programs and all(len(p.traced) == 1 for p in programs)
+    bends = [eqn for p in programs for closed, _ in p.traced.values() for eqn in closed.jaxpr.eqns if eqn.primitive.name == "sin"]
+    assert bends and {str(eqn.outvars[0].aval.dtype) for eqn in bends} == {"float32"}  # sin(y / s) as eager JAX runs it
+
+
 def test_a_fixed_argument_that_sets_the_outputs_shape_stays_a_number_while_jax_traces():
     """A repeat count is a number under eager JAX (the rule's output shape follows it); traced as an argument
     it would be a tracer, the output's shape inferred from another count, and every cell an error. Traced
