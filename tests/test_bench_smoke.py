@@ -192,9 +192,12 @@ def test_jax_library_probe_tiny() -> None:
 def test_corpus_time_tiny(tmp_path: Path) -> None:
     results, figures = tmp_path / "RESULTS.md", tmp_path / "figures.json"
     out = run("corpus_time.py", "--modules", "tests/realworld/correct_jax.py", "--select", "GG101,GG102", "--processes", "1",
-              "--json", str(figures), "--results", str(results))
-    (row,) = json.loads(figures.read_text())["modules"]
-    assert row["module"] == "correct_jax.py" and row["rules"] >= 6 and row["errors"] == {}
-    assert set(row["checks"]) == {"GG101", "GG102"} and all(v > 0 for v in row["checks"].values())
+              "--seeds", "0,1", "--json", str(figures), "--results", str(results))
+    rows = json.loads(figures.read_text())["modules"]
+    assert [row["seed"] for row in rows] == [0, 1]  # one loaded module, checked at each seed in turn
+    for row in rows:
+        assert row["module"] == "correct_jax.py" and row["rules"] >= 6 and row["errors"] == {}
+        assert set(row["checks"]) == {"GG101", "GG102"} and all(v > 0 for v in row["checks"].values())
     assert "per check, summed over the modules (s): GG10" in out and "correct_jax.py" in out
+    assert "per seed, summed over the modules (s): seed 0 " in out
     assert "Made by `python bench/corpus_time.py --modules tests/realworld/correct_jax.py" in results.read_text()
