@@ -218,8 +218,8 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
     seed). A Python float stays weakly typed there, as it is as a constant, so a float32 output stays float32.
     The rule's fixed arguments are not inputs of the program (they are part of `Plan.same`, which picks the
     `_Program`), so they stay concrete values while JAX traces, as under eager JAX: one that sets an output's
-    shape (a repeat count) must be a number there, not a tracer. Weights that are not all numbers and arrays
-    are traced as constants, and that trace serves nothing else."""
+    shape (a repeat count) must be a number there, not a tracer. Weights that are not all float or complex
+    numbers and arrays are traced as constants, and that trace serves nothing else."""
     import jax
 
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
