@@ -51,7 +51,6 @@ def _timed_module(task: tuple[str, tuple[int, ...], str | None]) -> list[dict[st
     from gradguard.checker import check
     from gradguard.checker.loader import load_module
 
-    spent: collections.Counter[str] = collections.Counter()
     if not getattr(per_rule, "_bench_timed", False):
         # Timers around the two places a check is called: once per drawn input, and once per rule.
         run_one, run_per_rule = per_rule._run_one, per_rule._run_per_rule
@@ -76,7 +75,7 @@ def _timed_module(task: tuple[str, tuple[int, ...], str | None]) -> list[dict[st
     module = load_module(path)
     rows = []
     for seed in seeds:
-        spent = collections.Counter()
+        spent: collections.Counter[str] = collections.Counter()
         per_rule._bench_spent = spent
         start = time.perf_counter()
         report = check(module, seed=seed, rule_timeout_s=0, jobs=1, use_cache=False,

@@ -235,10 +235,8 @@ def _traced(rule: RuleSpec, plan: Plan, ops: Ops, program: _Program) -> tuple[fl
             differentiated = _with_outputs(plan.program, ops, len(plan.inputs))
             if key is None:
                 closed, shape = jax.make_jaxpr(lambda *xs: differentiated(consts, *xs), return_shape=True)(*plan.inputs)
-            else:
-                closed, shape = jax.make_jaxpr(
-                    lambda ws, *xs: differentiated(jax.tree_util.tree_unflatten(weights_tree, ws), *xs),
-                    return_shape=True)(weights, *plan.inputs)
+            else:  # as `_compile`'s program takes them: its flat arguments are the weights', then the inputs'
+                closed, shape = jax.make_jaxpr(differentiated, return_shape=True)(consts, *plan.inputs)
             found = (closed, jax.tree_util.tree_structure(shape))
             if key is not None:
                 program.traced[key] = found
