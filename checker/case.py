@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from hypothesis.internal.conjecture.utils import calc_label_from_name, combine_labels
 from hypothesis.strategies import SearchStrategy
 
 from gradguard.checker import tolerances
@@ -522,17 +523,17 @@ _LIKE_KEEP = 512
 def _like(value: Any, bound: float) -> SearchStrategy:
     key = _like_key(value)
     if key is None:
-        return _like_strategy(value, bound).map(_ones_if_zero)
+        return _Like(value, bound, None)
     found = _LIKE.get((key, bound))
     if found is None:
         if len(_LIKE) >= _LIKE_KEEP:
             _LIKE.clear()
-        found = _LIKE[(key, bound)] = _like_strategy(value, bound).map(_ones_if_zero)
+        found = _LIKE[(key, bound)] = _Like(value, bound, key)
     return found
 
 
 def _like_key(value: Any) -> Any:
-    """What `_like_strategy` reads of ``value``: node types and dict keys (`rebuild`), leaf kinds, shapes and
+    """What `_like_plan` reads of ``value``: node types and dict keys (`rebuild`), leaf kinds, shapes and
     dtypes. None where a dict key is unhashable."""
     if not is_leaf(value):
         parts = tuple(_like_key(v) for v in children(value))
@@ -552,31 +553,91 @@ def _floats(lo: float, hi: float) -> SearchStrategy:
     return st.floats(lo, hi, allow_nan=False, allow_infinity=False)
 
 
-def _like_strategy(value: Any, bound: float) -> SearchStrategy:
-    # The strategies hold nothing of ``value`` but its structure, shapes and dtypes: `_LIKE` keeps them, and a
-    # strategy whose functions closed over ``value`` kept that array (a whole output, on large rules) alive.
+# The steps of a `_Like` plan: a container of plans; a small float or complex array, one float choice per real
+# number; a Python float; a Python complex (two choices); None (no choice); and a strategy drawn as it is.
+_NODE, _ARRAY, _FLOAT, _COMPLEX, _NONE, _STRATEGY = range(6)
+
+
+class _Like(SearchStrategy):
+    """`Case.draw_like`'s strategy for one structure (node types, shapes, dtypes) and bound: the whole tree
+    drawn in one span, each small array's elements, each Python float and each complex part one float choice
+    (between -bound and bound, magnitudes under 1/bound made 0, as `_element` draws one), then rounded to
+    the array's dtype, with `_ones_if_zero` applied last. Arrays of more than SHRINKABLE_DRAW_SIZE elements
+    are a seed (`_Seeded`) and NumPy scalars an `hnp.arrays` draw, as strategies of their own.
+
+    The choices are those of the tuples, maps and per-array strategies this replaces, in the same order:
+    those drew the same floats through a span, a ``map`` (a ``warnings.catch_warnings`` block and a record
+    of the call) and a validity check per node and leaf, about half the cost of a cotangent's draw, and a
+    check draws several per input (bench/RESULTS.md, issue 14's twenty-ninth pass). The strategies hold
+    nothing of ``value`` but its structure: `_LIKE` keeps them, and a plan that closed over ``value`` would
+    keep that array (a whole output, on large rules) alive."""
+
+    def __init__(self, value: Any, bound: float, key: Any) -> None:
+        super().__init__()
+        self.bound = bound
+        self.plan = _like_plan(value, bound)
+        self._key = key
+
+    def do_draw(self, data: Any) -> Any:
+        return _ones_if_zero(_drawn(self.plan, data, self.bound))
+
+    def calc_label(self) -> int:
+        if self._key is None:
+            return self.class_label
+        return combine_labels(self.class_label, calc_label_from_name(repr((self._key, self.bound))))
+
+    def __repr__(self) -> str:
+        return f"_Like({self._key!r}, bound={self.bound})"
+
+
+def _like_plan(value: Any, bound: float) -> tuple[Any, ...]:
     if not is_leaf(value):
-        skeleton = tree_map(lambda _: None, value)
-        return st.tuples(*(_like_strategy(v, bound) for v in children(value))).map(lambda items: rebuild(skeleton, items))
-    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        return (_NODE, tree_map(lambda _: None, value), tuple(_like_plan(v, bound) for v in children(value)))
+    if isinstance(value, (np.ndarray, np.generic)):
         shape, scalar = np.shape(value), isinstance(value, np.generic)
         dt = np.result_type(value)
         dt = dt if dt.kind in "fc" else np.dtype("float64")
         if np.size(value) > SHRINKABLE_DRAW_SIZE:
-            strat = st.integers(0, 2**32 - 1).map(lambda s: _Seeded(s, shape, dt, bound))
-        elif scalar:  # a NumPy scalar: one element, drawn as before the arrays' own strategy (the same reports)
+            return (_STRATEGY, st.integers(0, 2**32 - 1).map(lambda s: _Seeded(s, shape, dt, bound)))
+        if scalar:  # a NumPy scalar: one element, drawn as before the arrays' own strategy (the same reports)
             real = _element(bound, 32 if dt in (np.float32, np.complex64) else 64)
             elements = st.builds(complex, real, real) if dt.kind == "c" else real
-            strat = hnp.arrays(dt, shape, elements=elements, fill=st.nothing())
-        else:
-            strat = _Elementwise(shape, dt, bound)
-        return strat.map(lambda a: a[()] if scalar else a)
+            return (_STRATEGY, hnp.arrays(dt, shape, elements=elements, fill=st.nothing()).map(lambda a: a[()]))
+        count = int(np.prod(shape, dtype=np.int64)) * (2 if dt.kind == "c" else 1)
+        return (_ARRAY, shape, dt, count)
     if isinstance(value, complex):
-        real = _element(bound)
-        return st.builds(complex, real, real)
+        return (_COMPLEX,)
     if isinstance(value, (float, int)) and not isinstance(value, bool):
-        return _element(bound)
-    return st.none()
+        return (_FLOAT,)
+    return (_NONE,)
+
+
+def _drawn(plan: tuple[Any, ...], data: Any, bound: float) -> Any:
+    kind = plan[0]
+    if kind == _ARRAY:
+        _, shape, dtype, count = plan
+        flat = np.array(_reals(data, count, bound), dtype=np.float64)
+        if dtype.kind == "c":
+            parts = flat.reshape(-1, 2)
+            flat = np.empty(len(parts), np.complex128)
+            flat.real, flat.imag = parts[:, 0], parts[:, 1]
+        return flat.astype(dtype).reshape(shape)
+    if kind == _NODE:
+        return rebuild(plan[1], [_drawn(p, data, bound) for p in plan[2]])
+    if kind == _FLOAT:
+        return _reals(data, 1, bound)[0]
+    if kind == _COMPLEX:
+        return complex(*_reals(data, 2, bound))
+    if kind == _STRATEGY:
+        return data.draw(plan[1])
+    return None
+
+
+def _reals(data: Any, count: int, bound: float) -> list[float]:
+    """``count`` float choices between -bound and bound, those of magnitude under 1/bound made 0."""
+    small, draw = 1 / bound, data.draw_float
+    values = [draw(-bound, bound, allow_nan=False) for _ in range(count)]
+    return [0.0 if abs(v) < small else v for v in values]
 
 
 def _ones_if_zero(tree: Any) -> Any:
@@ -594,34 +655,6 @@ def _element(bound: float, width: int = 64) -> SearchStrategy:
     bugs; one float draw per element keeps large cotangents cheap to draw and shrinks toward 0 and 1."""
     small = 1 / bound
     return st.floats(-bound, bound, allow_nan=False, allow_infinity=False, width=width).map(lambda v: 0.0 if abs(v) < small else v)
-
-
-class _Elementwise(SearchStrategy):
-    """A small cotangent or direction (up to SHRINKABLE_DRAW_SIZE elements): one float choice per real number
-    in it, each drawn and shrunk as `_element` draws one (between -bound and bound, magnitudes under 1/bound
-    made 0), then rounded to the array's dtype; a complex element is its real then its imaginary part.
-
-    `hnp.arrays` drew the elements the same way through a lists strategy, a map and a validating cast per
-    element, at three times the cost, and a check draws about eleven such arrays per input (bench/RESULTS.md,
-    issue 14's ninth pass)."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, bound: float) -> None:
-        super().__init__()
-        self.shape, self.dtype, self.bound = shape, dtype, bound
-        self.count = int(np.prod(shape, dtype=np.int64)) * (2 if dtype.kind == "c" else 1)
-
-    def do_draw(self, data: Any) -> np.ndarray:
-        bound, small, draw = self.bound, 1 / self.bound, data.draw_float
-        values = [draw(-bound, bound, allow_nan=False) for _ in range(self.count)]
-        flat = np.array([0.0 if abs(v) < small else v for v in values], dtype=np.float64)
-        if self.dtype.kind == "c":
-            parts = flat.reshape(-1, 2)
-            flat = np.empty(len(parts), np.complex128)
-            flat.real, flat.imag = parts[:, 0], parts[:, 1]
-        return flat.astype(self.dtype).reshape(self.shape)
-
-    def __repr__(self) -> str:
-        return f"_Elementwise({self.shape}, {self.dtype}, {self.bound})"
 
 
 class _Seeded:
