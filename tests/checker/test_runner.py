@@ -217,3 +217,30 @@ def test_memory_running_out_inside_hypothesis_is_a_memory_error_not_a_spec_or_in
     assert result.error["type"] == "MemoryError", result.error
     assert result.error["message"] == ("MemoryError: memory ran out in check GG501 on rule squeezed_rrule; check it "
                                        "with smaller inputs or give it more memory")
+
+
+@rrule(softplus, arrays(shape=(3,), min_value=-30.0, max_value=30.0))
+def bounded_softplus_rrule(x):
+    sig = 1.0 / (1.0 + np.exp(-x))
+    return softplus(x), lambda ybar: (None,) if ybar is None else (ybar * sig,)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_every_check_runs_on_every_drawn_input_of_a_passing_rule(monkeypatch, seed):
+    """Hypothesis' search copies one draw's choices into another's (its mutations). A draw that asked for more
+    choices where its value was rejected (GG202's scale, a filtered float) ran past the end of the copied
+    choices and cut the rest of that input's checks short, so that they ran on fewer inputs than the report
+    counts (three of twenty at seed 0)."""
+    from gradguard.checker import per_rule
+
+    runs: Counter = Counter()
+    real = per_rule._run_one
+
+    def counted(info, case):
+        runs[info.id] += 1
+        return real(info, case)
+
+    monkeypatch.setattr(per_rule, "_run_one", counted)
+    result = check(bounded_softplus_rrule, seed=seed, select=["GG1", "GG2", "GG3", "GG4"]).rules[0]
+    assert result.verdict == "pass" and result.examples == 20
+    assert set(runs.values()) == {result.examples}, runs
