@@ -162,7 +162,24 @@ def arrays(
     if elements is None:
         elements = _elements(dt, min_value, max_value)
 
+    made: dict[tuple[int, ...], SearchStrategy] = {}  # per shape: a strategy built and validated once
+
     def for_shape(shp: tuple[int, ...]) -> SearchStrategy:
+        # flatmap asks for the strategy of the drawn shape at every draw: building and validating hnp.arrays
+        # anew each time cost as much as drawing a small array's elements
+        try:
+            return made[shp]
+        except (KeyError, TypeError):  # not built yet, or a shape strategy that draws lists
+            pass
+        strategy = _for_shape(shp)
+        if len(made) < 64:
+            try:
+                made[shp] = strategy
+            except TypeError:
+                pass
+        return strategy
+
+    def _for_shape(shp: tuple[int, ...]) -> SearchStrategy:
         if structure == "unit" and (len(shp) < 1 or shp[-1] < 2):
             raise SpecError(f"Got structure='unit' with shape={shp!r}; unit vectors need a last axis of at least 2 "
                             "elements: a shape (n,), or (..., n) for a stack of them.")

@@ -116,3 +116,25 @@ def test_a_float32_range_that_holds_no_float32_value_fails_at_declaration():
     with pytest.raises(SpecError, match=r"^Got min_value=1e-46, max_value=1\.1e-46 for float32 elements, but no finite "
                                         r"float32 value lies between them; widen the bounds or use float64\.$"):
         arrays(dtype="float32", min_value=1e-46, max_value=1.1e-46)
+
+
+def test_an_array_spec_builds_the_strategy_of_each_drawn_shape_once(monkeypatch):
+    """Each draw asks for the strategy of the shape drawn: building and validating it anew every time cost as much
+    as drawing a small array's elements."""
+    from gradguard.checker import specs
+
+    built = []
+    real = specs.hnp.arrays
+    monkeypatch.setattr(specs.hnp, "arrays", lambda dtype, shape, **kw: built.append(shape) or real(dtype, shape, **kw))
+    spec = arrays(shape=st.sampled_from([(2,), (3,)]))
+    shapes = set()
+
+    @settings(max_examples=40, database=None, deadline=None)
+    @given(spec)
+    def draw(a):
+        assert a.shape in ((2,), (3,)) and np.all(np.abs(a) <= 10)
+        shapes.add(a.shape)
+
+    draw()
+    assert shapes == {(2,), (3,)}
+    assert sorted(built) == [(2,), (3,)]
