@@ -61,10 +61,12 @@ def test_a_primal_that_does_not_reproduce_the_forward_output_is_called_again():
     # Hidden noise of 1e-13: within GG102's tolerance, but not the forward's bits, so nothing shows the value GG102
     # got is the input's; GG201 calls the primal at the input itself, as before.
     calls = Calls()
+    # Where the shallow table does not settle, the confirmed table calls it at the input once more: nothing shows
+    # the primal gives the same value twice there either.
     report = check(counting_square(calls, noise=1e-13), select=["GG102", "GG201"], seed=0, max_examples=20)
     assert report.rules[0].verdict == "pass"
     assert len(calls.at_input) >= 10
-    assert calls.at_input == [2] * len(calls.at_input)
+    assert min(calls.at_input) == 2 and max(calls.at_input) <= 3, calls.at_input
 
 
 @rrule(square, arrays(shape=(3,)))
