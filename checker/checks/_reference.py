@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -106,22 +107,31 @@ def same_function_around(case: Case, reference: Callable[..., Any], directions: 
 
     ``h`` is ``RELATIVE_STEP`` times the largest element of the differentiable arguments (at least 1); a point
     where the primal raises is retried closer. A direction with no comparable point at all is no evidence,
-    and without evidence the reference is not used."""
+    and without evidence the reference is not used.
+
+    Where the reference has a ``batch`` (`_reference_values`) and the inputs are small, the primal runs at every
+    point first and the reference at all of them in one run; the verdict, and the point a Skip names, are those
+    of comparing one point at a time, which is what happens where the batch cannot run."""
     primal = _primal(case)
     reach = max((float(np.max(np.abs(np.asarray(case.args[i])), initial=0.0)) for i in case.diff_positions), default=0.0)
-    compared = 0
     # One direction, one point at a time, each dropped before the next is made: on large inputs every
     # direction, point and value is a copy of the arguments or the output.
     sources = itertools.chain(((True, r) for r in _random_directions(case)), ((False, d) for d in directions))
+    batch = getattr(reference, "batch", None)
+    size = sum(int(np.size(case.args[i])) for i in case.diff_positions)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for own, d in sources:
-            unit = _normalised(d, own)
-            del d
-            if unit is not None:
-                for sign in (1.0, -1.0):
-                    compared += _compared_along(case, primal, reference, unit, sign * RELATIVE_STEP * max(1.0, reach))
-            unit = None
+        if batch is not None and size <= BATCHED_UP_TO:
+            compared = _compared_in_one_run(case, primal, reference, batch, sources, reach)
+        else:
+            compared = 0
+            for own, d in sources:
+                unit = _normalised(d, own)
+                del d
+                if unit is not None:
+                    for sign in (1.0, -1.0):
+                        compared += _compared_along(case, primal, reference, unit, sign * RELATIVE_STEP * max(1.0, reach))
+                unit = None
     if compared == 0:
         raise Skip(
             "JAX's reference could not be compared with the primal at any point around this input (the primal "
@@ -129,32 +139,80 @@ def same_function_around(case: Case, reference: Callable[..., Any], directions: 
         )
 
 
+BATCHED_UP_TO = 4096  # differentiable elements up to which the points around an input are compared in one run
+
+
+def _primal_along(case: Case, primal: Callable[..., Any], unit: tuple[Any, ...], h: float) -> tuple[tuple[Any, ...], float, Any] | None:
+    """The point ``x + h unit`` (retried closer where the primal raises), its step and the primal's value there;
+    None where the primal raised at every try."""
+    for _ in range(RETRIES + 1):
+        moved = shifted(case.args, unit, h)
+        try:
+            return moved, h, primal(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in moved])
+        except Exception:  # noqa: BLE001 - outside the primal's domain: try closer
+            h /= 100
+    return None
+
+
+def _compared_in_one_run(case: Case, primal: Callable[..., Any], reference: Callable[..., Any],
+                         batch: Callable[[list[tuple[Any, ...]]], list[Any] | None], sources: Iterator[tuple[bool, Any]],
+                         reach: float) -> int:
+    """`same_function_around`'s comparisons with the reference run once for every point (`batch`); where that
+    run cannot be made, the reference runs at each point in turn, as `_compared_along` runs it."""
+    points = []
+    for own, d in sources:
+        unit = _normalised(d, own)
+        if unit is not None:
+            for sign in (1.0, -1.0):
+                found = _primal_along(case, primal, unit, sign * RELATIVE_STEP * max(1.0, reach))
+                if found is not None:
+                    points.append(found)
+    if not points:
+        return 0
+    got = batch([moved for moved, _, _ in points])
+    for k, (moved, h, want) in enumerate(points):
+        if got is None:
+            try:
+                value = reference(*moved)
+            except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
+                raise _raised_at(exc, h) from None
+        else:
+            value = got[k]
+        if not _agree(case, value, want):
+            raise _differs_at(h)
+    return len(points)
+
+
+def _raised_at(exc: Exception, h: float) -> Skip:
+    return Skip(
+        f"JAX's reference is not the same function as the primal around this input: it raised "
+        f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
+    )
+
+
+def _differs_at(h: float) -> Skip:
+    return Skip(
+        "JAX's reference is not the same function as the primal around this input: their values "
+        f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
+        "finite differences of the primal (GG201) judge this input"
+    )
+
+
 def _compared_along(case: Case, primal: Callable[..., Any], reference: Callable[..., Any], unit: tuple[Any, ...],
                     h: float) -> int:
     """1 where the primal and the reference agree at ``x + h unit`` (retried closer where the primal raises),
     0 where the primal raised at every try; skips where the reference raises or their values differ."""
-    for _ in range(RETRIES + 1):
-        moved = shifted(case.args, unit, h)
-        try:
-            want = primal(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in moved])
-        except Exception:  # noqa: BLE001 - outside the primal's domain: try closer
-            h /= 100
-            continue
-        try:
-            got = reference(*moved)
-        except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
-            raise Skip(
-                f"JAX's reference is not the same function as the primal around this input: it raised "
-                f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
-            ) from None
-        if not _agree(case, got, want):
-            raise Skip(
-                "JAX's reference is not the same function as the primal around this input: their values "
-                f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
-                "finite differences of the primal (GG201) judge this input"
-            )
-        return 1
-    return 0
+    found = _primal_along(case, primal, unit, h)
+    if found is None:
+        return 0
+    moved, h, want = found
+    try:
+        got = reference(*moved)
+    except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
+        raise _raised_at(exc, h) from None
+    if not _agree(case, got, want):
+        raise _differs_at(h)
+    return 1
 
 
 # -- the reference ----------------------------------------------------------------------------------
@@ -231,7 +289,50 @@ def _reference_values(case: Case, primal: Callable[..., Any]) -> Callable[..., A
         except Exception:  # noqa: BLE001 - not jittable: run it eagerly
             return tree_map(lambda v: None if v is None else np.asarray(v), primal(*args))
 
+    def batch(points: list[tuple[Any, ...]]) -> list[Any] | None:
+        """The reference's values at each point from one run of it mapped over them (``jax.vmap``), run with
+        NumPy as `values` runs it at one point; None where that cannot be done (JAX cannot map or trace the
+        function, or NumPy cannot run its trace: then no compiling either), and from then on for this function."""
+        mapped = _mapped(bound)
+        if mapped is None:
+            return None
+        try:
+            stacked = [np.stack([np.asarray(p[i]) for p in points]) for i in diff]
+            out = jax_engine.run_traced(mapped, stacked, transform="jit", family=(primal, diff, "mapped"), xla=False)
+        except Exception:  # noqa: BLE001 - not mappable, not traceable, or not run by NumPy: one point at a time
+            _unmapped(bound)
+            return None
+        return [tree_map(lambda v, k=k: None if v is None else np.asarray(v)[k], out) for k in range(len(points))]
+
+    values.batch = batch  # type: ignore[attr-defined]
     return values
+
+
+# The references mapped over points (`_reference_values`' batch), per bound function: None for one that could not be.
+_MAPPED: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _mapped(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``jax.vmap`` of ``fn`` over the leading axis of every argument, one per function (JAX's trace cache keys
+    on it); it holds ``fn`` weakly, so the cache does not keep it alive. None where it is known not to run, and
+    for a function that cannot be referenced weakly."""
+    try:
+        if fn in _MAPPED:
+            return _MAPPED[fn]
+    except TypeError:
+        return None
+    import jax
+
+    held = weakref.ref(fn)
+    found = _MAPPED[fn] = jax.vmap(lambda *xs: held()(*xs))
+    return found
+
+
+def _unmapped(fn: Callable[..., Any]) -> None:
+    try:
+        _MAPPED[fn] = None
+    except TypeError:
+        pass
 
 
 def _telling(signature: tuple[tuple[tuple[int, ...], str], ...]) -> bool:

@@ -27,7 +27,7 @@ from gradguard.engines.jax_engine._relay import relaying
 from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment, use_compilation_cache
 from gradguard.engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
-from gradguard.engines.jax_engine._transforms import TRANSFORMS, cache_info, clear_cache, run_traced, run_under
+from gradguard.engines.jax_engine._transforms import TRANSFORMS, NotByNumpy, cache_info, clear_cache, run_traced, run_under
 
 __all__ = [
     "to_custom_vjp",
@@ -46,6 +46,7 @@ __all__ = [
     "second_order_vjp",
     "run_under",
     "run_traced",
+    "NotByNumpy",
     "TRANSFORMS",
     "cache_info",
     "clear_cache",

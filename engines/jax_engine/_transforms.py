@@ -22,7 +22,7 @@ from gradguard.engines.errors import AdapterError
 from gradguard.engines.jax_engine import _relay
 from gradguard.engines.jax_engine._runtime import load
 
-__all__ = ["TRANSFORMS", "run_under", "run_traced", "cache_info", "clear_cache"]
+__all__ = ["TRANSFORMS", "NotByNumpy", "run_under", "run_traced", "cache_info", "clear_cache"]
 
 TRANSFORMS = ("none", "jit", "grad", "jit_grad", "vmap")
 
@@ -82,6 +82,7 @@ def run_traced(
     cotangent: Any = None,
     nondiff: Sequence[int] = (),
     family: Any = None,
+    xla: bool = True,
 ) -> Any:
     """What ``run_under`` gives under "jit" or "jit_grad", without compiling: JAX traces the function (or its
     ``vjp``) once per (function, static arguments, argument shapes and dtypes) and the trace runs with NumPy
@@ -94,7 +95,10 @@ def run_traced(
     binds a rule's fixed arguments, and a drawn label array binds new values at every input). Each binding is a
     trace of its own; where a family's traces keep changing, one that NumPy does not run is run by XLA
     primitive by primitive (`_Trace`), which compiles nothing new once its primitives have run on those
-    shapes, instead of being compiled whole for each binding."""
+    shapes, instead of being compiled whole for each binding.
+
+    ``xla`` False: only NumPy runs the trace; where it cannot, `NotByNumpy` is raised and nothing is compiled (for
+    a caller with a cheaper way to the same values, such as one trace per point instead of one for many)."""
     if transform not in ("jit", "jit_grad"):
         raise ValueError(f"Got transform={transform!r}, but run_traced runs 'jit' or 'jit_grad'.")
     from gradguard.engines.jax_engine._numpy_eval import Unsupported, evaluate
@@ -137,10 +141,16 @@ def run_traced(
             result = jax.tree_util.tree_unflatten(found.tree, evaluate(found.closed, flat))
         except _relay.RelayedError as exc:
             _relay.raise_original(exc)
-        except Unsupported:  # XLA runs it from now on: compiled, unless its family keeps making new traces
+        except Unsupported as exc:  # XLA runs it from now on: compiled, unless its family keeps making new traces
+            if not xla:
+                raise NotByNumpy(str(exc)) from None
             found.by_xla = 0 if kin is not None and _families.get(kin, 0) > 1 else _COMPILE_AFTER
-        except Exception:  # noqa: BLE001 - NumPy could not run it: XLA runs it, and raises what it raises
+        except Exception as exc:  # noqa: BLE001 - NumPy could not run it: XLA runs it, and raises what it raises
+            if not xla:
+                raise NotByNumpy(f"{type(exc).__name__}: {exc}") from None
             return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
+    elif not xla:
+        raise NotByNumpy("the trace holds primitives NumPy does not run here")
     if found.by_xla >= _COMPILE_AFTER:  # run often enough that compiling it once costs less than primitive by primitive
         return run_under(fn, args, transform=transform, cotangent=cotangent, nondiff=nondiff)
     if found.by_xla >= 0:
@@ -153,6 +163,10 @@ def run_traced(
     if grad:
         result = _by_position(result, nondiff, static, nargs)
     return jax.tree_util.tree_map(np.asarray, result)
+
+
+class NotByNumpy(RuntimeError):
+    """`run_traced` with ``xla=False``: NumPy cannot run the trace here."""
 
 
 class _Trace:

@@ -175,3 +175,133 @@ def test_a_primal_declared_with_kwargs_gets_the_jax_reference():
         "the pullback of softmax_axis_missing_term_rrule disagrees with the JAX reference gradient (jax.vjp of the "
         "primal, its NumPy calls run as jax.numpy): cotangent for argument 0 (x) at "
     ), broken.findings[0].message
+
+
+# -- the points around an input, compared in one run -----------------------------------------------
+
+
+def _runs_of_the_mapped_reference(monkeypatch):
+    """The NumPy-only runs GG203 asks of `run_traced` (its batch of points), as they end: "ran" or the error."""
+    from gradguard.engines import jax_engine
+
+    runs = []
+    real = jax_engine.run_traced
+
+    def counted(*args, **kwargs):
+        if kwargs.get("xla", True):
+            return real(*args, **kwargs)
+        try:
+            out = real(*args, **kwargs)
+        except Exception as exc:
+            runs.append(type(exc).__name__)
+            raise
+        runs.append("ran")
+        return out
+
+    monkeypatch.setattr(jax_engine, "run_traced", counted)
+    return runs
+
+
+def test_the_points_around_each_input_are_compared_with_the_reference_in_one_run(monkeypatch):
+    runs = _runs_of_the_mapped_reference(monkeypatch)
+    result = check(square_sum_rrule, select=["GG203"]).rules[0]
+    assert result.checks_run == ["GG203"] and result.findings == []
+    assert runs == ["ran"] * result.examples
+
+
+def sorted_weights(x):
+    return np.sum(np.sort(x) * np.arange(1.0, 4.0))
+
+
+@rrule(sorted_weights, arrays(shape=(3,)))
+def sorted_weights_rrule(x):
+    order = np.argsort(x)
+
+    def pullback(g):
+        t = np.zeros_like(x)
+        t[order] = g * np.arange(1.0, 4.0)
+        return (t,)
+
+    return sorted_weights(x), pullback
+
+
+@rrule(sorted_weights, arrays(shape=(3,)))
+def sorted_weights_reversed(x):
+    order = np.argsort(x)
+
+    def pullback(g):
+        t = np.zeros_like(x)
+        t[order] = g * np.arange(3.0, 0.0, -1.0)  # the weights in the wrong order
+        return (t,)
+
+    return sorted_weights(x), pullback
+
+
+def test_a_reference_numpy_cannot_run_as_a_batch_is_compared_point_by_point_and_still_judges(monkeypatch):
+    """jnp.sort is run here only by XLA: the batch is refused once (nothing compiled for it), then the reference
+    runs at each point as before, and GG203 still tells the right rule from the wrong one."""
+    runs = _runs_of_the_mapped_reference(monkeypatch)
+    right = check(sorted_weights_rrule, select=["GG203"]).rules[0]
+    assert right.checks_run == ["GG203"] and right.findings == []
+    assert runs == ["NotByNumpy"]
+    (wrong,) = check(sorted_weights_reversed, select=["GG203"]).findings
+    assert wrong.check_id == "GG203"
+
+
+def _case(rule, x):
+    from gradguard.checker.case import Case, ReplayDraws
+
+    return Case(rule, (np.asarray(x, dtype=float),), ReplayDraws([]))
+
+
+class _Reference:
+    """A reference for `same_function_around`: the primal's values, off by 1 at the points listed in ``wrong``
+    (counted from 0, in the order of the comparisons), and raising at those in ``raises`` where run alone;
+    ``batched`` False: it has no batch to offer."""
+
+    def __init__(self, wrong=(), raises=(), batched=True, refuse=False):
+        self.wrong, self.raises, self.refuse, self.calls = set(wrong), set(raises), refuse, []
+        if batched:
+            self.batch = self._batch
+
+    def _value(self, k, x):
+        return square_sum(np.asarray(x)) + (1.0 if k in self.wrong else 0.0)
+
+    def __call__(self, x):
+        k = len([c for c in self.calls if c == "point"])
+        self.calls.append("point")
+        if k in self.raises:
+            raise FloatingPointError("outside its domain")
+        return self._value(k, x)
+
+    def _batch(self, points):
+        self.calls.append("batch")
+        return None if self.refuse else [self._value(k, p[0]) for k, p in enumerate(points)]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_one_run_for_every_point_reaches_the_verdicts_of_one_point_at_a_time(batched):
+    from gradguard.checker.checks._reference import same_function_around
+    from gradguard.checker.problems import Skip
+
+    case = _case(square_sum_rrule, [0.5, -1.0, 2.0])
+    fine = _Reference(batched=batched)
+    same_function_around(case, fine)  # agrees everywhere: no Skip
+    assert fine.calls == (["batch"] if batched else ["point"] * 4)  # two random directions, both ways
+    with pytest.raises(Skip) as differs:
+        same_function_around(case, _Reference(wrong={2}, batched=batched))
+    assert str(differs.value) == NOT_THE_SAME.replace("0.001", "0.002")  # h = 1e-3 times the largest element, 2
+
+
+def test_where_the_batch_is_refused_each_point_is_run_alone_and_a_raising_point_is_named():
+    from gradguard.checker.checks._reference import same_function_around
+    from gradguard.checker.problems import Skip
+
+    case = _case(square_sum_rrule, [0.5, -1.0, 2.0])
+    refused = _Reference(raises={1}, refuse=True)
+    with pytest.raises(Skip) as raised:
+        same_function_around(case, refused)
+    assert str(raised.value) == (
+        "JAX's reference is not the same function as the primal around this input: it raised FloatingPointError "
+        "at a point 0.002 away, where the primal did not")
+    assert refused.calls == ["batch", "point", "point"]

@@ -261,6 +261,28 @@ def test_run_traced_hands_a_trace_numpy_does_not_run_to_xla():
     assert got.tolist() == [-2.0, 4.0, 6.0]
 
 
+def test_run_traced_without_xla_refuses_a_trace_numpy_does_not_run_and_compiles_nothing():
+    from gradguard.engines.jax_engine import NotByNumpy, run_traced
+
+    def sorted_twice(v):
+        return jnp.sort(v) * 2.0
+
+    x = np.array([3.0, -1.0, 2.0])
+    refused = []
+
+    def run() -> None:
+        try:
+            run_traced(sorted_twice, (x,), transform="jit", xla=False)
+        except NotByNumpy as exc:
+            refused.append(str(exc))
+
+    assert _compiles_during(lambda: (run(), run())) == 0  # the first run finds NumPy cannot run it; the second knows it
+    assert len(refused) == 2 and "sort" in refused[0]
+    assert run_traced(sorted_twice, (x,), transform="jit").tolist() == [-2.0, 4.0, 6.0]  # XLA runs it when allowed
+    with pytest.raises(NotByNumpy, match="primitives NumPy does not run"):
+        run_traced(sorted_twice, (x,), transform="jit", xla=False)
+
+
 def _compiles_during(run):
     """How many programs XLA compiled while ``run()`` ran."""
     from jax import monitoring
