@@ -58,18 +58,17 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
         raise Skip(rule.run_state[_UNTRACEABLE])
     if any(np.iscomplexobj(case.args[i]) for i in case.diff_positions):
         raise Skip("complex arguments: the tape's second order covers real arguments (GG205 judges conjugation)")
-    y, pb = case.pair()
-    ybar = case.cotangent_like(y)
-    first = case.tangents(pb, copy_tree(ybar))
+    # The input's first call and first pullback, which the other checks of this input share (its cotangent drawn
+    # once): this check's own forward call, draw and pullback gave nothing they do not.
+    pulled, first = case.first_tangents()
+    y, ybar = pulled.call.output, pulled.ybar
     if not is_finite_tree([first[i] for i in case.diff_positions]) or any(np.iscomplexobj(t) for t in leaves(y)):
         return  # GG206 judges non-finite tangents; complex outputs are GG205's
     u = case.direction("direction")
     w = case.direction("covector")
     c = case.cotangent_like(y, "cotangent direction")
     at_ybar = inner(w, first)
-    # Nothing below reads the plain call again: on large inputs its output, its residuals (held by the
-    # pullback) and its tangents are copies of the input the traced run would otherwise sit on top of.
-    del y, pb, first
+    del y, pulled, first
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
