@@ -127,7 +127,39 @@ class HypothesisDraws:
         self._data = data.conjecture_data
 
     def draw(self, strategy: SearchStrategy, label: str) -> Any:
-        return self._data.draw(strategy)
+        # What ConjectureData.draw does for a top-level draw, less its per-call upkeep (validating and unwrapping
+        # the strategy, timing the draw for Hypothesis' statistics): one span with the strategy's label around
+        # its do_draw, the choices Hypothesis records and shrinks. A strategy is validated once (`_ready`).
+        unwrapped = _ready(strategy)
+        if unwrapped is None:  # empty, or not one to take apart: Hypothesis' own draw says what happens
+            return self._data.draw(strategy)
+        data = self._data
+        data.start_span(unwrapped.label)
+        try:
+            return unwrapped.do_draw(data)
+        finally:
+            data.stop_span()
+
+
+# Strategies a case draws from, validated and unwrapped once: id -> (strategy, what draws), bounded.
+_READY: dict[int, tuple[SearchStrategy, SearchStrategy | None]] = {}
+_READY_KEEP = 1024
+
+
+def _ready(strategy: SearchStrategy) -> SearchStrategy | None:
+    """The strategy that does ``strategy``'s drawing (itself, or what a lazy strategy wraps), once it is
+    validated; None for an empty strategy (Hypothesis marks the test case invalid)."""
+    found = _READY.get(id(strategy))
+    if found is not None and found[0] is strategy:
+        return found[1]
+    from hypothesis.strategies._internal.lazy import unwrap_strategies
+
+    strategy.validate()  # a strategy built wrong raises here, as on Hypothesis' own first draw
+    unwrapped = None if strategy.is_empty else unwrap_strategies(strategy)
+    if len(_READY) >= _READY_KEEP:
+        _READY.clear()
+    _READY[id(strategy)] = (strategy, unwrapped)  # holds the strategy: its id is not reused while listed
+    return unwrapped
 
 
 class ReplayExhausted(RuntimeError):
