@@ -143,28 +143,24 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     v = _difference_direction(case, mine, ref)
     sides = ""
     at_edge = False  # no difference along v stays in the primal's domain: each element is judged from its side
-    if any(d is not None and np.any(np.asarray(d) != 0) for d in v):
-        lhs = finite_difference(case, ybar, v)
-        measured = None if lhs is None else (float(lhs.value), lhs.error, "Finite differences of the primal")
-        if measured is None and (edge := defined_side(contracted(_primal(case), ybar), case.args, v)) is not None:
-            # x on the edge of the primal's domain (central steps leave it): the side where it is defined
-            measured = (*edge, ONE_SIDED)
-        at_edge = measured is None
-        if measured is not None:
-            value, error, how = measured
-            tol = case.tol
-            scale_mine = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(mine, v) if a is not None and b is not None)
-            scale_ref = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(ref, v) if a is not None and b is not None)
-            rule_ok = tolerances.close(value, inner(mine, v), tol, scale=scale_mine, fd_error=error)
-            ref_ok = tolerances.close(value, inner(ref, v), tol, scale=scale_ref, fd_error=error)
-            if not ref_ok:
-                # Finite differences of the user's own primal contradict the reference (JAX's derivative of the
-                # primal is unstable here, which is why custom rules exist; lsqfitgp's Matern kernel at s = 2.6e-42,
-                # whose sqrt(s) JAX differentiates through): the secondary oracle never overrules them. GG201
-                # judges the rule against them.
-                return
-            if not rule_ok:  # what was established: along the rule's tangent minus JAX's, not element by element
-                sides = f" {how} along the difference of the two agree with JAX."
+    if _moves(v):
+        verdict, how = _along(case, ybar, mine, ref, v)
+        if verdict == "refuted":
+            # The difference may reach across a kink of the primal at some element (leaky relu at 0, which
+            # Hypothesis draws often): then along the differing elements away from kinks alone.
+            off = _off_kinks(case, ybar, mine, ref, v)
+            if off is not None:
+                verdict, how = _along(case, ybar, mine, ref, off)
+                v = off
+        if verdict == "refuted":
+            # Finite differences of the user's own primal contradict the reference (JAX's derivative of the
+            # primal is unstable here, which is why custom rules exist; lsqfitgp's Matern kernel at s = 2.6e-42,
+            # whose sqrt(s) JAX differentiates through): the secondary oracle never overrules them. GG201
+            # judges the rule against them.
+            return
+        at_edge = verdict == "no differences"
+        if verdict == "confirmed":  # what was established: along the rule's tangent minus JAX's, not element by element
+            sides = f" {how} along the difference of the two agree with JAX."
     pending = (m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m))
     bad = next(pending, None)
     if bad is not None and at_edge:
@@ -216,6 +212,48 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
 
 ONE_SIDED = "One-sided finite differences of the primal, from the side where it is defined,"  # GG203 names its evidence
 KINK_CANDIDATES = 16  # GG203 tries this many differing elements for kinks before reporting the first
+
+
+def _moves(v: tuple[Any, ...]) -> bool:
+    return any(d is not None and np.any(np.asarray(d) != 0) for d in v)
+
+
+def _along(case: Case, ybar: Any, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...]) -> tuple[str, str]:
+    """What finite differences of ``<ybar, primal>`` along ``v`` say of the rule's tangents (``mine``) and JAX's
+    (``ref``), and how they were taken: "refuted" (they contradict JAX), "confirmed" (they agree with JAX and not
+    with the rule), "both" (they agree with both), or "no differences" (none stay in the primal's domain)."""
+    lhs = finite_difference(case, ybar, v)
+    measured = None if lhs is None else (float(lhs.value), lhs.error, "Finite differences of the primal")
+    if measured is None and (edge := defined_side(contracted(_primal(case), ybar), case.args, v)) is not None:
+        # x on the edge of the primal's domain (central steps leave it): the side where it is defined
+        measured = (*edge, ONE_SIDED)
+    if measured is None:
+        return "no differences", ""
+    value, error, how = measured
+    tol = case.tol
+    scale_mine = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(mine, v) if a is not None and b is not None)
+    scale_ref = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(ref, v) if a is not None and b is not None)
+    if not tolerances.close(value, inner(ref, v), tol, scale=scale_ref, fd_error=error):
+        return "refuted", how
+    if not tolerances.close(value, inner(mine, v), tol, scale=scale_mine, fd_error=error):
+        return "confirmed", how
+    return "both", how
+
+
+def _off_kinks(case: Case, ybar: Any, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``v`` with the differing elements at a kink of the primal (`_at_kink_element`) set to 0, where some are and
+    some other element still moves; else None."""
+    kinked = [(i, idx) for i, idx, got, want in _mismatches(case, mine, ref) if _at_kink_element(case, ybar, i, idx, got, want)]
+    if not kinked:
+        return None
+    out = list(v)
+    for i, idx in kinked:
+        if isinstance(out[i], np.ndarray):
+            out[i] = out[i].copy() if out[i] is v[i] else out[i]
+            out[i][idx] = 0
+        elif out[i] is not None:
+            out[i] = 0.0 * out[i]
+    return tuple(out) if _moves(tuple(out)) else None
 
 
 def _mismatches(case: Case, got: tuple[Any, ...], want: tuple[Any, ...]) -> Iterable[tuple[int, tuple[int, ...], Any, Any]]:

@@ -305,3 +305,36 @@ def test_where_the_batch_is_refused_each_point_is_run_alone_and_a_raising_point_
         "JAX's reference is not the same function as the primal around this input: it raised FloatingPointError "
         "at a point 0.002 away, where the primal did not")
     assert refused.calls == ["batch", "point", "point"]
+
+
+# -- a difference that reaches across a kink ---------------------------------------------------------
+
+
+def leaky_relu(x):
+    return np.where(x > 0, x, 0.1 * x)
+
+
+@rrule(leaky_relu, arrays(shape=(4,)))
+def leaky_relu_slope_one(x):  # the slope below zero taken as 1
+    return leaky_relu(x), lambda ybar: (np.where(x > 0, ybar, ybar),)
+
+
+@rrule(leaky_relu, arrays(shape=(4,)))
+def leaky_relu_right(x):
+    return leaky_relu(x), lambda ybar: (np.where(x > 0, ybar, 0.1 * ybar),)
+
+
+def test_a_difference_at_kinks_and_away_from_them_is_judged_away_from_them():
+    """At x = [0, 0, 0, -1] the rule and JAX differ at the three kinks (where the rule's 1 is a valid one-sided
+    slope) and at -1. Finite differences along the whole difference cross the kinks and contradicted JAX, so the
+    input was not judged, and Hypothesis, which favours zeros, drew no input without one at seed 0 of the corpus."""
+    from gradguard.checker.reproducer import replay
+
+    x = (np.array([0.0, 0.0, 0.0, -1.0]),)
+    with pytest.raises(AssertionError, match=re.escape(
+            "GG203 pullback disagrees with the JAX reference gradient: the pullback of leaky_relu_slope_one disagrees "
+            "with the JAX reference gradient (jax.vjp of the primal, its NumPy calls run as jax.numpy): cotangent for "
+            "argument 0 (x) at [3]: expected 0.1 (JAX), got 1.0. Finite differences of the primal along the difference "
+            "of the two agree with JAX.")):
+        replay(leaky_relu_slope_one, "GG203", x, [np.ones(4)])
+    assert replay(leaky_relu_right, "GG203", x, [np.ones(4)]) == []
