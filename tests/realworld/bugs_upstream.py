@@ -814,10 +814,12 @@ UPSTREAM_FLAWS = {
         "gives -1.96842e-07 where the derivative is -1.96091e-07 (0.38% off; PyTorch 2.13 gives the same value)",
     ),
     "prod_zero_fixed_rrule": (
-        ("GG201", "GG203", "GG501"),
+        ("GG201", "GG202", "GG203", "GG501"),
         "`ret / x` with no zero entry: where the product underflows (x = [4.9e-324, -1.80, 1.9, 0.04]) the "
         "tangent of x[0] is 0, but the derivative is the product of the others, -0.137 (PyTorch 2.13 gives 0 too); "
         "GG501 is the same underflow in `called-twice`, whose second input at seed 0 is "
-        "[-0.728, -0.111, 4.9e-324, 1.059]",
+        "[-0.728, -0.111, 4.9e-324, 1.059]; GG202 is its rounding where the product is subnormal "
+        "(x = [1.64, 1.48, 1.01, 4.9e-324]: the last entry's tangent is 24.0 for -3.26679 g, where -3.26679 times "
+        "its tangent for g is 22.8675)",
     ),
 }
