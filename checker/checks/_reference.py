@@ -121,17 +121,11 @@ def same_function_around(case: Case, reference: Callable[..., Any], directions: 
     size = sum(int(np.size(case.args[i])) for i in case.diff_positions)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        steps = [sign * RELATIVE_STEP * max(1.0, reach) for sign in (1.0, -1.0)]
         if batch is not None and size <= BATCHED_UP_TO:
-            compared = _compared_in_one_run(case, primal, reference, batch, sources, reach)
+            compared = _compared_in_one_run(case, primal, reference, batch, _units(sources), steps)
         else:
-            compared = 0
-            for own, d in sources:
-                unit = _normalised(d, own)
-                del d
-                if unit is not None:
-                    for sign in (1.0, -1.0):
-                        compared += _compared_along(case, primal, reference, unit, sign * RELATIVE_STEP * max(1.0, reach))
-                unit = None
+            compared = sum(_compared_along(case, primal, reference, unit, h) for unit in _units(sources) for h in steps)
     if compared == 0:
         raise Skip(
             "JAX's reference could not be compared with the primal at any point around this input (the primal "
@@ -154,48 +148,49 @@ def _primal_along(case: Case, primal: Callable[..., Any], unit: tuple[Any, ...],
     return None
 
 
-def _compared_in_one_run(case: Case, primal: Callable[..., Any], reference: Callable[..., Any],
-                         batch: Callable[[list[tuple[Any, ...]]], list[Any] | None], sources: Iterator[tuple[bool, Any]],
-                         reach: float) -> int:
-    """`same_function_around`'s comparisons with the reference run once for every point (`batch`); where that
-    run cannot be made, the reference runs at each point in turn, as `_compared_along` runs it."""
-    points = []
+def _units(sources: Iterator[tuple[bool, Any]]) -> Iterator[tuple[Any, ...]]:
+    """The directions of ``sources`` over their largest element (`_normalised`), those that move at all."""
     for own, d in sources:
         unit = _normalised(d, own)
+        del d
         if unit is not None:
-            for sign in (1.0, -1.0):
-                found = _primal_along(case, primal, unit, sign * RELATIVE_STEP * max(1.0, reach))
-                if found is not None:
-                    points.append(found)
+            yield unit
+
+
+def _compared_in_one_run(case: Case, primal: Callable[..., Any], reference: Callable[..., Any],
+                         batch: Callable[[list[tuple[Any, ...]]], list[Any] | None], units: Iterator[tuple[Any, ...]],
+                         steps: list[float]) -> int:
+    """`same_function_around`'s comparisons with the reference run once for every point (`batch`); where that
+    run cannot be made, the reference runs at each point in turn, as `_compared_along` runs it."""
+    points = [found for unit in units for h in steps if (found := _primal_along(case, primal, unit, h)) is not None]
     if not points:
         return 0
     got = batch([moved for moved, _, _ in points])
     for k, (moved, h, want) in enumerate(points):
-        if got is None:
-            try:
-                value = reference(*moved)
-            except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
-                raise _raised_at(exc, h) from None
-        else:
-            value = got[k]
-        if not _agree(case, value, want):
-            raise _differs_at(h)
+        _judge_point(case, reference, moved, h, want, _NOT_RUN if got is None else got[k])
     return len(points)
 
 
-def _raised_at(exc: Exception, h: float) -> Skip:
-    return Skip(
-        f"JAX's reference is not the same function as the primal around this input: it raised "
-        f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
-    )
+_NOT_RUN = object()  # `_judge_point`: the reference's value is not known yet
 
 
-def _differs_at(h: float) -> Skip:
-    return Skip(
-        "JAX's reference is not the same function as the primal around this input: their values "
-        f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
-        "finite differences of the primal (GG201) judge this input"
-    )
+def _judge_point(case: Case, reference: Callable[..., Any], moved: tuple[Any, ...], h: float, want: Any,
+                 got: Any = _NOT_RUN) -> None:
+    """Skip unless the reference's value at ``moved`` (``got``, or run here) agrees with the primal's ``want``."""
+    if got is _NOT_RUN:
+        try:
+            got = reference(*moved)
+        except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
+            raise Skip(
+                f"JAX's reference is not the same function as the primal around this input: it raised "
+                f"{type(exc).__name__} at a point {abs(h):.1g} away, where the primal did not"
+            ) from None
+    if not _agree(case, got, want):
+        raise Skip(
+            "JAX's reference is not the same function as the primal around this input: their values "
+            f"differ at a point {abs(h):.1g} away, so its derivative is no evidence about the primal's; "
+            "finite differences of the primal (GG201) judge this input"
+        )
 
 
 def _compared_along(case: Case, primal: Callable[..., Any], reference: Callable[..., Any], unit: tuple[Any, ...],
@@ -205,13 +200,7 @@ def _compared_along(case: Case, primal: Callable[..., Any], reference: Callable[
     found = _primal_along(case, primal, unit, h)
     if found is None:
         return 0
-    moved, h, want = found
-    try:
-        got = reference(*moved)
-    except Exception as exc:  # noqa: BLE001 - the reference fails where the primal does not
-        raise _raised_at(exc, h) from None
-    if not _agree(case, got, want):
-        raise _differs_at(h)
+    _judge_point(case, reference, *found)
     return 1
 
 

@@ -180,7 +180,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         if coupled is not None:
             yield kink_problem(case, coupled)
         return
-    if case.rule.kind != "jax" and any(d is not None and np.any(np.asarray(d) != 0) for d in v):
+    if case.rule.kind != "jax" and _moves(v):
         same_around(case, case.rule.extra[REFERENCE], mine, (v,))  # along the direction the two differ most
     i, idx, got, want = bad
     place = where(i, idx)

@@ -68,7 +68,6 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
     w = case.direction("covector")
     c = case.cotangent_like(y, "cotangent direction")
     at_ybar = inner(w, first)
-    del y, pulled, first
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
