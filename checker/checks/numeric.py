@@ -26,6 +26,7 @@ from gradguard.checker.checks._vjp import (
     RULES_BY_CONVENTION,
     WrongTangent,
     adjoint_tangents,
+    by_scales,
     convention,
     dot_test,
     finite_difference,
@@ -76,7 +77,10 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     one-sided directional derivatives (every tied entry given the whole cotangent does not); where kinks sit
     closer to the input than any usable step (sorting values 1e-34 apart), where the derivative is not linear
     in the direction (the median of tied entries, whose kink shows on no line through the input), or where
-    finite differences cannot be taken (the edge of a restricted domain), the input is not judged."""
+    finite differences cannot be taken (the edge of a restricted domain), the input is not judged. Where the
+    steps resolve no derivative, the test is taken again at each of the input's scales (`by_scales`: an element of
+    1e-9 beside entries of 1e16), and passes where every scale agrees; a subnormal element that no step resolves
+    leaves the input not judged."""
     if not case.diff_positions:
         raise Skip("the rule has no differentiable argument")
     conv = convention(case)
@@ -106,6 +110,13 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     if finer is not None and (settled := dot_test(finer, tangents, v)).agrees(tol):
         _judged(settled, tol)
         return
+    # Steps that resolve no derivative may be too coarse for the input's small elements: tested again at each of
+    # the input's scales (an element of 1.4e-9 beside entries of 1e16 and 9e104: cbrt's derivative 2.7e5 there,
+    # where steps of 0.018 down to 2e-9 read 76 to 78000, each give or take most of itself).
+    best = finer if finer is not None else lhs
+    scaled = by_scales(case, ybar, v, tangents, tol) if not tolerances.resolves(float(best.value), best.error, tol) else None
+    if scaled is not None and scaled.agrees:
+        return
     # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.
     excused = kink_excuse(case, ybar, v, tangents, whole, conv, tol)
     if excused is not None:
@@ -117,6 +128,12 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; "
                        f"at the first: {EXCUSES[excused.reason]}")
         return
+    if scaled is not None and scaled.unresolvable:  # likewise: a subnormal element no step resolves
+        raise Skip(f"finite differences established no derivative to judge the pullback by at any input drawn; at the "
+                   f"first: {NO_STEP}")
+    if scaled is not None and scaled.total is not None:  # the derivative the input's own scales resolved
+        lhs = scaled.total
+        whole = dot_test(lhs, tangents, v)
     name = case.rule.name
     fd_text, rule_text = show_apart(float(lhs.value), whole.rhs)
     apart = abs(float(lhs.value) - whole.rhs)
@@ -171,6 +188,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         )
 
 
+NO_STEP = ("an element of the input is subnormal, so small that no step its float type can take is small beside it, and "
+           "at the finest steps that move it well above rounding the primal's slopes do not settle")
 UNRESOLVED = ("finite differences of the primal resolved no derivative at any input drawn (their error bound was wider "
               "than a tenth of their value: a jump or a kink within their steps), so the pullback was judged at none")
 

@@ -132,6 +132,132 @@ def test_a_wrong_cbrt_at_ordinary_inputs_is_still_reported():
                                     "primal: cotangent for argument 0 (x) at ")
 
 
+# -- an input of several scales: steps fit for none of its small elements --------------------------------------------
+# The same cbrt rule at seed 3 of the real-world corpus: an element of -1.4e-9 beside entries of 4e16 to 9e104. The
+# default steps (0.018 down to 2e-9 with the confirming tables) cross cbrt's vertical tangent at 0 beside it and read
+# slopes of 76, 765, 7700 and 78000 from table to table, each give or take most of itself, where the derivative is
+# 2.7e5; and steps fine enough for it lose the large entries' moves, whose outputs' rounding (cbrt(1.5e34) = 2.4e11)
+# swamps what such steps do. GG201 said "expected -51.4882 (finite differences), got -531657". Tested again at each
+# of the input's scales (`by_scales`), each group of elements at steps of its own size, the rule agrees; and a wrong
+# rule's message holds up what those steps resolve.
+SEVERAL_SCALES = np.array([[9.126323576670767e+104, -4.44076105365553e+16, -5.818114497290794e+16],
+                           [1.4664965481252084e+34, -1.4041680307380093e-09, 3.978500796016916e-240]])
+SEVERAL_SCALES_DRAWS = [  # the cotangent, then the direction, as the check drew them
+    np.array([[0.0, 0.4007729591068161, -1.4755455442532077], [3.176182904570018, -2.00001, 0.43953918373618084]]),
+    (np.array([[-3.1167120004341164, 3.7653813194012464, 0.6928533856114205], [3.3747419279615904, 3.2015084004785415,
+                                                                              0.0]]),),
+]
+
+
+@rrule(cbrt_, arrays(shape=(2, 3), min_value=0.5, max_value=10.0))
+def cbrt_clamped_rrule(x):
+    omega = np.cbrt(x)
+    return omega, lambda dy: (dy * np.minimum(1 / (3 * omega ** 2), 1e5),)  # BUG: the slope is not 1e5 near 0
+
+
+def test_a_correct_cbrt_at_an_input_of_several_scales_passes_gg201():
+    from gradguard.checker.reproducer import replay
+
+    replay(cbrt_rrule, "GG201", (SEVERAL_SCALES,), SEVERAL_SCALES_DRAWS)
+
+
+@pytest.mark.parametrize("rule, got, test", [
+    (cbrt_missing_third_rrule, "-1.59497e+06", "<pullback(ybar), v> = -5.10631e+06, 3.4e+06 apart where the tolerance allows 5.3"),
+    (cbrt_clamped_rrule, "-200001.0", "<pullback(ybar), v> = -640305, 1.1e+06 apart where the tolerance allows 1.9"),
+], ids=["missing-third", "clamped"])
+def test_a_wrong_cbrt_at_an_input_of_several_scales_is_reported_with_what_its_own_scales_resolve(rule, got, test):
+    from gradguard.checker.reproducer import replay
+
+    with pytest.raises(AssertionError) as failed:
+        replay(rule, "GG201", (SEVERAL_SCALES,), SEVERAL_SCALES_DRAWS)
+    # cbrt's derivative times the cotangent at [1, 1] is -2.00001 / (3 cbrt(-1.4e-9)**2) = -531657; the default steps
+    # said -51.4882 there, and -75.8951 for the whole test, whose value is -1.7021e+06
+    assert str(failed.value) == (
+        f"GG201 pullback disagrees with finite differences: the pullback of {rule.name} disagrees with finite "
+        f"differences of the primal: cotangent for argument 0 (x) at [1, 1]: expected -531657 (finite differences), got "
+        f"{got} (dot-product test: <ybar, J v> = -1.7021e+06 by finite differences, {test}).")
+
+
+# In float32 (a 2x3 cbrt over all finite float32 numbers, seed 2 before this fix): -1e-5 and 6e-8 beside entries of
+# 1e16 to 6e16. Float32's groups span less (its first steps move an element by 5e-3 of its size, and its largest one
+# must still move by a hundred spacings at the finest): the three groups resolve, and the rule agrees.
+FLOAT32_SCALES = np.array([[3.156408e+16, -1e-05, -1.29101e+16], [5.960464e-08, 5.895184e+16, 5.593181e+16]],
+                          dtype=np.float32)
+FLOAT32_SCALES_DRAWS = [
+    np.array([[3.056556, -3.371178, 0.0], [-1.715473, -3.20217, -3.610528]], dtype=np.float32),
+    (np.array([[0.0, 0.793165, -3.091804], [0.5, 0.295711, 3.33226]], dtype=np.float32),),
+]
+
+
+@rrule(cbrt_, arrays(shape=(2, 3), dtype=np.float32))
+def cbrt_float32_rrule(x):
+    omega = np.cbrt(x)
+    return omega, lambda dy: (dy * (1 / (3 * omega ** 2)),)
+
+
+def test_a_correct_float32_cbrt_at_an_input_of_several_scales_passes_gg201():
+    from gradguard.checker.reproducer import replay
+
+    replay(cbrt_float32_rrule, "GG201", (FLOAT32_SCALES,), FLOAT32_SCALES_DRAWS)
+
+
+# Seed 36 of the same rule: an element of -5e-324, the smallest subnormal number, beside entries of 2e16 to 9e149.
+# cbrt's derivative there is 1.15e215, which no finite difference in float64 reaches: the least step moves the element
+# by its own size, across cbrt's vertical tangent at 0. GG201 said "expected 0.0 (finite differences), got
+# 1.82485e+215"; the input is now not judged, with the reason. A function straight at that scale is still judged there.
+SUBNORMAL = np.array([[2.821220000144724e+16, -8.972872466824922e+149, -1.1224230700990578e-244],
+                      [-5e-324, 2.0260748827352816e+16, -6.347973172112064e+16]])
+SUBNORMAL_DRAWS = [
+    np.array([[0.0, 1.062301899949376, 0.0], [1.5880752054136886, 0.99999, 3.654449359190197]]),
+    (np.array([[0.627822867793209, 3.480246086485394, 3.95039771914065], [-3.1931072300221928, -0.5, 0.0]]),),
+]
+
+
+def cbrt_and_triple_(x):
+    return np.stack([np.cbrt(x[0]), 3.0 * x[1]])
+
+
+@rrule(cbrt_and_triple_, arrays(shape=(2,)))
+def cbrt_and_triple_rrule(x):
+    omega = np.cbrt(x[0])
+    return np.stack([omega, 3.0 * x[1]]), lambda dy: (np.stack([dy[0] / (3 * omega ** 2), 3.0 * dy[1]]),)
+
+
+# -1.4e-15 under cbrt beside a subnormal number in a straight function: the default steps resolve neither; cbrt's element
+# at its own scale, and the subnormal one at steps of 1e5 of its spacings, where 3 x is exact, resolve both
+STRAIGHT_AT_SUBNORMAL = (np.array([-1.4041680307380093e-15, -5e-324]),)
+STRAIGHT_AT_SUBNORMAL_DRAWS = [np.array([1.0, 1.0]), (np.array([1.0, 1.0]),)]
+
+
+def test_a_correct_cbrt_at_a_subnormal_element_is_not_judged_there():
+    from gradguard.checker.reproducer import replay
+
+    with pytest.raises(AssertionError) as failed:
+        replay(cbrt_rrule, "GG201", (SUBNORMAL,), SUBNORMAL_DRAWS)
+    assert str(failed.value) == (
+        "GG201 did not apply to this input: finite differences established no derivative to judge the pullback by at "
+        "any input drawn; at the first: an element of the input is subnormal, so small that no step its float type can "
+        "take is small beside it, and at the finest steps that move it well above rounding the primal's slopes do not "
+        "settle")
+
+
+def test_a_straight_function_at_a_subnormal_element_is_measured_at_steps_of_many_spacings():
+    from gradguard.checker.case import Case
+    from gradguard.checker.checks._vjp import at_own_scale, by_scales
+    from gradguard.checker.reproducer import ReplayDraws, replay
+
+    case = Case(cbrt_and_triple_rrule, STRAIGHT_AT_SUBNORMAL, ReplayDraws(STRAIGHT_AT_SUBNORMAL_DRAWS))
+    ybar, v = STRAIGHT_AT_SUBNORMAL_DRAWS[0], STRAIGHT_AT_SUBNORMAL_DRAWS[1]
+    subnormal, floored = at_own_scale(case, ybar, (np.array([0.0, 1.0]),), 5e-324)
+    assert floored and float(subnormal.value) == pytest.approx(3.0, rel=1e-6) and subnormal.error < 0.01
+    cbrt_slope = 1 / (3 * np.cbrt(STRAIGHT_AT_SUBNORMAL[0][0]) ** 2)
+    right = by_scales(case, ybar, v, (np.array([cbrt_slope, 3.0]),), case.tol)
+    assert right.agrees and float(right.total.value) == pytest.approx(cbrt_slope + 3.0, rel=1e-9)
+    wrong = by_scales(case, ybar, v, (np.array([cbrt_slope, 2.0]),), case.tol)
+    assert not wrong.agrees and not wrong.unresolvable and float(wrong.total.value) == pytest.approx(cbrt_slope + 3.0, rel=1e-9)
+    replay(cbrt_and_triple_rrule, "GG201", STRAIGHT_AT_SUBNORMAL, STRAIGHT_AT_SUBNORMAL_DRAWS)
+
+
 # -- stairs: values rounded inside the primal far beyond its output's rounding --------------------------------------
 # DeZero's sigmoid cross-entropy (a precision probe of oreilly-japan/deep-learning-from-scratch-3): sigmoid is
 # tanh(x / 2) / 2 + 1 / 2, so at x = 32 the loss term -log(1 - sigmoid(x)) sees 1 - sigmoid(x) as a few hundred
