@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import warnings
 from itertools import chain, islice
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -141,6 +141,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
                                                close_at_leaf_scale(case.tol)) is None:
         return  # right in the other conjugation convention: GG205's finding
     v = _difference_direction(case, mine, ref)
+    at_kink = _KinkMemo(case, ybar)  # each differing element's kink probe, run once for both uses below
     sides = ""
     at_edge = False  # no difference along v stays in the primal's domain: each element is judged from its side
     if _moves(v):
@@ -148,7 +149,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         if verdict == "refuted":
             # The difference may reach across a kink of the primal at some element (leaky relu at 0, which
             # Hypothesis draws often): then along the differing elements away from kinks alone.
-            off = _off_kinks(case, ybar, mine, ref, v)
+            off = _off_kinks(case, mine, ref, v, at_kink)
             if off is not None:
                 verdict, how = _along(case, ybar, mine, ref, off)
                 v = off
@@ -161,7 +162,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         at_edge = verdict == "no differences"
         if verdict == "confirmed":  # what was established: along the rule's tangent minus JAX's, not element by element
             sides = f" {how} along the difference of the two agree with JAX."
-    pending = (m for m in _mismatches(case, mine, ref) if not _at_kink_element(case, ybar, *m))
+    pending = (m for m in _mismatches(case, mine, ref) if not at_kink(*m))
     bad = next(pending, None)
     if bad is not None and at_edge:
         # Two elements on the edge of the domain whose differences have opposite signs: no direction of both
@@ -240,10 +241,11 @@ def _along(case: Case, ybar: Any, mine: tuple[Any, ...], ref: tuple[Any, ...], v
     return "both", how
 
 
-def _off_kinks(case: Case, ybar: Any, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """``v`` with the differing elements at a kink of the primal (`_at_kink_element`) set to 0, where some are and
-    some other element still moves; else None."""
-    kinked = [(i, idx) for i, idx, got, want in _mismatches(case, mine, ref) if _at_kink_element(case, ybar, i, idx, got, want)]
+def _off_kinks(case: Case, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...],
+               at_kink: Callable[..., bool]) -> tuple[Any, ...] | None:
+    """``v`` with the differing elements at a kink of the primal (``at_kink``: `_at_kink_element`) set to 0, where
+    some are and some other element still moves; else None."""
+    kinked = [(i, idx) for i, idx, got, want in _mismatches(case, mine, ref) if at_kink(i, idx, got, want)]
     if not kinked:
         return None
     out = list(v)
@@ -284,6 +286,21 @@ def _judged_at_edge(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: An
     if not tolerances.close(value, got, case.tol, scale=abs(got), fd_error=error):
         return "reference confirmed"
     return None
+
+
+class _KinkMemo:
+    """`_at_kink_element` for one input's differing elements, each probed once: the retry away from kinks and the
+    element-by-element judgement ask about the same elements."""
+
+    def __init__(self, case: Case, ybar: Any) -> None:
+        self.case, self.ybar = case, ybar
+        self.known: dict[tuple[int, tuple[int, ...]], bool] = {}
+
+    def __call__(self, i: int, idx: tuple[int, ...], got: Any, want: Any) -> bool:
+        key = (i, tuple(idx))
+        if key not in self.known:
+            self.known[key] = _at_kink_element(self.case, self.ybar, i, idx, got, want)
+        return self.known[key]
 
 
 def _at_kink_element(case: Case, ybar: Any, i: int, idx: tuple[int, ...], got: Any, want: Any) -> bool:

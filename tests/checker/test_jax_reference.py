@@ -338,3 +338,22 @@ def test_a_difference_at_kinks_and_away_from_them_is_judged_away_from_them():
             "of the two agree with JAX.")):
         replay(leaky_relu_slope_one, "GG203", x, [np.ones(4)])
     assert replay(leaky_relu_right, "GG203", x, [np.ones(4)]) == []
+
+
+def test_each_differing_element_is_probed_for_a_kink_once(monkeypatch):
+    """The retry away from kinks and the element-by-element judgement after it ask about the same differing elements;
+    each one's kink probe (a table of one-sided derivatives) runs once."""
+    from gradguard.checker.checks import numeric_jax
+    from gradguard.checker.reproducer import replay
+
+    probed = []
+    real = numeric_jax._at_kink_element
+
+    def counted(case, ybar, i, idx, got, want):
+        probed.append((i, tuple(idx)))
+        return real(case, ybar, i, idx, got, want)
+
+    monkeypatch.setattr(numeric_jax, "_at_kink_element", counted)
+    with pytest.raises(AssertionError):
+        replay(leaky_relu_slope_one, "GG203", (np.array([0.0, 0.0, 0.0, -1.0]),), [np.ones(4)])
+    assert sorted(probed) == [(0, (0,)), (0, (1,)), (0, (2,)), (0, (3,))]
