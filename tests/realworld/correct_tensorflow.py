@@ -1831,10 +1831,10 @@ UPSTREAM_FLAWS = {
         "passes every check at seeds 0 to 3",
     ),
     "tf_bessel_i1e_rrule": (
-        {"GG206", "GG301"},
+        {"GG206", "GG301", "GG501"},
         "_BesselI1eGrad computes y * (sign(x) + reciprocal(x)) - ...: at a subnormal x, 1/x overflows to inf and the "
         "tangent is inf (NaN for a zero cotangent), where the derivative is 0.5 (mpmath, JAX); " + _FLUSHED + ". A "
-        "variant using y / x passes",
+        "variant using y / x passes. GG501 (seed 11, `called-twice`): the same inf in a program's gradient",
     ),
     "tf_bessel_j1_rrule": (
         {"GG201"},
