@@ -358,8 +358,8 @@ def at_own_scale(case: Case, ybar: Any, v: tuple[Any, ...], reach: float) -> tup
     step reaches). None where that cannot be done: the primal fails there, or a step changed an output element the
     probe had not seen move."""
     coarsest = fd.first_step(case.args, v)
-    eps = max(float(np.finfo(np.asarray(a).dtype).eps) for a, d in zip(case.args, v)
-              if d is not None and np.asarray(a).dtype.kind == "f")
+    eps = max((float(np.finfo(np.asarray(a).dtype).eps) for a, d in zip(case.args, v)
+               if d is not None and np.asarray(a).dtype.kind == "f"), default=float(np.finfo(np.float64).eps))
     # finer than the default steps for small elements, coarser for huge ones, whose moves the default steps lose in
     # rounding
     factor = reach * _first_move(eps) / coarsest
@@ -421,8 +421,8 @@ def _spacing_floor(args: tuple[Any, ...], v: tuple[Any, ...]) -> float:
         if a.dtype.kind != "f":
             continue
         moved = (d != 0) & (a < np.finfo(a.dtype).tiny)
-        gaps = np.spacing(a)
-        floor = max(floor, float(np.max(SPACINGS * gaps[moved] / np.abs(d[moved]), initial=0.0)))
+        gaps = np.spacing(a).astype(np.float64)  # in float64: 1e5 spacings overflow float16
+        floor = max(floor, float(np.max(SPACINGS * gaps[moved] / np.abs(d[moved]).astype(np.float64), initial=0.0)))
     return floor
 
 
@@ -448,10 +448,18 @@ class _Watched:
     def _changed(self, y: Any) -> list[np.ndarray | None]:
         out = []
         for a, b in zip(leaves(self.y0), leaves(y)):
-            if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray) or a.shape != b.shape:
+            numbers = (np.ndarray, np.generic, float, int)
+            if not isinstance(a, numbers) or not isinstance(b, numbers):
                 out.append(None)
                 continue
-            out.append(~((a == b) | (np.isnan(a) & np.isnan(b))))
+            a, b = np.asarray(a), np.asarray(b)
+            if a.shape != b.shape or a.dtype.kind not in "fcbiu" or b.dtype.kind not in "fcbiu":
+                out.append(None)
+                continue
+            same = a == b
+            if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+                same |= np.isnan(a) & np.isnan(b)
+            out.append(~same)
         return out
 
     def probe(self, args: Any, v: tuple[Any, ...], h: float) -> bool:
@@ -483,7 +491,7 @@ class _Watched:
 
         try:
             self.ybar = tree_map(keep, self.full, self.y0)
-        except (ValueError, StopIteration):
+        except Exception:  # noqa: BLE001 - a cotangent or output this cannot weigh element by element: not measured
             return False
         self.unseen = unseen
         return math.isfinite(unseen)

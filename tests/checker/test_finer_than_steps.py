@@ -316,3 +316,32 @@ def test_a_wrong_rule_where_the_stairs_are_finer_than_the_steps_is_still_reporte
         "the pullback of dezero_loss_doubled_rrule disagrees with finite differences of the primal: cotangent for "
         "argument 0 (x) at [0]: expected 1 (finite differences), got 2 (dot-product test: <ybar, J v> = 2 by finite "
         "differences, <pullback(ybar), v> = 4, 2 apart where the tolerance allows 5.7e-06)."]
+
+
+# -- what the scales' test reads: NumPy scalars, integer outputs beside float ones ----------------------------------
+def cbrt_times_(x, n):
+    return np.cbrt(x) * n, np.argmax(np.atleast_1d(x))
+
+
+@rrule(cbrt_times_, arrays(shape=()), arrays(shape=(), min_value=1.0, max_value=4.0))
+def cbrt_times_rrule(x, n):
+    omega = np.cbrt(x)
+    return cbrt_times_(x, n), lambda dy: (dy[0] * n / (3 * omega ** 2), dy[0] * omega)
+
+
+@pytest.mark.parametrize("scale, agrees", [(1.0, True), (2.0, False)], ids=["right", "doubled"])
+def test_the_scales_test_reads_numpy_scalars_and_integer_outputs(scale, agrees):
+    """A 0-d input gives NumPy scalars (np.float64, np.int64), not arrays: each group's probe weighs them too."""
+    from gradguard.checker.case import Case
+    from gradguard.checker.checks._vjp import by_scales
+    from gradguard.checker.reproducer import ReplayDraws
+
+    args = (np.array(-1.4041680307380093e-09), np.array(3.0))
+    case = Case(cbrt_times_rrule, args, ReplayDraws([]))
+    ybar = (np.array(-2.00001), None)
+    tangents = cbrt_times_rrule.rrule(*args)[1](ybar)
+    tangents = (tangents[0] * scale, tangents[1])
+    v = (np.array(3.2015084004785415), None)
+    found = by_scales(case, ybar, v, tangents, case.tol)
+    assert found.agrees is agrees and found.total is not None
+    assert float(found.total.value) == pytest.approx(float(tangents[0]) / scale * 3.2015084004785415, rel=1e-9)
