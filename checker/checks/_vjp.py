@@ -363,20 +363,24 @@ def at_own_scale(case: Case, ybar: Any, v: tuple[Any, ...], reach: float) -> tup
     # finer than the default steps for small elements, coarser for huge ones, whose moves the default steps lose in
     # rounding
     factor = reach * _first_move(eps) / coarsest
-    floor = _spacing_floor(case.args, v) / coarsest
-    floored = floor > factor
-    factor = max(factor, floor)
+    spacings_at = _spacing_floor(case.args, v)  # along v; along w = factor v it is this over factor
+    floored = spacings_at / coarsest > factor
+    factor = max(factor, spacings_at / coarsest)
     w = tuple(None if d is None else np.asarray(d) * factor for d in v)
     if not (factor > 0.0 and math.isfinite(factor)
             and all(d is None or (np.all(np.isfinite(d)) and np.any(d)) for d in w)):
         return None
     f = _primal(case)
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y0 = f(*case.fresh())
-    except Exception:  # noqa: BLE001 - nothing to measure here
-        return None
+    known = case.known_primal()  # the value at x an earlier check of this input established, as finite_difference
+    if known is not UNKNOWN:     # takes it
+        y0 = tree_map(_numpy, known)
+    else:
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y0 = f(*case.fresh())
+        except Exception:  # noqa: BLE001 - nothing to measure here
+            return None
     watched = _Watched(f, y0, ybar, case.args, w)
     wider = max(factor, 1.0)  # the probe takes the larger of the scaled first step and the default one
     if not watched.probe(case.fresh(), w if factor > 1.0 else v, coarsest):
@@ -390,7 +394,7 @@ def at_own_scale(case: Case, ybar: Any, v: tuple[Any, ...], reach: float) -> tup
         # Richardson's weights (about 4)
         lhs = first
         if lhs is not None:
-            lhs = fd.Derivative(lhs.value, lhs.error + 4.0 * abs(float(lhs.value)) * 32.0 * _spacing_floor(case.args, w)
+            lhs = fd.Derivative(lhs.value, lhs.error + 4.0 * abs(float(lhs.value)) * 32.0 * spacings_at / factor
                                 / (SPACINGS * lhs.step), lhs.evaluations, lhs.method, lhs.step)
     else:
         lhs = None if first is None else finite_difference(case, watched.ybar, w, confirming=first, table=options,
@@ -427,16 +431,17 @@ def _spacing_floor(args: tuple[Any, ...], v: tuple[Any, ...]) -> float:
 
 
 class _Watched:
-    """The primal for group test of `at_own_scale`, contracted with the cotangent only where the group's
-    moves change the output at all: in ``<ybar, primal>`` the rounding of output elements of 2e11 that an element of
-    1.4e-9 never reaches (an elementwise cbrt) swamps what a step of 4e-13 does there.
+    """The primal for the test of `at_own_scale`, contracted with the cotangent only where the moves change the
+    output at all: in ``<ybar, primal>`` the rounding of output elements of 2e11 that an element of 1.4e-9 never
+    reaches (an elementwise cbrt) swamps what a step of 4e-13 does there.
 
-    `probe` finds the output elements that moving the group at ``+-h`` (the coarsest step, where a derivative shows
-    most) changes in any bit; ``ybar`` keeps the cotangent there and zeros elsewhere. An element no such step changes
-    has ``|d y_k / dt| <= 2 eps |y_k| / h`` along the probe's direction: `unseen`, weighed by ``|ybar_k|``, which the
-    caller adds to the finite differences' error. `strayed` says whether some call of the tests that followed changed an element the probe had not seen
-    change: then the premise failed and the group is not judged. Only calls on the line through ``x`` along the
-    group's direction count (finite differences also move every element a little to price the inputs' rounding)."""
+    `probe` finds the output elements that moving along the direction at ``+-h`` (the coarsest step, where a
+    derivative shows most) changes in any bit; ``ybar`` keeps the cotangent there and zeros elsewhere. An element no
+    such step changes has ``|d y_k / dt| <= 2 eps |y_k| / h`` along the probe's direction: `unseen`, weighed by
+    ``|ybar_k|``, which the caller adds to the finite differences' error. `strayed` says whether some call of the
+    tests that followed changed an element the probe had not seen change: then the premise failed and nothing is
+    measured. Only calls on the line through ``x`` along the direction count (finite differences also move every
+    element a little to price the inputs' rounding)."""
 
     def __init__(self, f: Callable[..., Any], y0: Any, ybar: Any, x: tuple[Any, ...], w: tuple[Any, ...]) -> None:
         self.f, self.y0, self.full = f, y0, ybar
@@ -445,11 +450,12 @@ class _Watched:
         self.seen: list[np.ndarray | None] = []
         self.unseen, self.strayed = 0.0, False
 
+    _NUMBERS = (np.ndarray, np.generic, float, int)
+
     def _changed(self, y: Any) -> list[np.ndarray | None]:
         out = []
         for a, b in zip(leaves(self.y0), leaves(y)):
-            numbers = (np.ndarray, np.generic, float, int)
-            if not isinstance(a, numbers) or not isinstance(b, numbers):
+            if not isinstance(a, self._NUMBERS) or not isinstance(b, self._NUMBERS):
                 out.append(None)
                 continue
             a, b = np.asarray(a), np.asarray(b)
@@ -586,7 +592,8 @@ def element_derivative(case: Case, cotangent: Any, i: int, k: int, *,
     exemptions compare elements with finite differences along whole directions at the default steps, and take the
     default steps' values."""
     arg = case.args[i]
-    re = finite_difference(case, cotangent, only_argument(case, i, unit_vector(arg, k)))
+    along = only_argument(case, i, unit_vector(arg, k))
+    re = finite_difference(case, cotangent, along)
     if re is None:
         return None
     if not np.iscomplexobj(arg):
@@ -594,7 +601,7 @@ def element_derivative(case: Case, cotangent: Any, i: int, k: int, *,
         if own_scale and not tolerances.resolves(float(re.value), re.error, case.tol) and math.isfinite(size) and size > 0.0:
             # steps that resolve nothing may be too coarse for a small element (cbrt's slope 2.7e5 at -1.4e-9,
             # where steps from 0.018 read 51): at steps of its own size instead, where those resolve it
-            measured = at_own_scale(case, cotangent, only_argument(case, i, unit_vector(arg, k)), size)
+            measured = at_own_scale(case, cotangent, along, size)
             if measured is not None and tolerances.resolves(float(measured[0].value), measured[0].error, case.tol):
                 re = measured[0]
         return float(re.value), re.error
