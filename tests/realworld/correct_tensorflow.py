@@ -1835,6 +1835,7 @@ UPSTREAM_FLAWS = {
         "_BesselI1eGrad computes y * (sign(x) + reciprocal(x)) - ...: at a subnormal x, 1/x overflows to inf and the "
         "tangent is inf (NaN for a zero cotangent), where the derivative is 0.5 (mpmath, JAX); " + _FLUSHED + ". A "
         "variant using y / x passes. GG501 (seed 11, `called-twice`): the same inf in a program's gradient",
+        (0, 2, 3, 5, 7, 8, 9, 11),
     ),
     "tf_bessel_j1_rrule": (
         {"GG201"},
