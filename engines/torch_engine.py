@@ -43,7 +43,8 @@ __all__ = [
 # PyTorch's message when a tensor saved for backward was modified in place after it was saved.
 VERSION_ERROR = "modified by an inplace operation"
 # PyTorch's messages when backward returns a structure it refuses (GG701 reports the cause).
-STRUCTURE_ERRORS = ("returned an incorrect number of gradients", "returned a gradient different than None at position")
+STRUCTURE_ERRORS = ("returned an incorrect number of gradients", "returned a gradient different than None at position",
+                    "expected Variable or None (got")
 
 
 def available() -> str | None:

@@ -88,7 +88,8 @@ def first_difference(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[tup
 @check(
     "GG701",
     family="torch",
-    title="backward returns the wrong number of gradients, or a gradient for a non-tensor input",
+    title="backward returns what PyTorch refuses: the wrong number of gradients, a list, a gradient that is not a "
+          "tensor, or one for a non-tensor input",
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""
@@ -119,8 +120,9 @@ def first_difference(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[tup
     """,
 )
 def backward_structure(case: Case) -> Iterable[Problem]:
-    """PyTorch calls ``backward`` with one gradient per output and expects one gradient per input of
-    ``forward``: a tensor (or None) for a tensor input, None for anything else (an int, a float, a flag).
+    """PyTorch calls ``backward`` with one gradient per output and expects a tuple of one gradient per input of
+    ``forward`` (a lone value where forward has one input): a tensor (or None) for a tensor input, None for
+    anything else (an int, a float, a flag). It unpacks nothing but a tuple: a list is one gradient to it.
     Anything else raises inside ``loss.backward()``, far from the Function. The check calls ``backward``
     directly with the recorded ``ctx`` and names what is wrong in what it returned; the other checks skip
     such a rule, since PyTorch refuses to run it."""
@@ -132,9 +134,21 @@ def backward_structure(case: Case) -> Iterable[Problem]:
     if call.node is None:
         raise Skip("no output of the Function requires grad, so PyTorch never calls its backward")
     raw = case.call("pullback", lambda: call.raw_backward(ybar))
-    got = tuple(raw) if isinstance(raw, (tuple, list)) else (raw,)
     n = len(call.inputs)
     name = case.rule.name
+    if isinstance(raw, list):
+        # PyTorch unpacks only a tuple: a list is one gradient to it, which it refuses (torch-interpol's
+        # SplineCoeff returns `[grad] + [None] * 4`, and every backward through it raises)
+        yield Problem(
+            message=(f"the backward of {name} returned a list of {len(raw)}; PyTorch unpacks only a tuple into one "
+                     "gradient per input of forward and takes a list as a single gradient, so it raises. Return a "
+                     "tuple."),
+            expected=f"a tuple of {n} gradients",
+            actual=f"a list of {len(raw)}",
+            fix="Return a tuple (`return tuple(grads)`, or `return a, b`), not a list.",
+        )
+        return
+    got = raw if isinstance(raw, tuple) else (raw,)
     if len(got) < n or any(g is not None for g in got[n:]):
         yield Problem(
             message=(f"the backward of {name} must return one gradient per input of forward ({n}), but returned "
@@ -145,6 +159,18 @@ def backward_structure(case: Case) -> Iterable[Problem]:
             fix="Return exactly one gradient per forward input, in order (None where there is none).",
         )
         return
+    for i, g in enumerate(got[:n]):
+        if g is not None and not isinstance(g, torch.Tensor):
+            yield Problem(
+                message=(f"the backward of {name} returned a value of type {type(g).__name__} as the gradient for input {i} of "
+                         "forward; PyTorch accepts only a tensor or None there, and raises. Return a tensor "
+                         "(torch.as_tensor) or None."),
+                location=f"argument {i}",
+                expected="a tensor or None",
+                actual=type(g).__name__,
+                fix="Return each gradient as a torch.Tensor (torch.as_tensor(value)), or None where there is none.",
+            )
+            return
     for i, (g, inp) in enumerate(zip(got, call.inputs)):
         if g is not None and not isinstance(inp, torch.Tensor):
             yield Problem(

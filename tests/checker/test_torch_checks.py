@@ -81,6 +81,84 @@ def test_gg701_gradient_for_a_non_tensor_input() -> None:
     assert f.location == "argument 1"
 
 
+class ScaleListGrads(torch.autograd.Function):
+    # torch-interpol's SplineCoeff (balbasty/torch-interpol bab3b86, interpol/autograd.py): `return [grad] + [None] * 4`
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return [grad * ctx.k, None]
+
+
+class DoubleListGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return [grad * 2.0]
+
+
+class DoubleNumpyGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.numpy() * 2.0
+
+
+class DoubleRight(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2.0
+
+
+@pytest.mark.parametrize("function, args, listed", [
+    (ScaleListGrads, (arrays(shape=(3,)), constant(2.0)), 2),
+    (DoubleListGrad, (arrays(shape=(3,)),), 1),
+])
+def test_gg701_a_list_of_gradients(function, args, listed) -> None:
+    """PyTorch unpacks only a tuple: a list of gradients (however many) is one gradient to it, and every backward
+    through the Function raises. GG701 counted the list's entries and passed the rule, while every other check
+    skipped it as refused: the verdict was pass."""
+    rule = torch_rule(function, *args)
+    x = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError):  # what PyTorch itself does with it
+        function.apply(x, *([2.0] if len(args) == 2 else [])).sum().backward()
+    _, (f,) = findings(rule, "GG701")
+    assert f.message == (f"the backward of {function.__name__} returned a list of {listed}; PyTorch unpacks only a "
+                         "tuple into one gradient per input of forward and takes a list as a single gradient, so it "
+                         "raises. Return a tuple.")
+    assert (f.expected, f.actual) == (f"a tuple of {len(args)} gradients", f"a list of {listed}")
+    report = check(rule, select=["GG201"], max_examples=5)  # the others skip it as refused, not as an error of theirs
+    assert report.findings == [] and skips(report, "GG201")[0].startswith(
+        f"PyTorch refuses what the backward of {function.__name__} returns (see GG701)")
+
+
+def test_gg701_a_gradient_that_is_not_a_tensor() -> None:
+    rule = torch_rule(DoubleNumpyGrad, arrays(shape=(3,)))
+    _, (f,) = findings(rule, "GG701")
+    assert f.message == ("the backward of DoubleNumpyGrad returned a value of type ndarray as the gradient for "
+                         "input 0 of forward; PyTorch accepts only a tensor or None there, and raises. Return a tensor "
+                         "(torch.as_tensor) or None.")
+    assert f.location == "argument 0"
+
+
+def test_gg701_one_gradient_returned_alone_passes() -> None:
+    report = check(torch_rule(DoubleRight, arrays(shape=(3,))), max_examples=10, ignore=["GG5"])
+    assert report.passed, [f"{f.check_id}: {f.message}" for f in report.findings]
+
+
 def test_gg701_correct_twin_passes() -> None:
     report = check(torch_rule(ScaleRight, arrays(shape=(3,)), constant(2.0)), max_examples=10, ignore=["GG5"])
     assert report.passed, [f"{f.check_id}: {f.message}" for f in report.findings]

@@ -138,6 +138,17 @@ class ScaleOneGrad(torch.autograd.Function):
         return grad * ctx.k
 
 
+class ScaleListGrads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        return [grad * ctx.k, None]  # a list: PyTorch unpacks only a tuple, so it reads one gradient and raises
+
+
 class ScaleGradForK(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, k):
@@ -234,6 +245,7 @@ class SumOnes(torch.autograd.Function):
 
 exp_twice_torch = torch_rule(ExpTwice, arrays(shape=(3,), max_value=3.0), name="exp_twice_torch")
 scale_one_grad_torch = torch_rule(ScaleOneGrad, arrays(shape=(3,)), constant(2.0), name="scale_one_grad_torch")
+scale_list_grads_torch = torch_rule(ScaleListGrads, arrays(shape=(3,)), constant(2.0), name="scale_list_grads_torch")
 scale_grad_for_constant_torch = torch_rule(ScaleGradForK, arrays(shape=(3,)), constant(2.0), name="scale_grad_for_constant_torch")
 mul_wrong_flag_torch = torch_rule(MulWrongFlag, POSITIVE, POSITIVE, name="mul_wrong_flag_torch")
 square_attr_torch = torch_rule(SquareAttr, arrays(shape=(3,)), name="square_attr_torch")
@@ -255,6 +267,8 @@ LABELS = {
     "exp_twice_torch": {"bug": "numeric", "expect": ["GG201", "GG501", "GG705"],
                         "what": "backward off by 2; it saves the output, so double backward goes through it twice"},
     "scale_one_grad_torch": {"bug": "torch", "expect": ["GG701"]},
+    "scale_list_grads_torch": {"bug": "torch", "expect": ["GG701"],
+                               "what": "backward returns a list (torch-interpol's SplineCoeff); PyTorch raises on it"},
     "scale_grad_for_constant_torch": {"bug": "torch", "expect": ["GG701"]},
     "mul_wrong_flag_torch": {"bug": "torch", "expect": ["GG702"]},
     "square_attr_torch": {"bug": "torch", "expect": ["GG703"]},
