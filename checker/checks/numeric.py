@@ -10,7 +10,7 @@ numeric_jax.py, GG206 (non-finite tangents) in numeric_finite.py.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 from hypothesis import strategies as st
@@ -267,7 +267,10 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     sum: the cotangent the pullback was handed (``alpha * ybar1 + ybar2`` in the cotangent's dtype) rounds at
     that scale, and where the terms cancel (alpha = -0.99999 and ybar2 = ybar1) the sum is far smaller than the
     rounding that a float32 pullback rightly carries. An element whose right-hand side is not finite says
-    nothing about linearity (GG206 judges non-finite tangents)."""
+    nothing about linearity (GG206 judges non-finite tangents). An infinity where the combination lies within
+    the tolerance of a value the tangent's dtype cannot hold is that value correctly rounded: DeZero's division at
+    x1 = 1e-38 in float32 has the tangent gy / x1 = 2.7e38 for gy = 2.7, and 5.4e38 for twice gy, which float32
+    rounds to inf (its largest number is 3.4e38)."""
     combos = [(coef, tuple(_wide(t) for t in tangents)) for coef, tangents in terms]
     want, size = [], []
     for i in range(len(got)):
@@ -277,10 +280,34 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     for i, a, b in tangent_pairs(case, got, tuple(want)):
         terms = 0.0 if size[i] is None else float(np.max(np.where(np.isfinite(size[i]), size[i], 0.0), initial=0.0))
         close = close_at_leaf_scale(case.tol, at_least=terms)
-        found = first_mismatch([(i, a, b)], lambda x, y: close(x, y) | ~np.isfinite(y))
+        overflows = _overflows_to(a.dtype, case.tol, terms)
+        found = first_mismatch([(i, a, b)], lambda x, y: close(x, y) | ~np.isfinite(y) | overflows(x, y))
         if found is not None:
             return found
     return None
+
+
+def _overflows_to(dtype: np.dtype, tol: Any, scale: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Where ``got`` is an infinity of ``dtype`` and ``want`` (float64) lies within ``atol + rtol * scale`` of a
+    number of that sign too large for ``dtype`` to hold: the infinity is the only value ``dtype`` has there."""
+    if dtype.kind not in "fc":
+        return lambda got, want: np.zeros(np.shape(got), dtype=bool)
+    top = float(np.finfo(dtype).max)
+    slack = tol.atol + tol.rtol * scale
+
+    def part(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+        return np.isinf(got) & (np.sign(got) == np.sign(want)) & (np.abs(want) + slack > top)
+
+    def overflows(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            if dtype.kind != "c":
+                return part(got, want)
+            # a complex element: each part overflows alike or agrees, and one of them is an infinity
+            pairs = [(got.real, want.real), (got.imag, want.imag)]
+            alike = [part(g, w) | (np.abs(g - w) <= slack) for g, w in pairs]
+            return alike[0] & alike[1] & (np.isinf(got.real) | np.isinf(got.imag))
+
+    return overflows
 
 
 @check(

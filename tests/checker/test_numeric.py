@@ -728,6 +728,62 @@ def test_a_nonlinear_pullback_beside_an_overflowing_element_still_fails_gg202():
     assert finding.location == "argument 0 at [1]", finding.message
 
 
+# -- linearity where a float32 tangent's combination is beyond float32 ---------------------------------------------
+def div(x0, x1):
+    return x0 / x1
+
+
+TINY_DIVISOR = arrays(shape=(2,), dtype="float32", min_value=1e-38, max_value=2e-38)
+
+
+@rrule(div, arrays(shape=(2,), dtype="float32"), TINY_DIVISOR)
+def div_float32_rrule(x0, x1):  # DeZero's Div backward: gy / x1, gy * (-x0 / x1 ** 2)
+    return x0 / x1, lambda gy: (gy / x1, gy * (-x0 / x1 ** 2))
+
+
+@rrule(div, arrays(shape=(2,), dtype="float32"), TINY_DIVISOR)
+def div_float32_saturating_rrule(x0, x1):
+    # BUG: saturates at float32's largest number, which is not linear (and not the rounding of what it stands for)
+    return x0 / x1, lambda gy: (np.nan_to_num(gy / x1), gy * (-x0 / x1 ** 2))
+
+
+# DeZero's Div in float32 drew GG202 at seed 0: "pullback(2.0 * ybar) = inf, but 2.0 * pullback(ybar) = 5.35287e+38"
+# (float32's largest number is 3.4e38). This input and these draws are what a float32 run of the same rule drew.
+OVERFLOW_ARGS = (np.array([0.0, 0.0], dtype=np.float32),
+                 np.array([1.0000000751754868e-38, 1.6122381642371747e-38], dtype=np.float32))
+OVERFLOW_DRAWS = [np.array([1.0, 1.0], dtype=np.float32), 3.1, np.array([1.0, 1.0], dtype=np.float32)]
+
+
+def test_an_infinity_where_the_combination_is_beyond_the_dtype_is_not_a_linearity_violation():
+    from gradguard.checker.reproducer import replay
+
+    replay(div_float32_rrule, "GG202", OVERFLOW_ARGS, OVERFLOW_DRAWS)  # 3.1 / 1e-38 + 1 / 1e-38 = 4.1e38: inf in float32
+    assert [f.message for f in check(div_float32_rrule, select=["GG202"], seed=0).findings] == []
+
+
+def test_a_nonlinear_float32_pullback_at_overflowing_combinations_still_fails_gg202():
+    from gradguard.checker.reproducer import replay
+
+    with pytest.raises(AssertionError) as failed:
+        replay(div_float32_saturating_rrule, "GG202", OVERFLOW_ARGS, OVERFLOW_DRAWS)
+    assert str(failed.value) == (
+        "GG202 pullback is not linear in the cotangent: the pullback of div_float32_saturating_rrule is not linear in "
+        "the cotangent: for argument 0 (x0) at [0], pullback(3.1 * ybar1 + ybar2) = 3.40282e+38, but 3.1 * "
+        "pullback(ybar1) + pullback(ybar2) = 4.1e+38.")
+
+
+def test_an_infinity_where_the_combination_is_small_still_fails_gg202():
+    """The allowance is for values the dtype cannot hold, not for any infinity beside a large term."""
+    from gradguard.checker.checks.numeric import _overflows_to
+    from gradguard.checker.tolerances import for_dtype
+
+    overflows = _overflows_to(np.dtype(np.float32), for_dtype(np.float32), 3.0e38)
+    got = np.array([np.inf, np.inf, -np.inf, np.inf], dtype=np.float32)
+    want = np.array([4.1e38, 3.4e38, 4.1e38, 1.0])  # 3.4e38: within float32's tolerance of its largest number
+    assert overflows(got, want).tolist() == [True, True, False, False]
+    assert not _overflows_to(np.dtype(np.float64), for_dtype(np.float64), 1.0)(np.array([np.inf]), np.array([1.0e300]))[0]
+
+
 def test_a_disagreement_is_shown_with_enough_digits_to_see_it():
     from gradguard.checker.inputs import show_apart
 
