@@ -118,9 +118,11 @@ def contracted(f: Callable[..., Any], covector: Any) -> Scalar:
     return g
 
 
-def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...]) -> tuple[float, float] | None:
-    """Second-order one-sided derivatives (left, right) of ``g(x + t v)`` at 0."""
-    h = _eps(args, directions) ** (1 / 3)
+def one_sided(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], *,
+              finer: float = 1.0) -> tuple[float, float] | None:
+    """Second-order one-sided derivatives (left, right) of ``g(x + t v)`` at 0, at the step ``eps**(1/3)``
+    (times ``finer``)."""
+    h = _eps(args, directions) ** (1 / 3) * finer
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

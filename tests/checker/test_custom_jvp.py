@@ -220,6 +220,44 @@ def test_a_spectral_function_with_a_wrong_jvp_fails_gg207_at_and_near_its_kinks(
     assert found.message.startswith("the jvp of phase_field_split_flipped disagrees with finite differences"), found.message
 
 
+def expi_with(derivative, name):
+    @jax.custom_jvp
+    def expi(x):
+        return jax.scipy.special.expi(x)
+
+    @expi.defjvp
+    def expi_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return expi(x), derivative(x) * t
+
+    return jax_rule(expi, arrays(shape=(4,), dtype="float32", min_value=0.01, max_value=50.0), name=name)
+
+
+# JAX's own expi rule (jax/_src/scipy/special.py) on float32 drew a false GG207 at this input: the first table's
+# steps (0.17) cross expi's logarithmic singularity at 0, and the exemptions read one-sided slopes at steps near
+# 0.0117 as a kink ("outside the one-sided derivatives ... 44.3656 (from below) and 89.7039 (from above)").
+NEAR_ITS_SINGULARITY = (np.array([0.011719, 1.0, 1.0, 1.0], dtype=np.float32),)
+ONES_DRAWS = [(np.ones(4, dtype=np.float32),), np.ones(4, dtype=np.float32)]
+
+
+def test_a_right_jvp_near_a_singularity_closer_than_the_first_steps_passes_gg207() -> None:
+    from gradguard.checker.reproducer import replay
+
+    replay(expi_with(lambda x: jnp.exp(x) / x, "expi_rule"), "GG207", NEAR_ITS_SINGULARITY, ONES_DRAWS)
+
+
+def test_a_wrong_jvp_near_a_singularity_closer_than_the_first_steps_fails_gg207() -> None:
+    from gradguard.checker.reproducer import replay
+
+    with pytest.raises(AssertionError) as failed:
+        replay(expi_with(lambda x: 2 * jnp.exp(x) / x, "expi_doubled_rule"), "GG207", NEAR_ITS_SINGULARITY, ONES_DRAWS)
+    # the derivative the confirming tables resolve, and no kink: the sides' gap shrinks at a finer step
+    assert str(failed.value) == (
+        "GG207 jvp disagrees with forward finite differences (custom_jvp): the jvp of expi_doubled_rule disagrees "
+        "with finite differences: along a random direction u, <w, jvp(x; u)> = 188.984, but d/dt <w, "
+        "expi_doubled_rule(x + t u)> = 94.4926 by finite differences of the primal.")
+
+
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
     assert [f.check_id for f in findings(slipped, "GG201")] == ["GG201"]
 
