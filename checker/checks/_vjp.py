@@ -223,7 +223,8 @@ def _contracted(case: Case, cotangent: Any) -> kinks.Scalar:
     return kinks.contracted(_primal(case), cotangent)
 
 
-def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...], *, finer: float = 1.0) -> tuple[float, float] | None:
+def one_sided(case: Case, cotangent: Any, directions: tuple[Any, ...], *,
+              finer: float = 1.0) -> tuple[float, float] | None:
     """Second-order one-sided derivatives (left, right) of ``<cotangent, primal(x + t v)>`` at 0 (at
     :func:`kinks.one_sided`'s step, times ``finer``)."""
     return kinks.one_sided(_contracted(case, cotangent), case.args, directions, finer=finer)

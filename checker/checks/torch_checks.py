@@ -162,9 +162,9 @@ def backward_structure(case: Case) -> Iterable[Problem]:
     for i, g in enumerate(got[:n]):
         if g is not None and not isinstance(g, torch.Tensor):
             yield Problem(
-                message=(f"the backward of {name} returned a value of type {type(g).__name__} as the gradient for input {i} of "
-                         "forward; PyTorch accepts only a tensor or None there, and raises. Return a tensor "
-                         "(torch.as_tensor) or None."),
+                message=(f"the backward of {name} returned a value of type {type(g).__name__} as the gradient for "
+                         f"input {i} of forward; PyTorch accepts only a tensor or None there, and raises. Return a "
+                         "tensor (torch.as_tensor) or None."),
                 location=f"argument {i}",
                 expected="a tensor or None",
                 actual=type(g).__name__,

@@ -757,7 +757,8 @@ OVERFLOW_DRAWS = [np.array([1.0, 1.0], dtype=np.float32), 3.1, np.array([1.0, 1.
 def test_an_infinity_where_the_combination_is_beyond_the_dtype_is_not_a_linearity_violation():
     from gradguard.checker.reproducer import replay
 
-    replay(div_float32_rrule, "GG202", OVERFLOW_ARGS, OVERFLOW_DRAWS)  # 3.1 / 1e-38 + 1 / 1e-38 = 4.1e38: inf in float32
+    # 3.1 / 1e-38 + 1 / 1e-38 = 4.1e38: inf in float32
+    replay(div_float32_rrule, "GG202", OVERFLOW_ARGS, OVERFLOW_DRAWS)
     assert [f.message for f in check(div_float32_rrule, select=["GG202"], seed=0).findings] == []
 
 
@@ -781,7 +782,8 @@ def test_an_infinity_where_the_combination_is_small_still_fails_gg202():
     got = np.array([np.inf, np.inf, -np.inf, np.inf], dtype=np.float32)
     want = np.array([4.1e38, 3.4e38, 4.1e38, 1.0])  # 3.4e38: within float32's tolerance of its largest number
     assert overflows(got, want).tolist() == [True, True, False, False]
-    assert not _overflows_to(np.dtype(np.float64), for_dtype(np.float64), 1.0)(np.array([np.inf]), np.array([1.0e300]))[0]
+    in_float64 = _overflows_to(np.dtype(np.float64), for_dtype(np.float64), 1.0)
+    assert not in_float64(np.array([np.inf]), np.array([1.0e300]))[0]
 
 
 def test_a_disagreement_is_shown_with_enough_digits_to_see_it():
