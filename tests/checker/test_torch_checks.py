@@ -81,36 +81,11 @@ def test_gg701_gradient_for_a_non_tensor_input() -> None:
     assert f.location == "argument 1"
 
 
-class ScaleListGrads(torch.autograd.Function):
+class ScaleListGrads(ScaleRight):
     # torch-interpol's SplineCoeff (balbasty/torch-interpol bab3b86, interpol/autograd.py): `return [grad] + [None] * 4`
-    @staticmethod
-    def forward(ctx, x, k):
-        ctx.k = k
-        return x * k
-
     @staticmethod
     def backward(ctx, grad):
         return [grad * ctx.k, None]
-
-
-class DoubleListGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2.0
-
-    @staticmethod
-    def backward(ctx, grad):
-        return [grad * 2.0]
-
-
-class DoubleNumpyGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2.0
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.numpy() * 2.0
 
 
 class DoubleRight(torch.autograd.Function):
@@ -121,6 +96,18 @@ class DoubleRight(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad * 2.0
+
+
+class DoubleListGrad(DoubleRight):
+    @staticmethod
+    def backward(ctx, grad):
+        return [grad * 2.0]
+
+
+class DoubleNumpyGrad(DoubleRight):
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.numpy() * 2.0
 
 
 @pytest.mark.parametrize("function, args, listed", [
