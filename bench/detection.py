@@ -40,7 +40,11 @@ reported a failure (gradguard: any finding; gradcheck: returned False;
 check_grads: AssertionError), "errored" when it raised something else, and
 "missed" when it passed. On correct rules, anything but a pass is a false
 positive. Times are wall-clock sums over the corpus, measured in this run,
-imports excluded. gradguard then checks the whole corpus once more in a
+imports excluded, each tool (and gradguard[isolation]) over the whole corpus in a
+fresh process of its own: in one process, whichever tool ran first on a JAX rule
+paid the compilations of the primitives the others then reused (check_grads took
+8.1 s after gradguard on each case, 12.2 s alone). ``--one-process`` runs every
+tool on each case in turn in one process, as before. gradguard then checks the whole corpus once more in a
 single call on worker processes (``--jobs``, default one per CPU), the way
 ``gradguard check rules/ --jobs 0`` does, and reports that wall time and
 whether the findings match the per-case runs.
@@ -109,6 +113,7 @@ NOT_JAX = "check_grads takes JAX functions; a torch.autograd.Function is not one
 
 
 MAX_EXAMPLES: int | None = None  # --max-examples: gradguard's examples per rule (None: its default)
+VARIANTS: list[str] | None = None  # --variants (a child process of a separated run): only these variants run
 ERRORS_ONLY = False  # --corpus realworld: only error-severity findings count as catching (warnings are shown)
 CORPUS = "corpus"  # --corpus: which rules this run checks
 
@@ -146,6 +151,8 @@ def run_case(case: BenchCase, tools: list[str], select: list[str] | None, timeou
         row["upstream_flaw"] = case.label["upstream_flaw"]
     for group in tools:
         for variant in TOOLS[group]:
+            if VARIANTS is not None and variant not in VARIANTS:
+                continue
             limit = 0.0 if group == "gradguard" else timeout  # gradguard has its own per-rule time limit
             start = time.perf_counter()
             with warnings.catch_warnings():
@@ -177,6 +184,44 @@ def _run_variant(case: BenchCase, group: str, variant: str, select: list[str] | 
     if group == "gradcheck":
         return _torch_tools.run(case, variant, _programs(case, "gradcheck"))
     return _jax_tools.run(case, variant, _programs(case, "check_grads"))
+
+
+def _units(tools: list[str]) -> list[list[str]]:
+    """The variants each process of a separated run runs: gradguard and its isolation checks apart, and each anchor's
+    variants together (what "gradcheck (any)" and "check_grads (any)" time is one user running them all)."""
+    units = []
+    for group in tools:
+        units.extend([[v] for v in TOOLS[group]] if group == "gradguard" else [TOOLS[group]])
+    return units
+
+
+def _run_separately(args: argparse.Namespace, tools: list[str], cases: list[BenchCase]) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Each unit of variants over the whole corpus in a fresh process of this script; their rows merged by case."""
+    import subprocess
+    import tempfile
+
+    rows: dict[str, dict[str, Any]] = {}
+    imports: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, unit in enumerate(_units(tools)):
+            group = next(g for g in tools if unit[0] in TOOLS[g])
+            out = Path(tmp) / f"{k}.json"
+            command = [sys.executable, __file__, "--corpus", args.corpus, "--tools", group, "--variants", ",".join(unit),
+                       "--json", str(out), "--jobs", "1", "--timeout", str(args.timeout)]
+            command += ["--cases", ",".join(c.key for c in cases)] if (args.cases or args.quick) else []
+            command += ["--select", args.select] if args.select else []
+            command += ["--max-examples", str(args.max_examples)] if args.max_examples is not None else []
+            print(f"-- {', '.join(unit)}: a process of its own", flush=True)
+            subprocess.run(command, check=True)
+            child = json.loads(out.read_text())
+            imports.setdefault(group, child["imports"].get(group, 0.0))
+            for row in child["rows"]:
+                merged = rows.setdefault(row["case"], {**row, "tools": {}})
+                merged["tools"].update(row["tools"])
+                if "gradguard_ids" in row:
+                    merged["gradguard_ids"] = row["gradguard_ids"]
+    order = {c.key: i for i, c in enumerate(cases)}
+    return sorted(rows.values(), key=lambda r: order[r["case"]]), imports
 
 
 def _programs(case: BenchCase, tool: str) -> list[str] | None:
@@ -434,9 +479,16 @@ def main(argv: list[str] | None = None) -> int:
         "--max-examples", type=int, default=None,
         help="gradguard's drawn inputs per rule (default: its own, 20); fewer trade detection for time",
     )
+    parser.add_argument(
+        "--one-process", action="store_true",
+        help="run every tool on each case in this process, one after another (the default runs each tool over the "
+        "corpus in a process of its own, so that no tool inherits the programs another compiled)",
+    )
+    parser.add_argument("--variants", default=None, help=argparse.SUPPRESS)  # a separated run's child: these only
     args = parser.parse_args(argv)
-    global MAX_EXAMPLES, ERRORS_ONLY, CORPUS, TOOLS
+    global MAX_EXAMPLES, ERRORS_ONLY, CORPUS, TOOLS, VARIANTS
     MAX_EXAMPLES = args.max_examples
+    VARIANTS = args.variants.split(",") if args.variants else None
     CORPUS = args.corpus
     realworld = args.corpus == "realworld"
     ERRORS_ONLY = realworld
@@ -457,9 +509,14 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)  # a failing rule in a callback is an outcome, not noise
     started = time.perf_counter()
-    imports = {}
+    imports: dict[str, float] = {}
+    separate = not args.one_process and VARIANTS is None and len(_units(tools)) > 1
     for group, module in (("gradguard", "checker"), ("gradcheck", "torch"), ("check_grads", "jax")):
-        if group in tools:
+        if group in tools and separate:  # each child imports its own tool and times that
+            if importlib.util.find_spec(module if module != "checker" else "gradguard") is None:
+                print(f"skipping {group}: {module} is not installed (PyTorch is a benchmark-only extra: pip install torch==2.13.0)")
+                tools.remove(group)
+        elif group in tools:
             t = time.perf_counter()
             try:
                 __import__(module)
@@ -477,15 +534,27 @@ def main(argv: list[str] | None = None) -> int:
         print("no corpus case matches", file=sys.stderr)
         return 2
     rows = []
-    for k, case in enumerate(cases, 1):
-        row = run_case(case, tools, select, args.timeout)
-        rows.append(row)
-        outs = "  ".join(f"{v}={i['outcome']}" for v, i in row["tools"].items())
-        print(f"[{k}/{len(cases)}] {case.key} ({case.bug}): {outs}", flush=True)
+    if separate:
+        rows, imports = _run_separately(args, tools, cases)
+    else:
+        for k, case in enumerate(cases, 1):
+            row = run_case(case, tools, select, args.timeout)
+            rows.append(row)
+            outs = "  ".join(f"{v}={i['outcome']}" for v, i in row["tools"].items())
+            print(f"[{k}/{len(cases)}] {case.key} ({case.bug}): {outs}", flush=True)
+    if VARIANTS is not None:  # a child of a separated run: its rows and import times go back to the parent
+        Path(args.json).write_text(json.dumps({"rows": rows, "imports": imports}, default=str))
+        return 0
     summary = summarise(rows, tools)
     if "gradguard" in tools and jobs != 1 and len(cases) > 1:
         summary["whole_corpus"] = whole_corpus(cases, rows, select, jobs)
     text = render(summary, rows, tools)
+    if separate:
+        text += (
+            "\nEach tool (and gradguard[isolation]) ran over the corpus in a Python process of its own, so none "
+            "found JAX programs or PyTorch kernels another one had already compiled (`--one-process` runs them all "
+            "on each case in turn, in one process).\n"
+        )
     print()
     print(text)
     print("Import times (s, excluded above): " + ", ".join(f"{g} {s:.1f}" for g, s in imports.items()))

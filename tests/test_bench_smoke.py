@@ -48,6 +48,9 @@ def test_detection_gradguard_and_check_grads(tmp_path: Path) -> None:
     assert "detection rate" in out and "false positives" in out and "total wall time" in out
     assert "worker process(es) (`gradguard check --jobs 0`)" in out
     assert "the same findings as the per-case runs: yes." in out
+    # Each tool over the cases in a process of its own, so none reuses programs another compiled; the note says so.
+    assert "-- gradguard: a process of its own" in out and "-- check_grads, check_grads[order=2]: a process of its own" in out
+    assert "ran over the corpus in a Python process of its own" in out
     text = results.read_text()
     assert text.startswith("# Benchmark results")
     assert "<!-- begin detection -->" in text
@@ -72,6 +75,14 @@ def test_detection_gradcheck() -> None:
     out = run("detection.py", "--cases", "numeric:sum_ones_rrule,correct:square_rrule", "--tools", "gradcheck")
     assert "gradcheck[fast]" in out and "gradcheck[undefined]" in out and "gradcheck (any)" in out
     assert "numeric:sum_ones_rrule (numeric): gradcheck=caught" in out
+    assert "a process of its own" not in out  # one tool's variants together: nothing to separate
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason=NO_TORCH)
+def test_detection_one_process_runs_every_tool_on_each_case_in_turn() -> None:
+    out = run("detection.py", "--cases", "numeric:sum_ones_rrule", "--tools", "gradguard,gradcheck", "--jobs", "1", "--one-process")
+    assert "a process of its own" not in out
+    assert "numeric:sum_ones_rrule (numeric): gradguard=caught  gradguard[isolation]=caught  gradcheck=caught" in out
 
 
 TORCH_CASES = "torch_rules:sin_once_torch,torch_rules:exp_torch"
