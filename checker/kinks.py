@@ -32,6 +32,12 @@ from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
 
 __all__ = [
     "FINE_STEPS",
+    "SCALE_GROUPS_UP_TO",
+    "SCALE_SPAN",
+    "STEP_BELOW",
+    "ScaleGroup",
+    "first_move",
+    "scale_groups",
     "computed_at",
     "JUMP_RATIO",
     "NEIGHBOURS",
@@ -66,6 +72,77 @@ JUMP_RATIO = 64  # jumps_around looks at the rule around x at step / 64 and step
 NEIGHBOURS = 6  # ... at this many random points at each distance
 UNIT_NEIGHBOURS_UP_TO = 8  # ... and along every unit vector for arguments up to this many elements in all
 FINE_STEPS = 3  # finer probes of one-sided derivatives, each 1000 times smaller than the last
+SCALE_SPAN = 1e6  # scale_groups: the widest ratio of magnitudes among the moved elements of one group (float64),
+STEP_BELOW = 1e3  # ... whose steps move its smallest element by at most this fraction of its size (float64),
+SCALE_GROUPS_UP_TO = 8  # ... for at most this many groups (an input with more is left to the kink exemptions)
+
+
+@dataclass
+class ScaleGroup:
+    """One scale of an input (`scale_groups`): the direction restricted to the elements of that scale, and
+    ``reach``, the smallest ratio ``|x_k| / |v_k|`` over them (how far along it a step may go before it moves
+    an element by its own size)."""
+
+    along: tuple[Any, ...]
+    reach: float
+    smallest: float  # the group's smallest and largest |x_k|
+    largest: float
+
+
+def first_move(eps: float) -> float:
+    """How far a group's first step moves its smallest element, as a fraction of its size: 1/STEP_BELOW, or the cube
+    root of a narrower float's epsilon (float32: 5e-3), at which its finest steps still move it well above rounding."""
+    return max(1.0 / STEP_BELOW, eps ** (1.0 / 3.0))
+
+
+def scale_groups(args: tuple[Any, ...], v: tuple[Any, ...]) -> list[ScaleGroup] | None:
+    """The direction ``v`` split by the magnitudes of the real elements it moves into groups spanning at most
+    SCALE_SPAN (narrower in a narrower float: a group's largest element must still move by a hundred spacings at
+    the finest steps taken at its smallest element's scale), the largest magnitudes first; the parts sum to ``v``.
+    None where that is not tried: an argument it moves is not a real float array, a moved element is 0 or not
+    finite (a feature at the element itself), or the input has more than SCALE_GROUPS_UP_TO scales."""
+    mags, moves, owners, flat = [], [], [], []  # per moved element: |x_k|, |v_k|, its argument, its flat index
+    for i, d in enumerate(v):
+        if d is None:
+            continue
+        a = args[i]
+        if not (isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+            return None
+        along = np.abs(np.asarray(d)).reshape(-1)
+        k = np.flatnonzero(along)
+        mags.append(np.abs(a.reshape(-1)[k]).astype(np.float64))
+        moves.append(along[k].astype(np.float64))
+        owners.append(np.full(k.size, i))
+        flat.append(k)
+    if not mags:
+        return None
+    m, u, owner, index = (np.concatenate(x) for x in (mags, moves, owners, flat))
+    if m.size == 0 or not np.all(np.isfinite(m) & (m > 0.0)):
+        return None
+    # A group's largest element must still move by a hundred spacings at its finest steps (32 times below the first):
+    # 1e6 in float64; in float32, whose first steps move an element by eps**(1/3) = 5e-3 of its size, 13.
+    eps = max(float(np.finfo(args[i].dtype).eps) for i in set(owner.tolist()))
+    span = min(SCALE_SPAN, first_move(eps) / (32 * 100 * eps))
+    masks: list[np.ndarray] = []  # over the moved elements, the largest magnitudes first
+    left = np.ones(m.size, dtype=bool)
+    while left.any():
+        if len(masks) == SCALE_GROUPS_UP_TO:
+            return None
+        top = float(m[left].max())
+        masks.append(left & (m * span >= top))
+        left &= ~masks[-1]
+    groups = []
+    for group in masks:
+        along: list[Any] = [None] * len(v)
+        for i in np.unique(owner[group]).tolist():
+            d = np.asarray(v[i])
+            part = np.zeros_like(d).reshape(-1)
+            k = index[group & (owner == i)]
+            part[k] = d.reshape(-1)[k]
+            along[i] = part.reshape(d.shape)
+        groups.append(ScaleGroup(tuple(along), float(m[group].min()) / float(u[group].max()),
+                                 float(m[group].min()), float(m[group].max())))
+    return groups
 
 
 def shifted(args: tuple[Any, ...], directions: tuple[Any, ...], t: float) -> list[Any]:

@@ -253,9 +253,6 @@ def dot_test(lhs: fd.Derivative, tangents: Any, directions: Any) -> DotTest:
     return DotTest(lhs, inner(tangents, directions), abs_inner(tangents, directions))
 
 
-SCALE_SPAN = 1e6  # by_scales: the widest ratio of magnitudes among the moved elements of one group (float64),
-STEP_BELOW = 1e3  # ... whose steps move its smallest element by at most this fraction of its size (float64),
-SCALE_GROUPS_UP_TO = 8  # ... for at most this many groups (an input with more is left to the kink exemptions)
 SPACINGS = 1e5  # at_own_scale: and by at least this many times the spacing of floats at each moved element
 
 
@@ -287,47 +284,13 @@ def by_scales(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ..
     The entries of 4e16 and beyond, whose moves such steps (and the default ones) lose in rounding, are tested in
     groups of their own, at steps of their own size (`at_own_scale`). Not tried where a moved element is 0 or not
     finite (a feature at the element itself: the kink exemptions judge those), nor for complex arguments."""
-    mags, moves, owners, flat = [], [], [], []  # per moved element: |x_k|, |v_k|, its argument, its flat index
-    for i, d in enumerate(v):
-        if d is None:
-            continue
-        a = case.args[i]
-        if not (isinstance(a, np.ndarray) and a.dtype.kind == "f"):
-            return ByScales(False)
-        along = np.abs(np.asarray(d)).reshape(-1)
-        k = np.flatnonzero(along)
-        mags.append(np.abs(a.reshape(-1)[k]).astype(np.float64))
-        moves.append(along[k].astype(np.float64))
-        owners.append(np.full(k.size, i))
-        flat.append(k)
-    if not mags:
+    groups = kinks.scale_groups(case.args, v)
+    if groups is None:
         return ByScales(False)
-    m, u, owner, index = (np.concatenate(x) for x in (mags, moves, owners, flat))
-    if m.size == 0 or not np.all(np.isfinite(m) & (m > 0.0)):
-        return ByScales(False)
-    # A group's largest element must still move by a hundred spacings at its finest steps (32 times below the first):
-    # 1e6 in float64; in float32, whose first steps move an element by eps**(1/3) = 5e-3 of its size, 13.
-    eps = max(float(np.finfo(case.args[i].dtype).eps) for i in set(owner.tolist()))
-    span = min(SCALE_SPAN, _first_move(eps) / (32 * 100 * eps))
-    groups: list[np.ndarray] = []  # masks over the moved elements, the largest magnitudes first
-    left = np.ones(m.size, dtype=bool)
-    while left.any():
-        if len(groups) == SCALE_GROUPS_UP_TO:
-            return ByScales(False)
-        top = float(m[left].max())
-        groups.append(left & (m * span >= top))
-        left &= ~groups[-1]
     agrees, total, unresolvable = True, fd.Derivative(0.0, 0.0, 0, "richardson", 0.0), False
     for group in groups:
-        along: list[Any] = [None] * len(v)
-        for i in np.unique(owner[group]).tolist():
-            d = np.asarray(v[i])
-            part = np.zeros_like(d).reshape(-1)
-            k = index[group & (owner == i)]
-            part[k] = d.reshape(-1)[k]
-            along[i] = part.reshape(d.shape)
-        v_g = tuple(along)
-        measured = at_own_scale(case, ybar, v_g, float(m[group].min()) / float(u[group].max()))
+        v_g = group.along
+        measured = at_own_scale(case, ybar, v_g, group.reach)
         if measured is None:
             return ByScales(False)
         lhs, floored = measured
@@ -364,7 +327,7 @@ def at_own_scale(case: Case, ybar: Any, v: tuple[Any, ...], reach: float) -> tup
                if d is not None and np.asarray(a).dtype.kind == "f"), default=float(np.finfo(np.float64).eps))
     # finer than the default steps for small elements, coarser for huge ones, whose moves the default steps lose in
     # rounding
-    factor = reach * _first_move(eps) / coarsest
+    factor = reach * kinks.first_move(eps) / coarsest
     spacings_at = _spacing_floor(case.args, v)  # along v; along w = factor v it is this over factor
     floored = spacings_at / coarsest > factor
     factor = max(factor, spacings_at / coarsest)
@@ -407,12 +370,6 @@ def at_own_scale(case: Case, ybar: Any, v: tuple[Any, ...], reach: float) -> tup
     # change (along wider v)
     return fd.Derivative(float(lhs.value) / factor, lhs.error / factor + watched.unseen / wider, lhs.evaluations,
                          lhs.method, lhs.step * factor), floored
-
-
-def _first_move(eps: float) -> float:
-    """How far a group's first step moves its smallest element, as a fraction of its size: 1/STEP_BELOW, or the cube
-    root of a narrower float's epsilon (float32: 5e-3), at which its finest steps still move it well above rounding."""
-    return max(1.0 / STEP_BELOW, eps ** (1.0 / 3.0))
 
 
 def _spacing_floor(args: tuple[Any, ...], v: tuple[Any, ...]) -> float:

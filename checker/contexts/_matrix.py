@@ -36,7 +36,7 @@ from gradguard.engines.fd import first_step
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, drawn_ranges, drawn_shapes, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
 from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call, unresolved_call
-from gradguard.checker.contexts._verdict import compare, kink_excuse, rounding_bound
+from gradguard.checker.contexts._verdict import by_scales, compare, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit, by_name, fit_bends, weights_like)
 from gradguard.checker.specs import UNSTRUCTURED_RRULE, RuleSpec
@@ -59,6 +59,8 @@ class Row:
     # Kink evidence already gathered for a wrong <gradient, v> in this row: (slope, gradient, why no verdict or
     # None). Engines that agree on the gradient (the tape under its three policies, often JAX) share it.
     kink_evidence: list[tuple[float, Any, str | None]] = field(default_factory=list)
+    # Likewise the verdicts at the input's own scales (`_by_scales`): (slope, gradient, (status, message) or None).
+    scale_evidence: list[tuple[float, Any, tuple[str, str] | None]] = field(default_factory=list)
     # Where the rule itself has no derivative float64 holds at one of its calls (`non_finite_call`: it runs the
     # program again), asked once per row for its first non-finite wrong gradient: [] until asked, then [why or None].
     singular_call: list[str | None] = field(default_factory=list)
@@ -404,6 +406,10 @@ def _judge(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: 
         excuse = _kink_excuse(cell, row, engine, view, plan, v, program, scale, grads)
         if excuse:
             cell.status, cell.message = "skipped", excuse
+        elif grads is not None and not tolerances.resolves(b, row.fd_error, row.tol):
+            judged = _by_scales(cell, row, view, plan, v, program, grads)
+            if judged is not None:
+                cell.status, cell.message = judged
 
 
 def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Plan, v: tuple,
@@ -437,6 +443,20 @@ def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Pla
                               f"truth for <gradient, v> = {a:.6g}")
         row.kink_evidence.append((a, grads, excuse))
     return excuse
+
+
+def _by_scales(cell: Cell, row: Row, view: RuleView, plan: Plan, v: tuple, program: Callable[..., Any],
+               grads: Any) -> tuple[str, str] | None:
+    """`_verdict.by_scales` for a wrong cell whose finite differences resolve no derivative, asked once per
+    distinct gradient in the row (engines that agree on it share the answer)."""
+    for seen, seen_grads, judged in row.scale_evidence:
+        if tolerances.close(seen, cell.slope, row.tol) and _same_gradient(seen_grads, grads, row.tol):
+            return judged
+    judged = by_scales(lambda *xs: _scalar(program(*xs)), plan.inputs, v, grads, value=float(row.value),
+                       slope=cell.slope, truth=row.slope, fd_error=row.fd_error, tol=row.tol,
+                       computed_at=view.computed_at)
+    row.scale_evidence.append((cell.slope, grads, judged))
+    return judged
 
 
 def _same_gradient(a: Any, b: Any, tol: tolerances.Tolerance) -> bool:

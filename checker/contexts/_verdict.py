@@ -11,6 +11,9 @@ the whole program, with the finite differences' own error bound, and no verdict 
   at finer steps, or the engine's answers jump between pieces around the input and both its value and
   the finite difference are among them, where the program's own one-sided derivatives show a kink near
   the input.
+* Where finite differences along ``v`` resolve no derivative and disagree, they are taken again at each of the
+  input's scales (`by_scales`, as GG201 does): one step for an input of 6e-16 beside 7.8e29 crosses a clip at 0
+  beside the small element, or loses the small element's move in the rounding of the large one's share.
 * Where that evidence does not excuse it, valid subgradients of the rule at each of its calls may still
   sum to the engine's value: kinks at several output elements, bent opposite ways by the program's
   weights, reach beyond the whole program's one-sided derivatives (:mod:`._call_kinks`, asked by
@@ -20,14 +23,15 @@ the whole program, with the finite differences' own error bound, and no verdict 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from gradguard.checker import kinks, tolerances
-from gradguard.checker.trees import leaves
+from gradguard.checker.trees import abs_inner, inner, leaves
 
-__all__ = ["compare", "kink_excuse", "rounding_bound"]
+__all__ = ["by_scales", "compare", "kink_excuse", "rounding_bound"]
 
 
 def rounding_bound(inputs: tuple[Any, ...], value: float, step: float, computed_at: float | None = None) -> float:
@@ -106,3 +110,57 @@ def kink_excuse(program: Callable[..., Any], answer: kinks.Answer, inputs: tuple
             f"derivative to hold <gradient, v> = {slope:.6g} to"
         )
     return None
+
+
+def by_scales(program: Callable[..., Any], inputs: tuple[Any, ...], v: tuple[Any, ...], grads: Any, *, value: float,
+              slope: float, truth: float, fd_error: float, tol: tolerances.Tolerance,
+              computed_at: float | None) -> tuple[str, str] | None:
+    """A cell whose finite differences along ``v`` resolve no derivative (``truth`` +- ``fd_error``) and disagree
+    with the engine's ``slope``, judged again at each of the input's scales: ``v`` split by the magnitudes of the
+    elements it moves (`kinks.scale_groups`), and for each part ``v_g`` the program's finite differences (confirmed
+    by finer tables) at steps that move its smallest element by at most 1/STEP_BELOW of its size, against the
+    engine's own share ``<gradient, v_g>`` (its ``grads``). The parts sum to ``v``.
+
+    ``(status, message)``: "right" where every part resolves its derivative and agrees (`compare`); "skipped" (no
+    verdict) where every part that resolves one agrees and the others' error bounds hold the engine's share (the
+    program's value, whatever a large element makes it, rounds away what steps at a small element's scale change);
+    None where a part's finite differences, within their error bound, disagree with the engine's share, where the input is not split (`scale_groups`: a moved element is 0, not finite or subnormal, or an
+    argument is not a real array), or where finite differences cannot be taken there: the cell stays wrong."""
+    from gradguard.engines.fd import budget, confirmed, first_step
+
+    groups = kinks.scale_groups(inputs, v)
+    if groups is None or any(g.smallest < np.finfo(np.float64).tiny for g in groups):
+        return None
+    eps = max([float(np.finfo(np.asarray(x).dtype).eps) for x, d in zip(inputs, v)
+               if d is not None and np.asarray(x).dtype.kind == "f"] + ([computed_at] if computed_at else []))
+    parts: list[tuple[kinks.ScaleGroup, float, float, float, bool]] = []  # group, fd value, its error, share, resolved
+    for group in groups:
+        factor = group.reach * kinks.first_move(eps) / first_step(inputs, group.along)
+        w = tuple(None if d is None else np.asarray(d) * factor for d in group.along)
+        if not (factor > 0.0 and math.isfinite(factor)):
+            return None
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                d = confirmed(program, inputs, w, computed_at=computed_at, complex_step=False, **budget(inputs))
+        except ValueError:  # a probe point outside the program's domain
+            return None
+        at = float(np.real(d.value)) / factor
+        error = max(d.error, rounding_bound(inputs, value, d.step, computed_at)) / factor
+        share, size = inner(grads, group.along), abs_inner(grads, group.along)
+        if not (math.isfinite(at) and math.isfinite(error) and math.isfinite(share)):
+            return None
+        status, _ = compare(share, at, error, tol, size)
+        if status == "wrong":  # outside this part's error bound, resolved or not (0 +- 1.8e-5 against 0.359)
+            return None
+        parts.append((group, at, error, share, status == "right"))
+    shown = "; ".join(
+        f"elements of {g.smallest:.2g}" + (f" to {g.largest:.2g}" if g.largest > g.smallest else "")
+        + (f": {at:.6g} against {share:.6g}" if resolved else f": {at:.6g} ± {tolerances.SAFETY * error:.2g}, no derivative")
+        for g, at, error, share, resolved in parts)
+    whole = (f"finite differences of the program along v ({truth:.6g} ± {tolerances.SAFETY * fd_error:.2g}) resolve no "
+             f"derivative to hold <gradient, v> = {slope:.6g} to; taken again at each of the input's scales, with "
+             f"steps of that scale's own size, against the gradient's share there ({shown})")
+    if all(resolved for *_, resolved in parts):
+        return "right", f"right at the input's own scales: {whole}"
+    return "skipped", f"no verdict: {whole}, where each derivative they resolve agrees"

@@ -778,3 +778,75 @@ def test_gg503_holds_two_runs_of_a_float32_rule_to_float32s_rounding_and_shows_t
     assert not _value_differs(row(0.0014108700, 0.0014108700 + 2e-7, eps32), "torch")
     assert _value_differs(row(0.0014108700, 0.0014108700 + 2e-7, None), "torch")
     assert _value_differs(row(0.0014108700, 0.0028217400, eps32), "torch")  # a different function, float32 or not
+
+
+# -- an input of many scales (camp_zipnerf's safe_sqrt: sqrt of x clipped at 0, its exact jvp) ------------------
+# Seed 1 draws x = [6.1e-05, 0.99999, 7.8e+29, 6.4e-16] for `output-used`. One step for the whole input crosses the
+# clip at 0 beside the small elements, where the pullback is exactly 0.5/sqrt(x) (1.98e7 at 6.4e-16), and two tables
+# that both cross it agreed on -11.43 +- 64 against the engines' -8.07e6: a false GG501 error. Taken again at each
+# of the input's scales, the elements of 7.8e29 resolve their share and agree, and the others resolve nothing
+# (the program's value, 2e14, rounds away what steps of their size change): no verdict.
+def clipped_sqrt(x):
+    return np.sqrt(np.maximum(x, 0.0))
+
+
+MANY_SCALES = arrays(shape=(4,), min_value=1e-30, max_value=1e30)
+
+
+@rrule(clipped_sqrt, MANY_SCALES)
+def clipped_sqrt_rrule(x):
+    return clipped_sqrt(x), lambda g: (None,) if g is None else (0.5 * g / np.sqrt(x),)
+
+
+def test_an_input_of_many_scales_is_no_verdict_where_no_step_resolves_its_small_elements():
+    result = _context_findings(clipped_sqrt_rrule, seed=1)
+    assert result.findings == [] and result.verdict == "pass"
+    cells = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
+    assert {c["engine"] for c in cells} == {"tape[zero]", "tape[skip]", "jax", *TORCH}
+    for cell in cells:
+        assert cell["status"] == "skipped"
+        assert re.fullmatch(
+            r"no verdict: finite differences of the program along v \(-11\.4299 ± 6\.4e\+02\) resolve no derivative "
+            r"to hold <gradient, v> = -8\.07392e\+06 to; taken again at each of the input's scales, with steps of that "
+            r"scale's own size, against the gradient's share there \(elements of 7\.8e\+29: (\S+) against \1; elements "
+            r"of 6\.1e-05 to 1: \S+ ± \S+, no derivative; elements of 6\.4e-16: \S+ ± \S+, no derivative\), where each "
+            r"derivative they resolve agrees",
+            cell["message"],
+        ), cell["message"]
+
+
+def _sqrt_sum(x):
+    return float(np.sum(np.sqrt(np.maximum(x, 0.0))))
+
+
+SCALES_X = (np.array([1e-12, 1.0]),)
+SCALES_V = (np.array([0.8, -0.6]),)
+
+
+def _by_scales(grads):
+    from gradguard.checker import tolerances
+    from gradguard.checker.contexts._verdict import by_scales
+
+    slope = float(np.dot(grads[0], SCALES_V[0]))
+    # one step of 0.018 along v crosses 0 at 1e-12: the whole input's finite differences resolve nothing there
+    return by_scales(_sqrt_sum, SCALES_X, SCALES_V, grads, value=_sqrt_sum(SCALES_X[0]), slope=slope, truth=3.0,
+                     fd_error=10.0, tol=tolerances.for_dtype("float64"), computed_at=None)
+
+
+def test_at_the_inputs_own_scales_an_exact_gradient_is_right():
+    status, message = _by_scales((0.5 / np.sqrt(SCALES_X[0]),))
+    assert status == "right"
+    assert re.fullmatch(
+        r"right at the input's own scales: finite differences of the program along v \(3 ± 1e\+02\) resolve no "
+        r"derivative to hold <gradient, v> = 400000 to; taken again at each of the input's scales, with steps of "
+        r"that scale's own size, against the gradient's share there \(elements of 1: -0\.3 against -0\.3; elements of "
+        r"1e-12: 400000 against 400000\)",
+        message,
+    ), message
+
+
+@pytest.mark.parametrize("wrong_at", [0, 1])
+def test_at_the_inputs_own_scales_a_wrong_share_leaves_the_cell_wrong(wrong_at):
+    grads = 0.5 / np.sqrt(SCALES_X[0])
+    grads[wrong_at] *= 2.0  # BUG: twice the derivative at one scale
+    assert _by_scales((grads,)) is None
