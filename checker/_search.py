@@ -16,7 +16,9 @@ import copy
 import hashlib
 import pickle
 import time
+import sysconfig
 import traceback
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -171,7 +173,11 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
            inputs: Any = None) -> None:
     """Run a Hypothesis search over the rule's inputs (or ``inputs``), mapping Hypothesis' errors to ours."""
     strategy = rule.args_strategy if inputs is None else inputs
-    search = keyless(_hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(body))))
+
+    def checked(args: Any, data: Any) -> None:  # its frame tells the checks' exceptions from the specs' drawing's
+        body(args, data)
+
+    search = keyless(_hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(checked))))
     try:
         # (check_rule silences floating-point warnings for the whole rule: the values that caused them are
         # what GG206 and the other checks judge.)
@@ -195,8 +201,38 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
         raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
     except _InternalError:
         raise
-    except Exception as exc:  # a bug in gradguard's check, not in the rule
-        raise internal_error(label, rule.name, exc) from None
+    except Exception as exc:
+        if not _raised_in(exc, checked.__code__):
+            # Raised before the checks got the input: by a function the rule's own specs call while drawing it (a
+            # .filter that inverts a float16 matrix, which NumPy's linalg refuses)
+            raise _SpecCannotGenerate(
+                f"could not draw inputs for {rule.name}: its argument specs raised {type(exc).__name__}: {exc} "
+                f"(in {_innermost(exc)}). Fix the function the specs call (a .filter, .map or .flatmap), or the spec "
+                "whose values it cannot take."
+            ) from None
+        raise internal_error(label, rule.name, exc) from None  # a bug in gradguard's check, not in the rule
+
+
+def _raised_in(exc: BaseException, code: Any) -> bool:
+    """Whether ``exc`` passed through a frame running ``code`` on its way up."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _innermost(exc: BaseException) -> str:
+    """Where ``exc`` was raised, as ``function (file:line)``: the innermost frame of its traceback outside installed
+    packages and the standard library (the user's own function the spec calls), else the innermost of all."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "an unknown place"
+    installed = {str(Path(sysconfig.get_paths()[key]).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    own = [f for f in frames if not any(str(Path(f.filename).resolve()).startswith(root) for root in installed)]
+    last = (own or frames)[-1]
+    return f"{last.name} ({Path(last.filename).name}:{last.lineno})"
 
 
 def _shrink_note(options: Options, spent_earlier: bool) -> str:

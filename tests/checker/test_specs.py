@@ -138,3 +138,55 @@ def test_an_array_spec_builds_the_strategy_of_each_drawn_shape_once(monkeypatch)
     draw()
     assert shapes == {(2,), (3,)}
     assert sorted(built) == [(2,), (3,)]
+
+
+# -- a spec's own function raising while an input is drawn ----------------------------------------------------------
+# The real-world corpus's inverse rule filters its draws with np.linalg.inv, which refuses float16 matrices: the
+# TypeError came out of the search as "internal error in the checks", a bug of gradguard's, where the spec raised.
+def _invertible(a):
+    np.linalg.inv(a)  # TypeError for a float16 matrix: NumPy's linalg takes no float16
+    return True
+
+
+def _inv(a):
+    return np.linalg.inv(a)
+
+
+@rrule(_inv, arrays(shape=(2, 2), dtype="float16").filter(_invertible))
+def inv_f16_rrule(a):
+    ainv = np.linalg.inv(a.astype(np.float32)).astype(a.dtype)
+    return ainv, lambda g: (-ainv.T @ g @ ainv.T,)
+
+
+def test_a_spec_that_raises_while_drawing_is_a_spec_error_naming_its_function():
+    from gradguard.checker import check
+
+    result = check(inv_f16_rrule, seed=0).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "SpecError", result.error
+    assert result.error["message"] == (
+        "could not draw inputs for inv_f16_rrule: its argument specs raised TypeError: array type float16 is "
+        f"unsupported in linalg (in _invertible (test_specs.py:{_invertible.__code__.co_firstlineno + 1})). Fix the "
+        "function the specs call (a .filter, .map or .flatmap), or the spec whose values it cannot take."
+    )
+
+
+def test_a_check_that_raises_is_still_an_internal_error(monkeypatch):
+    """The twin: the same exception raised by a check on a drawn input is gradguard's own bug, and says so."""
+    from dataclasses import replace
+
+    from gradguard.checker import check
+    from gradguard.checker import checks as registry
+
+    def broken(case):
+        raise TypeError("array type float16 is unsupported in linalg")
+
+    monkeypatch.setitem(registry.CHECKS, "GG101", replace(registry.CHECKS["GG101"], fn=broken))
+    result = check(square_f32_rrule, seed=0, select=["GG101"]).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "InternalError", result.error
+    assert result.error["message"] == ("internal error in check GG101 on rule square_f32_rrule: TypeError: array type "
+                                       "float16 is unsupported in linalg")
+
+
+@rrule(square, arrays(shape=(2,), dtype="float32"))
+def square_f32_rrule(x):
+    return x * x, lambda g: (2 * x * g,)
