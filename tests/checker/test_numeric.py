@@ -879,3 +879,62 @@ def test_gg201_names_the_element_furthest_off_not_the_first():
     assert f.location == "argument 0 at [1]", f.message
     m = re.search(r"cotangent for argument 0 \(x\) at \[1\]: expected (\S+) \(finite differences\), got (\S+) ", f.message)
     assert m and float(m[2]) == pytest.approx(3 * float(m[1]), rel=1e-4)
+
+
+# -- linearity where a float16 tangent is a sum whose terms cancel (chainer's batch normalisation) ------------------
+def standardised_scale(x, g):
+    xc = x - x.mean(axis=0)
+    return g * (xc / np.sqrt((xc * xc).mean(axis=0) + np.float16(1e-3)))
+
+
+def _standardised(x):
+    xc = x - x.mean(axis=0)
+    std = np.sqrt((xc * xc).mean(axis=0) + np.float16(1e-3))
+    return xc / std, std
+
+
+@rrule(standardised_scale, arrays(shape=(4, 3), dtype="float16"), arrays(shape=(3,), dtype="float16"))
+def standardised_scale_f16_rrule(x, g):
+    xhat, std = _standardised(x)
+
+    def pullback(gy):
+        gx = (g / std) * (gy - gy.mean(axis=0) - xhat * (gy * xhat).mean(axis=0))
+        return gx, np.sum(gy * xhat, axis=0)  # for a constant gy, exactly 0: xhat sums to 0 down each column
+
+    return g * xhat, pullback
+
+
+@rrule(standardised_scale, arrays(shape=(4, 3), dtype="float16"), arrays(shape=(3,), dtype="float16"))
+def standardised_scale_quadratic_f16_rrule(x, g):
+    xhat, std = _standardised(x)
+
+    def pullback(gy):
+        gx = (g / std) * (gy - gy.mean(axis=0) - xhat * (gy * xhat).mean(axis=0))
+        return gx, np.sum(gy * xhat, axis=0) + np.float16(0.01) * np.sum(gy * gy, axis=0)  # BUG: quadratic in gy
+
+    return g * xhat, pullback
+
+
+# chainer's batch normalisation in float16 drew GG202 at this input (a column [0, 0, 1, 0], gamma 0) and constant
+# cotangents: "pullback(2.0 * ybar1 + ybar2) = 0.001953125, but 2.0 * pullback(ybar1) + pullback(ybar2) = 0.0" for
+# gamma, where the sum of 3 * xhat (terms up to 5.2) rounds to one float16 spacing of them and the others to 0. Here
+# the sums of 9 * xhat and 3 * xhat round to -0.0156 and -0.00195 where each is 0: 0.0098 apart, atol 0.001.
+CANCELLING_ARGS = (np.array([[0, 0, 0], [0, 0, 1], [0, 0, 0], [0, 0, 0]], dtype=np.float16), np.zeros(3, np.float16))
+CANCELLING_DRAWS = [np.full((4, 3), 3.0, np.float16), 2.0, np.full((4, 3), 3.0, np.float16)]
+
+
+def test_a_float16_sum_whose_terms_cancel_is_judged_by_its_own_rounding():
+    from gradguard.checker.reproducer import replay
+
+    replay(standardised_scale_f16_rrule, "GG202", CANCELLING_ARGS, CANCELLING_DRAWS)
+
+
+def test_a_float16_pullback_quadratic_in_the_cotangent_still_fails_gg202():
+    from gradguard.checker.reproducer import replay
+
+    with pytest.raises(AssertionError) as failed:
+        replay(standardised_scale_quadratic_f16_rrule, "GG202", CANCELLING_ARGS, CANCELLING_DRAWS)
+    assert str(failed.value) == (
+        "GG202 pullback is not linear in the cotangent: the pullback of standardised_scale_quadratic_f16_rrule is not "
+        "linear in the cotangent: for argument 1 (g) at [0], pullback(2.0 * ybar) = 1.4404296875, but 2.0 * "
+        "pullback(ybar) = 0.720215.")
