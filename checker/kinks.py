@@ -366,6 +366,35 @@ def _fine_steps(h: float) -> list[float]:
     return [h / 1000.0 ** j for j in range(FINE_STEPS + 1)]
 
 
+MOVE_SPACINGS = 10.0  # _moving_steps: a narrow float's finest step moves each element by at least this many spacings
+WIDEST_STEP_RATIO = 10.0  # ... and its steps still shrink at least this much from one to the next
+
+
+def _moving_steps(h: float, args: tuple[Any, ...], d: tuple[Any, ...]) -> list[float] | None:
+    """`_fine_steps` from ``h``, where every one of them moves the elements ``d`` moves in their own float; in a
+    float narrower than float64 (float16: 0 + 1e-10 is 0, its smallest number being 6e-8) the steps span ``h`` down to
+    the least step that moves each such element by MOVE_SPACINGS spacings instead, as evenly as FINE_STEPS allow;
+    None where that leaves them closer than WIDEST_STEP_RATIO apart (no growth to read)."""
+    steps = _fine_steps(h)
+    floor = 0.0
+    for a, v in zip(args, d):
+        if v is None:
+            continue
+        a, v = np.asarray(a), np.asarray(v)
+        if a.dtype.kind != "f" or a.dtype.itemsize >= 8:
+            continue
+        moved = v != 0
+        if moved.any():
+            gaps = np.spacing(np.abs(a[moved])).astype(np.float64)
+            floor = max(floor, float(np.max(MOVE_SPACINGS * gaps / np.abs(v[moved]).astype(np.float64))))
+    if steps[-1] >= floor:
+        return steps
+    ratio = (h / floor) ** (1.0 / FINE_STEPS) if floor > 0 else 0.0
+    if not ratio >= WIDEST_STEP_RATIO:
+        return None
+    return [h / ratio ** j for j in range(FINE_STEPS + 1)]
+
+
 def _finer_steps(args: tuple[Any, ...], directions: tuple[Any, ...]) -> list[float]:
     """The steps below ``eps**(1/3)`` that :func:`derivative_range` and :func:`element_sides` take, finest last:
     FINE_STEPS ones each 1000 times smaller, then the input's own scales (:func:`input_steps`)."""
@@ -770,12 +799,15 @@ def growing(f: Any, args: tuple[Any, ...], d: tuple[Any, ...], y0: list[np.ndarr
             eps: float) -> tuple[int, tuple[int, ...], tuple[tuple[float, float], ...], str | None] | None:
     """``(output, index, (step, quotient) pairs, side)`` for the first real output element whose one-sided
     difference quotients along ``d`` grow without settling (:func:`_diverging`) over every step from ``h`` down
-    to 1e-9 of it: from below and from above with one sign (``side`` None), or from one side only where the
+    to 1e-9 of it (in a float narrower than float64, down to the least step that still moves the element:
+    `_moving_steps`): from below and from above with one sign (``side`` None), or from one side only where the
     primal is not finite on the other at every step (``side`` "above" or "below": the edge of its domain). None
     where none does, for complex outputs, or where the primal raises beside x."""
     if any(np.iscomplexobj(y) for y in y0):
         return None
-    steps = _fine_steps(h)
+    steps = _moving_steps(h, args, d)
+    if steps is None:
+        return None
     values = _around(f, args, d, steps, len(y0))
     if values is None:
         return None

@@ -231,3 +231,40 @@ def test_gg206_claims_no_derivative_where_finite_differences_resolve_none_beyond
     assert _problems(reciprocal_rrule, "GG206", [np.array([0.0, 1.0])], at=(np.array([1e-200, 1.0]),)) == []
     [problem] = _problems(cube_nan_at_zero_rrule, "GG206", [np.array([0.0, 1.0])])  # smooth there: still an error
     assert problem.severity is None
+
+
+# -- float16: steps that still move the element ------------------------------------------------------------------
+# The float16 probe of the real-world corpus: chainer's sqrt at an all-zero input drew a GG301 error where float64
+# and float32 warn. The finest steps (1e-9 of eps**(1/3) = 9.9e-11) are below float16's smallest number (6e-8), so
+# 0 + step rounded to 0 and the quotients did not grow. Now they end at ten spacings of the element.
+@rrule(cbrt, arrays(shape=(2,), dtype="float16", min_value=-2.0, max_value=2.0))
+def cbrt_f16_rrule(x):
+    y = np.cbrt(x)
+    return y, lambda g: (g / (3 * y * y),)
+
+
+@rrule(cube, arrays(shape=(2,), dtype="float16", min_value=-2.0, max_value=2.0))
+def cube_nan_at_zero_f16_rrule(x):
+    return x**3, lambda g: (3 * x * x * g * (x / x),)  # BUG: 0/0 at 0, where the derivative is 0
+
+
+AT_ZERO_F16 = (np.array([0.0, 1.0], dtype=np.float16),)
+
+
+def test_a_float16_vertical_tangent_is_found_at_steps_that_move_the_element():
+    [problem] = _problems(cbrt_f16_rrule, "GG301", [], at=AT_ZERO_F16)
+    assert problem.severity == "warning"
+    assert re.fullmatch(
+        r"the pullback of cbrt_f16_rrule must return zero tangents for a zero cotangent, but the tangent for argument 0 "
+        r"\(x\) at \[0\] is nan, at a point where the primal has no derivative finite differences resolve along this "
+        r"element: the one-sided difference quotients of the output at \[0\] along this element grow at every step "
+        r"finite differences can take \(\S+ at step 0\.1, \S+ at step 0\.002, \S+ at step 3e-05, \S+ at step 6e-07\), "
+        r"so they establish no finite derivative there\. A program that does not use the output still gets this value "
+        r"in its gradient\.", problem.message), problem.message
+
+
+def test_a_float16_nan_where_the_primal_is_smooth_stays_an_error():
+    [problem] = _problems(cube_nan_at_zero_f16_rrule, "GG301", [], at=AT_ZERO_F16)
+    assert problem.severity is None  # the check's own: an error
+    assert problem.message == ("the pullback of cube_nan_at_zero_f16_rrule must return zero tangents for a zero "
+                               "cotangent, but the tangent for argument 0 (x) at [0] is nan.")
