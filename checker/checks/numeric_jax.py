@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.case import Case, is_finite_tree
+from gradguard.checker.case import Case, ReplayDraws, is_finite_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, mismatches, where
 from gradguard.checker.checks._jax import (
     batched_directional,
@@ -33,7 +33,7 @@ from gradguard.checker.checks._jax import (
     use_batched_fd,
 )
 from gradguard.checker.checks._kinks import coupled_kink, kink_problem
-from gradguard.checker.checks._reference import REFERENCE, TRANSLATED, jax_tangents, same_around
+from gradguard.checker.checks._reference import REFERENCE, TRANSLATED, _vjp_of, jax_tangents, same_around
 from gradguard.checker.checks._vjp import (
     _primal,
     adjoint_tangents,
@@ -143,6 +143,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     v = _difference_direction(case, mine, ref)
     at_kink = _KinkMemo(case, ybar)  # each differing element's kink probe, run once for both uses below
     sides = ""
+    widened = False  # the reference was taken again on float64 copies of narrow-float arguments
     at_edge = False  # no difference along v stays in the primal's domain: each element is judged from its side
     if _moves(v):
         verdict, how = _along(case, ybar, mine, ref, v)
@@ -159,6 +160,13 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
             # whose sqrt(s) JAX differentiates through): the secondary oracle never overrules them. GG201
             # judges the rule against them.
             return
+        if verdict == "both" and (wide_ref := _float64_reference(case, ybar)) is not None:
+            # Finite differences cannot tell the two apart, and the reference rounds in the arguments' narrow float
+            # too (JAX's float16 sigmoid derivative at x = -5.9 is 0, (1 + e^5.9)**2 = 1.3e5 overflowing float16;
+            # it is 0.0027): JAX's derivative of the primal on float64 copies of them judges the rule instead
+            if first_mismatch(tangent_pairs(case, mine, wide_ref), close_at_leaf_scale(case.tol)) is None:
+                return
+            ref, widened = wide_ref, True
         at_edge = verdict == "no differences"
         if verdict == "confirmed":  # what was established: along the rule's tangent minus JAX's, not element by element
             sides = f" {how} along the difference of the two agree with JAX."
@@ -194,6 +202,8 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
     else:
         reference = "jax.vjp of the primal"
+    if widened:
+        reference += ", on float64 copies of its narrower float arguments"
     want_text, got_text = show_apart(want, got)
     yield Problem(
         message=(
@@ -239,6 +249,35 @@ def _along(case: Case, ybar: Any, mine: tuple[Any, ...], ref: tuple[Any, ...], v
     if not tolerances.close(value, inner(mine, v), tol, scale=scale_mine, fd_error=error):
         return "confirmed", how
     return "both", how
+
+
+def _float64_reference(case: Case, ybar: Any) -> tuple[Any, ...] | None:
+    """JAX's reference (as an adjoint, like `_reference_adjoint`) taken again on float64 (complex128) copies of the
+    differentiable arguments that are a narrower float and of the cotangent; None where no argument is narrow, no
+    reference was chosen, JAX cannot take it there or it is not finite."""
+    narrow = {i for i in case.diff_positions if isinstance(case.args[i], (np.ndarray, np.generic))
+              and np.asarray(case.args[i]).dtype.kind in "fc" and np.asarray(case.args[i]).dtype not in _WIDE}
+    chosen = case.rule.extra.get(REFERENCE)
+    if not narrow or chosen is None:
+        return None
+    wide = Case(case.rule, tuple(_widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    try:
+        ref = _conj(_vjp_of(wide, chosen, tree_map(_widened, _conj(copy_tree(ybar)))))
+    except Exception:  # noqa: BLE001 - JAX refuses it at float64 (or the primal does): no second reference
+        return None
+    ref = tuple(r if i in case.diff_positions else None for i, r in enumerate(ref))
+    return ref if is_finite_tree([ref[i] for i in case.diff_positions]) else None
+
+
+_WIDE = (np.dtype(np.float64), np.dtype(np.complex128))
+
+
+def _widened(x: Any) -> Any:
+    """``x`` in float64 (complex128) where it is a narrower float array or scalar; anything else as it is."""
+    if x is None or not isinstance(x, (np.ndarray, np.generic, float, complex)):
+        return x
+    arr = np.asarray(x)
+    return arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64) if arr.dtype.kind in "fc" else x
 
 
 def _off_kinks(case: Case, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...],

@@ -357,3 +357,44 @@ def test_each_differing_element_is_probed_for_a_kink_once(monkeypatch):
     with pytest.raises(AssertionError):
         replay(leaky_relu_slope_one, "GG203", (np.array([0.0, 0.0, 0.0, -1.0]),), [np.ones(4)])
     assert sorted(probed) == [(0, (0,)), (0, (1,)), (0, (2,)), (0, (3,))]
+
+
+# -- float16: JAX's reference rounds too ----------------------------------------------------------------------------
+# The float16 probe of the real-world corpus: MyGrad's sigmoid drew "expected 0.0 (JAX), got 0.00270844" at
+# x = -5.906, where JAX's float16 derivative of 1 / (1 + exp(-x)) is 0 ((1 + e^5.906)**2 = 1.35e5 overflows float16)
+# and mpmath gives 0.0027076, the rule's value; float16 finite differences (0.0027 +- 0.016) agree with both.
+def sigmoid(x):
+    return 1 / (1 + np.exp(-1.0 * x))
+
+
+def _sigmoid_spec():
+    from hypothesis import strategies as st
+
+    return st.just(np.array([0.0, -5.906, 27.27, -2.842], np.float16))
+
+
+@rrule(sigmoid, _sigmoid_spec())
+def sigmoid_f16_rrule(x):  # MyGrad's: s * (1 - s)
+    s = sigmoid(x)
+    return s, lambda g: (g * s * (1.0 - s),)
+
+
+@rrule(sigmoid, _sigmoid_spec())
+def sigmoid_f16_off_rrule(x):
+    s = sigmoid(x)
+    # BUG: a branch for small s (a series, say) twice the derivative: only the element at -5.9 differs, where float16 finite
+    # differences agree with both it and JAX's float16 0
+    return s, lambda g: (g * s * (1.0 - s) * np.where(s < 0.01, np.float16(2.0), np.float16(1.0)),)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_float16_reference_that_rounds_away_is_taken_again_in_float64(seed):
+    assert check(sigmoid_f16_rrule, seed=seed, select=["GG203"]).rules[0].findings == []
+
+
+def test_a_float16_rule_the_float64_reference_refutes_still_fails_gg203():
+    [finding] = check(sigmoid_f16_off_rrule, seed=2, select=["GG203"]).rules[0].findings
+    assert finding.message == (
+        "the pullback of sigmoid_f16_off_rrule disagrees with the JAX reference gradient (jax.vjp of the primal, its "
+        "NumPy calls run as jax.numpy, on float64 copies of its narrower float arguments): cotangent for argument 0 "
+        "(x) at [1]: expected 0.00270761 (JAX), got 0.00541687.")
