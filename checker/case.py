@@ -58,8 +58,22 @@ class RuleRaised(Exception):
         return Problem(
             message=str(self),
             actual=self.summary,
-            fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's domain.",
+            fix=f"Make the {self.phase} handle this input, or narrow the argument specs if it is outside the rule's "
+                f"domain.{_x64_hint(self.exc)}",
         )
+
+
+def _x64_hint(exc: BaseException) -> str:
+    """A sentence for a JAX error that mixes float32 and float64 values: gradguard runs JAX with 64-bit types on,
+    where a constant made without a dtype is float64 (synjax's float32 slogdet through ``jnp.eye(n)``: "primal
+    float32[] with tangent float64[]"); '' for any other error."""
+    text = str(exc)
+    from_jax = type(exc).__module__.startswith("jax") or any(word in text for word in ("custom_jvp", "custom_vjp", "jax"))
+    if not from_jax or "float32" not in text or "float64" not in text:
+        return ""
+    return (" gradguard runs JAX with 64-bit types on (jax_enable_x64), as programs that use float64 do: there an "
+            "array made without a dtype (jnp.eye(n), jnp.zeros(n), jnp.asarray(1.0)) is float64 and promotes the "
+            "float32 values it meets. Give such arrays the argument's dtype (jnp.eye(n, dtype=x.dtype)).")
 
 
 class DeviceMemoryExhausted(BaseException):

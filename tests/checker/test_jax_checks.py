@@ -986,3 +986,50 @@ def test_gg204_only_warns_of_a_nan_second_order_where_the_pullback_has_a_kink():
     assert f.message.startswith("JAX's derivative of the pullback of half_abs_square gives nan at an input where the "
                                 "pullback has no derivative"), f.message
     assert check(rule, select=["GG204"]).rules[0].verdict == "pass"
+
+
+# -- float32 rules under JAX's 64-bit types ----------------------------------------------------------------------------
+# gradguard runs JAX with jax_enable_x64 on. synjax's float32 slogdet makes its inverse with jnp.eye(n), float64
+# there, and JAX refuses the float64 tangent beside the float32 primal: GG101 says why, in its fix.
+@jax.custom_jvp
+def trace_inv(x):
+    return jnp.trace(jnp.linalg.inv(x))
+
+
+@trace_inv.defjvp
+def _trace_inv_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    inv = jnp.linalg.solve(x, jnp.eye(x.shape[0]))  # BUG with 64-bit types on: jnp.eye is float64, so is the tangent
+    return trace_inv(x), -jnp.trace(inv @ t @ inv)
+
+
+@jax.custom_jvp
+def trace_inv_typed(x):
+    return jnp.trace(jnp.linalg.inv(x))
+
+
+@trace_inv_typed.defjvp
+def _trace_inv_typed_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    inv = jnp.linalg.solve(x, jnp.eye(x.shape[0], dtype=x.dtype))
+    return trace_inv_typed(x), -jnp.trace(inv @ t @ inv)
+
+
+PSD_F32 = arrays(shape=(2, 2), dtype="float32", structure="psd")
+
+
+def test_a_float32_rule_that_makes_float64_constants_gets_gg101_with_the_reason():
+    rule = jax_rule(trace_inv, PSD_F32, name="trace_inv_f32_rule")
+    [finding] = [f for f in check(rule, seed=0, select=["GG101"]).rules[0].findings]
+    assert finding.message.startswith("the forward of trace_inv_f32_rule raised AdapterError: custom_jvp trace_inv raised "
+                                      "TypeError: Custom JVP rule must produce primal and tangent outputs")
+    assert finding.fix == (
+        "Make the forward handle this input, or narrow the argument specs if it is outside the rule's domain. gradguard "
+        "runs JAX with 64-bit types on (jax_enable_x64), as programs that use float64 do: there an array made without a "
+        "dtype (jnp.eye(n), jnp.zeros(n), jnp.asarray(1.0)) is float64 and promotes the float32 values it meets. Give "
+        "such arrays the argument's dtype (jnp.eye(n, dtype=x.dtype)).")
+
+
+def test_the_same_rule_with_typed_constants_passes_gg101():
+    rule = jax_rule(trace_inv_typed, PSD_F32, name="trace_inv_typed_f32_rule")
+    assert check(rule, seed=0, select=["GG101"]).rules[0].findings == []
