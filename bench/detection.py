@@ -220,6 +220,9 @@ def _run_separately(args: argparse.Namespace, tools: list[str], cases: list[Benc
                 merged["tools"].update(row["tools"])
                 if "gradguard_ids" in row:
                     merged["gradguard_ids"] = row["gradguard_ids"]
+    for group, module in (("gradcheck", "torch"), ("check_grads", "jax")):
+        if group in tools:
+            __import__(module)  # here too, so that the results' environment line names the versions that ran
     order = {c.key: i for i, c in enumerate(cases)}
     return sorted(rows.values(), key=lambda r: order[r["case"]]), imports
 
