@@ -681,3 +681,29 @@ def test_a_given_base_value_is_not_used_where_the_base_point_has_other_bits():
     result = directional(_recording(np.sin, seen), (x,), (v,), np.ones(3), base=np.full(3, np.nan))
     assert any(np.array_equal(p, np.array([0.0, 1.0, 2.0])) and not np.signbit(p[0]) for p in seen)
     assert result == plain  # the NaN handed in was never read
+
+
+# -- float16 inputs at steps below their spacing -------------------------------------------------------------------
+# The float16 probe of the real-world corpus: TensorFlow's ndtri in `fan-out` drew "34.5 where the program's gradient
+# is 0". A deeper table's steps (2.3e-4) move float16 inputs near 1 (spacing 4.9e-4) by nothing once rounded, and the
+# probe that prices the inputs' rounding rounded back onto them too and read 0: a flat table claimed a slope of 0 with
+# an error of 3e-10. The probe now moves narrow-float inputs by a few spacings.
+F16_X = np.array([0.456, 0.804, 0.9937, 0.955, 0.3806, 0.5913], dtype=np.float16)
+F16_V = np.array([-0.438, 0.383, -0.525, 0.338, 0.811, 0.043])
+
+
+def _square_sum_in_float64(a):
+    return float(np.sum(np.asarray(a).astype(np.float64) ** 2))  # float64 arithmetic: only the inputs round
+
+
+def test_a_table_below_float16_inputs_spacing_does_not_claim_its_flat_slope():
+    truth = float(np.sum(2 * F16_X.astype(np.float64) * F16_V))  # 0.487
+    d = directional(_square_sum_in_float64, (F16_X,), (F16_V,), max_step=2.3e-4, complex_step=False)
+    assert abs(d.value - truth) <= d.error
+    assert d.error > abs(truth)  # it resolves nothing at those steps, and says so
+
+
+def test_a_float16_table_at_steps_that_move_its_inputs_still_resolves_the_slope():
+    truth = float(np.sum(2 * F16_X.astype(np.float64) * F16_V))
+    d = directional(_square_sum_in_float64, (F16_X,), (F16_V,), complex_step=False)
+    assert abs(d.value - truth) <= d.error < 0.25 * abs(truth)  # 0.4856 +- 0.055 against 0.4870
