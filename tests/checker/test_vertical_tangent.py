@@ -268,3 +268,26 @@ def test_a_float16_nan_where_the_primal_is_smooth_stays_an_error():
     assert problem.severity is None  # the check's own: an error
     assert problem.message == ("the pullback of cube_nan_at_zero_f16_rrule must return zero tangents for a zero "
                                "cotangent, but the tangent for argument 0 (x) at [0] is nan.")
+
+
+# A cone point in float16: a norm of a zero row. At the 1000-fold finer step (9.9e-5) float16's x * x underflows, the
+# primal reads flat and the sides did not "keep their values": an error where float64 warns. Narrow floats' sides are
+# also compared at a 32-fold finer step.
+def row_norm(x):
+    return np.sqrt(np.sum(x * x, axis=1))
+
+
+@rrule(row_norm, arrays(shape=(2, 3), dtype="float16", min_value=-2.0, max_value=2.0))
+def row_norm_f16_rrule(x):
+    n = row_norm(x)
+    return n, lambda g: ((g / n)[:, None] * x,)
+
+
+def test_a_float16_cone_point_is_found_where_float16_holds_the_finer_step():
+    [problem] = _problems(row_norm_f16_rrule, "GG301", [], at=(np.zeros((2, 3), dtype=np.float16),))
+    assert problem.severity == "warning"
+    assert problem.message == (
+        "the pullback of row_norm_f16_rrule must return zero tangents for a zero cotangent, but the tangent for argument "
+        "0 (x) at [0, 0] is nan, at a point where the primal has no derivative finite differences resolve along this "
+        "element: the one-sided derivatives of the output at [0] are -0.999693 (from below) and 0.999693 (from above) "
+        "at steps 0.1 and 0.003. A program that does not use the output still gets this value in its gradient.")
