@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = ["with_article", "leaves", "with_leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
-           "same_structure", "describe", "max_abs", "REAL_KINDS"]
+           "same_structure", "describe", "max_abs", "REAL_KINDS", "is_narrow_float", "widened"]
 
 
 def is_leaf(x: Any) -> bool:
@@ -136,6 +136,23 @@ def abs_inner(a: Any, b: Any) -> float:
 def max_abs(tree: Any) -> float:
     vals = [float(np.max(np.abs(x))) for x in leaves(tree) if x is not None and np.size(x)]
     return max(vals, default=0.0)
+
+
+def is_narrow_float(x: Any) -> bool:
+    """Whether ``x`` is a NumPy array or scalar of a float narrower than float64 (complex narrower than complex128):
+    float16, float32, complex64."""
+    if not isinstance(x, (np.ndarray, np.generic)) or x.dtype.kind not in "fc":
+        return False
+    return x.dtype.itemsize < (8 if x.dtype.kind == "f" else 16)
+
+
+def widened(x: Any) -> Any:
+    """``x`` as a float64 (complex128) array where it holds floats (an array, a scalar); anything else (None,
+    integers, other objects) as it is."""
+    if x is None:
+        return None
+    arr = np.asarray(x)
+    return arr.astype(np.result_type(arr.dtype, np.float64)) if arr.dtype.kind in "fc" else x
 
 
 def describe(x: Any) -> str:

@@ -49,7 +49,7 @@ from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_d
 from gradguard.checker.kinks import STAIR_SLACK, growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import inner, leaves, tree_map
+from gradguard.checker.trees import inner, is_narrow_float, leaves, tree_map, widened
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
            "no_derivative_along", "beyond_float64", "NoDerivative"]
@@ -475,17 +475,11 @@ def _agrees_in_float64(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest
     float32 resolves there, while the function's slope, and the exact derivative a pullback returns, is 0.53."""
     from gradguard.engines import fd
 
-    narrow = {i for i in case.diff_positions
-              if isinstance(case.args[i], (np.ndarray, np.generic)) and np.asarray(case.args[i]).dtype.kind == "f"
-              and np.asarray(case.args[i]).dtype.itemsize < 8}
-    if not narrow or has_complex(case, ybar):
+    narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
+    if not narrow or has_complex(case, ybar) or any(np.iscomplexobj(case.args[i]) for i in narrow):
         return False
-
-    def wide(x: Any) -> Any:
-        return None if x is None else np.asarray(x, dtype=np.float64)
-
-    args = tuple(wide(a) if i in narrow else a for i, a in enumerate(case.fresh()))
-    along = tuple(wide(d) if i in narrow else d for i, d in enumerate(v))
+    args = tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh()))
+    along = tuple(widened(d) if i in narrow else d for i, d in enumerate(v))
     primal = _primal(case)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -496,7 +490,7 @@ def _agrees_in_float64(case: Case, ybar: Any, v: tuple[Any, ...], whole: DotTest
                 return False
             # one table at the default steps: finer ones see the rounding inside the float64 primal too (its
             # 1 - sigmoid(x) near 1 at x = 19 rounds at 2e-8 of itself, 6e-4 of the slope at steps of 2e-5)
-            d = fd.directional(primal, args, along, tree_map(wide, ybar), complex_step=False)
+            d = fd.directional(primal, args, along, tree_map(widened, ybar), complex_step=False)
     except Exception:  # noqa: BLE001 - the primal refuses float64 arguments, or its domain's edge: no excuse
         return False
     if not (np.isfinite(d.value) and np.isfinite(d.error)):

@@ -42,7 +42,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show, show_apart
-from gradguard.checker.trees import copy_tree, tree_map
+from gradguard.checker.trees import copy_tree, is_narrow_float, tree_map, widened
 from gradguard.engines import fd
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
@@ -253,15 +253,6 @@ def _add(a: Any, b: Any) -> Any:
     return tree_map(lambda x, y: None if x is None and y is None else (0 if x is None else x) + (0 if y is None else y), a, b)
 
 
-def _wide(x: Any) -> Any:
-    """``x`` in float64 (complex128) where it is a narrower float: the reference is formed without the rounding of
-    the tangents' own dtype."""
-    if x is None:
-        return None
-    arr = np.asarray(x)
-    return arr.astype(np.result_type(arr.dtype, np.float64)) if arr.dtype.kind in "fc" else x
-
-
 def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[Any, ...]]],
                rounding: list[Any] | None = None) -> Any:
     """The first element where ``got`` is not ``sum(c * t for c, t in terms)`` (the linear combination of earlier
@@ -274,7 +265,7 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     x1 = 1e-38 in float32 has the tangent gy / x1 = 2.7e38 for gy = 2.7, and 5.4e38 for twice gy, which float32
     rounds to inf (its largest number is 3.4e38). ``rounding``: per argument, how far the pullbacks' own rounding
     may move the two sides apart (`_narrow_rounding`); a difference within it is no nonlinearity."""
-    combos = [(coef, tuple(_wide(t) for t in tangents)) for coef, tangents in terms]
+    combos = [(coef, tuple(widened(t) for t in tangents)) for coef, tangents in terms]
     want, size = [], []
     for i in range(len(got)):
         parts = [(coef, tangents[i]) for coef, tangents in combos if tangents[i] is not None]
@@ -290,7 +281,7 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
             if slack is None:
                 return np.zeros(np.shape(x), dtype=bool)
             with np.errstate(all="ignore"):
-                return np.abs(_wide(x) - y) <= slack
+                return np.abs(widened(x) - y) <= slack
 
         found = first_mismatch([(i, a, b)], lambda x, y: close(x, y) | ~np.isfinite(y) | overflows(x, y) | rounded(x, y))
         if found is not None:
@@ -307,8 +298,7 @@ def _narrow_rounding(case: Case, pulls: list[tuple[float, Any, tuple[Any, ...]]]
     0.00195 beside 5.2, which the tangents' own size does not show. None where there is no narrow argument, or the
     shadow is no account of the rule's rounding: it raises, returns other structures, or tangents that are not
     float64 (a rule that fixes its own precision)."""
-    narrow = {i for i, a in enumerate(case.args)
-              if isinstance(a, (np.ndarray, np.generic)) and a.dtype.kind in "fc" and a.dtype.itemsize < (8 if a.dtype.kind == "f" else 16)}
+    narrow = {i for i, a in enumerate(case.args) if is_narrow_float(a)}
     if not narrow:
         return None
     slack: list[Any] = [None] * case.nargs
@@ -316,8 +306,8 @@ def _narrow_rounding(case: Case, pulls: list[tuple[float, Any, tuple[Any, ...]]]
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for coef, ybar, tangents in pulls:
-                _, pb = case.pair(tuple(_wide(a) if i in narrow else a for i, a in enumerate(case.fresh())))
-                shadow = case.tangents(pb, tree_map(_wide, ybar))
+                _, pb = case.pair(tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())))
+                shadow = case.tangents(pb, tree_map(widened, ybar))
                 for i in case.diff_positions:
                     t, w = tangents[i], shadow[i]
                     if t is None or w is None:
@@ -325,9 +315,9 @@ def _narrow_rounding(case: Case, pulls: list[tuple[float, Any, tuple[Any, ...]]]
                             return None
                         continue
                     w = np.asarray(w)
-                    if w.dtype.kind in "fc" and w.dtype.itemsize < (8 if w.dtype.kind == "f" else 16):
+                    if is_narrow_float(w):
                         return None
-                    moved = abs(coef) * np.abs(_wide(t) - w)
+                    moved = abs(coef) * np.abs(widened(t) - w)
                     slack[i] = moved if slack[i] is None else slack[i] + moved
     except Exception:  # noqa: BLE001 - the rule refuses float64 arguments (RuleRaised, Skip): no account
         return None

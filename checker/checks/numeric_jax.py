@@ -52,7 +52,7 @@ from gradguard.checker.checks.second_order import (discontinuous_at_x, fd_direct
                                                    numpy_second_order, pullback_at)
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.kinks import contracted, defined_side, derivative_range, finer_steps_admit, unit_vector
-from gradguard.checker.trees import copy_tree, inner, leaves, tree_map
+from gradguard.checker.trees import copy_tree, inner, is_narrow_float, leaves, tree_map, widened
 from gradguard.engines import fd
 
 __all__: list[str] = []  # GG203's reference (jax_tangents) lives in checker.checks._reference
@@ -255,29 +255,17 @@ def _float64_reference(case: Case, ybar: Any) -> tuple[Any, ...] | None:
     """JAX's reference (as an adjoint, like `_reference_adjoint`) taken again on float64 (complex128) copies of the
     differentiable arguments that are a narrower float and of the cotangent; None where no argument is narrow, no
     reference was chosen, JAX cannot take it there or it is not finite."""
-    narrow = {i for i in case.diff_positions if isinstance(case.args[i], (np.ndarray, np.generic))
-              and np.asarray(case.args[i]).dtype.kind in "fc" and np.asarray(case.args[i]).dtype not in _WIDE}
+    narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
     chosen = case.rule.extra.get(REFERENCE)
     if not narrow or chosen is None:
         return None
-    wide = Case(case.rule, tuple(_widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    wide = Case(case.rule, tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
     try:
-        ref = _conj(_vjp_of(wide, chosen, tree_map(_widened, _conj(copy_tree(ybar)))))
+        ref = _conj(_vjp_of(wide, chosen, tree_map(widened, _conj(copy_tree(ybar)))))
     except Exception:  # noqa: BLE001 - JAX refuses it at float64 (or the primal does): no second reference
         return None
     ref = tuple(r if i in case.diff_positions else None for i, r in enumerate(ref))
     return ref if is_finite_tree([ref[i] for i in case.diff_positions]) else None
-
-
-_WIDE = (np.dtype(np.float64), np.dtype(np.complex128))
-
-
-def _widened(x: Any) -> Any:
-    """``x`` in float64 (complex128) where it is a narrower float array or scalar; anything else as it is."""
-    if x is None or not isinstance(x, (np.ndarray, np.generic, float, complex)):
-        return x
-    arr = np.asarray(x)
-    return arr.astype(np.complex128 if arr.dtype.kind == "c" else np.float64) if arr.dtype.kind in "fc" else x
 
 
 def _off_kinks(case: Case, mine: tuple[Any, ...], ref: tuple[Any, ...], v: tuple[Any, ...],
