@@ -28,7 +28,7 @@ import numpy as np
 
 from gradguard.checker import tolerances
 from gradguard.checker.compare import first_index, where
-from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves
+from gradguard.checker.trees import abs_inner, copy_tree, inner, is_narrow_float, leaves
 
 __all__ = [
     "FINE_STEPS",
@@ -381,7 +381,7 @@ def _moving_steps(h: float, args: tuple[Any, ...], d: tuple[Any, ...]) -> list[f
         if v is None:
             continue
         a, v = np.asarray(a), np.asarray(v)
-        if a.dtype.kind != "f" or a.dtype.itemsize >= 8:
+        if a.dtype.kind != "f" or not is_narrow_float(a):
             continue
         moved = v != 0
         if moved.any():

@@ -283,6 +283,10 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
         except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
             continue
         several = len(at[0]) > 1
+        coarse = []  # per output: its values at the steps h, and its one-sided derivatives (left, right) there
+        for n in range(len(at[0])):
+            g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
+            coarse.append((g, (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h), (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)))
         for fine in fines:
             try:
                 with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -290,11 +294,8 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
                     finer = {j: [np.asarray(v) for v in leaves(f(*shifted(case.args, d, j * fine)))] for j in (-2, -1, 1, 2)}
             except Exception:  # noqa: BLE001 - the primal left its domain beside x: no verdict from here
                 continue
-            for n, y0 in enumerate(at[0]):
-                g = {j: np.asarray(at[j][n], dtype=np.complex128) for j in at}
+            for n, (g, left, right) in enumerate(coarse):
                 gf = {0: g[0], **{j: np.asarray(finer[j][n], dtype=np.complex128) for j in finer}}
-                right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * h)
-                left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * h)
                 right_fine = (-3 * gf[0] + 4 * gf[1] - gf[2]) / (2 * fine)
                 left_fine = (3 * gf[0] - 4 * gf[-1] + gf[-2]) / (2 * fine)
                 for part in (np.real, np.imag):

@@ -242,10 +242,10 @@ _ON_PURPOSE = (" A pullback that quantizes its cotangent on purpose (mixed-preci
                "ignore=[\"GG202\"] in its declaration.")
 
 
-def _tangents_for(case: Case, ybar: Any) -> tuple[Any, ...]:
+def _tangents_for(case: Case, ybar: Any, args: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
     """A snapshot of the pullback's tangents for ``ybar`` from a fresh forward call (reentrancy, and a
-    pullback that hands out the same buffer every call, are GG403's business)."""
-    _, pb = case.pair()
+    pullback that hands out the same buffer every call, are GG403's business), on ``args`` where given."""
+    _, pb = case.pair(args)
     return copy_tree(case.tangents(pb, copy_tree(ybar)))
 
 
@@ -306,8 +306,8 @@ def _narrow_rounding(case: Case, pulls: list[tuple[float, Any, tuple[Any, ...]]]
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for coef, ybar, tangents in pulls:
-                _, pb = case.pair(tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())))
-                shadow = case.tangents(pb, tree_map(widened, ybar))
+                wide = tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh()))
+                shadow = _tangents_for(case, tree_map(widened, ybar), wide)
                 for i in case.diff_positions:
                     t, w = tangents[i], shadow[i]
                     if t is None or w is None:

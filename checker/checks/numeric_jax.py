@@ -143,7 +143,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
     v = _difference_direction(case, mine, ref)
     at_kink = _KinkMemo(case, ybar)  # each differing element's kink probe, run once for both uses below
     sides = ""
-    widened = False  # the reference was taken again on float64 copies of narrow-float arguments
+    in_float64 = False  # the reference was taken again on float64 copies of narrow-float arguments
     at_edge = False  # no difference along v stays in the primal's domain: each element is judged from its side
     if _moves(v):
         verdict, how = _along(case, ybar, mine, ref, v)
@@ -166,7 +166,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
             # it is 0.0027): JAX's derivative of the primal on float64 copies of them judges the rule instead
             if first_mismatch(tangent_pairs(case, mine, wide_ref), close_at_leaf_scale(case.tol)) is None:
                 return
-            ref, widened = wide_ref, True
+            ref, in_float64 = wide_ref, True
         at_edge = verdict == "no differences"
         if verdict == "confirmed":  # what was established: along the rule's tangent minus JAX's, not element by element
             sides = f" {how} along the difference of the two agree with JAX."
@@ -202,7 +202,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         reference = "jax.vjp of the primal, its NumPy calls run as jax.numpy"
     else:
         reference = "jax.vjp of the primal"
-    if widened:
+    if in_float64:
         reference += ", on float64 copies of its narrower float arguments"
     want_text, got_text = show_apart(want, got)
     yield Problem(

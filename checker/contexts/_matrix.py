@@ -36,7 +36,7 @@ from gradguard.engines.fd import first_step
 from gradguard.checker.contexts._inputs import NoInput, draw_inputs, drawn_ranges, drawn_shapes, search, shapes_vary
 from gradguard.checker.contexts._ops import numpy_ops
 from gradguard.checker.contexts._call_kinks import call_kinks_excuse, non_finite_call, unresolved_call
-from gradguard.checker.contexts._verdict import by_scales, compare, kink_excuse, rounding_bound
+from gradguard.checker.contexts._verdict import by_scales, compare, confirmed_slope, kink_excuse, rounding_bound
 from gradguard.checker.contexts._programs import (CONTEXTS, Context, NotApplicable, OutsideDomain, Plan, Signature,
                                                  ValuesDoNotFit, by_name, fit_bends, weights_like)
 from gradguard.checker.specs import UNSTRUCTURED_RRULE, RuleSpec
@@ -330,11 +330,7 @@ def _quick_truth(program: Callable[..., Any], plan: Plan, v: tuple, view: RuleVi
 
 def _confirmed_truth(row: Row, program: Callable[..., Any], plan: Plan, v: tuple, view: RuleView) -> None:
     """The row's ground truth by `fd.confirmed`: tables at 32-fold finer steps until two agree."""
-    from gradguard.engines.fd import budget, confirmed
-
-    fd = confirmed(program, plan.inputs, v, computed_at=view.computed_at, **{"complex_step": False, **budget(plan.inputs)})
-    row.slope, row.fd_step = float(np.real(fd.value)), fd.step
-    row.fd_error = max(fd.error, rounding_bound(plan.inputs, row.value, fd.step, view.computed_at))
+    row.slope, row.fd_step, row.fd_error = confirmed_slope(program, plan.inputs, v, row.value, view.computed_at)
 
 
 def _settles(slope: float | None, quick: tuple[float, float, float], tol: tolerances.Tolerance, scale: float) -> bool:
