@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.case import Case
+from gradguard.checker.case import Case, ReplayDraws
 from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
 from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
@@ -145,26 +145,34 @@ def coupled_kink(case: Case, ybar: Any, conv: str, tol: tolerances.Tolerance) ->
 def _bend(case: Case, cot: Any, slope_scale: float) -> str | None:
     """"convex" or "concave" where no random pair of points around ``x`` (at the one-sided probes' distance)
     contradicts it at its midpoint, else None. A max of tied entries passes as convex, a min as concave; a
-    sort of ties under unsorted weights fails both."""
+    sort of ties under unsorted weights fails both.
+
+    Arguments narrower than float64 are probed on float64 copies (their ties stay ties): in float16 the rounding
+    slack at the probes' distance (eps ** (1/3), 0.1) swallowed the bend of a sort of four tied zeros under the
+    weights [0, 1.9, 0, 1.29], which read as convex and made the pullback's own valid piece a finding."""
     rng = np.random.default_rng(2)
     positions = list(case.diff_positions)
-    eps = max(float(np.finfo(np.asarray(case.args[i]).dtype).eps) for i in positions)
+    narrow = {i for i in positions if is_narrow_float(case.args[i])}
+    args = tuple(widened(a) if i in narrow else a for i, a in enumerate(case.args))
+    if narrow:
+        cot = tree_map(widened, cot)
+    eps = max(float(np.finfo(np.asarray(args[i]).dtype).eps) for i in positions)
     r = eps ** (1 / 3)
     f = _primal(case)
 
     def direction() -> tuple[Any, ...]:
         out: list[Any] = [None] * case.nargs
         for i in positions:
-            g = rng.standard_normal(np.shape(case.args[i]))
-            out[i] = np.asarray(g, dtype=np.asarray(case.args[i]).dtype) if isinstance(case.args[i], np.ndarray) else float(g)
+            g = rng.standard_normal(np.shape(args[i]))
+            out[i] = np.asarray(g, dtype=np.asarray(args[i]).dtype) if isinstance(args[i], np.ndarray) else float(g)
         return tuple(out)
 
     def value(d: tuple[Any, ...]) -> float:
-        return inner(cot, f(*shifted(case.args, d, r)))
+        return inner(cot, f(*shifted(args, d, r)))
 
     try:
         with np.errstate(all="ignore"):
-            y0 = f(*shifted(case.args, tuple(None for _ in case.args), 0.0))
+            y0 = f(*shifted(args, tuple(None for _ in args), 0.0))
             magnitude = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(cot), leaves(y0))
                             if a is not None and b is not None)
             gaps = []
@@ -408,9 +416,53 @@ def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, 
     elif _agrees_in_float64(case, ybar, v, whole, tol):
         reason = "float64"
     else:
-        return None
+        return _excused_in_float64(case, ybar, v, tangents, conv, tol)
     coupled = coupled_kink(case, ybar, conv, tol)
     return KinkExcuse(reason, None if coupled is None else kink_problem(case, coupled))
+
+
+def _excused_in_float64(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], conv: str,
+                        tol: tolerances.Tolerance) -> KinkExcuse | None:
+    """The kink exemptions asked again on float64 copies of the arguments narrower than float64 (the input's
+    ties stay ties, its kinks where they were): the probes that tell a kink from a smooth function step a hair
+    from ``x`` (``eps ** (1/3)`` over 4 and 16, then 1000-fold finer), and in float16 those points round back
+    onto ``x`` or onto the ties. A sort of three tied zeros beside 3.1, whose pullback rightly gave the middle
+    tie the middle weight (-1.9), was a finding in float16 and is excused in float64 as kinks nearer than any
+    step.
+
+    Two questions, both on the copies, both answered yes for an excuse: whether the rule itself, run there, fails
+    and is excused at float64's own tolerance (a kink float64 shows, not one the narrow tolerance lets its finer
+    steps imagine: a smooth float32 loss whose float64 primal rounds at 2e-9 of itself spreads one-sided quotients
+    at float32's tolerance, and a derivative 10% off lay between them); and whether the rule's own narrow tangents
+    are excused there at the narrow float's tolerance (its excuse, the coupled kink's finding included, is the
+    answer). Only where the primal on the copies computes in float64 (as for :func:`_agrees_in_float64`)."""
+    narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
+    if not narrow or has_complex(case, ybar) or any(np.iscomplexobj(case.args[i]) for i in narrow):
+        return None
+    shadow = Case(case.rule, tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    wide_v = tuple(widened(d) if i in narrow else d for i, d in enumerate(v))
+    wide_ybar = tree_map(widened, ybar)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = _primal(shadow)(*shadow.fresh())
+            if any(y is not None and np.asarray(y).dtype.kind == "f" and np.asarray(y).dtype != np.float64
+                   for y in leaves(out)):
+                return None
+            lhs = finite_difference(shadow, wide_ybar, wide_v)
+            if lhs is None:
+                return None
+            own = adjoint_tangents(shadow, shadow.pair()[1], wide_ybar, conv)
+            itself = dot_test(lhs, own, wide_v)
+            if itself.agrees(shadow.tol) or kink_excuse(shadow, wide_ybar, wide_v, own, itself, conv, shadow.tol) is None:
+                return None  # float64 shows no kink here that excuses the rule
+            wide_t = tuple(widened(t) if i in narrow else t for i, t in enumerate(tangents))
+            whole = dot_test(lhs, wide_t, wide_v)
+            if whole.agrees(tol):
+                return None  # not a kink's disagreement: _agrees_in_float64 judged the smooth case
+            return kink_excuse(shadow, wide_ybar, wide_v, wide_t, whole, conv, tol)
+    except Exception:  # noqa: BLE001 - the rule or primal refuses float64 arguments: no excuse from here
+        return None
 
 
 def _unresolved_element(case: Case, ybar: Any, v: tuple[Any, ...]) -> bool:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker import arrays, rrule
 from gradguard.checker.case import Case, ReplayDraws
-from gradguard.checker.checks._kinks import EXCUSES, kink_excuse
+from gradguard.checker.checks._kinks import EXCUSES, coupled_kink, kink_excuse
 from gradguard.checker.checks._vjp import CHAINRULES, dot_test, finite_difference
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -130,3 +130,79 @@ def test_a_direction_that_moves_the_ties_middle_entry_not_at_all_still_shows_the
 
 def test_a_wrong_tangent_of_the_median_away_from_ties_is_not_excused():
     assert excuse(middle_rule, [0.0, 1.0, 2.0], [1.0, 0.0, 0.0], v=[0.0, 1.0, 0.0]) is None  # it is x[1] here
+
+
+# ----- float16: ties are common, and the probes that tell a kink round back onto them ---------------------------
+
+
+def sort(x):
+    return np.sort(x)
+
+
+@rrule(sort, arrays(shape=(5,), dtype="float16"))
+def sort16_rule(x):  # autograd's sort: the cotangent unpermuted by the argsort of x
+    perm = np.argsort(x)
+
+    def pullback(g):
+        out = np.zeros_like(g)
+        out[perm] = g
+        return (out,)
+
+    return np.sort(x), pullback
+
+
+@rrule(amax, arrays(shape=(3,), dtype="float16"))
+def amax16_rule(x):
+    ans = np.max(x)
+    return ans, lambda g: (np.full(x.shape, g, dtype=x.dtype) * (x == ans),)
+
+
+@rrule(relu_sum, arrays(shape=(1,), dtype="float16"))
+def relu16_rule(x):
+    return relu_sum(x), lambda g: (g * (x > 0),)
+
+
+def excuse16(rule, x, tangent, v, ybar=1.0):
+    """As excuse(), in float16: arguments, cotangent, direction and tangent."""
+    half = np.float16
+    case = Case(rule, (np.asarray(x, dtype=half),), ReplayDraws([]))
+    ybar = np.asarray(ybar, dtype=half) if np.ndim(ybar) else half(ybar)
+    v = (np.asarray(v, dtype=half),)
+    tangents = (np.asarray(tangent, dtype=half),)
+    whole = dot_test(finite_difference(case, ybar, v), tangents, v)
+    assert not whole.agrees(case.tol), "the test must start from a failed dot-product test"
+    return kink_excuse(case, ybar, v, tangents, whole, CHAINRULES, case.tol)
+
+
+def test_a_float16_sort_of_three_tied_entries_is_excused_as_in_float64():
+    # The float16 corpus at seed 0: autograd's sort at x = [-0.52, 0, 0, 3.11, 0]. Its pullback gives the middle
+    # tie the middle weight, -1.9, a piece's value; in float16 the probes a hair from x round back onto the ties, and
+    # it was "expected 0.0 (finite differences), got -1.900390625". On float64 copies kinks pass nearer than any step.
+    x = [-0.5205, 0.0, 0.0, 3.113, 0.0]
+    ybar = [3.164, 0.0, -1.9, 0.0, 1.287]
+    tangent = sort16_rule.rrule(np.asarray(x, dtype=np.float16))[1](np.asarray(ybar, dtype=np.float16))[0]
+    found = excuse16(sort16_rule, x, tangent, v=[-1.5, 0.0, -3.361, 1.854, 2.832], ybar=ybar)
+    assert found is not None and found.reason == "near kinks" and found.problem is None
+
+
+def test_a_float16_sort_of_four_tied_entries_under_unsorted_weights_is_no_coupled_kink():
+    # The same sort at x = [-0.52, 0, 0, 0, 0], weights |ybar| = [3.16, 0, 1.9, 0, 1.29]: no bend bounds its
+    # subgradients (neither convex nor concave), but float16's rounding slack at the bend probe's distance read it
+    # as convex, and the pullback's own piece (6.62 along u, outside 8.33 and 8.60) was a finding.
+    x = np.array([-0.5205, 0, 0, 0, 0], dtype=np.float16)
+    case = Case(sort16_rule, (x,), ReplayDraws([]))
+    ybar = np.array([3.164, 0.0, -1.9, 0.0, 1.287], dtype=np.float16)
+    assert coupled_kink(case, ybar, CHAINRULES, case.tol) is None
+
+
+def test_float16_ties_each_given_the_whole_cotangent_still_fail_as_a_coupled_kink():
+    # Along v = (1, 1, 0) the max moves at rate 1 and the tangent says 2 (float16's differences along (1, 0, 0)
+    # blur the kink's 0 and 1 into 0.5 +- 0.09, which admits 1).
+    found = excuse16(amax16_rule, [1.0, 1.0, 0.0], [1.0, 1.0, 0.0], v=[1.0, 1.0, 0.0])
+    assert found is not None and found.problem is not None
+    assert "at a kink that couples entries" in found.problem.message
+
+
+def test_a_float16_value_outside_the_one_sided_derivatives_is_not_excused():
+    assert excuse16(relu16_rule, [0.0], [2.0], v=[1.0]) is None  # relu'(0) = 2 is no subgradient
+    assert excuse16(relu16_rule, [0.0], [-0.5], v=[1.0]) is None
