@@ -398,3 +398,27 @@ def test_a_float16_rule_the_float64_reference_refutes_still_fails_gg203():
         "the pullback of sigmoid_f16_off_rrule disagrees with the JAX reference gradient (jax.vjp of the primal, its "
         "NumPy calls run as jax.numpy, on float64 copies of its narrower float arguments): cotangent for argument 0 "
         "(x) at [1]: expected 0.00270761 (JAX), got 0.00541687.")
+
+
+# The same probe: chainer's softplus, written fmax(bx, 0) + log1p(exp(-fabs(bx))), drew "expected -0.5 (JAX), got 0.5"
+# at x = 0 in float16. JAX differentiates that code to -0.5 there in float64 too (the derivative is 0.5), and float16
+# finite differences, charged with the rounding of every output element, agree with both.
+def fabs_softplus(x, beta=2.0):
+    bx = beta * x
+    return np.asarray((np.fmax(bx, 0) + np.log1p(np.exp(-np.fabs(bx)))) * (1.0 / beta), x.dtype)
+
+
+def _zeros_spec():
+    from hypothesis import strategies as st
+
+    return st.just(np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 6.0]], np.float16))
+
+
+@rrule(fabs_softplus, _zeros_spec())
+def fabs_softplus_f16_rrule(x, beta=2.0):  # chainer's SoftplusGrad
+    return fabs_softplus(x, beta), lambda gy: (np.asarray((1 - 1 / (1 + np.exp(beta * x))) * gy, x.dtype),)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_float64_reference_that_float64_finite_differences_refute_judges_nothing(seed):
+    assert check(fabs_softplus_f16_rrule, seed=seed, select=["GG203"]).rules[0].findings == []
