@@ -548,14 +548,17 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
 
 
 def _weighted_graph(case: Case, grads: dict[int, Any], w: tuple[Any, ...]) -> Any:
-    """``<w, grads>`` as a PyTorch scalar over the gradients that carry a graph; None where none does."""
+    """``<w, grads>`` as a real PyTorch scalar over the gradients that carry a graph (``Re sum(conj(w) g)`` for a
+    complex gradient, as `trees.inner` reads it: PyTorch differentiates only a real scalar, and a complex sum made
+    every correct complex Function's double backward "raise"); None where none does."""
     import torch
 
     total = None
     for i in case.diff_positions:
         g = grads.get(i)
         if isinstance(g, torch.Tensor) and g.requires_grad:
-            term = (g * torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)).sum()
+            wi = torch.as_tensor(np.asarray(w[i]), dtype=g.dtype)
+            term = (wi.conj() * g).real.sum() if g.is_complex() else (g * wi).sum()
             total = term if total is None else total + term
     return total
 
