@@ -422,3 +422,49 @@ def fabs_softplus_f16_rrule(x, beta=2.0):  # chainer's SoftplusGrad
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_float64_reference_that_float64_finite_differences_refute_judges_nothing(seed):
     assert check(fabs_softplus_f16_rrule, seed=seed, select=["GG203"]).rules[0].findings == []
+
+
+# The same probe: MyGrad's overlapping max pool at an all-zero float16 input. The rule gives each window's cotangent
+# to its first maximum, JAX shares it among the ties: both subgradients. Float16's central differences across the
+# kink (steps of 0.099) fell within their error of JAX's value along the difference, "confirming" it; on float64
+# copies they contradict JAX, as they do for the float64 rule.
+def pool2(x):
+    return np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]]).max(axis=0)
+
+
+def _pool_rule(name, dtype):
+    from hypothesis import strategies as st
+
+    @rrule(pool2, st.just(np.zeros((3, 3), dtype)), name=name)
+    def pool_rrule(x):
+        first = np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]]).argmax(axis=0)
+
+        def pullback(g):
+            out = np.zeros_like(x)
+            for (r, c), k in np.ndenumerate(first):
+                out[r + k // 2, c + k % 2] += g[r, c]
+            return (out,)
+
+        return pool2(x), pullback
+
+    return pool_rrule
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_float16_subgradient_at_ties_that_float64_differences_do_not_refute_is_no_finding(seed):
+    for dtype in ("float64", "float16"):
+        assert check(_pool_rule(f"pool_{dtype}", dtype), seed=seed, select=["GG203"]).rules[0].findings == []
+
+
+def test_a_float16_rule_that_float64_differences_do_not_clear_still_fails_gg203():
+    from hypothesis import strategies as st
+
+    @rrule(sigmoid, st.just(np.array([0.5, -1.25, 2.0, 0.75], np.float16)))
+    def sigmoid_f16_scaled_rrule(x):
+        s = sigmoid(x)
+        return s, lambda g: (np.float16(1.5) * g * s * (1.0 - s),)  # BUG: 1.5 times the derivative
+
+    [finding] = check(sigmoid_f16_scaled_rrule, seed=0, select=["GG203"]).rules[0].findings
+    assert finding.message.startswith(
+        "the pullback of sigmoid_f16_scaled_rrule disagrees with the JAX reference gradient (jax.vjp of the primal, its "
+        "NumPy calls run as jax.numpy): cotangent for argument 0 (x) at [")
