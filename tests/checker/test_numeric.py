@@ -938,3 +938,36 @@ def test_a_float16_pullback_quadratic_in_the_cotangent_still_fails_gg202():
         "GG202 pullback is not linear in the cotangent: the pullback of standardised_scale_quadratic_f16_rrule is not "
         "linear in the cotangent: for argument 1 (g) at [0], pullback(2.0 * ybar) = 1.4404296875, but 2.0 * "
         "pullback(ybar) = 0.720215.")
+
+
+# thinc's softmax at temperature 0.05 in float16 (its backprop_softmax: dX = Y * dY; dX -= Y * sum(dX)). At this row
+# Y is [0, 1, 4.5e-5, 0] and each pullback's element [0, 1] is a difference of terms near 16 that rounds to 0 or to one
+# spacing: 0, 0 and -0.00170612 where the float64 shadow gives -0.00049, 0.00242 and -0.0017. Every tangent rounded
+# the same way, so the movements (0.00049 + 0.5 * 0.00242 + 2e-6) add up to the whole disagreement, and the
+# shadow's own float64 rounding left it 7e-17 beyond their sum: "pullback(ybar1 + ybar2) = 0.0, but pullback(ybar1)
+# + pullback(ybar2) = -0.00170612".
+def cold_softmax(x, temperature=0.05):
+    x = x / temperature
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@rrule(cold_softmax, arrays(shape=(1, 4), dtype="float16"))
+def cold_softmax_f16_rrule(x, temperature=0.05):
+    y = cold_softmax(x, temperature)
+
+    def pullback(dy):
+        dy = dy / temperature
+        dx = y * dy
+        dx -= y * dx.sum(axis=-1, keepdims=True)
+        return (dx,)
+
+    return y, pullback
+
+
+def test_float16_movements_that_add_up_to_the_whole_disagreement_are_rounding():
+    from gradguard.checker.reproducer import replay
+
+    x = np.array([[-40.4, 0.5, -0.0, -40.56]], np.float16)
+    draws = [np.array([[0.0, 0.8013, -1.869, 0.0]], np.float16), 0.5, np.array([[0.5, 0.0, 1.877, 1.828]], np.float16)]
+    replay(cold_softmax_f16_rrule, "GG202", (x,), draws)
