@@ -327,6 +327,12 @@ def _narrow_rounding(case: Case, pulls: list[tuple[float, Any, tuple[Any, ...]]]
                     if is_narrow_float(w):
                         return None
                     moved = abs(coef) * np.abs(widened(t) - w)
+                    t = np.asarray(t)
+                    if t.dtype.kind in "fc":
+                        # beyond the narrow float's largest number its value is inf, correctly rounded (`_overflows_to`):
+                        # a finite tangent there saturated, which is no rounding (a nan_to_num at float32's 3.4e38 where
+                        # the shadow says 4.1e38)
+                        moved = np.where(np.abs(w) > float(np.finfo(t.dtype).max), 0.0, moved)
                     slack[i] = moved if slack[i] is None else slack[i] + moved
     except Exception:  # noqa: BLE001 - the rule refuses float64 arguments (RuleRaised, Skip): no account
         return None
