@@ -33,6 +33,7 @@ of a coupled kink, which still stands).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from dataclasses import dataclass
@@ -233,6 +234,7 @@ class NoDerivative:
     unit: str | None = None  # the pullback's tangent for a unit cotangent, where no step resolves a derivative
     slopes: str = ""  # why no step resolves one
     steps: tuple[float, ...] = ()  # the steps at which a cone point's one-sided derivatives were taken
+    in_float64: bool = False  # established on float64 copies of narrower float arguments
 
     def established(self) -> str:
         """What finite differences established, for a finding's message."""
@@ -250,8 +252,9 @@ class NoDerivative:
             return (f"{which} grow at every step finite differences can take ({quotients}), so they establish no "
                     "finite derivative there")
         at = f" at steps {' and '.join(f'{h:.1g}' for h in self.steps)}" if self.steps else " by finite differences"
+        copies = " on float64 copies of the arguments" if self.in_float64 else ""
         return (f"the one-sided derivatives of {self.output} are {show(self.left)} (from below) and {show(self.right)} "
-                f"(from above){at}")
+                f"(from above){at}{copies}")
 
     def expected(self) -> str:
         """What a valid tangent there is, for a finding's expected value."""
@@ -266,6 +269,29 @@ SETTLED = 0.01  # how far (relatively) a cone point's one-sided derivatives may 
 
 
 def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
+    """:func:`_no_derivative_along`, and for a narrower float argument where it finds none, the same on float64
+    copies of the narrow arguments (a cone point at a zero row stays one): float16's steps may not hold the cone at
+    all (MyGrad's 3-norm of a zero row, whose |t|**3 underflows below t = 0.004, read flat at the 32-fold finer step,
+    and GG301 called the NaN a float64 run warns about an error). Only where the primal on the copies computes in
+    float64; the finding then says where its sides were taken."""
+    found = _no_derivative_along(case, i, k)
+    narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
+    if found is not None or i not in narrow:
+        return found
+    shadow = Case(case.rule, tuple(widened(a) if j in narrow else a for j, a in enumerate(case.fresh())), ReplayDraws([]))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = _primal(shadow)(*shadow.fresh())
+    except Exception:  # noqa: BLE001 - the primal refuses float64 arguments: nothing established
+        return None
+    if any(y is not None and np.asarray(y).dtype.kind in "fc" and is_narrow_float(np.asarray(y)) for y in leaves(out)):
+        return None
+    wide = _no_derivative_along(shadow, i, k)
+    return None if wide is None else dataclasses.replace(wide, in_float64=True)
+
+
+def _no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
     """A :class:`NoDerivative` for an output element whose one-sided derivatives along element ``k`` of argument
     ``i`` differ and keep their values at a 1000-fold finer step (SETTLED; the real direction, then the
     imaginary one for complex arguments), or whose one-sided

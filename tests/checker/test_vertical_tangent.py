@@ -291,3 +291,36 @@ def test_a_float16_cone_point_is_found_where_float16_holds_the_finer_step():
         "0 (x) at [0, 0] is nan, at a point where the primal has no derivative finite differences resolve along this "
         "element: the one-sided derivatives of the output at [0] are -0.999693 (from below) and 0.999693 (from above) "
         "at steps 0.1 and 0.003. A program that does not use the output still gets this value in its gradient.")
+
+
+# A cone float16 cannot hold at either step: MyGrad's 3-norm of a zero row, whose |t|**3 underflows below t = 0.004
+# (float16's smallest number is 6e-8), reads flat at 0.003 too, and GG301 called the NaN an error where float64
+# warns. Its sides are found on float64 copies of the arguments, and the finding says so.
+def row_norm3(x):
+    return np.sum(np.abs(x) ** 3, axis=1) ** (1 / 3)
+
+
+@rrule(row_norm3, arrays(shape=(2, 3), dtype="float16", min_value=-2.0, max_value=2.0))
+def row_norm3_f16_rrule(x):  # MyGrad's Norm backward (ord 3): |x|**2 * sign(x) * norm / sum(|x|**3) * grad
+    n = row_norm3(x)
+    return n, lambda g: (np.abs(x) ** 2 * np.sign(x) * (n / np.sum(np.abs(x) ** 3, axis=1))[:, None] * g[:, None],)
+
+
+def test_a_float16_cone_point_no_float16_step_holds_is_found_on_float64_copies():
+    [problem] = _problems(row_norm3_f16_rrule, "GG301", [], at=(np.zeros((2, 3), dtype=np.float16),))
+    assert problem.severity == "warning"
+    assert problem.message == (
+        "the pullback of row_norm3_f16_rrule must return zero tangents for a zero cotangent, but the tangent for "
+        "argument 0 (x) at [0, 0] is nan, at a point where the primal has no derivative finite differences resolve "
+        "along this element: the one-sided derivatives of the output at [0] are -1 (from below) and 1 (from above) at "
+        "steps 6e-06 and 6e-09 on float64 copies of the arguments. A program that does not use the output still gets "
+        "this value in its gradient.")
+
+
+def test_a_float16_nan_beside_a_cone_point_stays_an_error():
+    # the same rule at [0, 0, 0.0039]: a smooth point, where sum(|x|**3) underflows in the pullback alone
+    [problem] = _problems(row_norm3_f16_rrule, "GG301", [],
+                          at=(np.array([[0, 0, 0.003906], [1, 1, 1]], dtype=np.float16),))
+    assert problem.severity is None
+    assert problem.message.startswith("the pullback of row_norm3_f16_rrule must return zero tangents for a zero "
+                                      "cotangent, but the tangent for argument 0 (x) at [0, ")
