@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, ReplayDraws
 from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
-from gradguard.checker.checks._vjp import (DotTest, at_kink, dot_test, element_derivative, element_sides, finite_difference,
+from gradguard.checker.checks._vjp import (DotTest, at_kink, at_own_scale, dot_test, element_derivative, element_sides, finite_difference,
                                               near_kinks)
 from gradguard.checker.kinks import STAIR_SLACK, growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
 from gradguard.checker.checks.registry import Problem
@@ -53,7 +54,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.trees import inner, is_narrow_float, leaves, tree_map, widened
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
-           "no_derivative_along", "beyond_float64", "NoDerivative"]
+           "no_derivative_along", "beyond_float64", "beyond_narrow_float", "NoDerivative"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -235,9 +236,13 @@ class NoDerivative:
     slopes: str = ""  # why no step resolves one
     steps: tuple[float, ...] = ()  # the steps at which a cone point's one-sided derivatives were taken
     in_float64: bool = False  # established on float64 copies of narrower float arguments
+    beyond: str = ""  # a derivative finite differences on float64 copies established, beyond the narrow float's range
 
     def established(self) -> str:
         """What finite differences established, for a finding's message."""
+        if self.beyond:
+            return (f"the derivative of {self.output} along this element, {self.beyond}, and the pullback's own tangent "
+                    f"there for a unit cotangent is {self.unit}")
         if self.unit is not None:
             return (f"finite differences establish no derivative of {self.output} along this element ({self.slopes}), "
                     f"and the pullback's own tangent there for a unit cotangent is {self.unit}")
@@ -380,6 +385,57 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
         return None
     output, slopes = found
     return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes)
+
+
+def beyond_narrow_float(case: Case, i: int, k: int) -> NoDerivative | None:
+    """A :class:`NoDerivative` where argument ``i`` is a narrower float than float64, the pullback's own tangent at
+    element ``k`` for a unit cotangent is not finite, and finite differences of the sum of the outputs along that
+    element, on float64 copies of the narrow arguments, establish a derivative beyond the narrow float's largest
+    number: no tangent in that float can hold it (TensorFlow's rsqrt at x = 1e-6 in float16: -5e8, where float16
+    ends at 65504), as :func:`beyond_float64` finds where float64 cannot. None otherwise (a primal that computes in
+    its narrow float on the copies too, or a derivative the narrow float holds: the pullback's overflow is then its
+    own)."""
+    arg = case.args[i]
+    if not is_narrow_float(arg) or np.iscomplexobj(arg):
+        return None
+    y, pb = case.pair()
+    if any(np.asarray(leaf).dtype.kind not in "f" for leaf in leaves(y)):
+        return None
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            unit = case.tangents(pb, tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), y))[i]
+    except Exception:  # noqa: BLE001 - the pullback raised for a unit cotangent: other checks report it
+        return None
+    if unit is None or np.isfinite(np.asarray(unit).reshape(-1)[k]):
+        return None
+    narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
+    shadow = Case(case.rule, tuple(widened(a) if j in narrow else a for j, a in enumerate(case.fresh())), ReplayDraws([]))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = _primal(shadow)(*shadow.fresh())
+            if any(np.asarray(leaf).dtype != np.float64 for leaf in leaves(out)):
+                return None
+            ones = tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), out)
+            found = element_derivative(shadow, ones, i, k, own_scale=True)
+            size = abs(float(np.asarray(shadow.args[i]).reshape(-1)[k]))
+            if found is None and size > 0.0:
+                # the default steps leave the domain beside a small element (rsqrt at 1e-6): at its own scale
+                measured = at_own_scale(shadow, ones, only_argument(shadow, i, unit_vector(shadow.args[i], k)), size)
+                found = None if measured is None else (float(measured[0].value), measured[0].error)
+    except Exception:  # noqa: BLE001 - the rule or primal refuses float64 arguments: nothing established
+        return None
+    if found is None:
+        return None
+    value, error = found
+    top = float(np.finfo(np.asarray(arg).dtype).max)
+    if not (math.isfinite(float(value)) and abs(float(value)) - error > top):
+        return None
+    dtype = np.asarray(arg).dtype.name
+    return NoDerivative("the sum of the outputs", None, None, unit=show(np.asarray(unit).reshape(-1)[k].item()),
+                        beyond=(f"{show(float(value))} by finite differences on float64 copies of the arguments, is "
+                                f"beyond {dtype}'s largest number ({top:g})"))
 
 
 # -- GG201's exemptions, behind one call ----------------------------------------------------------

@@ -324,3 +324,40 @@ def test_a_float16_nan_beside_a_cone_point_stays_an_error():
     assert problem.severity is None
     assert problem.message.startswith("the pullback of row_norm3_f16_rrule must return zero tangents for a zero "
                                       "cotangent, but the tangent for argument 0 (x) at [0, ")
+
+
+# A derivative no float16 holds: TensorFlow's rsqrt gradient, -0.5 * g * y**3, at x = 1e-6 in float16, where the
+# derivative is -4.9e8 and float16 ends at 65504. A unit cotangent gives -inf, its correct rounding, and a zero one
+# 0 * -inf = NaN: GG301 called that an error, where float64 warns at a derivative float64 cannot hold.
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@rrule(rsqrt, arrays(shape=(3,), dtype="float16", min_value=1e-6, max_value=10.0))
+def rsqrt_f16_rrule(x):
+    y = rsqrt(x)
+    return y, lambda g: (-0.5 * g * (y * y * y),)
+
+
+@rrule(cbrt, arrays(shape=(2,), dtype="float16", min_value=-2.0, max_value=2.0))
+def cbrt_squared_f16_rrule(x):  # MyGrad's Cbrt backward: grad / (3 * cbrt(a**2)), whose a**2 underflows in float16
+    return np.cbrt(x), lambda g: (g / (3 * np.cbrt(x**2)),)
+
+
+def test_a_float16_derivative_beyond_float16_is_a_warning_that_says_so():
+    [problem] = _problems(rsqrt_f16_rrule, "GG301", [], at=(np.array([1e-6, 1.0, 4.0], dtype=np.float16),))
+    assert problem.severity == "warning"
+    assert re.fullmatch(
+        r"the pullback of rsqrt_f16_rrule must return zero tangents for a zero cotangent, but the tangent for argument "
+        r"0 \(x\) at \[0\] is nan, where the derivative of the sum of the outputs along this element, -4\.9\d+e\+08 by "
+        r"finite differences on float64 copies of the arguments, is beyond float16's largest number \(65504\), and the "
+        r"pullback's own tangent there for a unit cotangent is -inf\. A program that does not use the output still "
+        r"gets this value in its gradient\.", problem.message), problem.message
+
+
+def test_a_float16_nan_where_float16_holds_the_derivative_stays_an_error():
+    # x = 1e-7: the derivative is 15500, a float16 number; the pullback's x**2 underflows to 0 and divides by it
+    [problem] = _problems(cbrt_squared_f16_rrule, "GG301", [], at=(np.array([1e-7, 1.0], dtype=np.float16),))
+    assert problem.severity is None
+    assert problem.message == ("the pullback of cbrt_squared_f16_rrule must return zero tangents for a zero "
+                               "cotangent, but the tangent for argument 0 (x) at [0] is nan.")
