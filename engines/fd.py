@@ -162,7 +162,8 @@ def computed_eps(x: Any) -> float:
     if eps != _EPS64 or a.dtype not in (np.float64, np.complex128) or a.size == 0:
         return eps
     with np.errstate(all="ignore"):
-        flat = (a.view(np.float64) if a.dtype == np.complex128 else a).reshape(-1)
+        flat = a.reshape(-1)  # a 1-d view first: a 0-d complex scalar cannot change its itemsize in place
+        flat = flat.view(np.float64) if a.dtype == np.complex128 else flat
         flat = flat[np.isfinite(flat)]
         if flat.size == 0 or not np.array_equal(flat.astype(np.float32).astype(np.float64), flat):
             return eps

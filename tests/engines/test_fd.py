@@ -48,6 +48,14 @@ def test_computed_eps_tells_float32_values_in_a_float64_array():
     assert fd.computed_eps(np.array([np.nan, np.inf])) == np.finfo(np.float64).eps
 
 
+def test_computed_eps_of_a_complex_scalar():
+    # a 0-d complex128 cannot be viewed as float64 in place: the ValueError made every finite difference of a
+    # function with a complex scalar output "fail" (JAXtronomy's hyp2f1 at z = 0j, whose GG203 then had no evidence)
+    assert fd.computed_eps(np.complex128(1 / 3)) == np.finfo(np.float64).eps
+    assert fd.computed_eps(np.asarray(np.complex128(0.1 + 0.2j))) == np.finfo(np.float64).eps
+    assert fd.computed_eps(np.complex128(np.float32(0.1) + 1j * np.float32(0.3))) == np.finfo(np.float32).eps
+
+
 def test_first_step_is_the_first_tables_step():
     x, v = np.array([0.3, -1.2]), np.array([1.0, 0.5])
     d = fd.directional(lambda a: np.sum(np.sin(a)), (x,), (v,), complex_step=False)
