@@ -102,7 +102,15 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
         def pullback(ybar: Any) -> Any:
             ct = _cotangent(ybar, y)
             try:
-                out = _run(jit_bwd if compiled else parts.bwd, parts.bwd, [*statics, res, ct])
+                try:
+                    out = _run(jit_bwd if compiled else parts.bwd, parts.bwd, [*statics, res, ct])
+                except Exception:
+                    if not compiled:
+                        raise
+                    # The jitted fwd hands back every residual as an array; JAX itself hands bwd the Python values
+                    # fwd put there (spyx keeps spikes.shape, ints its bwd passes to jax.jit as static): bwd again
+                    # on the residuals of an eager fwd, whose own error, if any, is the one to report.
+                    out = parts.bwd(*statics, fwd(*jargs)[1], ct)
             except Exception as exc:
                 raise AdapterError(
                     f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}. It is called as "

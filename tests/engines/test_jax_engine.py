@@ -254,6 +254,29 @@ def test_rrule_from_custom_vjp_with_symbolic_zeros():
     np.testing.assert_allclose(pullback(np.ones(3))[0], np.cos(X))
 
 
+def test_rrule_from_custom_vjp_hands_bwd_the_python_values_fwd_kept():
+    # spyx's packed_spike_dense keeps spikes.shape in its residuals and its bwd passes it to a jitted function as a
+    # static argument: JAX hands bwd those Python ints, the adapter's jitted fwd handed back arrays, and bwd raised
+    # "ValueError: Non-hashable static arguments are not supported" (a false GG103 at every seed)
+    @partial(jax.jit, static_argnums=1)
+    def reshaped(g, shape):
+        return g.reshape(shape)
+
+    @jax.custom_vjp
+    def double(x):
+        return 2 * x
+
+    double.defvjp(lambda x: (2 * x, (x.shape,)), lambda res, g: (2 * reshaped(g.reshape(-1), res[0]),))
+    x = np.arange(6.0).reshape(2, 3)
+    y, pullback = ej.rrule_from_custom_vjp(double)(x)
+    np.testing.assert_allclose(y, 2 * x)
+    np.testing.assert_allclose(pullback(np.ones((2, 3)))[0], np.full((2, 3), 2.0))
+    # the bwd's own error is still reported
+    double.defvjp(lambda x: (2 * x, (x.shape,)), lambda res, g: (reshaped(g, (7,)),))
+    with pytest.raises(AdapterError, match="the bwd of custom_vjp double raised TypeError"):
+        ej.rrule_from_custom_vjp(double)(x)[1](np.ones((2, 3)))
+
+
 def test_rrule_from_custom_vjp_inserts_none_for_nondiff_argnums():
     rule = ej.rrule_from_custom_vjp(power)
     y, pullback = rule(X, 3)
