@@ -69,7 +69,7 @@ Scalar = Callable[[tuple], tuple[float, float]]  # g(args) -> (value, magnitude)
 Answer = Callable[[tuple | None], float]  # the claimed d/dt g(args + t v); None: at x itself
 
 JUMP_RATIO = 64  # jumps_around looks at the rule around x at step / 64 and step / 64**2
-NEIGHBOURS = 6  # ... at this many random points at each distance
+NEIGHBOURS = 6  # ... at this many random points at each distance (``random``; GG201 asks for more, `_vjp.near_kinks`)
 UNIT_NEIGHBOURS_UP_TO = 8  # ... and along every unit vector for arguments up to this many elements in all
 FINE_STEPS = 3  # finer probes of one-sided derivatives, each 1000 times smaller than the last
 SCALE_SPAN = 1e6  # scale_groups: the widest ratio of magnitudes among the moved elements of one group (float64),
@@ -1031,7 +1031,8 @@ def between_sides(sides: tuple[float, float] | None, value: float, tol: toleranc
 
 
 def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, ...], *, g: Scalar, step: float,
-                 value: float, fd_value: float, fd_error: float, scale: float, tol: tolerances.Tolerance) -> bool:
+                 value: float, fd_value: float, fd_error: float, scale: float, tol: tolerances.Tolerance,
+                 random: int = NEIGHBOURS) -> bool:
     """True where kinks of ``g`` pass closer to ``x`` than any usable finite-difference step (``step``, the
     one finite differences used), and the rule's answer ``value`` is one a (Clarke) subgradient could give
     there.
@@ -1050,7 +1051,7 @@ def jumps_around(answer: Answer, args: tuple[Any, ...], directions: tuple[Any, .
     where ``g``'s own one-sided derivatives show a kink near ``x`` (:func:`kinked_near`)."""
     if not (step > 0 and math.isfinite(step)):
         return False
-    around = neighbours(directions)
+    around = neighbours(directions, random)
 
     def ring(radius: float) -> list[float]:
         return [answer(tuple(shifted(args, u, radius))) for u in around]
@@ -1118,12 +1119,13 @@ def kinked_near(g: Scalar, args: tuple[Any, ...], directions: tuple[Any, ...], t
     return False
 
 
-def neighbours(directions: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-    """Directions to the points around ``x`` that :func:`jumps_around` asks the rule about: plus and minus
-    every unit vector (while the arguments are small: moving one element keeps the others' tiny order, so
-    these reach the piece ``x`` is on), and a few random directions."""
+def neighbours(directions: tuple[Any, ...], random: int = NEIGHBOURS) -> list[tuple[Any, ...]]:
+    """Directions to the points around ``x`` that :func:`jumps_around` asks the rule about: ``random`` random
+    directions (the first NEIGHBOURS the same whatever their number), then plus and minus every unit vector (while
+    the arguments are small: moving one element keeps the others' tiny order, so these reach the piece ``x`` is
+    on)."""
     rng = np.random.default_rng(0)
-    out = [tuple(None if v is None else _unit_like(rng, v) for v in directions) for _ in range(NEIGHBOURS)]
+    out = [tuple(None if v is None else _unit_like(rng, v) for v in directions) for _ in range(random)]
     if sum(np.size(v) for v in directions if v is not None) <= UNIT_NEIGHBOURS_UP_TO:
         for i, v in enumerate(directions):
             if v is None:
