@@ -460,6 +460,8 @@ EXCUSES = {
     "establish no derivative",
     "stairs": "the primal's values climb in stairs (rounded inside it far beyond its output's rounding), and the "
     "disagreement lies within what those stairs make of finite differences at their step",
+    "element kinks": "the primal has a kink along every element where the rule's answer differs from another "
+    "engine's (ties of a max that couple entries), so neither is the derivative there (GG203 defers to GG201)",
     "float64": "the primal computes in its arguments' narrower float (float32), and the same primal run on float64 "
     "copies of them computes in float64 and agrees with the pullback: what finite differences at the narrower "
     "precision saw is its rounding (flat or stepped values), not the derivative",

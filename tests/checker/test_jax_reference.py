@@ -468,3 +468,68 @@ def test_a_float16_rule_that_float64_differences_do_not_clear_still_fails_gg203(
     assert finding.message.startswith(
         "the pullback of sigmoid_f16_scaled_rrule disagrees with the JAX reference gradient (jax.vjp of the primal, its "
         "NumPy calls run as jax.numpy): cotangent for argument 0 (x) at [")
+
+
+# The same rule in float64 at ties that couple two windows (MyGrad's max pool drew it in float16, where 0 and -0 tie
+# often; float64 draws it too): entry (1, 0) ties with -0 at (0, 1) in window (0, 0) and with (2, 0) in window (1, 0).
+# The rule gives it window (1, 0)'s cotangent alone, a piece no move of that entry alone reaches, and JAX shares each
+# window's among its ties; element by element its one-sided derivatives do not hold the rule's value, and central
+# differences along the difference of the two read the average of the sides, JAX's value: "expected 0.13224 (JAX), got
+# -2.59476 ... Finite differences of the primal along the difference of the two agree with JAX."
+COUPLED_TIES = np.array([[-4.67, -0.0, -6.41], [0.0, -7.65, -9.48], [0.0, -3.84, -0.0]])
+
+
+def _pool_at(x, name, every_tie=False):
+    from hypothesis import strategies as st
+
+    @rrule(pool2, st.just(x), name=name)
+    def pool_rrule(x):
+        windows = np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]])
+        first = windows.argmax(axis=0)
+
+        def pullback(g):
+            out = np.zeros_like(x)
+            for (r, c), k in np.ndenumerate(first):
+                for j in (np.flatnonzero(windows[:, r, c] == windows[k, r, c]) if every_tie else [k]):
+                    out[r + j // 2, c + j % 2] += g[r, c]  # BUG where every_tie: each tie gets the whole cotangent
+            return (out,)
+
+        return pool2(x), pullback
+
+    return pool_rrule
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_subgradient_at_ties_that_couple_windows_is_no_gg203_finding(seed):
+    assert check(_pool_at(COUPLED_TIES, "pool_coupled"), seed=seed, select=["GG203"]).rules[0].findings == []
+
+
+def test_ties_each_given_the_whole_cotangent_still_fail_gg203():
+    found = check(_pool_at(COUPLED_TIES, "pool_every_tie", every_tie=True), seed=0, select=["GG203"]).rules[0].findings
+    assert [f.check_id for f in found] == ["GG203"]
+
+
+# JAXtronomy's EPL hyp2f1 evaluation, a custom_jvp: at f = 0 exactly (a circular lens, where the library sets z = 0)
+# its primal is ones_like(z), elsewhere a series whose z-derivative at 0 is 1/3, which the jvp gives. Along z alone,
+# at f = 0, the primal is flat (JAX's 0); along every direction that moves f it is not: no derivative at the point,
+# and GG201 passes the rule. GG203 had no finite differences at all (fd could not take a 0-d complex output) and
+# reported "expected 0j (JAX), got (0.333333+0j)".
+def test_a_custom_jvp_whose_branch_holds_on_a_measure_zero_set_is_no_gg203_finding():
+    import jax
+    import jax.numpy as jnp
+    from hypothesis import strategies as st
+
+    from gradguard.checker import jax_rule
+
+    @jax.custom_jvp
+    def branch_at_zero(f, z):
+        return jnp.where(f == 0, jnp.ones_like(z), 1 + z / 3 + f * z)
+
+    @branch_at_zero.defjvp
+    def _jvp(primals, tangents):
+        (f, z), (df, dz) = primals, tangents
+        return branch_at_zero(f, z), dz / 3 + df * z + f * dz
+
+    rule = jax_rule(branch_at_zero, args=st.just((np.float64(0.0), np.complex128(0j))), name="branch_at_zero_rule")
+    for seed in (0, 1):
+        assert [f.message for f in check(rule, seed=seed, select=["GG203"]).findings] == []
