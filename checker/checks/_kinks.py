@@ -51,7 +51,7 @@ from gradguard.checker.checks._vjp import (DotTest, at_kink, at_own_scale, dot_t
 from gradguard.checker.kinks import STAIR_SLACK, growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import inner, is_narrow_float, leaves, tree_map, widened
+from gradguard.checker.trees import copy_tree, inner, is_narrow_float, leaves, tree_map, widened
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
            "no_derivative_along", "beyond_float64", "beyond_narrow_float", "NoDerivative"]
@@ -243,9 +243,10 @@ class NoDerivative:
         if self.beyond:
             return (f"the derivative of {self.output} along this element, {self.beyond}, and the pullback's own tangent "
                     f"there for a unit cotangent is {self.unit}")
+        copies = " on float64 copies of the arguments" if self.in_float64 else ""
         if self.unit is not None:
-            return (f"finite differences establish no derivative of {self.output} along this element ({self.slopes}), "
-                    f"and the pullback's own tangent there for a unit cotangent is {self.unit}")
+            return (f"finite differences{copies} establish no derivative of {self.output} along this element "
+                    f"({self.slopes}), and the pullback's own tangent there for a unit cotangent is {self.unit}")
         if self.growing:
             quotients = ", ".join(f"{show(q)} at step {h:.1g}" for h, q in self.growing)
             if self.side is None:
@@ -257,7 +258,6 @@ class NoDerivative:
             return (f"{which} grow at every step finite differences can take ({quotients}), so they establish no "
                     "finite derivative there")
         at = f" at steps {' and '.join(f'{h:.1g}' for h in self.steps)}" if self.steps else " by finite differences"
-        copies = " on float64 copies of the arguments" if self.in_float64 else ""
         return (f"the one-sided derivatives of {self.output} are {show(self.left)} (from below) and {show(self.right)} "
                 f"(from above){at}{copies}")
 
@@ -381,10 +381,26 @@ def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
     f = _primal(case)
     found = unresolved_at(f, case.args, only_argument(case, i, unit_vector(case.args[i], k))) or \
         unresolved_element(f, case.args, i, k)
+    in_float64 = False
+    if found is None and is_narrow_float(case.args[i]):
+        # float16's steps may not reach the singularity's growth (TensorFlow's atan2 at (0, -0), whose slopes grow at
+        # every step float64 can take): the same probes on float64 copies, where the primal computes in float64
+        narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
+        wide = tuple(widened(a) if j in narrow else a for j, a in enumerate(case.args))
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                computes_wide = all(np.asarray(leaf).dtype == np.float64 for leaf in leaves(f(*copy_tree(wide))))
+        except Exception:  # noqa: BLE001 - the primal refuses float64 arguments: nothing established
+            computes_wide = False
+        if computes_wide:
+            found = unresolved_at(f, wide, only_argument(case, i, unit_vector(wide[i], k))) or \
+                unresolved_element(f, wide, i, k)
+            in_float64 = found is not None
     if found is None:
         return None
     output, slopes = found
-    return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes)
+    return NoDerivative(output, None, None, unit=show(value.item()), slopes=slopes, in_float64=in_float64)
 
 
 def beyond_narrow_float(case: Case, i: int, k: int) -> NoDerivative | None:

@@ -361,3 +361,31 @@ def test_a_float16_nan_where_float16_holds_the_derivative_stays_an_error():
     assert problem.severity is None
     assert problem.message == ("the pullback of cbrt_squared_f16_rrule must return zero tangents for a zero "
                                "cotangent, but the tangent for argument 0 (x) at [0] is nan.")
+
+
+# A singularity float16's steps do not show: TensorFlow's atan2 gradient at y = 0, x = -0 in float16 (atan2 jumps from
+# -pi/2 through pi to pi/2 there). Its slopes grow at every step float64 can take, and float64 warns; float16's
+# quotients, from steps that end at ten spacings of the element, did not, and GG301 called the NaN an error.
+def atan2(y, x):
+    return np.arctan2(y, x)
+
+
+@rrule(atan2, arrays(shape=(2,), dtype="float16"), arrays(shape=(2,), dtype="float16"))
+def atan2_f16_rrule(y, x):
+    def pullback(g):
+        grad_inv = g / (np.square(y) + np.square(x))
+        return x * grad_inv, -y * grad_inv
+
+    return np.arctan2(y, x), pullback
+
+
+def test_a_float16_singularity_float64_steps_resolve_is_a_warning():
+    at = (np.array([1.0, 0.0], dtype=np.float16), np.array([1.0, -0.0], dtype=np.float16))
+    [problem] = _problems(atan2_f16_rrule, "GG301", [], at=at)
+    assert problem.severity == "warning"
+    assert re.fullmatch(
+        r"the pullback of atan2_f16_rrule must return zero tangents for a zero cotangent, but the tangent for argument "
+        r"0 \(y\) at \[1\] is nan, where finite differences on float64 copies of the arguments establish no derivative "
+        r"of the output at \[1\] along this element \(.*\), and the pullback's own tangent there for a unit cotangent "
+        r"is nan\. A program that does not use the output still gets this value in its gradient\.",
+        problem.message), problem.message
