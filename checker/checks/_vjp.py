@@ -527,21 +527,31 @@ def near_kinks(case: Case, cotangent: Any, directions: tuple[Any, ...], dot: Dot
         _, pb = case.pair(args)
         return inner(adjoint_tangents(case, pb, cotangent, conv), directions)
 
-    size = sum(int(np.size(d)) for d in directions if d is not None)
     return kinks.jumps_around(answer, case.args, directions, g=_contracted(case, cotangent), step=float(dot.lhs.step), value=dot.rhs,
                               fd_value=float(dot.lhs.value), fd_error=dot.lhs.error, scale=dot.scale, tol=tol,
-                              random=TIE_NEIGHBOURS if size <= TIE_NEIGHBOURS_UP_TO else kinks.NEIGHBOURS)
+                              random=TIE_NEIGHBOURS if _has_ties(case, directions) else kinks.NEIGHBOURS)
 
 
 # near_kinks asks the rule at this many random points around x (kinks.NEIGHBOURS elsewhere) where the moved arguments
-# have TIE_NEIGHBOURS_UP_TO elements or fewer in all: a piece of ties that couple entries is reached only by an ordering
-# of several of them (a max pool's 0 and -0 tied across two windows: the rule's piece, one of 6 orderings of three
-# entries, was missed by 6 random points one time in three, and GG201 called the rule's subgradient wrong). Only here:
-# the safety matrix judges sums over many calls and elements, whose hull over more points also holds wrong answers
-# whose errors cancel along v (both tied arguments given the whole cotangent), and GG201 still judges those as a
-# coupled kink.
+# have TIE_NEIGHBOURS_UP_TO elements or fewer in all and two of them are equal: a piece of ties that couple entries is
+# reached only by an ordering of several of them (a max pool's 0 and -0 tied across two windows: the rule's piece, one
+# of 6 orderings of three entries, was missed by 6 random points one time in three, and GG201 called the rule's
+# subgradient wrong). Only here: the safety matrix judges sums over many calls and elements, whose hull over more
+# points also holds wrong answers whose errors cancel along v (both tied arguments given the whole cotangent), and
+# GG201 still judges those as a coupled kink.
 TIE_NEIGHBOURS = 24
 TIE_NEIGHBOURS_UP_TO = 64
+
+
+def _has_ties(case: Case, directions: tuple[Any, ...]) -> bool:
+    """Whether the real arguments ``directions`` moves have TIE_NEIGHBOURS_UP_TO elements or fewer in all and two of
+    their elements are equal (0 and -0 included)."""
+    moved = [np.ravel(np.asarray(case.args[i])) for i, d in enumerate(directions)
+             if d is not None and np.asarray(case.args[i]).dtype.kind == "f"]
+    if not moved:
+        return False
+    flat = np.concatenate(moved)
+    return flat.size <= TIE_NEIGHBOURS_UP_TO and np.unique(flat).size < flat.size
 
 
 def only_argument(case: Case, i: int, value: Any) -> tuple[Any, ...]:
