@@ -123,6 +123,12 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     if excused is not None:
         if excused.problem is not None:
             yield excused.problem
+        elif excused.reason in NO_VERDICT and scaled is not None and scaled.unresolvable:
+            # the more specific reason, whichever exemption spoke first: around a subnormal element the rule's own
+            # answers and the primal's slopes jump too (cbrt's 1/x**(2/3)), and which exemption sees it first
+            # depends on the machine's rounding of subnormal arithmetic
+            raise Skip(f"finite differences established no derivative to judge the pullback by at any input drawn; at "
+                       f"the first: {NO_STEP}")
         elif excused.reason in NO_VERDICT:
             # no derivative to hold the pullback to here: this input is not counted as judged, and a rule judged at
             # no input drawn says so instead of passing (a step whose every drawn input sits on its jump)
