@@ -54,7 +54,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.trees import copy_tree, inner, is_narrow_float, leaves, tree_map, widened
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
-           "no_derivative_along", "beyond_float64", "beyond_narrow_float", "NoDerivative"]
+           "no_derivative_along", "beyond_float64", "beyond_narrow_float", "float64_copies", "NoDerivative"]
 
 COUPLED_UP_TO = 16  # differentiable elements up to which a kink is judged along a direction as a whole
 PAIRS = 32  # random pairs of points around x whose midpoints test the bend (convex or concave)
@@ -273,6 +273,28 @@ class NoDerivative:
 SETTLED = 0.01  # how far (relatively) a cone point's one-sided derivatives may move at a 1000-fold finer step
 
 
+def float64_copies(case: Case) -> Case | None:
+    """``case`` again on float64 (complex128) copies of its differentiable arguments narrower than that, where the
+    primal computes at that width on them (no float output narrower than float64: a primal that fixes its own
+    precision learns nothing from the copies); None where no argument is narrow, or the primal refuses the copies.
+    The probes that tell a kink, a cone point or a singularity from a smooth function step a hair from ``x``, and in
+    float16 those points round back onto ``x`` or its ties; the copies keep the input's ties and kinks where they
+    were."""
+    narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
+    if not narrow:
+        return None
+    wide = Case(case.rule, tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = _primal(wide)(*wide.fresh())
+    except Exception:  # noqa: BLE001 - the primal refuses float64 arguments: nothing to learn from them
+        return None
+    if any(y is not None and is_narrow_float(np.asarray(y)) for y in leaves(out)):
+        return None
+    return wide
+
+
 def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
     """:func:`_no_derivative_along`, and for a narrower float argument where it finds none, the same on float64
     copies of the narrow arguments (a cone point at a zero row stays one): float16's steps may not hold the cone at
@@ -280,17 +302,10 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
     and GG301 called the NaN a float64 run warns about an error). Only where the primal on the copies computes in
     float64; the finding then says where its sides were taken."""
     found = _no_derivative_along(case, i, k)
-    narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
-    if found is not None or i not in narrow:
+    if found is not None or not is_narrow_float(case.args[i]):
         return found
-    shadow = Case(case.rule, tuple(widened(a) if j in narrow else a for j, a in enumerate(case.fresh())), ReplayDraws([]))
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            out = _primal(shadow)(*shadow.fresh())
-    except Exception:  # noqa: BLE001 - the primal refuses float64 arguments: nothing established
-        return None
-    if any(y is not None and np.asarray(y).dtype.kind in "fc" and is_narrow_float(np.asarray(y)) for y in leaves(out)):
+    shadow = float64_copies(case)
+    if shadow is None:
         return None
     wide = _no_derivative_along(shadow, i, k)
     return None if wide is None else dataclasses.replace(wide, in_float64=True)
@@ -425,15 +440,13 @@ def beyond_narrow_float(case: Case, i: int, k: int) -> NoDerivative | None:
         return None
     if unit is None or np.isfinite(np.asarray(unit).reshape(-1)[k]):
         return None
-    narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
-    shadow = Case(case.rule, tuple(widened(a) if j in narrow else a for j, a in enumerate(case.fresh())), ReplayDraws([]))
+    shadow = float64_copies(case)
+    if shadow is None:
+        return None
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = _primal(shadow)(*shadow.fresh())
-            if any(np.asarray(leaf).dtype != np.float64 for leaf in leaves(out)):
-                return None
-            ones = tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), out)
+            ones = tree_map(lambda leaf: np.ones_like(np.asarray(leaf), dtype=np.float64), y)
             found = element_derivative(shadow, ones, i, k, own_scale=True)
             size = abs(float(np.asarray(shadow.args[i]).reshape(-1)[k]))
             if found is None and size > 0.0:
@@ -539,16 +552,14 @@ def _excused_in_float64(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tup
     narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
     if not narrow or has_complex(case, ybar) or any(np.iscomplexobj(case.args[i]) for i in narrow):
         return None
-    shadow = Case(case.rule, tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    shadow = float64_copies(case)
+    if shadow is None:
+        return None
     wide_v = tuple(widened(d) if i in narrow else d for i, d in enumerate(v))
     wide_ybar = tree_map(widened, ybar)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = _primal(shadow)(*shadow.fresh())
-            if any(y is not None and np.asarray(y).dtype.kind == "f" and np.asarray(y).dtype != np.float64
-                   for y in leaves(out)):
-                return None
             lhs = finite_difference(shadow, wide_ybar, wide_v)
             if lhs is None:
                 return None

@@ -32,7 +32,7 @@ from gradguard.checker.checks._jax import (
     second_order_compiled,
     use_batched_fd,
 )
-from gradguard.checker.checks._kinks import KinkExcuse, coupled_kink, kink_excuse, kink_problem
+from gradguard.checker.checks._kinks import KinkExcuse, coupled_kink, float64_copies, kink_excuse, kink_problem
 from gradguard.checker.checks._reference import REFERENCE, TRANSLATED, _vjp_of, jax_tangents, same_around
 from gradguard.checker.checks._vjp import (
     _primal,
@@ -324,10 +324,8 @@ def _kink_along(case: Case, ybar: Any, v: tuple[Any, ...], mine: tuple[Any, ...]
         scale = max(abs(value), abs(float(np.real(want))))
         sides = element_sides(case, ybar, i, k, value, scale, case.tol)
         if (sides is None or not sides.kink) and i in narrow:
-            if wide is None:
-                wide = Case(case.rule, tuple(widened(a) if j in narrow else a for j, a in enumerate(case.fresh())),
-                            ReplayDraws([]))
-            sides = element_sides(wide, tree_map(widened, ybar), i, k, value, scale, wide.tol)
+            wide = float64_copies(case) if wide is None else wide
+            sides = None if wide is None else element_sides(wide, tree_map(widened, ybar), i, k, value, scale, wide.tol)
         if sides is None or not sides.kink:
             return None
     coupled = coupled_kink(case, ybar, conv, case.tol)
@@ -340,14 +338,12 @@ def _refuted_in_float64(case: Case, ybar: Any, mine: tuple[Any, ...], wide_ref: 
     primal on the copies does not compute in float64 (a primal that fixes its own precision differences no
     better there) or the differences cannot be taken."""
     narrow = {i for i in case.diff_positions if is_narrow_float(case.args[i])}
-    wide = Case(case.rule, tuple(widened(a) if i in narrow else a for i, a in enumerate(case.fresh())), ReplayDraws([]))
+    wide = float64_copies(case)
+    if wide is None:
+        return False
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = _primal(wide)(*wide.fresh())
-            if any(y is not None and np.asarray(y).dtype.kind == "f" and np.asarray(y).dtype != np.float64
-                   for y in leaves(out)):
-                return False
             wide_mine = tuple(widened(t) if i in narrow else t for i, t in enumerate(mine))
             wide_v = tuple(widened(d) if i in narrow else d for i, d in enumerate(v))
             return _along(wide, tree_map(widened, ybar), wide_mine, wide_ref, wide_v)[0] == "refuted"

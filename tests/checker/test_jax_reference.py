@@ -8,6 +8,8 @@ import pytest
 
 from gradguard.checker import arrays, check, rrule
 
+from _pools import COUPLED_TIES, pool_rule
+
 pytest.importorskip("jax")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -428,32 +430,11 @@ def test_a_float64_reference_that_float64_finite_differences_refute_judges_nothi
 # to its first maximum, JAX shares it among the ties: both subgradients. Float16's central differences across the
 # kink (steps of 0.099) fell within their error of JAX's value along the difference, "confirming" it; on float64
 # copies they contradict JAX, as they do for the float64 rule.
-def pool2(x):
-    return np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]]).max(axis=0)
-
-
-def _pool_rule(name, dtype):
-    from hypothesis import strategies as st
-
-    @rrule(pool2, st.just(np.zeros((3, 3), dtype)), name=name)
-    def pool_rrule(x):
-        first = np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]]).argmax(axis=0)
-
-        def pullback(g):
-            out = np.zeros_like(x)
-            for (r, c), k in np.ndenumerate(first):
-                out[r + k // 2, c + k % 2] += g[r, c]
-            return (out,)
-
-        return pool2(x), pullback
-
-    return pool_rrule
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_float16_subgradient_at_ties_that_float64_differences_do_not_refute_is_no_finding(seed):
     for dtype in ("float64", "float16"):
-        assert check(_pool_rule(f"pool_{dtype}", dtype), seed=seed, select=["GG203"]).rules[0].findings == []
+        zeros = np.zeros((3, 3), dtype)
+        assert check(pool_rule(zeros, f"pool_{dtype}"), seed=seed, select=["GG203"]).rules[0].findings == []
 
 
 def test_a_float16_rule_that_float64_differences_do_not_clear_still_fails_gg203():
@@ -476,32 +457,9 @@ def test_a_float16_rule_that_float64_differences_do_not_clear_still_fails_gg203(
 # window's among its ties; element by element its one-sided derivatives do not hold the rule's value, and central
 # differences along the difference of the two read the average of the sides, JAX's value: "expected 0.13224 (JAX), got
 # -2.59476 ... Finite differences of the primal along the difference of the two agree with JAX."
-COUPLED_TIES = np.array([[-4.67, -0.0, -6.41], [0.0, -7.65, -9.48], [0.0, -3.84, -0.0]])
-
-
-def _pool_at(x, name, every_tie=False):
-    from hypothesis import strategies as st
-
-    @rrule(pool2, st.just(x), name=name)
-    def pool_rrule(x):
-        windows = np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]])
-        first = windows.argmax(axis=0)
-
-        def pullback(g):
-            out = np.zeros_like(x)
-            for (r, c), k in np.ndenumerate(first):
-                for j in (np.flatnonzero(windows[:, r, c] == windows[k, r, c]) if every_tie else [k]):
-                    out[r + j // 2, c + j % 2] += g[r, c]  # BUG where every_tie: each tie gets the whole cotangent
-            return (out,)
-
-        return pool2(x), pullback
-
-    return pool_rrule
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_subgradient_at_ties_that_couple_windows_is_no_gg203_finding(seed):
-    assert check(_pool_at(COUPLED_TIES, "pool_coupled"), seed=seed, select=["GG203"]).rules[0].findings == []
+    assert check(pool_rule(COUPLED_TIES, "pool_coupled"), seed=seed, select=["GG203"]).rules[0].findings == []
 
 
 def test_a_float16_subgradient_at_ties_that_couple_windows_is_no_gg203_finding():
@@ -510,11 +468,11 @@ def test_a_float16_subgradient_at_ties_that_couple_windows_is_no_gg203_finding()
     x = np.array([[-0.4106, -10.0, -0.0, 2.004], [-4.67, -0.0, -6.41, -0.0], [0.0, -7.652, -9.484, 0.875],
                   [0.0, -3.838, -0.0, -0.0]], np.float16)  # the float16 run's draw, MyGrad's second channel
     for seed in (0, 1):
-        assert check(_pool_at(x, "pool_coupled_f16"), seed=seed, select=["GG203"]).rules[0].findings == []
+        assert check(pool_rule(x, "pool_coupled_f16"), seed=seed, select=["GG203"]).rules[0].findings == []
 
 
 def test_ties_each_given_the_whole_cotangent_still_fail_gg203():
-    found = check(_pool_at(COUPLED_TIES, "pool_every_tie", every_tie=True), seed=0, select=["GG203"]).rules[0].findings
+    found = check(pool_rule(COUPLED_TIES, "pool_every_tie", every_tie=True), seed=0, select=["GG203"]).rules[0].findings
     assert [f.check_id for f in found] == ["GG203"]
 
 

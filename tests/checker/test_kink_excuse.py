@@ -10,6 +10,8 @@ from gradguard.checker.case import Case, ReplayDraws
 from gradguard.checker.checks._kinks import EXCUSES, coupled_kink, kink_excuse
 from gradguard.checker.checks._vjp import CHAINRULES, dot_test, finite_difference
 
+from _pools import COUPLED_TIES, pool_rule
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
@@ -211,31 +213,6 @@ def test_a_float16_value_outside_the_one_sided_derivatives_is_not_excused():
 # ----- ties that couple entries across windows (a max pool with overlapping windows) ------------------------------
 
 
-def pool2(x):
-    return np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]]).max(axis=0)
-
-
-def _pool_rule(name, every_tie=False):
-    # x: entry (1, 0) ties with -0 at (0, 1) in window (0, 0) and with (2, 0) in window (1, 0)
-    x = np.array([[-4.67, -0.0, -6.41], [0.0, -7.65, -9.48], [0.0, -3.84, -0.0]])
-
-    @rrule(pool2, st.just(x), name=name)
-    def pool_rrule(x):  # MyGrad's MaxPoolND: each window's cotangent to its first maximum
-        windows = np.stack([x[:-1, :-1], x[:-1, 1:], x[1:, :-1], x[1:, 1:]])
-        first = windows.argmax(axis=0)
-
-        def pullback(g):
-            out = np.zeros_like(x)
-            for (r, c), k in np.ndenumerate(first):
-                for j in (np.flatnonzero(windows[:, r, c] == windows[k, r, c]) if every_tie else [k]):
-                    out[r + j // 2, c + j % 2] += g[r, c]  # BUG where every_tie: each tie gets the whole cotangent
-            return (out,)
-
-        return pool2(x), pullback
-
-    return pool_rrule
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_subgradient_at_ties_that_couple_windows_passes_gg201(seed):
     # The rule gives entry (1, 0) window (1, 0)'s cotangent and not window (0, 0)'s: the piece where (0, 1) > (1, 0) >
@@ -244,11 +221,11 @@ def test_a_subgradient_at_ties_that_couple_windows_passes_gg201(seed):
     # expected 0.0430325 (finite differences), got -0.50915" at seed 0. Kinks nearer than any step, now.
     from gradguard.checker import check
 
-    assert check(_pool_rule("pool_coupled"), select=["GG201"], seed=seed).findings == []
+    assert check(pool_rule(COUPLED_TIES, "pool_coupled"), select=["GG201"], seed=seed).findings == []
 
 
 def test_ties_that_couple_windows_each_given_the_whole_cotangent_still_fail_gg201():
     from gradguard.checker import check
 
-    [found] = check(_pool_rule("pool_every_tie", every_tie=True), select=["GG201"], seed=0).findings
+    [found] = check(pool_rule(COUPLED_TIES, "pool_every_tie", every_tie=True), select=["GG201"], seed=0).findings
     assert "at a kink that couples entries" in found.message
