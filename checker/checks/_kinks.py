@@ -51,7 +51,7 @@ from gradguard.checker.checks._vjp import (DotTest, at_kink, at_own_scale, dot_t
 from gradguard.checker.kinks import STAIR_SLACK, growing, shifted, staircase, unresolved, unresolved_at, unresolved_element
 from gradguard.checker.checks.registry import Problem
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import copy_tree, inner, is_narrow_float, leaves, tree_map, widened
+from gradguard.checker.trees import inner, is_narrow_float, leaves, tree_map, widened
 
 __all__ = ["KinkViolation", "COUPLED_UP_TO", "ELEMENTWISE_UP_TO", "KinkExcuse", "coupled_kink", "kink_excuse", "kink_problem",
            "no_derivative_along", "beyond_float64", "beyond_narrow_float", "float64_copies", "NoDerivative"]
@@ -373,45 +373,44 @@ def _no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
     return None
 
 
-def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
-    """A :class:`NoDerivative` where the derivative along element ``k`` of argument ``i`` is beyond what float64
-    holds or resolves: the pullback's own tangent there for a unit cotangent is not finite (digamma at 2.5e-175:
-    trigamma is 1.6e349; fmod at a divisor of 5e-324, where x / d overflows) and finite differences establish none
-    at some output element (:func:`kinks.unresolved_at`, :func:`kinks.unresolved_element`); None otherwise."""
+def _non_finite_unit_tangent(case: Case, i: int, k: int) -> tuple[Any, Any] | None:
+    """``(element k of the pullback's tangent for argument i, the output)`` for a cotangent of ones, where every output
+    is a real float array and that element is not finite; None otherwise (the pullback raising included: other
+    checks report that)."""
     y, pb = case.pair()
     if any(np.asarray(leaf).dtype.kind not in "f" for leaf in leaves(y)):
         return None
-    ones = tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), y)
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            tangent = case.tangents(pb, ones)[i]
+            tangent = case.tangents(pb, tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), y))[i]
     except Exception:  # noqa: BLE001 - the pullback raised for a unit cotangent: other checks report it
         return None
     if tangent is None:
         return None
     value = np.asarray(tangent).reshape(-1)[k]
-    if np.isfinite(value):
+    return None if np.isfinite(value) else (value, y)
+
+
+def beyond_float64(case: Case, i: int, k: int) -> NoDerivative | None:
+    """A :class:`NoDerivative` where the derivative along element ``k`` of argument ``i`` is beyond what float64
+    holds or resolves: the pullback's own tangent there for a unit cotangent is not finite (digamma at 2.5e-175:
+    trigamma is 1.6e349; fmod at a divisor of 5e-324, where x / d overflows) and finite differences establish none
+    at some output element (:func:`kinks.unresolved_at`, :func:`kinks.unresolved_element`); None otherwise."""
+    unit = _non_finite_unit_tangent(case, i, k)
+    if unit is None:
         return None
+    value = unit[0]
     f = _primal(case)
     found = unresolved_at(f, case.args, only_argument(case, i, unit_vector(case.args[i], k))) or \
         unresolved_element(f, case.args, i, k)
     in_float64 = False
-    if found is None and is_narrow_float(case.args[i]):
+    if found is None and is_narrow_float(case.args[i]) and (shadow := float64_copies(case)) is not None:
         # float16's steps may not reach the singularity's growth (TensorFlow's atan2 at (0, -0), whose slopes grow at
         # every step float64 can take): the same probes on float64 copies, where the primal computes in float64
-        narrow = {j for j in case.diff_positions if is_narrow_float(case.args[j])}
-        wide = tuple(widened(a) if j in narrow else a for j, a in enumerate(case.args))
-        try:
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                computes_wide = all(np.asarray(leaf).dtype == np.float64 for leaf in leaves(f(*copy_tree(wide))))
-        except Exception:  # noqa: BLE001 - the primal refuses float64 arguments: nothing established
-            computes_wide = False
-        if computes_wide:
-            found = unresolved_at(f, wide, only_argument(case, i, unit_vector(wide[i], k))) or \
-                unresolved_element(f, wide, i, k)
-            in_float64 = found is not None
+        found = unresolved_at(f, shadow.args, only_argument(shadow, i, unit_vector(shadow.args[i], k))) or \
+            unresolved_element(f, shadow.args, i, k)
+        in_float64 = found is not None
     if found is None:
         return None
     output, slopes = found
@@ -429,17 +428,10 @@ def beyond_narrow_float(case: Case, i: int, k: int) -> NoDerivative | None:
     arg = case.args[i]
     if not is_narrow_float(arg) or np.iscomplexobj(arg):
         return None
-    y, pb = case.pair()
-    if any(np.asarray(leaf).dtype.kind not in "f" for leaf in leaves(y)):
+    unit = _non_finite_unit_tangent(case, i, k)
+    if unit is None:
         return None
-    try:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            unit = case.tangents(pb, tree_map(lambda leaf: np.ones_like(np.asarray(leaf)), y))[i]
-    except Exception:  # noqa: BLE001 - the pullback raised for a unit cotangent: other checks report it
-        return None
-    if unit is None or np.isfinite(np.asarray(unit).reshape(-1)[k]):
-        return None
+    value_at_x, y = unit
     shadow = float64_copies(case)
     if shadow is None:
         return None
@@ -462,7 +454,7 @@ def beyond_narrow_float(case: Case, i: int, k: int) -> NoDerivative | None:
     if not (math.isfinite(float(value)) and abs(float(value)) - error > top):
         return None
     dtype = np.asarray(arg).dtype.name
-    return NoDerivative("the sum of the outputs", None, None, unit=show(np.asarray(unit).reshape(-1)[k].item()),
+    return NoDerivative("the sum of the outputs", None, None, unit=show(value_at_x.item()),
                         beyond=(f"{show(float(value))} by finite differences on float64 copies of the arguments, is "
                                 f"beyond {dtype}'s largest number ({top:g})"))
 
