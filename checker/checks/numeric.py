@@ -120,23 +120,21 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         return
     # Not differentiable here (a kink): not judged along v, but a kink where entries meet still is, as a whole.
     excused = kink_excuse(case, ybar, v, tangents, whole, conv, tol)
+    unresolvable = scaled is not None and scaled.unresolvable  # a subnormal element no step resolves
     if excused is not None:
         if excused.problem is not None:
             yield excused.problem
-        elif excused.reason in NO_VERDICT and scaled is not None and scaled.unresolvable:
-            # the more specific reason, whichever exemption spoke first: around a subnormal element the rule's own
-            # answers and the primal's slopes jump too (cbrt's 1/x**(2/3)), and which exemption sees it first
-            # depends on the machine's rounding of subnormal arithmetic
-            raise Skip(f"finite differences established no derivative to judge the pullback by at any input drawn; at "
-                       f"the first: {NO_STEP}")
         elif excused.reason in NO_VERDICT:
             # no derivative to hold the pullback to here: this input is not counted as judged, and a rule judged at
-            # no input drawn says so instead of passing (a step whose every drawn input sits on its jump)
+            # no input drawn says so instead of passing (a step whose every drawn input sits on its jump). A subnormal
+            # element's reason is the more specific one, whichever exemption spoke first: around it the rule's own
+            # answers and the primal's slopes jump too (cbrt's 1/x**(2/3)), and which exemption sees that first
+            # depends on the machine's arithmetic at subnormal numbers.
             raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; "
-                       f"at the first: {EXCUSES[excused.reason]}")
+                       f"at the first: {NO_STEP if unresolvable else EXCUSES[excused.reason]}")
         return
-    if scaled is not None and scaled.unresolvable:  # likewise: a subnormal element no step resolves
-        raise Skip(f"finite differences established no derivative to judge the pullback by at any input drawn; at the "
+    if unresolvable:  # likewise
+        raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; at the "
                    f"first: {NO_STEP}")
     if scaled is not None and scaled.total is not None:  # the derivative the input's own scales resolved
         lhs = scaled.total
