@@ -1268,12 +1268,14 @@ UPSTREAM_FLAWS = {
         "eigenvector cotangent is absent (ZeroTangent's branch) and NaN everywhere when it is a zero matrix",
     ),
     "chainrules_det_triangular_rrule": (
-        {"GG201", "GG206", "GG301"},
+        {"GG201", "GG206", "GG301", "GG501"},
         "det's rule for triangular matrices computes s = conj!(y ./ diag(X)) instead of the product of the other "
         "diagonal entries: a zero on the diagonal gives 0/0 = NaN (at X = 0 NaN for a unit and for a zero cotangent, "
         "where the derivative is 0; at diag(X) = (0, 2, 3) NaN where it is 6), and a determinant that rounds in the "
         "subnormal range loses the derivative (diag(X) = (-2.260747, 0.6169735, 4.94e-324): y = -4.94e-324 and the "
-        "rule gives -1.0 for the last entry, where the derivative is -2.260747 * 0.6169735 = -1.39482)",
+        "rule gives -1.0 for the last entry, where the derivative is -2.260747 * 0.6169735 = -1.39482). GG501 (seed "
+        "20, `called-twice`, diag(X) = (0.5244, -0.4297, 0)): the same NaN in a program's gradient",
+        (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 20),
     ),
     "chainrules_hypot_rrule": (
         {"GG202"},
