@@ -225,8 +225,8 @@ def structured_primal(primal: Callable[..., Any], structures: dict[int, str]) ->
     """``x -> primal(P(x))``."""
 
     @functools.wraps(primal)
-    def on_structure(*args: Any) -> Any:
-        return primal(*_project_args(structures, args))
+    def on_structure(*args: Any, **kwargs: Any) -> Any:  # kwargs: the rule's fixed keyword arguments (specs.with_kwargs)
+        return primal(*_project_args(structures, args), **kwargs)
 
     return on_structure
 
@@ -236,8 +236,8 @@ def structured_rule(rule: Callable[..., Any], structures: dict[int, str]) -> Cal
     structures; an output that is not a pair is returned as it is: GG101 reports it)."""
 
     @functools.wraps(rule)
-    def on_structure(*args: Any) -> Any:
-        result = rule(*_project_args(structures, args))
+    def on_structure(*args: Any, **kwargs: Any) -> Any:
+        result = rule(*_project_args(structures, args), **kwargs)
         if not (isinstance(result, tuple) and len(result) == 2 and callable(result[1])):
             return result
         y, pullback = result

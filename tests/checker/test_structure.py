@@ -452,3 +452,57 @@ def test_a_structure_under_map_is_a_spec_error_at_declaration_that_says_what_to_
         "Got the spec of argument 0: arrays(..., structure='psd') under .map(...). gradguard cannot know that the "
         "mapped values keep the structure")
     rrule(trace, arrays(shape=(3, 3)).map(lambda m: m + np.eye(3)))  # no structure declared: nothing lost
+
+
+# A structure beside fixed keyword arguments: the structure's wrappers took positional arguments only, so kwargs=
+# reached them as an unexpected keyword and every check failed with GG101 ("the forward of quad_rrule raised
+# TypeError: quad_rrule() got an unexpected keyword argument 'scale'"), the rule never checked. qpax's QP solver
+# (a symmetric Q, its tolerances as keyword arguments) met it.
+def _quad(S, x, scale=1.0):
+    return scale * x @ S @ x
+
+
+def _quad_rule(broken: bool):
+    def rule(S, x, scale=1.0):
+        factor = 1.0 if broken else scale  # BUG (broken): the scale left out of the pullback
+
+        def pullback(g):
+            return g * factor * np.outer(x, x), g * factor * (S + S.T) @ x
+
+        return _quad(S, x, scale), pullback
+
+    return rule
+
+
+@pytest.mark.parametrize("structure", ["symmetric", "psd"])
+def test_a_structured_rule_with_fixed_keyword_arguments_is_checked_with_them(structure):
+    specs = (arrays(shape=(2, 2), structure=structure), arrays(shape=(2,), min_value=-3.0, max_value=3.0))
+    correct = rrule(_quad, *specs, kwargs={"scale": 3.0}, name="quad_rrule")(_quad_rule(broken=False))
+    assert check(correct, seed=0).findings == []
+    broken = rrule(_quad, *specs, kwargs={"scale": 3.0}, name="quad_unscaled_rrule")(_quad_rule(broken=True))
+    found = check(broken, seed=0, select=["GG201"]).findings
+    assert found and {f.check_id for f in found} == {"GG201"}
+    assert all("(finite differences), got" in f.message for f in found), [f.message for f in found]
+
+
+def test_a_structured_jax_rule_with_fixed_keyword_arguments_is_checked_with_them():
+    import jax
+    import jax.numpy as jnp
+
+    from gradguard import jax_rule
+
+    @jax.custom_vjp
+    def quad(S, x, scale=1.0):
+        return scale * x @ S @ x
+
+    def quad_fwd(S, x, scale=1.0):
+        return quad(S, x, scale), (S, x, scale)
+
+    def quad_bwd(res, g):
+        S, x, scale = res
+        return g * scale * jnp.outer(x, x), g * scale * (S + S.T) @ x, None
+
+    quad.defvjp(quad_fwd, quad_bwd)
+    rule = jax_rule(quad, arrays(shape=(2, 2), structure="psd"), arrays(shape=(2,), min_value=-3.0, max_value=3.0),
+                    kwargs={"scale": 3.0}, name="quad_rule")
+    assert check(rule, seed=0).findings == []
