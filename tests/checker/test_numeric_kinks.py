@@ -206,6 +206,65 @@ def test_nan_at_a_cone_point_for_a_zero_cotangent_is_a_warning():
     assert f.severity == "warning" and result.verdict == "pass" and "subgradient" in f.fix
 
 
+# A cone point reached by cancellation: a Kullback-Leibler spread of positive scales about 1, sqrt(sum(x - log x) - n)
+# (yetanotherspdnet's KL standard deviation of SPD matrices, sqrt(trace - logdet - n), in miniature). Its sides are
+# +-0.7071 at steps 6e-6 and 6e-7, but at 6e-9 the sum's rounding (4e-16) is its whole value (t**2 / 2 = 1.8e-17): the
+# 1000-fold finer step read no cone, and GG301 called the NaN at the cone an error where the norm's warns.
+def kl_spread(x):
+    return np.sqrt(np.maximum(np.sum(x - np.log(x)) - x.size, 0.0))
+
+
+@rrule(kl_spread, arrays(shape=(3,), elements=st.just(1.0)))
+def kl_spread_nan_at_one(x):
+    s = kl_spread(x)
+    return s, lambda g: (g * (1 - 1 / x) / (2 * s),)  # 0/0 at x == 1, the cone point
+
+
+def kl_divergence(x):
+    return np.maximum(np.sum(x - np.log(x)) - x.size, 0.0)
+
+
+@rrule(kl_divergence, arrays(shape=(3,), elements=st.just(1.0)))
+def kl_divergence_nan_at_one(x):
+    d = kl_divergence(x)
+    return d, lambda g: (g * (1 - 1 / x) * (d / d),)  # BUG: 0/0 at x == 1, where the derivative is 0
+
+
+CANCELLED_CONE = (
+    rf"the one-sided derivatives of the output are {NUM} \(from below\) and {NUM} \(from above\) at steps 6e-06 and "
+    r"6e-07"
+)
+
+
+def test_a_cone_point_whose_primal_cancels_to_rounding_at_fine_steps_is_a_warning():
+    result = check(kl_spread_nan_at_one, select=["GG206", "GG301"]).rules[0]
+    gg206, gg301 = sorted(result.findings, key=lambda f: f.check_id)
+    assert re.fullmatch(
+        r"the pullback of kl_spread_nan_at_one returned nan in the tangent for argument 0 \(x\) at \[0\], where the "
+        rf"primal is finite but has no derivative along this element that finite differences resolve: {CANCELLED_CONE}; "
+        r"3 element\(s\) of this tangent are not finite\.", gg206.message), gg206.message
+    match = re.fullmatch(
+        r"the pullback of kl_spread_nan_at_one must return zero tangents for a zero cotangent, but the tangent for "
+        r"argument 0 \(x\) at \[0\] is nan, at a point where the primal has no derivative finite differences resolve "
+        rf"along this element: {CANCELLED_CONE}\. A program that does not use the output still gets this value in its "
+        r"gradient\.", gg301.message)
+    assert match, gg301.message
+    assert float(match[1]) == pytest.approx(-0.7071, abs=1e-4) and float(match[2]) == pytest.approx(0.7071, abs=1e-4)
+    assert gg206.severity == gg301.severity == "warning" and result.verdict == "pass"
+
+
+def test_a_nan_where_a_cancelling_primal_is_smooth_stays_an_error():
+    result = check(kl_divergence_nan_at_one, select=["GG206", "GG301"]).rules[0]
+    gg206, gg301 = sorted(result.findings, key=lambda f: f.check_id)
+    assert gg206.severity == gg301.severity == "error"
+    assert gg206.message == (
+        "the pullback of kl_divergence_nan_at_one returned nan in the tangent for argument 0 (x) at [0], where the "
+        "primal is finite and has a derivative along this element (its one-sided derivatives agree; finite "
+        "differences give 0.0); 3 element(s) of this tangent are not finite.")
+    assert gg301.message == ("the pullback of kl_divergence_nan_at_one must return zero tangents for a zero cotangent, "
+                             "but the tangent for argument 0 (x) at [0] is nan.")
+
+
 def floor_plus(x, y):
     return np.floor(x) + y
 
