@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from gradguard.checker import tolerances
+from gradguard.checker import kinks, tolerances
 from gradguard.checker.case import Case, ReplayDraws
 from gradguard.checker.compare import first_index, where
 from gradguard.checker.checks._vjp import _contracted, _primal, adjoint_tangents, has_complex, one_sided, only_argument, unit_vector
@@ -237,9 +237,13 @@ class NoDerivative:
     steps: tuple[float, ...] = ()  # the steps at which a cone point's one-sided derivatives were taken
     in_float64: bool = False  # established on float64 copies of narrower float arguments
     beyond: str = ""  # a derivative finite differences on float64 copies established, beyond the narrow float's range
+    through: bool = False  # established along directions through the point, not along the element (`kinked_through`)
 
     def established(self) -> str:
         """What finite differences established, for a finding's message."""
+        if self.through:
+            return (f"along directions through it, the one-sided derivatives of {self.output} differ, or its directional "
+                    "derivative is not linear in the direction, by finite differences")
         if self.beyond:
             return (f"the derivative of {self.output} along this element, {self.beyond}, and the pullback's own tangent "
                     f"there for a unit cotangent is {self.unit}")
@@ -309,6 +313,42 @@ def no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:
         return None
     wide = _no_derivative_along(shadow, i, k)
     return None if wide is None else dataclasses.replace(wide, in_float64=True)
+
+
+def kinked_through(case: Case, i: int, k: int) -> NoDerivative | None:
+    """A :class:`NoDerivative` (``through``) where the primal is smooth along element ``k`` of argument ``i`` or no
+    step resolves it there, yet has no derivative at x: along directions through x that move that argument only, the
+    one-sided derivatives of ``<c, primal>`` differ or its directional derivative is not linear in the direction
+    (:func:`kinks.kinked_near`, only where finite differences show it; ``c`` a cotangent from a fixed seed). GG206's
+    last test, for GG301: the eigenvectors of a matrix at a repeated eigenvalue (JAX's eig at a = 0), the middle of
+    three tied entries. Only where central differences along the element resolve a value (beside a pole, 1/x at
+    1e-100, they do not, and its one-sided slopes differ at every step), and only for float64 arguments: a narrower
+    float's rounding at these probes' steps reads as kinks."""
+    if is_narrow_float(case.args[i]):
+        return None
+    cotangent = _fixed_cotangent(case.pair()[0])
+    along = element_derivative(case, cotangent, i, k)
+    if along is None or not tolerances.resolves(abs(along[0]), along[1], case.tol):
+        return None
+    if kinks.kinked_near(_contracted(case, cotangent), case.args, only_argument(case, i, unit_vector(case.args[i], k)),
+                         case.tol, undetermined=False):
+        return NoDerivative("<c, primal(x)> (c a cotangent from a fixed seed)", None, None, through=True)
+    return None
+
+
+def _fixed_cotangent(y: Any) -> Any:
+    """A cotangent for the output ``y`` from a fixed seed (no draw: the probe runs on cases that replay only the
+    draws the checks made): standard normal on each real or complex leaf, None on the others."""
+    rng = np.random.default_rng(4)
+
+    def leaf(value: Any) -> Any:
+        kind = np.asarray(value).dtype.kind
+        if kind not in "fc":
+            return None
+        c = rng.standard_normal(np.shape(value))
+        return c + 1j * rng.standard_normal(np.shape(value)) if kind == "c" else c
+
+    return tree_map(leaf, y)
 
 
 def _no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:

@@ -16,7 +16,8 @@ import numpy as np
 
 from gradguard.checker.case import Case, RuleRaised, is_finite_tree, zeros_like_tree
 from gradguard.checker.compare import close_at_leaf_scale, exact, first_index, first_mismatch, where
-from gradguard.checker.checks._kinks import NoDerivative, beyond_float64, beyond_narrow_float, no_derivative_along
+from gradguard.checker.checks._kinks import (NoDerivative, beyond_float64, beyond_narrow_float, kinked_through,
+                                             no_derivative_along)
 from gradguard.checker.checks._vjp import NONFINITE_CANDIDATES, element_index, named_place, tangent_pairs
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
@@ -91,6 +92,7 @@ def zero_cotangent(case: Case) -> Iterable[Problem]:
     if cone is not None:
         i, idx, value, sides = cone
         where_ = "where " if sides.unit is not None else (
+            "at a point where the primal has no derivative finite differences resolve: " if sides.through else
             "at a point where the primal has no derivative finite differences resolve along this element: ")
         yield _no_derivative_warning(
             case, i, idx, value, where_ + sides.established(),
@@ -196,7 +198,7 @@ def _only_at_points_without_derivative(
         for k in np.flatnonzero(nonzero)[:max(NONFINITE_CANDIDATES - tried, 0)]:
             tried += 1
             sides = (no_derivative_along(case, i, int(k)) or beyond_float64(case, i, int(k))
-                     or beyond_narrow_float(case, i, int(k)))
+                     or beyond_narrow_float(case, i, int(k)) or kinked_through(case, i, int(k)))
             idx = element_index(arr, int(k))
             if sides is None:
                 return None, (i, idx, arr[idx].item())

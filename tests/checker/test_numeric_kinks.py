@@ -265,6 +265,58 @@ def test_a_nan_where_a_cancelling_primal_is_smooth_stays_an_error():
                              "but the tangent for argument 0 (x) at [0] is nan.")
 
 
+# A point where the primal is smooth along the NaN's element and has no derivative all the same: the eigenvectors of
+# eig at a = 0 (JAX issue 2748's eig custom_jvp met it). Along a[0, 0] they stay the identity's columns; along a
+# direction that mixes the repeated eigenvalue's space they jump. GG206 warned there (its test along directions through
+# x); GG301 called the same NaN an error.
+def eig(a):
+    return tuple(np.linalg.eig(a))
+
+
+@rrule(eig, arrays(shape=(3, 3), elements=st.just(0.0), structure="symmetric"))
+def eig_nan_at_a_repeated_eigenvalue(a):
+    w, v = eig(a)
+
+    def pullback(g):
+        wbar, vbar = g
+        eye = np.eye(len(w))
+        F = 1 / (w[None, :] - w[:, None] + eye) - eye  # 1/0 between repeated eigenvalues: 0 * inf = NaN
+        return (v @ (np.diag(wbar) + F * (v.T @ vbar)) @ v.T,)
+
+    return (w, v), pullback
+
+
+def eigvalsh(a):
+    return np.linalg.eigvalsh(a)
+
+
+@rrule(eigvalsh, st.just(np.diag([1.0, 2.0, 3.0])))  # eigvalsh reads the lower triangle: smooth at distinct eigenvalues
+def eigvalsh_nan_for_a_zero_cotangent(a):
+    w, v = np.linalg.eigh(a)
+    # BUG: 0/0 for a zero cotangent, also where the eigenvalues are distinct and have a derivative
+    return w, lambda wbar: (v @ np.diag(wbar) @ v.T * (np.sum(wbar * wbar) / np.sum(wbar * wbar)),)
+
+
+def test_nan_for_a_zero_cotangent_where_only_directions_through_x_show_no_derivative_is_a_warning():
+    result = check(eig_nan_at_a_repeated_eigenvalue, select=["GG301"]).rules[0]
+    (f,) = result.findings
+    assert f.severity == "warning" and result.verdict == "pass"
+    assert f.message == (
+        "the pullback of eig_nan_at_a_repeated_eigenvalue must return zero tangents for a zero cotangent, but the "
+        "tangent for argument 0 (a) at [0, 0] is nan, at a point where the primal has no derivative finite differences "
+        "resolve: along directions through it, the one-sided derivatives of <c, primal(x)> (c a cotangent from a fixed "
+        "seed) differ, or its directional derivative is not linear in the direction, by finite differences. A program "
+        "that does not use the output still gets this value in its gradient.")
+    assert f.expected == "0 (or None)" and "subgradient" in f.fix
+
+
+def test_nan_for_a_zero_cotangent_where_distinct_eigenvalues_have_a_derivative_stays_an_error():
+    (f,) = findings(eigvalsh_nan_for_a_zero_cotangent, "GG301")
+    assert f.severity == "error"
+    assert f.message == ("the pullback of eigvalsh_nan_for_a_zero_cotangent must return zero tangents for a zero "
+                         "cotangent, but the tangent for argument 0 (a) at [0, 0] is nan.")
+
+
 def floor_plus(x, y):
     return np.floor(x) + y
 
