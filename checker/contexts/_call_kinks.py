@@ -70,6 +70,13 @@ class _Calls:
         return tree_map(lambda z: z if not _real_float(z) else np.asarray(z) + next(pieces), self.base[k])
 
 
+def _pure(primal: Callable[..., Any]) -> Callable[..., Any]:
+    """``primal`` on copies of its arguments: the probes of one call's kinks run it many times on the arguments that
+    call recorded, which a rule that writes into its argument (``mutates=``, an in-place ReLU) would change under
+    them. The program itself runs the primal as it is (`_Calls`), so what the rule writes reaches the program."""
+    return lambda *args: primal(*copy_tree(args))
+
+
 def _same_values(a: list[Any], b: list[Any]) -> bool:
     try:
         la, lb = leaves(a), leaves(b)
@@ -164,12 +171,12 @@ def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], 
         return None
     ranges, blur, where_stairs = _Ranges(primal, plan, tol, scale), 0.0, None
     for k, i, e, move in probes:
-        where = kinks.unresolved_element(primal, tuple(args[k]), i, e)
+        where = kinks.unresolved_element(_pure(primal), tuple(args[k]), i, e)
         if where is not None:
             element, why = where
             return (f"call {k + 1} of the rule has no derivative finite differences establish along element {e} of its "
                     f"argument {i} ({element}: {why})")
-        stairs = kinks.staircase(primal, tuple(args[k]), i, e)
+        stairs = kinks.staircase(_pure(primal), tuple(args[k]), i, e)
         if stairs is not None:
             weight = ranges.weight_of(outputs, k, stairs.leaf, stairs.index)
             if weight is None:
@@ -349,10 +356,10 @@ class _Ranges:
             if all(x is None for x in d):
                 sides.append([(np.zeros(np.shape(z)), np.zeros(np.shape(z))) for z in real])
                 continue
-            found_k = kinks.element_sides(primal, a, d, tol)
+            found_k = kinks.element_sides(_pure(primal), a, d, tol)
             if found_k is None:
                 return None
-            pieces = kinks.piece_sides(primal, a, d, tol)
+            pieces = kinks.piece_sides(_pure(primal), a, d, tol)
             if pieces is not None and len(pieces) == len(found_k):
                 # The pieces that meet at x: a kink that looks the same from both sides (the middle of a three-way
                 # tie) shows only there.

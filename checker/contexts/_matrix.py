@@ -426,7 +426,7 @@ def _kink_excuse(cell: Cell, row: Row, engine: Engine, view: RuleView, plan: Pla
 
         excuse = kink_excuse(lambda *xs: _scalar(program(*xs)), answer, plan.inputs, v, engine=cell.engine, slope=a,
                              truth=b, fd_error=row.fd_error, step=row.fd_step, tol=row.tol, scale=scale)
-        if excuse is None and not view.rule.mutates:
+        if excuse is None:
             # Several kinks of the rule, each bent its own way by the program, can sum valid subgradients of
             # each call to a value outside the whole program's one-sided derivatives.
             excuse = call_kinks_excuse(view.rule.primal, plan, v, slope=a, truth=b, fd_error=row.fd_error,

@@ -475,3 +475,59 @@ def test_gg203_says_why_it_cannot_judge_a_function_written_in_torch():
     (reason,) = [s["reason"] for s in result.checks_skipped if s["id"] == "GG203"]
     assert reason.startswith("the primal calls PyTorch operations, which JAX cannot trace ("), reason
     assert reason.endswith("); GG201's finite differences judge the backward"), reason
+
+
+# quantized.pytorch's BiReLU (eladhoffer/quantized.pytorch e09c447, models/modules/rnlu.py: a ReLU on the first half of
+# the channels and its mirror on the second, in place with ctx.mark_dirty where asked). At seed 0 the called-twice
+# program's inputs hold six elements within 1e-27 of the kinks; the out-of-place Function got no verdict there ("the
+# rule's primal has kinks at 2 of its 2 calls"), the in-place one with the same draws, gradient and finite differences
+# "wrong (relative error 3.7e-01)": the per-call kink evidence was not asked of a rule that declares mutates=. Its
+# probes now run the primal on copies of each call's recorded arguments.
+def _birelu(masked: bool):
+    from torch.autograd.function import InplaceFunction
+
+    class BiReLUFunction(InplaceFunction):
+        @classmethod
+        def forward(cls, ctx, input, inplace=False):
+            ctx.inplace = inplace
+            if ctx.inplace:
+                ctx.mark_dirty(input)
+                output = input
+            else:
+                output = input.clone()
+            pos, neg = output.chunk(2, dim=1)
+            pos.clamp_(min=0)
+            neg.clamp_(max=0)
+            ctx.save_for_backward(output)
+            return output
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            output, = ctx.saved_tensors
+            # BUG where masked is False: the clamped elements get the cotangent too
+            return (grad_output.masked_fill(output.eq(0), 0) if masked else grad_output.clone()), None
+
+    return BiReLUFunction
+
+
+def test_an_in_place_function_at_kinks_in_two_calls_gets_the_same_verdict_as_out_of_place():
+    from gradguard.checker.contexts import run_matrix
+
+    spec = arrays(shape=(3, 4), min_value=-3, max_value=3)
+    cells = {}
+    for name, inplace, mutates in (("birelu", False, ()), ("birelu_inplace", True, (0,))):
+        rule = torch_rule(_birelu(True), spec, constant(inplace), mutates=mutates, name=name)
+        (row,) = run_matrix(rule, seed=0, contexts=["called-twice"], engines=["torch"]).rows
+        cells[name] = row.cells["torch"]
+    assert cells["birelu"].status == cells["birelu_inplace"].status == "skipped", cells
+    assert cells["birelu_inplace"].message.startswith("no verdict: the rule's primal has kinks at 2 of its 2 calls")
+
+
+def test_an_in_place_function_that_passes_the_cotangent_through_its_clamp_is_still_wrong_in_context():
+    from gradguard.checker.contexts import run_matrix
+
+    spec = arrays(shape=(3, 4), min_value=0.5, max_value=3)  # away from the kinks: the second half clamped to 0
+    for masked, status in ((False, "wrong"), (True, "right")):
+        rule = torch_rule(_birelu(masked), spec, constant(True), mutates=(0,), name=f"birelu_inplace_{masked}")
+        (row,) = run_matrix(rule, seed=0, contexts=["called-twice"], engines=["torch"]).rows
+        assert row.cells["torch"].status == status, row.cells["torch"].message
