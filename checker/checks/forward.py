@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from gradguard.checker import compare, kinks, tolerances
+from gradguard.checker import compare, tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks._vjp import _contracted, _primal, derivative_range, one_sided
@@ -119,7 +119,7 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
             d = finer
     if _within_steps(case, u, w, got, scale) or _at_kink(case, u, w, ty) or _steep_near(case, u):
         return
-    if _near_kinks(case, u, w, got, d, scale) or _not_linear(case, u, w, d):
+    if _near_kinks(case, u, w, got, d, scale):
         return
     sides = one_sided(case, w, u)
     if (sides is not None and not tolerances.close(sides[0], sides[1], case.tol, scale=scale)
@@ -199,29 +199,6 @@ def _near_kinks(case: Case, u: tuple[Any, ...], w: Any, got: float, d: Any, scal
 
     return jumps_around(answer, case.args, u, g=_contracted(case, w), step=float(d.step), value=got,
                         fd_value=float(d.value), fd_error=float(d.error), scale=scale, tol=case.tol)
-
-
-def _not_linear(case: Case, u: tuple[Any, ...], w: Any, d: Any) -> bool:
-    """Whether the derivative of ``<w, primal>`` at x is not linear in the direction, by finite differences: along
-    ``u + r`` (``r`` a fixed random direction) it differs from the sum of those along ``u`` and along ``r`` (GG201's
-    first probe, `_kinks._not_linear`). The primal then has no derivative at x for a jvp to be: cuthbert's ``tria``
-    (R with R R^T = A A^T by QR) at A = 0 is t tria(U) along every line, smooth on each, yet tria(U) is no linear
-    function of U, and no jvp matches every direction. A differentiable primal's derivative is linear, so a wrong
-    jvp of one stays a finding; where a probe's finite differences cannot be taken there is no evidence either."""
-    r = kinks.neighbours(u, random=1)[0]
-    primal = lambda *a: case.rule.primal(*a)  # noqa: E731
-    # confirmed tables only, each resolving its value: a first table whose steps cross a singularity beside x (JAX's
-    # expi in float32 at 0.0117) gives sums that disagree by its own error, not the primal's
-    along_r = fd_directional(primal, case.fresh(), r, w, confirm=True)
-    along_both = fd_directional(primal, case.fresh(), tuple(None if a is None else a + b for a, b in zip(u, r)), w,
-                                confirm=True)
-    if along_r is None or along_both is None:
-        return False
-    found = [(float(e.value), float(e.error)) for e in (d, along_r, along_both)]
-    if not all(tolerances.resolves(value, error, case.tol) for value, error in found):
-        return False
-    (d_u, e_u), (d_r, e_r), (d_both, e_both) = found
-    return not tolerances.close(d_both, d_u + d_r, case.tol, scale=abs(d_u) + abs(d_r), fd_error=e_u + e_r + e_both)
 
 
 def _at_kink(case: Case, u: tuple[Any, ...], w: Any, ty: Any) -> bool:
