@@ -326,7 +326,7 @@ def kinked_through(case: Case, i: int, k: int) -> NoDerivative | None:
     float's rounding at these probes' steps reads as kinks."""
     if is_narrow_float(case.args[i]):
         return None
-    cotangent = _fixed_cotangent(case.pair()[0])
+    cotangent = case.fixed_cotangent(case.pair()[0])
     along = element_derivative(case, cotangent, i, k)
     if along is None or not tolerances.resolves(abs(along[0]), along[1], case.tol):
         return None
@@ -334,21 +334,6 @@ def kinked_through(case: Case, i: int, k: int) -> NoDerivative | None:
                          case.tol, undetermined=False):
         return NoDerivative("<c, primal(x)> (c a cotangent from a fixed seed)", None, None, through=True)
     return None
-
-
-def _fixed_cotangent(y: Any) -> Any:
-    """A cotangent for the output ``y`` from a fixed seed (no draw: the probe runs on cases that replay only the
-    draws the checks made): standard normal on each real or complex leaf, None on the others."""
-    rng = np.random.default_rng(4)
-
-    def leaf(value: Any) -> Any:
-        kind = np.asarray(value).dtype.kind
-        if kind not in "fc":
-            return None
-        c = rng.standard_normal(np.shape(value))
-        return c + 1j * rng.standard_normal(np.shape(value)) if kind == "c" else c
-
-    return tree_map(leaf, y)
 
 
 def _no_derivative_along(case: Case, i: int, k: int) -> NoDerivative | None:

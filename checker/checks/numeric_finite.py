@@ -101,7 +101,8 @@ def finite_tangents(case: Case) -> Iterable[Problem]:
             if sides is None and kinks.kinked_near(_contracted(case, ybar), case.args,
                                                    only_argument(case, i, unit_vector(case.args[i], int(k))), case.tol,
                                                    undetermined=False):
-                sides = NoDerivative("<ybar, primal(x)>", None, None)  # smooth along this element, not differentiable at x
+                # smooth along this element, not differentiable at x
+                sides = NoDerivative("<ybar, primal(x)>", None, None, through=True)
             if sides is not None:
                 if kink is None:
                     kink = _no_derivative_problem(case, where, place, value, sides, bad.size)
@@ -138,16 +139,8 @@ def _no_derivative_problem(case: Case, where: str, place: str, value: Any, sides
             "np.where(x == 0, 0.0, g / np.where(x == 0, 1.0, 3 * np.cbrt(x) ** 2)), so that 0 * factor stays 0."
         )
     else:
-        if sides.left is None or sides.right is None:
-            established = (
-                "finite but has no derivative at this input that finite differences resolve: along directions "
-                f"through it, the one-sided derivatives of {sides.output} differ, or its directional derivative is "
-                "not linear in the direction, by finite differences"
-            )
-        else:
-            established = (
-                f"finite but has no derivative along this element that finite differences resolve: {sides.established()}"
-            )
+        where_ = "at this input" if sides.through else "along this element"
+        established = f"finite but has no derivative {where_} that finite differences resolve: {sides.established()}"
         fix = (
             "Programs that meet this point (a norm of a zero vector, the spread of a constant row) still need a "
             "finite gradient: return a subgradient there, a value between the one-sided derivatives (0 for a norm "

@@ -170,13 +170,14 @@ def unresolved_call(primal: Callable[..., Any], plan: Plan, v: tuple[Any, ...], 
     if not probes or len(probes) > UNRESOLVED_UP_TO:
         return None
     ranges, blur, where_stairs = _Ranges(primal, plan, tol, scale), 0.0, None
+    pure = _pure(primal)
     for k, i, e, move in probes:
-        where = kinks.unresolved_element(_pure(primal), tuple(args[k]), i, e)
+        where = kinks.unresolved_element(pure, tuple(args[k]), i, e)
         if where is not None:
             element, why = where
             return (f"call {k + 1} of the rule has no derivative finite differences establish along element {e} of its "
                     f"argument {i} ({element}: {why})")
-        stairs = kinks.staircase(_pure(primal), tuple(args[k]), i, e)
+        stairs = kinks.staircase(pure, tuple(args[k]), i, e)
         if stairs is not None:
             weight = ranges.weight_of(outputs, k, stairs.leaf, stairs.index)
             if weight is None:
@@ -340,6 +341,7 @@ class _Ranges:
 
     def _along(self, u: tuple[Any, ...]) -> tuple[float, float, float, int, int, int] | None:
         primal, plan, tol = self.primal, self.plan, self.tol
+        pure = _pure(primal)
         found = _directions(plan, primal, u)
         if found is None:
             return None
@@ -356,10 +358,10 @@ class _Ranges:
             if all(x is None for x in d):
                 sides.append([(np.zeros(np.shape(z)), np.zeros(np.shape(z))) for z in real])
                 continue
-            found_k = kinks.element_sides(_pure(primal), a, d, tol)
+            found_k = kinks.element_sides(pure, a, d, tol)
             if found_k is None:
                 return None
-            pieces = kinks.piece_sides(_pure(primal), a, d, tol)
+            pieces = kinks.piece_sides(pure, a, d, tol)
             if pieces is not None and len(pieces) == len(found_k):
                 # The pieces that meet at x: a kink that looks the same from both sides (the middle of a three-way
                 # tie) shows only there.
