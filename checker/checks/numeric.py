@@ -75,7 +75,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     not differentiable (a kink, like relu at 0), each element's value must lie between its one-sided
     derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements), and where entries meet
     at a kink (a max with ties) the tangent taken along a positive direction as a whole must lie between the
-    one-sided directional derivatives (every tied entry given the whole cotangent does not); where kinks sit
+    one-sided directional derivatives (every tied entry given the whole cotangent does not; judged for up to 64
+    differentiable elements); where kinks sit
     closer to the input than any usable step (sorting values 1e-34 apart), where the derivative is not linear
     in the direction (the median of tied entries, whose kink shows on no line through the input), or where
     finite differences cannot be taken (the edge of a restricted domain), the input is not judged. Where the

@@ -114,9 +114,76 @@ def sort_ties(x):
     return x[order], pullback
 
 
-@pytest.mark.parametrize("rule", [row_max_ties_share, clip_both_bounds, sort_ties], ids=["row-max", "clip", "sort"])
+@rrule(sort_, arrays(shape=(32,), elements=st.sampled_from([0.0, 1.0])))
+def sort_ties_32(x):
+    order = np.argsort(x, kind="stable")
+
+    def pullback(g):
+        t = np.zeros_like(x)
+        t[order] = g
+        return (t,)
+
+    return x[order], pullback
+
+
+@rrule(clip, arrays(shape=(4, 8), elements=st.sampled_from([-1.0, 1.0, 0.5])))
+def clip_both_bounds_32(x):
+    return clip(x), lambda g: (g * ((x >= -1.0) & (x <= 1.0)),)
+
+
+@pytest.mark.parametrize("rule", [row_max_ties_share, clip_both_bounds, sort_ties, sort_ties_32, clip_both_bounds_32],
+                         ids=["row-max", "clip", "sort", "sort-32", "clip-32"])
 def test_kinks_judged_as_a_whole_only_where_entries_meet(rule):
     assert_passes_every_isolation_check(rule)
+
+
+# A 2x2 max pool (stride 2) over a (4, 4, 2) image: 32 elements, beyond the 16 the whole-direction test once stopped
+# at. Giving every tied maximum the whole cotangent (a from-scratch CNN's pool) passed GG201 there: the excuses found
+# the rule's value between the one-sided derivatives along v, and only the whole direction tells the sum overshoots.
+def max_pool(x):
+    h, w, c = x.shape
+    return x.reshape(h // 2, 2, w // 2, 2, c).max(axis=(1, 3))
+
+
+POOL_TIES = arrays(shape=(4, 4, 2), elements=st.sampled_from([0.0, 1.0]))
+
+
+def _pool_pullback(x, share):
+    h, w, c = x.shape
+    cells = x.reshape(h // 2, 2, w // 2, 2, c).transpose(0, 2, 4, 1, 3).reshape(h // 2, w // 2, c, 4)
+    if share:  # the first tied maximum of each window takes the whole cotangent: a valid subgradient
+        mask = np.eye(4, dtype=bool)[np.argmax(cells, axis=-1)]
+    else:
+        mask = cells == cells.max(axis=-1, keepdims=True)
+
+    def pullback(g):
+        t = (mask * g[..., None]).reshape(h // 2, w // 2, c, 2, 2).transpose(0, 3, 1, 4, 2)
+        return (t.reshape(x.shape),)
+
+    return pullback
+
+
+@rrule(max_pool, POOL_TIES)
+def max_pool_every_tie(x):
+    return max_pool(x), _pool_pullback(x, share=False)
+
+
+@rrule(max_pool, POOL_TIES)
+def max_pool_first_tie(x):
+    return max_pool(x), _pool_pullback(x, share=True)
+
+
+def test_a_max_pool_of_32_elements_giving_every_tie_the_whole_cotangent_fails_gg201():
+    (f,) = findings(max_pool_every_tie, "GG201")
+    nested = KINK_MESSAGE.replace(r"(array\(\[[^]]*\]\))", r"(array\(\[\[\[.*\]\]\]\))")
+    match = re.fullmatch(nested.format(name="max_pool_every_tie"), f.message)
+    assert match, f.message
+    left, right, got = (float(v) for v in match.groups()[1:])
+    assert got > max(left, right) and f.severity == "error"
+
+
+def test_a_max_pool_of_32_elements_giving_one_tie_the_cotangent_passes():
+    assert_passes_every_isolation_check(max_pool_first_tie)
 
 
 # -- NaN where the primal has no derivative (issue 12, class 3) ----------------------------------------
