@@ -327,11 +327,16 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
     tol = outcome.tol
     value_gaps: list[str] = []
     splits: list[str] = []
+    gap_views: list[bool] = []  # per context with a value gap: whether it passes non-contiguous views
+    agreed_contiguous = False  # some context without views compared its value and agreed
     for row in outcome.rows:
         ran = {e: c for e, c in row.cells.items() if c.slope is not None}
         if row.value is not None:
             off = [e for e in ran if _value_differs(row, e)]
+            if ran and not off and not row.context.views:
+                agreed_contiguous = True
             if off:
+                gap_views.append(row.context.views)
                 apart = [show_apart(float(ran[e].value), float(row.value)) for e in off]  # the digits that differ
                 shown = ", ".join(f"{e} {a}" for e, (a, _) in zip(off, apart))
                 value_gaps.append(f"`{row.context.name}`: {shown} vs {apart[0][1]} when run")
@@ -341,15 +346,23 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
             if not _close(c1.slope, c2.slope, tol):
                 splits.append(f"`{row.context.name}`: {e1} {c1.slope:.6g} vs {e2} {c2.slope:.6g}")
     if value_gaps:
+        only_views = all(gap_views) and agreed_contiguous
         yield Problem(
             message=(
                 "the program computes a different value under AD than when run, so AD differentiates a different "
                 f"function from the one users run: {'; '.join(value_gaps)}."
+                + (" The values differ only in the contexts that pass arguments as non-contiguous views (strided or "
+                   "transposed); the other contexts' values agree." if only_views else "")
             ),
             location="context " + value_gaps[0].split("`")[1],
             expected="the same value under every engine as under plain NumPy",
             actual=value_gaps[0],
             fix=(
+                "Make the forward pass and the primal compute the same value for a non-contiguous view as for a "
+                "contiguous array of the same values: code that reads memory with assumed strides "
+                "(np.lib.stride_tricks.as_strided with strides computed from the shape, a reshape of raw buffers) "
+                "sees other numbers in a view; take np.ascontiguousarray(x) first, or use x.strides."
+                if only_views else
                 "Make the forward pass compute the primal: do not branch on engines.within_gradient, a training "
                 "flag or the engine's array type, and return primal(*args) as the rrule's output."
             ),

@@ -125,6 +125,7 @@ class Context:
     make: Callable[[Signature, np.random.Generator], Plan] = field(repr=False)
     aliasing: bool = False  # a wrong cell here is GG502 (gradients over aliases), elsewhere GG501
     search: bool = True  # where the drawn inputs do not fit, further draws of other shapes may
+    views: bool = False  # passes arguments as non-contiguous views of other memory (x[::2], x.T)
 
     def plan(self, sig: Signature, rng: np.random.Generator) -> Plan:
         plan = self.make(sig, rng)
@@ -547,8 +548,9 @@ CONTEXTS: tuple[Context, ...] = (
     Context("fan-out", "the output feeds three consumers whose cotangents accumulate", _fan_out),
     Context("same-array-twice", "the same array in two argument slots: rule(x, x)", _same_array_twice, aliasing=True),
     Context("transposed-alias", "an array and its transpose in two slots: rule(x, x.T)", _transposed_alias, aliasing=True),
-    Context("strided-view", "non-contiguous strided views as arguments: rule(x[::2])", _strided_view),
-    Context("transposed-view", "Fortran-ordered transposed views as arguments: rule(x.T)", _transposed_view),
+    Context("strided-view", "non-contiguous strided views as arguments: rule(x[::2])", _strided_view,
+            views=True),
+    Context("transposed-view", "Fortran-ordered transposed views as arguments: rule(x.T)", _transposed_view, views=True),
     Context("tied-weights", "tied weights: rule(W) and rule(W.T) in one program", _tied_weights, aliasing=True),
 )
 

@@ -213,6 +213,60 @@ def test_rule_whose_primal_branches_on_within_gradient_is_caught_by_gg102_and_gg
     assert "within_gradient" in gg503.fix
 
 
+# A forward that reads memory through as_strided with strides computed from the shape (a from-scratch conv's window
+# extraction): right on a C-contiguous array, other numbers on a view. GG503 says the values differ only where the
+# contexts pass views, and its fix names the layout; the twin that takes a contiguous copy first passes.
+def _pair_sums(a, contiguous):
+    if contiguous:
+        a = np.ascontiguousarray(a)
+    n, m = a.shape
+    item = a.itemsize
+    windows = np.lib.stride_tricks.as_strided(a, shape=(n, m - 1, 2), strides=(m * item, item, item))
+    return windows.sum(axis=-1)
+
+
+def pair_sums(a):
+    return _pair_sums(a, contiguous=False)
+
+
+def pair_sums_contiguous(a):
+    return _pair_sums(a, contiguous=True)
+
+
+def _pair_sums_pullback(shape):
+    def pullback(g):
+        t = np.zeros(shape)
+        t[:, :-1] += g
+        t[:, 1:] += g
+        return (t,)
+
+    return pullback
+
+
+@rrule(pair_sums, arrays(shape=(3, 4)))
+def pair_sums_assumed_strides(a):
+    return pair_sums(a), _pair_sums_pullback(a.shape)
+
+
+@rrule(pair_sums_contiguous, arrays(shape=(3, 4)))
+def pair_sums_own_copy(a):
+    return pair_sums_contiguous(a), _pair_sums_pullback(a.shape)
+
+
+def test_a_forward_that_assumes_c_strides_gets_gg503_naming_the_views():
+    (f,) = [f for f in check(pair_sums_assumed_strides, select="GG503", max_examples=5).rules[0].findings]
+    assert re.fullmatch(
+        r"the program computes a different value under AD than when run, so AD differentiates a different function "
+        r"from the one users run: `strided-view`: .* when run; `transposed-view`: .* when run\. The values differ "
+        r"only in the contexts that pass arguments as non-contiguous views \(strided or transposed\); the other "
+        r"contexts' values agree\.", f.message), f.message
+    assert "np.ascontiguousarray(x)" in f.fix and "within_gradient" not in f.fix
+
+
+def test_the_same_forward_on_a_contiguous_copy_passes_gg503():
+    assert check(pair_sums_own_copy, select="GG503", max_examples=5).passed
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 
 
