@@ -11,6 +11,7 @@ numeric check uses, so complex tangents follow a single convention.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -86,8 +87,23 @@ def same_structure(a: Any, b: Any) -> bool:
 
 
 def copy_tree(tree: Any) -> Any:
-    """Deep copy of arrays (so a rule mutating its input never touches the original)."""
-    return tree_map(lambda x: np.array(x, copy=True) if isinstance(x, np.ndarray) else x, tree)
+    """Deep copy of arrays, NumPy's and PyTorch's (so a rule mutating its input never touches the original).
+
+    A PyTorch tensor is copied with ``clone()``, which keeps a graph to the original where it carries one (a
+    cotangent that a double-backward check differentiates along). Before, a tensor passed as a constant (a
+    preallocated buffer) that one check's backward resized and filled with a graph-carrying value reached every
+    later check, and GG103 called the pullback raising at an input where, run alone, it passes."""
+    torch = sys.modules.get("torch")  # only where it is loaded: checking NumPy rules never imports it
+    tensor = None if torch is None else torch.Tensor
+
+    def one(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return np.array(x, copy=True)
+        if tensor is not None and isinstance(x, tensor):
+            return x.clone()
+        return x
+
+    return tree_map(one, tree)
 
 
 _IMMUTABLE = (bool, int, float, complex, str, bytes, type(None), np.generic)

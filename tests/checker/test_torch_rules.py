@@ -531,3 +531,52 @@ def test_an_in_place_function_that_passes_the_cotangent_through_its_clamp_is_sti
         rule = torch_rule(_birelu(masked), spec, constant(True), mutates=(0,), name=f"birelu_inplace_{masked}")
         (row,) = run_matrix(rule, seed=0, contexts=["called-twice"], engines=["torch"]).rows
         assert row.cells["torch"].status == status, row.cells["torch"].message
+
+
+# A backward that reuses a preallocated buffer passed as a constant (smooth top-k's LogSumExp keeps two): it resizes
+# the buffer and fills it. The constant tensor is copied for every call as NumPy constants are: before, one tensor
+# reached every check, GG705's create_graph backward left a graph-carrying value in it, and GG103 then called the
+# pullback raising ("cannot resize variables that require grad") at an input where, run alone, it passes. What stands
+# is what the rule does to its argument: its pullback writes into the caller's buffer (GG402).
+class SquareIntoBuffer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, buf):
+        ctx.save_for_backward(x)
+        ctx.buf = buf
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        b = ctx.buf.resize_as_(x)
+        b.copy_(2 * x)
+        return g * b, None
+
+
+class SquareOwnBuffer(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, buf):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * (2 * x), None
+
+
+def test_a_tensor_constant_is_copied_for_every_call_so_one_check_leaves_nothing_in_it_for_another():
+    rule = torch_rule(SquareIntoBuffer, arrays(shape=(3,)), constant(torch.zeros(0, dtype=torch.float64)))
+    report = check(rule, select=["GG1", "GG4", "GG705"], max_examples=5)
+    ids = sorted({f.check_id for f in report.findings})
+    assert ids == ["GG402"], [(f.check_id, f.message) for f in report.findings]
+    (gg402,) = [f for f in report.findings if f.check_id == "GG402"]
+    assert gg402.message == (
+        f"the pullback of {rule.name} wrote into argument 1 (buf): buf (shape) changed from (0,) to (3,). A pullback "
+        "must only read the arguments: the caller still owns buf, and other pullbacks may have captured it.")
+
+
+def test_the_twin_that_leaves_its_buffer_alone_passes():
+    rule = torch_rule(SquareOwnBuffer, arrays(shape=(3,)), constant(torch.zeros(0, dtype=torch.float64)))
+    report = check(rule, select=["GG1", "GG4", "GG705"], max_examples=5)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
