@@ -14,6 +14,7 @@ function cannot behave differently under a transform it never sees.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Callable, Iterable, Sequence
 
@@ -35,6 +36,30 @@ _JIT_FIX = (
     "(if x > 0, float(x), int(n)) with jnp.where or lax.cond, NumPy calls on traced values with jax.numpy, "
     "and make value-dependent sizes static (nondiff_argnums); never branch on whether a value is a tracer."
 )
+_ROUNDING_FIX = (
+    " The two agree to {digits} significant digits, so rounding may be the cause rather than control flow: under jit "
+    "XLA fuses and reorders floating-point operations, and a formula that subtracts nearly equal large terms "
+    "magnifies the difference in their last digits. Where the code looks at no values, compute this without the "
+    "cancellation near such inputs (a series, or the formula rearranged), or declare the tolerance the rule "
+    "meets (rtol= in its declaration)."
+)
+
+
+def _jit_fix(got: Any, want: Any) -> str:
+    """GG601's fix, with the rounding cause added where ``got`` and ``want`` are close numbers (their first three
+    significant digits agree): an exact difference in a value is not what control flow on tracers gives."""
+    try:
+        a, b = float(got), float(want)
+    except (TypeError, ValueError):
+        return _JIT_FIX
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b or a == 0.0 or b == 0.0 or (a > 0) != (b > 0):
+        return _JIT_FIX
+    relative = abs(a - b) / max(abs(a), abs(b))
+    if relative >= 1e-3:
+        return _JIT_FIX
+    return _JIT_FIX + _ROUNDING_FIX.format(digits=int(math.floor(-math.log10(relative))))
+
+
 _VMAP_FIX = (
     "Under vmap, fwd and bwd see one example at a time but run batched: use jax.numpy and lax operations "
     "(not Python control flow on values), and give host callbacks a vmap_method that matches what the host "
@@ -158,7 +183,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
             location=where,
             expected=show(want),
             actual=show(got),
-            fix=_JIT_FIX,
+            fix=_jit_fix(got, want),
         )
         return
     if not diff:
@@ -185,7 +210,7 @@ def same_under_jit(case: Case) -> Iterable[Problem]:
             location=where,
             expected=show(want),
             actual=show(got),
-            fix=_JIT_FIX,
+            fix=_jit_fix(got, want),
         )
 
 

@@ -402,6 +402,21 @@ def test_gg601_bwd_that_differs_under_jit():
     ), f.message
 
 
+def test_gg601_names_rounding_as_a_cause_only_where_the_two_agree_to_three_digits():
+    """A tangent that cancels terms near 1e5 (a truncated power law's normaliser at alpha = -1) was 0.202732 under
+    jit and 0.202733 without it: the fix's advice on control flow did not describe that. Where the numbers agree
+    to three significant digits or more, the fix names rounding too; elsewhere only control flow."""
+    from gradguard.checker.checks.compose import _JIT_FIX, _jit_fix
+
+    fix = _jit_fix(0.2027319861, 0.2027330446)
+    assert fix.startswith(_JIT_FIX) and "agree to 5 significant digits, so rounding may be the cause" in fix
+    assert "rtol=" in fix
+    for got, want in [(1.0, 2.0), (0.0, 1e-9), (-1.0, 1.0), (float("nan"), 1.0), ("shape (2,)", "shape (3,)")]:
+        assert _jit_fix(got, want) == _JIT_FIX
+    (f,) = findings(traced_fast_path, "GG601")
+    assert "rounding" not in f.fix
+
+
 def test_gg601_and_gg602_keep_nondiff_argnums_static():
     assert findings(power_ok, "GG601", "GG602") == []
 
