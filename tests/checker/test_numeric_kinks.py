@@ -100,8 +100,7 @@ def sort_(x):
     return np.sort(x)
 
 
-@rrule(sort_, arrays(shape=(4,), elements=st.sampled_from([0.0, 1.0])))
-def sort_ties(x):
+def _stable_sort(x):
     # Tied entries take the cotangents of their places in a stable order: a (sub)gradient, although a sort of
     # ties under unsorted cotangents is neither convex nor concave (no whole-direction bound holds there).
     order = np.argsort(x, kind="stable")
@@ -114,16 +113,10 @@ def sort_ties(x):
     return x[order], pullback
 
 
-@rrule(sort_, arrays(shape=(32,), elements=st.sampled_from([0.0, 1.0])))
-def sort_ties_32(x):
-    order = np.argsort(x, kind="stable")
+sort_ties = rrule(sort_, arrays(shape=(4,), elements=st.sampled_from([0.0, 1.0])), name="sort_ties")(_stable_sort)
 
-    def pullback(g):
-        t = np.zeros_like(x)
-        t[order] = g
-        return (t,)
 
-    return x[order], pullback
+sort_ties_32 = rrule(sort_, arrays(shape=(32,), elements=st.sampled_from([0.0, 1.0])), name="sort_ties_32")(_stable_sort)
 
 
 @rrule(clip, arrays(shape=(4, 8), elements=st.sampled_from([-1.0, 1.0, 0.5])))
