@@ -44,7 +44,8 @@ __all__ = [
 VERSION_ERROR = "modified by an inplace operation"
 # PyTorch's messages when backward returns a structure it refuses (GG701 reports the cause).
 STRUCTURE_ERRORS = ("returned an incorrect number of gradients", "returned a gradient different than None at position",
-                    "expected Variable or None (got")
+                    "expected Variable or None (got",
+                    "input_is_complex == grad_is_complex")  # a complex gradient for a real input
 
 
 def available() -> str | None:

@@ -89,7 +89,7 @@ def first_difference(got: np.ndarray, want: np.ndarray, case: Case) -> tuple[tup
     "GG701",
     family="torch",
     title="backward returns what PyTorch refuses: the wrong number of gradients, a list, a gradient that is not a "
-          "tensor, or one for a non-tensor input",
+          "tensor, one for a non-tensor input, or a complex one for a real input",
     kinds=("torch",),
     given=TORCH_GIVEN,
     broken="""
@@ -181,6 +181,20 @@ def backward_structure(case: Case) -> Iterable[Problem]:
                 expected="None",
                 actual=describe(call_numpy(g)),
                 fix="Return None for every forward input that is not a tensor.",
+            )
+            return
+    for i, (g, inp) in enumerate(zip(got, call.inputs)):
+        if isinstance(g, torch.Tensor) and isinstance(inp, torch.Tensor) and g.is_complex() and not inp.is_complex() \
+                and inp.is_floating_point():
+            yield Problem(
+                message=(f"the backward of {name} returned a complex gradient ({describe(call_numpy(g))}) for input {i} "
+                         f"of forward, which is real ({str(inp.dtype).removeprefix('torch.')}); PyTorch raises on it. "
+                         "The gradient of a real input is real."),
+                location=f"argument {i}",
+                expected=f"a real tensor ({str(inp.dtype).removeprefix('torch.')})",
+                actual=describe(call_numpy(g)),
+                fix=("Return the real part for a real input (grad.real, as PyTorch's own operations do where a real "
+                     "tensor enters a complex computation)."),
             )
             return
 

@@ -580,3 +580,47 @@ def test_the_twin_that_leaves_its_buffer_alone_passes():
     rule = torch_rule(SquareOwnBuffer, arrays(shape=(3,)), constant(torch.zeros(0, dtype=torch.float64)))
     report = check(rule, select=["GG1", "GG4", "GG705"], max_examples=5)
     assert report.passed, [(f.check_id, f.message) for f in report.findings]
+
+
+# A real tensor times a complex one (butterfly's ComplexMul with one real operand): the backward returns the complex
+# product grad * conj(Y) for the real X, which PyTorch refuses ("input_is_complex == grad_is_complex"). That was a
+# GG103 "pullback raised"; GG701 names what PyTorch refuses, and the twin returning the real part passes.
+class RealTimesComplex(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y.conj(), g * x
+
+
+class RealTimesComplexRealPart(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return (g * y.conj()).real, g * x
+
+
+def test_a_complex_gradient_for_a_real_input_is_gg701_not_gg103():
+    rule = torch_rule(RealTimesComplex, arrays(shape=(3,)), arrays(shape=(3,), dtype="complex128"))
+    report = check(rule, select=["GG1", "GG2", "GG7"], max_examples=5)
+    assert {f.check_id for f in report.findings} == {"GG701"}, [(f.check_id, f.message) for f in report.findings]
+    (f,) = report.findings
+    assert f.message == (
+        f"the backward of {rule.name} returned a complex gradient (complex128 array of shape (3,)) for input 0 of "
+        "forward, which is real (float64); PyTorch raises on it. The gradient of a real input is real.")
+    assert "grad.real" in f.fix
+
+
+def test_the_real_part_for_a_real_input_passes():
+    rule = torch_rule(RealTimesComplexRealPart, arrays(shape=(3,)), arrays(shape=(3,), dtype="complex128"))
+    report = check(rule, select=["GG1", "GG2", "GG7"], max_examples=5)
+    assert report.passed, [(f.check_id, f.message) for f in report.findings]
