@@ -76,10 +76,10 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
     derivatives (relu'(0) = 2 does not; judged for up to 16 differentiable elements), and where entries meet
     at a kink (a max with ties) the tangent taken along a positive direction as a whole must lie between the
     one-sided directional derivatives (every tied entry given the whole cotangent does not; judged for up to 64
-    differentiable elements); where kinks sit
-    closer to the input than any usable step (sorting values 1e-34 apart), where the derivative is not linear
-    in the direction (the median of tied entries, whose kink shows on no line through the input), or where
-    finite differences cannot be taken (the edge of a restricted domain), the input is not judged. Where the
+    differentiable elements); where kinks sit closer to the input than any usable step (sorting values 1e-34
+    apart), where the derivative is not linear in the direction (the median of tied entries, whose kink shows on
+    no line through the input), or where finite differences cannot be taken (the edge of a restricted domain),
+    the input is not judged. Where the
     steps resolve no derivative, the test is taken again at each of the input's scales (`by_scales`: an element of
     1e-9 beside entries of 1e16), and passes where every scale agrees; a subnormal element that no step resolves
     leaves the input not judged."""

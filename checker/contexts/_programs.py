@@ -548,8 +548,7 @@ CONTEXTS: tuple[Context, ...] = (
     Context("fan-out", "the output feeds three consumers whose cotangents accumulate", _fan_out),
     Context("same-array-twice", "the same array in two argument slots: rule(x, x)", _same_array_twice, aliasing=True),
     Context("transposed-alias", "an array and its transpose in two slots: rule(x, x.T)", _transposed_alias, aliasing=True),
-    Context("strided-view", "non-contiguous strided views as arguments: rule(x[::2])", _strided_view,
-            views=True),
+    Context("strided-view", "non-contiguous strided views as arguments: rule(x[::2])", _strided_view, views=True),
     Context("transposed-view", "Fortran-ordered transposed views as arguments: rule(x.T)", _transposed_view, views=True),
     Context("tied-weights", "tied weights: rule(W) and rule(W.T) in one program", _tied_weights, aliasing=True),
 )
