@@ -597,12 +597,7 @@ class RealTimesComplex(torch.autograd.Function):
         return g * y.conj(), g * x
 
 
-class RealTimesComplexRealPart(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class RealTimesComplexRealPart(RealTimesComplex):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
