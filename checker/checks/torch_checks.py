@@ -186,12 +186,13 @@ def backward_structure(case: Case) -> Iterable[Problem]:
     for i, (g, inp) in enumerate(zip(got, call.inputs)):
         if isinstance(g, torch.Tensor) and isinstance(inp, torch.Tensor) and g.is_complex() and not inp.is_complex() \
                 and inp.is_floating_point():
+            real = str(inp.dtype).removeprefix("torch.")
             yield Problem(
                 message=(f"the backward of {name} returned a complex gradient ({describe(call_numpy(g))}) for input {i} "
-                         f"of forward, which is real ({str(inp.dtype).removeprefix('torch.')}); PyTorch raises on it. "
-                         "The gradient of a real input is real."),
+                         f"of forward, which is real ({real}); PyTorch raises on it. The gradient of a real input is "
+                         "real."),
                 location=f"argument {i}",
-                expected=f"a real tensor ({str(inp.dtype).removeprefix('torch.')})",
+                expected=f"a real tensor ({real})",
                 actual=describe(call_numpy(g)),
                 fix=("Return the real part for a real input (grad.real, as PyTorch's own operations do where a real "
                      "tensor enters a complex computation)."),
