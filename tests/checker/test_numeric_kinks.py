@@ -168,7 +168,8 @@ def max_pool_first_tie(x):
 
 def test_a_max_pool_of_32_elements_giving_every_tie_the_whole_cotangent_fails_gg201():
     (f,) = findings(max_pool_every_tie, "GG201")
-    nested = KINK_MESSAGE.replace(r"(array\(\[[^]]*\]\))", r"(array\(\[\[\[.*\]\]\]\))")
+    # NumPy 2 ends the repr of an array longer than its print threshold with its shape
+    nested = KINK_MESSAGE.replace(r"(array\(\[[^]]*\]\))", r"(array\(\[\[\[.*\]\]\](?:, shape=\(4, 4, 2\))?\))")
     match = re.fullmatch(nested.format(name="max_pool_every_tie"), f.message)
     assert match, f.message
     left, right, got = (float(v) for v in match.groups()[1:])
