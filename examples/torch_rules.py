@@ -11,6 +11,7 @@ One correct Function and one per PyTorch-specific way of being wrong:
     double_rule           forward writes into its input without ctx.mark_dirty        GG704
     sin_rule              backward is @once_differentiable: no double backward        GG705
     cube_rule             backward sets x.grad and returns it too: counted twice      GG706
+    flat_rule             backward views its gradient: raises after y.sum(0)          GG707
 """
 
 import torch
@@ -131,3 +132,18 @@ class Cube(torch.autograd.Function):
 
 
 cube_rule = torch_rule(Cube, arrays(shape=(3,), min_value=-2.0, max_value=2.0))
+
+
+# -- GG707: the gradient may be expanded or transposed; reshape it, never .view() it ------------------------
+class Flat(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        flat = grad.view(-1)  # grad.reshape(-1): after y.sum(0) the gradient is expanded, and .view() raises
+        return (2 * flat).view(grad.shape)
+
+
+flat_rule = torch_rule(Flat, arrays(shape=(3, 4)))

@@ -3,7 +3,7 @@
 Find a check by its id in one hop: GG1xx contract.py, GG2xx numeric.py (GG203 and
 GG204, which need JAX: numeric_jax.py; GG206: numeric_finite.py; GG204 for NumPy rules: second_order.py;
 GG207 and GG208, the jvp of a custom_jvp: forward.py), GG3xx cotangent.py, GG4xx state.py (GG403,
-GG404 and GG406, which call a rule again: state_repeat.py), GG5xx context.py, GG6xx compose.py, GG7xx (PyTorch) torch_checks.py and torch_inplace.py.
+GG404 and GG406, which call a rule again: state_repeat.py), GG5xx context.py, GG6xx compose.py, GG7xx (PyTorch) torch_checks.py, torch_inplace.py and torch_layout.py.
 """
 
 import difflib
@@ -22,6 +22,7 @@ from gradguard.checker.checks import compose  # noqa: F401
 from gradguard.checker.checks import forward  # noqa: F401
 from gradguard.checker.checks import torch_checks  # noqa: F401
 from gradguard.checker.checks import torch_inplace  # noqa: F401
+from gradguard.checker.checks import torch_layout  # noqa: F401
 from gradguard.checker.checks.registry import CHECKS, FAMILIES, CheckInfo, Problem, Skip, check
 
 

@@ -52,13 +52,14 @@ def run_call(case: Case, args: tuple[Any, ...] | None = None, **kw: Any) -> Any:
                                                                   kwargs=case.rule.extra.get("kwargs"), **kw))
 
 
-def grads_of(case: Case, call: Any, ybar: Any, **kw: Any) -> dict[int, Any]:
+def grads_of(case: Case, call: Any, ybar: Any, *, copy: bool = True, **kw: Any) -> dict[int, Any]:
     """``call.grad(ybar)``; a backward whose structure PyTorch refuses skips (GG701 reports it), any other
-    error is the rule's."""
+    error is the rule's. ``copy=False`` hands ``ybar``'s tensors as they are (a clone would make an expanded one
+    contiguous), for a check that asks about their layout."""
     from gradguard.engines import torch_engine
 
     try:
-        return call.grad(copy_tree(ybar), **kw)
+        return call.grad(copy_tree(ybar) if copy else ybar, **kw)
     except Exception as exc:  # noqa: BLE001 - the user's backward raised (PyTorch passes its exception on)
         if isinstance(exc, RuntimeError) and any(text in str(exc) for text in torch_engine.STRUCTURE_ERRORS):
             raise Skip(f"PyTorch refuses what the backward of {case.rule.name} returns (see GG701): {exc}") from None

@@ -74,7 +74,7 @@ def test_an_ignore_that_matches_no_check_makes_the_rule_an_error_that_names_it()
     result = check(surrogate(ignore="GG999")).rules[0]
     assert result.verdict == "error" and result.error["type"] == "SpecError"
     assert result.error["message"] == ("the declaration of spike_rrule: Got ignore='GG999', which matches no check id. "
-                                       "Known ids: GG101..GG706.")
+                                       "Known ids: GG101..GG707.")
 
 
 def test_a_torch_rule_takes_ignore_too():

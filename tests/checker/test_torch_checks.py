@@ -1,4 +1,4 @@
-"""Test the tester: the PyTorch-specific checks (GG701-GG706). Each broken Function fails its check with the
+"""Test the tester: the PyTorch-specific checks (GG701-GG707). Each broken Function fails its check with the
 exact message; its correct twin passes."""
 
 from __future__ import annotations
@@ -699,7 +699,7 @@ def test_gg705_a_double_backward_that_raises_is_a_warning_not_a_crash() -> None:
 
 # -- the example module ----------------------------------------------------------------------------
 EXAMPLES = {"Exp": [], "Scale": ["GG701"], "Mul": ["GG702"], "Square": ["GG703"], "Double_": ["GG704"],
-            "Sin": ["GG705"], "Cube": ["GG706"]}
+            "Sin": ["GG705"], "Cube": ["GG706"], "Flat": ["GG707"]}
 
 
 @pytest.mark.slow
@@ -1045,3 +1045,143 @@ def test_gg705_a_nan_double_backward_from_an_untaken_branch_says_how_to_guard_it
     assert "by finite differences of the gradient, but PyTorch's derivative of the backward (create_graph=True) gives nan" in found[0].message
     assert found[0].fix.startswith("Keep inf and NaN out of the backward's own graph")
     assert not check(torch_rule(_GuardedWhere, spec), select=["GG705"]).findings
+
+
+# -- GG707 -------------------------------------------------------------------------------------------
+class ScaleByView(torch.autograd.Function):
+    """Flattens its gradient with .view(): PyTorch raises on an expanded or transposed one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 3 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (3 * grad.view(-1)).view(grad.shape)
+
+
+class ScaleByReshape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 3 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (3 * grad.reshape(-1)).reshape(grad.shape)
+
+
+class ScaleRowsByView(torch.autograd.Function):
+    """Views the gradient as (rows, rest): an expanded gradient (strides (0, 4, 1)) still merges its last two axes,
+    a transposed one (strides (12, 1, 3)) does not."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 3 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (3 * grad.view(grad.shape[0], -1)).view(grad.shape)
+
+
+class ScaleInMemoryOrder(torch.autograd.Function):
+    """Reads the gradient in its memory order, as a kernel walking data_ptr does: silently wrong where that order is
+    not the logical one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        flat = grad.numpy().ravel(order="K")
+        return torch.from_numpy(2 * flat.reshape(grad.shape))
+
+
+class DoubleInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.mul_(2)
+
+
+class SplitByView(torch.autograd.Function):
+    """Two outputs; only the second's gradient is flattened with .view()."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x, 3 * x
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return 2 * g1 + (3 * g2.view(-1)).view(g2.shape)
+
+
+LAYOUT_RAISES = (
+    r"the backward of {name} raises when {which} is {layout} \(strides \({strides}\)\), as the backward of {how} hands "
+    r"it, though it runs on a contiguous gradient with the same values: RuntimeError: {error}"
+)
+VIEW_ERROR = (r"view size is not compatible with input tensor's size and stride \(at least one dimension spans across "
+              r"two contiguous subspaces\)\. Use \.reshape\(\.\.\.\) instead\.")
+
+
+def test_gg707_a_backward_that_views_its_gradient_raises_on_the_expanded_gradient_of_y_sum_0() -> None:
+    _, (f,) = findings(torch_rule(ScaleByView, arrays(shape=(3, 4))), "GG707")
+    assert re.fullmatch(LAYOUT_RAISES.format(
+        name="ScaleByView", which="the gradient of its output", layout="expanded along axis 0", strides="0, 1",
+        how=r"y\.sum\(0\) or y\.mean\(0\)", error=VIEW_ERROR), f.message), f.message
+    assert f.severity == "error" and f.location == "output"
+    assert f.fix.startswith("Make the gradient contiguous before viewing it or reading its memory: grad = "
+                            "grad.contiguous()")
+
+
+def test_gg707_the_transposed_layout_is_tried_where_the_expanded_one_passes() -> None:
+    _, (f,) = findings(torch_rule(ScaleRowsByView, arrays(shape=(2, 3, 4))), "GG707")
+    assert re.fullmatch(LAYOUT_RAISES.format(
+        name="ScaleRowsByView", which="the gradient of its output", layout="transposed in memory",
+        strides="12, 1, 3", how=r"y\.mT or y\.t\(\)", error=VIEW_ERROR), f.message), f.message
+
+
+def test_gg707_a_backward_that_reads_memory_order_gives_a_silently_wrong_gradient() -> None:
+    _, (f,) = findings(torch_rule(ScaleInMemoryOrder, arrays(shape=(3, 4), min_value=-2, max_value=2)), "GG707")
+    m = re.fullmatch(
+        rf"when the gradient of its output is transposed in memory \(strides \(1, 3\)\), as the backward of y\.mT or "
+        rf"y\.t\(\) hands it, the backward of ScaleInMemoryOrder gives input 0 the gradient {NUM} at \[(\d), (\d)\], "
+        rf"but {NUM} for the same values laid out contiguously\.",
+        f.message,
+    )
+    assert m and float(m[1]) != float(m[4]), f.message
+    assert f.location == f"argument 0 at [{m[2]}, {m[3]}]"
+
+
+def test_gg707_an_in_place_write_into_the_gradient_is_told_to_compute_into_a_new_tensor() -> None:
+    _, (f,) = findings(torch_rule(DoubleInPlace, arrays(shape=(3, 4))), "GG707")
+    assert re.fullmatch(LAYOUT_RAISES.format(
+        name="DoubleInPlace", which="the gradient of its output", layout="expanded along axis 0", strides="0, 1",
+        how=r"y\.sum\(0\) or y\.mean\(0\)",
+        error=r"unsupported operation: more than one element of the written-to tensor refers to a single memory "
+              r"location\. Please clone\(\) the tensor before performing the operation\."), f.message), f.message
+    assert f.fix.startswith("Compute into a new tensor (grad * 2, not grad.mul_(2))")
+
+
+def test_gg707_names_the_outputs_whose_gradients_were_laid_out() -> None:
+    _, (f,) = findings(torch_rule(SplitByView, arrays(shape=(3, 4))), "GG707")
+    assert re.fullmatch(LAYOUT_RAISES.replace(r"\(strides \({strides}\)\)", r"\({strides}\)").format(
+        name="SplitByView", which="the gradients of outputs 0, 1", layout="expanded along axis 0",
+        strides=r"output 0: strides \(0, 1\); output 1: strides \(0, 1\)", how=r"y\.sum\(0\) or y\.mean\(0\)",
+        error=VIEW_ERROR), f.message), f.message
+    assert f.location == "output 0"
+
+
+def test_gg707_passes_a_backward_that_reshapes_or_reads_through_numpy() -> None:
+    for rule in (torch_rule(ScaleByReshape, arrays(shape=(3, 4))), torch_rule(SquareSaved, arrays(shape=(2, 3)))):
+        report, found = findings(rule, "GG707")
+        assert found == [] and skips(report, "GG707") == []
+
+
+def test_gg707_skips_an_output_with_no_second_entry_along_any_axis() -> None:
+    report, found = findings(torch_rule(ScaleByView, arrays(shape=(1,))), "GG707")
+    assert found == [] and skips(report, "GG707") == [
+        "no output of the Function has two entries or more along an axis: every layout of its gradient is contiguous"]

@@ -1,0 +1,174 @@
+"""GG707: a `torch.autograd.Function`'s backward handed a gradient that is not contiguous.
+
+PyTorch hands ``backward`` each output's gradient in whatever memory layout the backward of the next operation
+produced: ``y.sum(0)`` gives ``grad.expand(y.shape)`` (stride 0 along axis 0), ``y.mT @ w`` a transposed one. The
+anchors' testers hand contiguous gradients only (``gradcheck`` unit vectors, a random ``grad_outputs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from gradguard.checker.case import Case, RuleRaised
+from gradguard.checker.checks.registry import Problem, Skip, check
+from gradguard.checker.checks.torch_checks import TORCH_GIVEN, first_difference, grads_of, numpy_grads, run_call
+from gradguard.checker.compare import at, where
+from gradguard.checker.inputs import show
+from gradguard.checker.trees import children, rebuild
+
+__all__ = ["noncontiguous_gradient"]
+
+
+def _expanded(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any] | None:
+    """(values, tensor): ``c``'s first slice along axis 0, expanded over axis 0 (stride 0 there), as the backward
+    of ``y.sum(0)`` makes it; None where the output has fewer than two entries along axis 0."""
+    if c.ndim < 1 or c.shape[0] < 2:
+        return None
+    row = torch.as_tensor(np.ascontiguousarray(c[:1])).to(dtype)
+    return np.broadcast_to(c[:1], c.shape).copy(), row.expand(*c.shape)
+
+
+def _transposed(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any] | None:
+    """(values, tensor): ``c`` itself, laid out with its last two axes swapped in memory, as the backward of
+    ``y.mT`` makes it; None where those axes do not both have two entries or more."""
+    if c.ndim < 2 or min(c.shape[-2:]) < 2:
+        return None
+    swapped = torch.as_tensor(np.ascontiguousarray(np.swapaxes(c, -1, -2))).to(dtype)
+    return c.copy(), swapped.transpose(-1, -2)
+
+
+# name, how PyTorch comes to hand such a gradient, the maker
+_LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], ...] = (
+    ("expanded along axis 0", "as the backward of y.sum(0) or y.mean(0) hands it", _expanded),
+    ("transposed in memory", "as the backward of y.mT or y.t() hands it", _transposed),
+)
+
+
+@check(
+    "GG707",
+    family="torch",
+    title="backward wrong or raising on a gradient that is not contiguous (what y.sum(0) or y.mT hands it)",
+    compares_calls=True,
+    kinds=("torch",),
+    given=TORCH_GIVEN,
+    broken="""
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return 3 * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                flat = grad.view(-1)             # a view needs a layout that a flat index can walk
+                return (3 * flat).view(grad.shape)
+
+        scale_rule = torch_rule(Scale, arrays(shape=(3, 4)))
+    """,
+    fixed="""
+        class Scale(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return 3 * x
+
+            @staticmethod
+            def backward(ctx, grad):
+                flat = grad.reshape(-1)          # copies where the layout needs it
+                return (3 * flat).reshape(grad.shape)
+
+        scale_rule = torch_rule(Scale, arrays(shape=(3, 4)))
+    """,
+)
+def noncontiguous_gradient(case: Case) -> Iterable[Problem]:
+    """PyTorch hands ``backward`` an output's gradient in the memory layout the next operation's backward made:
+    after ``y.sum(0)`` or ``y.mean(0)`` it is ``grad.expand(y.shape)``, stride 0 along axis 0; after ``y.mT`` or
+    ``y.t()`` it is transposed in memory. ``grad.view(-1)`` raises on both, and code that reads the gradient's memory
+    as if it were contiguous (``data_ptr`` in a C++ or CUDA kernel, a NumPy or ctypes bridge) reads the wrong
+    entries, silently. ``gradcheck`` and a random ``grad_outputs`` hand contiguous gradients only. The check hands
+    the backward each such layout in turn and compares its gradients with those for the same values laid out
+    contiguously, from a fresh call of the Function each time."""
+    import torch
+
+    if not case.diff_positions:
+        raise Skip("the rule has no differentiable argument")
+    name = case.rule.name
+    probe = run_call(case)
+    if probe.node is None:
+        raise Skip("no output of the Function requires grad: autograd records no backward")
+    ybar = case.cotangent_like(probe.outputs_numpy())
+    outputs = probe.flat_outputs()
+    leaves = [ybar] if not isinstance(probe.output, (tuple, list)) else list(children(ybar))
+    tried = False
+    for layout, how, make in _LAYOUTS:
+        values, given, laid = [], [], []
+        for k, (y, c) in enumerate(zip(outputs, leaves)):
+            made = None
+            if isinstance(y, torch.Tensor) and y.requires_grad and isinstance(c, np.ndarray):
+                made = make(torch, c, y.dtype)
+            if made is None:
+                values.append(c)
+                given.append(c)
+            else:
+                values.append(made[0])
+                given.append(made[1])
+                laid.append((k, tuple(made[1].stride())))
+        if not laid:
+            continue
+        tried = True
+        pack = (lambda parts: parts[0]) if not isinstance(probe.output, (tuple, list)) else (lambda parts: rebuild(ybar, parts))
+        want = numpy_grads(case, grads_of(case, run_call(case), pack(values)))
+        call = run_call(case)
+        which = _which(laid, len(outputs))
+        try:
+            got = numpy_grads(case, grads_of(case, call, pack(given), copy=False))
+        except RuleRaised as raised:
+            exc = raised.exc
+            text = str(exc).strip()
+            yield Problem(
+                message=(f"the backward of {name} raises when {which} is {layout} ({_strides(laid)}), {how}, though "
+                         f"it runs on a contiguous gradient with the same values: {type(exc).__name__}: "
+                         f"{text.splitlines()[0] if text else ''}"),
+                location=f"output {laid[0][0]}" if len(outputs) > 1 else "output",
+                fix=_WRITE_FIX if _WRITES_SHARED in text else _LAYOUT_FIX,
+            )
+            return
+        for i in case.diff_positions:
+            bad = first_difference(got[i], want[i], case)
+            if bad is None:
+                continue
+            idx, g, w = bad
+            yield Problem(
+                message=(f"when {which} is {layout} ({_strides(laid)}), {how}, the backward of {name} gives input {i} "
+                         f"the gradient {show(g)}{at(idx)}, but {show(w)} for the same values laid out contiguously."),
+                location=where(i, idx),
+                expected=show(w),
+                actual=show(g),
+                fix=_LAYOUT_FIX,
+            )
+            return
+    if not tried:
+        raise Skip("no output of the Function has two entries or more along an axis: every layout of its gradient is "
+                   "contiguous")
+
+
+def _which(laid: list[tuple[int, tuple[int, ...]]], n_outputs: int) -> str:
+    if n_outputs == 1:
+        return "the gradient of its output"
+    ks = [str(k) for k, _ in laid]
+    return f"the gradient of output {ks[0]}" if len(ks) == 1 else f"the gradients of outputs {', '.join(ks)}"
+
+
+def _strides(laid: list[tuple[int, tuple[int, ...]]]) -> str:
+    if len(laid) == 1:
+        return f"strides {laid[0][1]}"
+    return "; ".join(f"output {k}: strides {s}" for k, s in laid)
+
+
+_LAYOUT_FIX = ("Make the gradient contiguous before viewing it or reading its memory: grad = grad.contiguous() (a "
+               "no-op where it already is), or use grad.reshape() instead of grad.view(). Backward receives each "
+               "gradient in whatever layout the next operation's backward produced.")
+# PyTorch's refusal of an in-place write into an expanded tensor, whose entries share memory
+_WRITES_SHARED = "more than one element of the written-to tensor refers to a single memory location"
+_WRITE_FIX = ("Compute into a new tensor (grad * 2, not grad.mul_(2)): the gradient backward receives is not its own to "
+              "write, and an expanded one's entries share memory.")
