@@ -1,7 +1,8 @@
 """GG707: a `torch.autograd.Function`'s backward handed a gradient that is not contiguous.
 
 PyTorch hands ``backward`` each output's gradient in whatever memory layout the backward of the next operation
-produced: ``y.sum(0)`` gives ``grad.expand(y.shape)`` (stride 0 along axis 0), ``y.mT @ w`` a transposed one. The
+produced: ``y.sum()`` gives one value expanded over the output (every stride 0), ``y.sum(0)`` one row expanded
+along axis 0, ``y.mT @ w`` a transposed one. The
 anchors' testers hand contiguous gradients only (``gradcheck`` unit vectors, a random ``grad_outputs``).
 """
 
@@ -21,10 +22,21 @@ from gradguard.checker.trees import children, rebuild
 __all__ = ["noncontiguous_gradient"]
 
 
+def _one_value(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any] | None:
+    """(values, tensor): ``c``'s first entry expanded over its shape (every stride 0), as the backward of
+    ``y.sum()`` makes it; None where the output has fewer than two entries."""
+    if c.size < 2:
+        return None
+    first = c.reshape(-1)[:1]
+    one = torch.as_tensor(np.ascontiguousarray(first).reshape(())).to(dtype)
+    return np.broadcast_to(first.reshape(()), c.shape).copy(), one.expand(*c.shape)
+
+
 def _expanded(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any] | None:
     """(values, tensor): ``c``'s first slice along axis 0, expanded over axis 0 (stride 0 there), as the backward
-    of ``y.sum(0)`` makes it; None where the output has fewer than two entries along axis 0."""
-    if c.ndim < 1 or c.shape[0] < 2:
+    of ``y.sum(0)`` makes it; None where the output has fewer than two axes (`_one_value`'s layout then) or fewer
+    than two entries along axis 0."""
+    if c.ndim < 2 or c.shape[0] < 2:
         return None
     row = torch.as_tensor(np.ascontiguousarray(c[:1])).to(dtype)
     return np.broadcast_to(c[:1], c.shape).copy(), row.expand(*c.shape)
@@ -41,6 +53,7 @@ def _transposed(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any]
 
 # name, how PyTorch comes to hand such a gradient, the maker
 _LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], ...] = (
+    ("expanded from a single value", "as the backward of y.sum() or y.mean() hands it", _one_value),
     ("expanded along axis 0", "as the backward of y.sum(0) or y.mean(0) hands it", _expanded),
     ("transposed in memory", "as the backward of y.mT or y.t() hands it", _transposed),
 )
@@ -49,7 +62,7 @@ _LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], .
 @check(
     "GG707",
     family="torch",
-    title="backward wrong or raising on a gradient that is not contiguous (what y.sum(0) or y.mT hands it)",
+    title="backward wrong or raising on a gradient that is not contiguous (what y.sum(), y.sum(0) or y.mT hands it)",
     compares_calls=True,
     kinds=("torch",),
     given=TORCH_GIVEN,
@@ -82,9 +95,10 @@ _LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], .
 )
 def noncontiguous_gradient(case: Case) -> Iterable[Problem]:
     """PyTorch hands ``backward`` an output's gradient in the memory layout the next operation's backward made:
-    after ``y.sum(0)`` or ``y.mean(0)`` it is ``grad.expand(y.shape)``, stride 0 along axis 0; after ``y.mT`` or
-    ``y.t()`` it is transposed in memory. ``grad.view(-1)`` raises on both, and code that reads the gradient's memory
-    as if it were contiguous (``data_ptr`` in a C++ or CUDA kernel, a NumPy or ctypes bridge) reads the wrong
+    after ``y.sum()`` or ``y.mean()`` it is one value expanded over the output's shape, every stride 0; after
+    ``y.sum(0)`` it is expanded along axis 0; after ``y.mT`` or ``y.t()`` it is transposed in memory. ``grad.view()``
+    raises on some of these, a NumPy bridge that views pairs of floats as complex numbers on others, and code that
+    reads the gradient's memory as if it were contiguous (``data_ptr`` in a C++ or CUDA kernel) reads the wrong
     entries, silently. ``gradcheck`` and a random ``grad_outputs`` hand contiguous gradients only. The check hands
     the backward each such layout in turn and compares its gradients with those for the same values laid out
     contiguously, from a fresh call of the Function each time."""

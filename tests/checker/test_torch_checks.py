@@ -1159,11 +1159,40 @@ def test_gg707_a_backward_that_reads_memory_order_gives_a_silently_wrong_gradien
 def test_gg707_an_in_place_write_into_the_gradient_is_told_to_compute_into_a_new_tensor() -> None:
     _, (f,) = findings(torch_rule(DoubleInPlace, arrays(shape=(3, 4))), "GG707")
     assert re.fullmatch(LAYOUT_RAISES.format(
-        name="DoubleInPlace", which="the gradient of its output", layout="expanded along axis 0", strides="0, 1",
-        how=r"y\.sum\(0\) or y\.mean\(0\)",
+        name="DoubleInPlace", which="the gradient of its output", layout="expanded from a single value",
+        strides="0, 0", how=r"y\.sum\(\) or y\.mean\(\)",
         error=r"unsupported operation: more than one element of the written-to tensor refers to a single memory "
               r"location\. Please clone\(\) the tensor before performing the operation\."), f.message), f.message
     assert f.fix.startswith("Compute into a new tensor (grad * 2, not grad.mul_(2))")
+
+
+SIGPY_M = np.array([1 + 2j, -0.5 + 1j, 2 - 1j, 0.3 + 0.1j])
+
+
+class SigpyLinop(torch.autograd.Function):
+    """sigpy.pytorch.to_pytorch_function with input_iscomplex and output_iscomplex, ported with a Multiply linop:
+    from_pytorch views the (..., 2) float gradient as complex numbers with ndarray.view(np.complex128), which NumPy
+    refuses where the last axis is not contiguous, as it is not in the gradient of y.sum()."""
+
+    @staticmethod
+    def forward(ctx, input):
+        x = input.detach().numpy().view(np.complex128)[..., 0]
+        return torch.from_numpy((SIGPY_M * x).view(np.float64).reshape(x.shape + (2,)))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        g = grad_output.detach().numpy().view(np.complex128)[..., 0]
+        return torch.from_numpy((np.conj(SIGPY_M) * g).view(np.float64).reshape(g.shape + (2,)))
+
+
+def test_gg707_sigpys_complex_bridge_raises_on_the_gradient_of_y_sum() -> None:
+    _, (f,) = findings(torch_rule(SigpyLinop, arrays(shape=(4, 2))), "GG707")
+    assert re.fullmatch(LAYOUT_RAISES.format(
+        name="SigpyLinop", which="the gradient of its output", layout="expanded from a single value",
+        strides="0, 0", how=r"y\.sum\(\) or y\.mean\(\)",
+        error="").replace("RuntimeError: ", r"ValueError: To change to a dtype of a different size, the last axis "
+                                            r"must be contiguous"), f.message), f.message
+    assert f.fix.startswith("Make the gradient contiguous")
 
 
 def test_gg707_names_the_outputs_whose_gradients_were_laid_out() -> None:
