@@ -53,8 +53,8 @@ def _transposed(torch: Any, c: np.ndarray, dtype: Any) -> tuple[np.ndarray, Any]
 
 # name, how PyTorch comes to hand such a gradient, the maker
 _LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], ...] = (
-    ("expanded from a single value", "as the backward of y.sum() or y.mean() hands it", _one_value),
-    ("expanded along axis 0", "as the backward of y.sum(0) or y.mean(0) hands it", _expanded),
+    ("expanded from a single value", "as the backward of y.sum() hands it", _one_value),
+    ("expanded along axis 0", "as the backward of y.sum(0) hands it", _expanded),
     ("transposed in memory", "as the backward of y.mT or y.t() hands it", _transposed),
 )
 
@@ -95,7 +95,7 @@ _LAYOUTS: tuple[tuple[str, str, Callable[..., tuple[np.ndarray, Any] | None]], .
 )
 def noncontiguous_gradient(case: Case) -> Iterable[Problem]:
     """PyTorch hands ``backward`` an output's gradient in the memory layout the next operation's backward made:
-    after ``y.sum()`` or ``y.mean()`` it is one value expanded over the output's shape, every stride 0; after
+    after ``y.sum()`` it is one value expanded over the output's shape, every stride 0; after
     ``y.sum(0)`` it is expanded along axis 0; after ``y.mT`` or ``y.t()`` it is transposed in memory. ``grad.view()``
     raises on some of these, a NumPy bridge that views pairs of floats as complex numbers on others, and code that
     reads the gradient's memory as if it were contiguous (``data_ptr`` in a C++ or CUDA kernel) reads the wrong
@@ -111,59 +111,78 @@ def noncontiguous_gradient(case: Case) -> Iterable[Problem]:
     if probe.node is None:
         raise Skip("no output of the Function requires grad: autograd records no backward")
     ybar = case.cotangent_like(probe.outputs_numpy())
+    single = not isinstance(probe.output, (tuple, list))
+    leaves = [ybar] if single else list(children(ybar))
     outputs = probe.flat_outputs()
-    leaves = [ybar] if not isinstance(probe.output, (tuple, list)) else list(children(ybar))
+
+    def pack(parts: list[Any]) -> Any:
+        return parts[0] if single else rebuild(ybar, parts)
+
     tried = False
     for layout, how, make in _LAYOUTS:
-        values, given, laid = [], [], []
-        for k, (y, c) in enumerate(zip(outputs, leaves)):
-            made = None
-            if isinstance(y, torch.Tensor) and y.requires_grad and isinstance(c, np.ndarray):
-                made = make(torch, c, y.dtype)
-            if made is None:
-                values.append(c)
-                given.append(c)
-            else:
-                values.append(made[0])
-                given.append(made[1])
-                laid.append((k, tuple(made[1].stride())))
-        if not laid:
+        made = {k: m for k, (y, c) in enumerate(zip(outputs, leaves))
+                if isinstance(y, torch.Tensor) and y.requires_grad and isinstance(c, np.ndarray)
+                and (m := make(torch, c, y.dtype)) is not None}
+        if not made:
             continue
         tried = True
-        pack = (lambda parts: parts[0]) if not isinstance(probe.output, (tuple, list)) else (lambda parts: rebuild(ybar, parts))
-        want = numpy_grads(case, grads_of(case, run_call(case), pack(values)))
-        call = run_call(case)
+        failed = _try(case, made, leaves, pack)
+        if failed is None:
+            continue
+        if len(made) > 1:  # name the outputs whose layout alone fails, where one does
+            alone = {k: f for k in made if (f := _try(case, {k: made[k]}, leaves, pack)) is not None}
+            if alone:
+                made = {k: made[k] for k in alone}
+                failed = alone[min(alone)]
+        laid = [(k, tuple(m[1].stride())) for k, m in sorted(made.items())]
         which = _which(laid, len(outputs))
-        try:
-            got = numpy_grads(case, grads_of(case, call, pack(given), copy=False))
-        except RuleRaised as raised:
-            exc = raised.exc
-            text = str(exc).strip()
+        if isinstance(failed, BaseException):
+            text = str(failed).strip()
             yield Problem(
-                message=(f"the backward of {name} raises when {which} is {layout} ({_strides(laid)}), {how}, though "
-                         f"it runs on a contiguous gradient with the same values: {type(exc).__name__}: "
+                message=(f"the backward of {name} raises when {which} {_is(laid)} {layout} ({_strides(laid)}), {how}, "
+                         f"though it runs on a contiguous gradient with the same values: {type(failed).__name__}: "
                          f"{text.splitlines()[0] if text else ''}"),
                 location=f"output {laid[0][0]}" if len(outputs) > 1 else "output",
                 fix=_WRITE_FIX if _WRITES_SHARED in text else _LAYOUT_FIX,
             )
             return
-        for i in case.diff_positions:
-            bad = first_difference(got[i], want[i], case)
-            if bad is None:
-                continue
-            idx, g, w = bad
-            yield Problem(
-                message=(f"when {which} is {layout} ({_strides(laid)}), {how}, the backward of {name} gives input {i} "
-                         f"the gradient {show(g)}{at(idx)}, but {show(w)} for the same values laid out contiguously."),
-                location=where(i, idx),
-                expected=show(w),
-                actual=show(g),
-                fix=_LAYOUT_FIX,
-            )
-            return
+        i, idx, g, w = failed
+        yield Problem(
+            message=(f"when {which} {_is(laid)} {layout} ({_strides(laid)}), {how}, the backward of {name} gives input "
+                     f"{i} the gradient {show(g)}{at(idx)}, but {show(w)} for the same values laid out contiguously."),
+            location=where(i, idx),
+            expected=show(w),
+            actual=show(g),
+            fix=_LAYOUT_FIX,
+        )
+        return
     if not tried:
         raise Skip("no output of the Function has two entries or more along an axis: every layout of its gradient is "
                    "contiguous")
+
+
+def _try(case: Case, made: dict[int, tuple[np.ndarray, Any]], leaves: list[Any],
+         pack: Callable[[list[Any]], Any]) -> BaseException | tuple[int, tuple[int, ...], float, float] | None:
+    """The backward's gradients for the outputs in ``made`` laid out as made (the others' as drawn) against those for
+    the same values laid out contiguously, each from a fresh call: the exception the laid-out one raised, or the
+    first input whose gradient differs (input, index, got, want), or None."""
+    values = [made[k][0] if k in made else c for k, c in enumerate(leaves)]
+    given = [made[k][1] if k in made else c for k, c in enumerate(leaves)]
+    want = numpy_grads(case, grads_of(case, run_call(case), pack(values)))
+    call = run_call(case)
+    try:
+        got = numpy_grads(case, grads_of(case, call, pack(given), copy=False))
+    except RuleRaised as raised:
+        return raised.exc
+    for i in case.diff_positions:
+        bad = first_difference(got[i], want[i], case)
+        if bad is not None:
+            return (i, *bad)
+    return None
+
+
+def _is(laid: list[tuple[int, tuple[int, ...]]]) -> str:
+    return "is" if len(laid) == 1 else "are"
 
 
 def _which(laid: list[tuple[int, tuple[int, ...]]], n_outputs: int) -> str:
