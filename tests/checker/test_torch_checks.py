@@ -1170,9 +1170,10 @@ SIGPY_M = np.array([1 + 2j, -0.5 + 1j, 2 - 1j, 0.3 + 0.1j])
 
 
 class SigpyLinop(torch.autograd.Function):
-    """sigpy.pytorch.to_pytorch_function with input_iscomplex and output_iscomplex, ported with a Multiply linop:
-    from_pytorch views the (..., 2) float gradient as complex numbers with ndarray.view(np.complex128), which NumPy
-    refuses where the last axis is not contiguous, as it is not in the gradient of y.sum()."""
+    """Modelled on sigpy.pytorch's from_pytorch(grad_output, iscomplex=True), which to_pytorch_function's backward
+    calls: it views the (..., 2) float gradient as complex numbers with ndarray.view(np.complex128), which NumPy
+    refuses where the last axis is not contiguous, as it is not in the gradient of y.sum(). The linear map is a
+    complex multiplication here."""
 
     @staticmethod
     def forward(ctx, input):

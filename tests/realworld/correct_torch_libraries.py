@@ -1,6 +1,6 @@
 """Real-world corpus: correct `torch.autograd.Function`s from public PyTorch projects, checked with `torch_rule`.
 
-Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane and memcnn (the commit of each is in the constants below;
+Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane, memcnn and flash-attention (the commit of each is in the constants below;
 the comment above each Function names its file and lines and quotes the upstream backward). The math is kept
 exactly as the source has it; helpers are copied beside it. Specs are each Function's real domain. Left out on
 purpose: torchdiffeq's ``_UncheckedAssign``, whose backward hands the overwritten slot a gradient on purpose (its
@@ -32,6 +32,7 @@ GEOOPT = "geoopt/geoopt@11f781daa404e80f419d0a2cf709d2a67b846985"  # parent of d
 ENTMAX = "deep-spin/entmax@c2bec6d5e7d649cba7766c2172d89123ec2a6d70"
 PENNYLANE = "PennyLaneAI/pennylane@4ac3a0fc72c26333c91f8f4c58f2dcd9e9a9a27c"
 MEMCNN = "silvandeleemput/memcnn@439ac2673093d6e226c4f45927c50b7210036e18"
+FLASH_ATTN = "Dao-AILab/flash-attention@3c0d49532cb3bc0a36b405f34590ff82cf582853"
 
 
 # =====================================================================================================
@@ -952,7 +953,51 @@ memcnn_invertible_checkpoint_rule = torch_rule(
     name="memcnn_invertible_checkpoint_rule")
 
 
+# =====================================================================================================
+# flash-attention  flash_attn/bert_padding.py:67-92  (IndexFirstAxisResidual)
+#   grad_input = grad_residual
+#   indices = indices.reshape(indices.shape[0], *((1,) * (grad_output.ndim - 1)))
+#   indices = indices.expand_as(grad_output)
+#   grad_input.scatter_add_(0, indices, grad_output)
+# Gathers the rows `indices` of its input and returns the input itself beside them (the residual); backward adds the
+# rows' gradient into the residual's gradient in place.
+# =====================================================================================================
+class IndexFirstAxisResidual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input, indices):
+        ctx.save_for_backward(indices)
+        assert input.ndim >= 2
+        ctx.first_axis_dim, other_shape = input.shape[0], input.shape[1:]
+        second_dim = other_shape.numel()
+        # TD [2022-03-04] For some reason torch.gather is a bit faster than indexing.
+        output = input[indices]
+        # We don't want to reshape input (b ... -> b (...)) since it could change the channel_last
+        # memory format to channel_first. In other words, input might not be contiguous.
+        # If we don't detach, Pytorch complains about output being a view and is being modified inplace
+        return output, input.detach()
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_residual):
+        (indices,) = ctx.saved_tensors
+        assert grad_output.ndim >= 2
+        other_shape = grad_output.shape[1:]
+        assert grad_residual.shape[1:] == other_shape
+        grad_input = grad_residual
+        # grad_input[indices] += grad_output
+        indices = indices.reshape(indices.shape[0], *((1,) * (grad_output.ndim - 1)))
+        indices = indices.expand_as(grad_output)
+        grad_input.scatter_add_(0, indices, grad_output)
+        return grad_input.reshape(ctx.first_axis_dim, *other_shape), None
+
+
+# unpad_input's indices: the tokens an attention mask keeps, here 4 of 6
+flash_attn_index_first_axis_residual_rule = torch_rule(
+    IndexFirstAxisResidual, arrays(shape=(6, 2, 3)), constant(np.array([0, 2, 3, 5])),
+    name="flash_attn_index_first_axis_residual_rule")
+
+
 LABELS = {
+    "flash_attn_index_first_axis_residual_rule": {"source": f"{FLASH_ATTN} flash_attn/bert_padding.py:67-92"},
     "nerfstudio_trunc_exp_rule": {"source": f"{NERFSTUDIO} nerfstudio/field_components/activations.py:28-41"},
     "gpytorch_log_normal_cdf_rule": {"source": f"{GPYTORCH} gpytorch/functions/_log_normal_cdf.py:12-117"},
     "gpytorch_matern25_rule": {"source": f"{GPYTORCH} gpytorch/functions/matern_covariance.py:8-56"},
@@ -972,6 +1017,15 @@ LABELS = {
 }
 
 UPSTREAM_FLAWS = {
+    "flash_attn_index_first_axis_residual_rule": (
+        {"GG303", "GG707"},
+        "flash-attention's IndexFirstAxisResidual adds the gathered rows' gradient into the residual's gradient in "
+        "place (grad_residual.scatter_add_): the gradient PyTorch hands backward is changed (GG303), and where the "
+        "residual's gradient is expanded, as after residual.sum() or residual.sum(0), PyTorch raises 'unsupported "
+        "operation: more than one element of the written-to tensor refers to a single memory location' (GG707; "
+        "reproduced with plain torch.autograd on the upstream code, and a contiguous gradient of the same values "
+        "gives the right gradient)",
+    ),
     "memcnn_invertible_checkpoint_rule": (
         {"GG403", "GG703", "GG705", "GG706"},
         "memcnn's InvertibleCheckpointFunction sets each input's .grad in backward and returns the same gradient: on a "
