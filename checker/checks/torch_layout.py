@@ -2,8 +2,8 @@
 
 PyTorch hands ``backward`` each output's gradient in whatever memory layout the backward of the next operation
 produced: ``y.sum()`` gives one value expanded over the output (every stride 0), ``y.sum(0)`` one row expanded
-along axis 0, ``y.mT @ w`` a transposed one. The
-anchors' testers hand contiguous gradients only (``gradcheck`` unit vectors, a random ``grad_outputs``).
+along axis 0, ``y.mT @ w`` a transposed one. The anchors' testers hand contiguous gradients only (``gradcheck``
+unit vectors, a random ``grad_outputs``).
 """
 
 from __future__ import annotations
