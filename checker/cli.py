@@ -27,6 +27,7 @@ from click.core import ParameterSource
 from gradguard.checker._version import VERSION
 from gradguard.checker._memory import default_limit_mb
 from gradguard.checker.errors import GradguardError, UsageError
+from gradguard.checker.options import DEFAULT_INPUT_BUDGET_S
 
 __all__ = ["main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE", "EXIT_INTERNAL", "EXIT_STUCK", "EXIT_NO_RULES"]
 
@@ -77,6 +78,10 @@ def main() -> None:
 @click.option("--memory-limit", "memory_limit", type=click.FloatRange(min=0), default=DEFAULT_MEMORY_LIMIT_MB,
               show_default="half the physical memory", metavar="MB",
               help="How much each rule may grow the process's resident memory, in MB (0: none).")
+@click.option("--input-budget", "input_budget", type=click.FloatRange(min=0), default=DEFAULT_INPUT_BUDGET_S,
+              show_default=True, metavar="SECONDS",
+              help="Once a rule's checks have taken this long (counted as --timeout counts), no new input is drawn for "
+                   "it, and the report says how many it was checked on (0: none, every input --max-examples asks for).")
 @click.option("--device", type=click.Choice(["cpu", "gpu"]), default=None, help="Platform for the JAX engine.")
 @click.option("--unused-cotangent", type=click.Choice(["zeros", "none"]), default=None,
               help="What an unused output's pullback receives, for rules that declare no unused_cotangent= "

@@ -8,6 +8,7 @@
     max-examples = 50
     timeout = 300                     # per rule, in seconds (0: none)
     memory-limit = 4096               # growth of resident memory per rule, in MB (0: none)
+    input-budget = 60                 # checking time per rule after which no new input is drawn, in s (0: none)
     jobs = 0                          # worker processes (0: one per CPU)
     unused-cotangent = "zeros"        # the convention for an unused output's cotangent
     jax-column = "auto"               # the JAX column's context programs: "auto", "jit", "eager" or "traced"
@@ -52,6 +53,7 @@ KEYS: dict[str, Key] = {
     "max-examples": Key("max_examples", "int", "max_examples"),
     "timeout": Key("rule_timeout_s", "float", "rule_timeout"),
     "memory-limit": Key("memory_limit_mb", "float", "memory_limit"),
+    "input-budget": Key("input_budget_s", "float", "input_budget"),
     "jobs": Key("jobs", "int", "jobs"),
     "unused-cotangent": Key("unused_cotangent", "str", "unused_cotangent"),
     "jax-column": Key("jax_column", "str", "jax_column"),
@@ -156,7 +158,7 @@ _KIND_WORDS = {
 def check_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     """The :func:`gradguard.check` keywords that configuration ``values`` set."""
     out = {KEYS[name].keyword: value for name, value in values.items() if KEYS[name].keyword}
-    for keyword in ("rule_timeout_s", "memory_limit_mb"):  # 0: no limit
+    for keyword in ("rule_timeout_s", "memory_limit_mb", "input_budget_s"):  # 0: no limit
         if out.get(keyword) == 0:
             out[keyword] = None
     return out

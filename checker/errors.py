@@ -5,12 +5,14 @@
     ├── LoadError                  a rule module could not be imported or holds no rules
     └── UsageError                 bad arguments to `check()` or the CLI (unknown check id, ...)
 
+    FewerInputsWarning             a passing rule was checked on fewer inputs than asked: its input budget ran out
+
 Findings about a user's rule are *not* exceptions: checks return them as data.
 """
 
 from __future__ import annotations
 
-__all__ = ["GradguardError", "SpecError", "LoadError", "UsageError"]
+__all__ = ["GradguardError", "SpecError", "LoadError", "UsageError", "FewerInputsWarning"]
 
 
 class GradguardError(Exception):
@@ -32,3 +34,8 @@ class LoadError(GradguardError):
 
 class UsageError(GradguardError, ValueError):
     """Invalid arguments to `check()` or to the command line."""
+
+
+class FewerInputsWarning(UserWarning):
+    """A rule passed on fewer inputs than asked, because its checks spent the input budget (``--input-budget``):
+    the pytest plugin and ``assert_rule_ok`` warn with the report's note, so a test run says it too."""

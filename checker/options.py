@@ -13,10 +13,15 @@ from gradguard.checker._memory import default_limit_mb
 from gradguard.checker.specs import RuleSpec
 
 __all__ = ["Options", "PerRule", "DEFAULT_MAX_EXAMPLES", "DEFAULT_RULE_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_SHRINK_BUDGET_S",
-           "DEFAULT_SHRINK_STEPS", "SAFETY_MATRIX"]
+           "DEFAULT_SHRINK_STEPS", "DEFAULT_INPUT_BUDGET_S", "SAFETY_MATRIX"]
 
 DEFAULT_MAX_EXAMPLES = 20
 DEFAULT_RULE_TIMEOUT_S = 120.0
+# A safety net for rules that are slow for their size: no new input is drawn once the checks of the inputs drawn
+# so far have taken this long (the checker's own time, as for the time limit: waits for a CPU held by other
+# processes do not count, so worker processes side by side draw what one process alone draws). Only rules far
+# slower than their input size suggests reach it, and their result says how many inputs they were checked on.
+DEFAULT_INPUT_BUDGET_S = 30.0
 # How much a rule may grow the process's resident memory (gradguard.checker._memory): half the machine's
 # physical memory, so that a runaway rule is stopped before the machine swaps, while no rule of the
 # corpus comes near it (docs/config.md has the measured growth). None where physical memory is unknown.
@@ -26,7 +31,7 @@ DEFAULT_MEMORY_LIMIT_MB = default_limit_mb()
 # and shrink only their own draws. Each check gets at most DEFAULT_SHRINK_STEPS evaluations while
 # shrinking (deterministic: the budget that keeps a failing rule's shrinking near a second), and each
 # rule DEFAULT_SHRINK_BUDGET_S seconds of shrinking, shared by its failing checks: a safety net, like
-# BUDGET_FLOOR_S, set far above what the step budget takes, because a cut by the clock makes
+# the input budget, set far above what the step budget takes, because a cut by the clock makes
 # counterexamples depend on the machine's load, and they depend on the seed only (bench/RESULTS.md has
 # the measured trade-off). When either runs out, the smallest failing input found so far is reported
 # and its counterexample says so. None: no limit (Hypothesis' own five minutes).
@@ -43,6 +48,7 @@ class Options:
     root: str | None = None  # paths in reports and reproducers are relative to this
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S  # shrinking time per rule
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS  # evaluations per check while shrinking
+    input_budget_s: float | None = DEFAULT_INPUT_BUDGET_S  # checking time after which no new input is drawn; None: none
     jax_cache_dir: str | None = None  # JAX's persistent compilation cache (None: compile in each process)
     # What an unused output's pullback receives, for rules that declare no convention (specs.UNUSED_COTANGENTS);
     # None: specs.DEFAULT_UNUSED_COTANGENT.

@@ -23,7 +23,7 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 
 from gradguard.checker import random_state, reproducer
-from gradguard.checker._deadline import STUCK_EXIT, at_safe_point
+from gradguard.checker._deadline import STUCK_EXIT, _Budget, at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
@@ -40,16 +40,13 @@ from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
 from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
 from gradguard.engines.jax_engine._relay import callbacks_quiet
 
-__all__ = ["check_rule", "time_limit", "RuleTimeout", "BUDGET_FLOOR_S", "FULL_EXAMPLES_UP_TO", "STUCK_HOOKS",
+__all__ = ["check_rule", "time_limit", "RuleTimeout", "FULL_EXAMPLES_UP_TO", "STUCK_HOOKS",
            "STUCK_FOLDER", "stuck_reason"]
 
 # Large inputs get fewer examples, decided by the size of the first (seeded) input so that verdicts stay
 # deterministic: up to this many array elements a rule gets every example; beyond it, proportionally
 # fewer (one at 10**6 elements, which keeps the isolation checks near 50 forward+pullback evaluations).
 FULL_EXAMPLES_UP_TO = 2**14
-# A safety net for rules that are slow for their size: no new input is drawn after this many seconds.
-# It is the only load-dependent cut, and only rules far slower than their input size suggests reach it.
-BUDGET_FLOOR_S = 30.0
 
 
 def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
@@ -204,6 +201,7 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
     # only the checks that failed get a search of their own, which shrinks the failure.
     survey = _survey(rule, per_input, options)
     result.examples = survey.examples
+    result.examples_cut = _examples_cut(survey, options)
     rule.run_state.pop(_STAGE, None)  # each stage below names itself
 
     gate_failed: str | None = None
@@ -281,6 +279,8 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
 class _Survey:
     examples: int = 0
     cap: int = 0  # examples this rule gets, from the size of its first input
+    size: int = 0  # array elements of its first input
+    budget_spent: bool = False  # the input budget (Options.input_budget_s) stopped the drawing before the cap
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
     failures: dict[str, _Failure] = field(default_factory=dict)
@@ -288,14 +288,34 @@ class _Survey:
     warnings: dict[str, _Failure] = field(default_factory=dict)
 
 
-def _example_cap(args: Any, max_examples: int) -> int:
-    """Examples for a rule whose first input is ``args``: all of them for small inputs, fewer for large ones."""
-    from gradguard.checker.trees import leaves
-
-    size = sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray))
+def _example_cap(size: int, max_examples: int) -> int:
+    """Examples for a rule whose first input has ``size`` array elements: all of them for small inputs, fewer for
+    large ones."""
     if size <= FULL_EXAMPLES_UP_TO:
         return max_examples
     return max(1, max_examples * FULL_EXAMPLES_UP_TO // size)
+
+
+def _input_size(args: Any) -> int:
+    from gradguard.checker.trees import leaves
+
+    return int(sum(np.size(x) for x in leaves(tuple(args)) if isinstance(x, np.ndarray)))
+
+
+def _examples_cut(survey: _Survey, options: Options) -> dict[str, Any] | None:
+    """Why the rule was checked on fewer inputs than ``--max-examples`` asks, where it was: the input budget ran
+    out (load-independent, but a property of the machine's speed), or its inputs are large (deterministic)."""
+    if survey.budget_spent:
+        return {"planned": survey.cap, "reason": "input budget", "message": (
+            f"checked on {survey.examples} of {survey.cap} inputs: the input budget, {options.input_budget_s:g} s of "
+            "checking per rule (the checker's own time), was spent before the next input was drawn; raise it with "
+            "--input-budget SECONDS (check(input_budget_s=), input-budget in [tool.gradguard]; 0: no limit)")}
+    if survey.examples and survey.cap < options.max_examples and survey.examples == survey.cap:
+        return {"planned": options.max_examples, "reason": "input size", "message": (
+            f"checked on {survey.cap} of {options.max_examples} inputs: its first input has {survey.size:,} array "
+            f"elements, and a rule whose inputs have more than {FULL_EXAMPLES_UP_TO:,} gets proportionally fewer "
+            "(--max-examples raises them in proportion)")}
+    return None
 
 
 def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey:
@@ -303,12 +323,16 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
     if not infos:
         return survey
 
-    started = time.perf_counter()
+    budget = _Budget()  # the checker's own time, as the rule's time limit counts it (gradguard.checker._deadline)
 
     def body(args: Any, data: Any) -> None:
         if survey.examples == 0:
-            survey.cap = _example_cap(args, options.max_examples)
-        elif survey.examples >= survey.cap or time.perf_counter() - started > BUDGET_FLOOR_S:
+            survey.size = _input_size(args)
+            survey.cap = _example_cap(survey.size, options.max_examples)
+        elif survey.examples >= survey.cap:
+            raise _BudgetSpent()
+        elif options.input_budget_s is not None and budget.over(time.monotonic(), options.input_budget_s):
+            survey.budget_spent = True
             raise _BudgetSpent()
         survey.examples += 1
         rule.run_state[_STAGE] = _Stage(f"the checks of each drawn input, at input {survey.examples} of "

@@ -8,6 +8,7 @@ Schema ``gradguard.report/1`` (documented field by field in ``docs/report-schema
     ├── load_errors[]                       modules that failed to import
     └── rules[]  RuleResult
         ├── verdict: pass | fail | error
+        ├── examples, examples_cut {planned, reason, message}   inputs checked, and why fewer where they were
         ├── checks_run[], checks_skipped[{id, reason}]
         ├── findings[]  Finding (check_id, severity, message, counterexample, reproducer, ...)
         └── safety_matrix  (contexts x engines, see checker.contexts)
@@ -63,10 +64,19 @@ class RuleResult:
     checks_run: list[str] = field(default_factory=list)
     checks_skipped: list[dict[str, str]] = field(default_factory=list)
     duration_s: float = 0.0
-    examples: int = 0
+    examples: int = 0  # inputs drawn and checked
+    # Where fewer inputs were drawn than --max-examples asks: {"planned", "reason" ("input budget" or "input size"),
+    # "message"} (gradguard.checker.per_rule._examples_cut); None where every input asked for was drawn.
+    examples_cut: dict[str, Any] | None = None
     error: dict[str, Any] | None = None  # {"type", "message", "traceback"} when verdict == "error"
     safety_matrix: dict[str, Any] | None = None
     cached: bool = False  # reused from the verdict cache (checker.cache), not checked in this run
+
+    @property
+    def budget_cut(self) -> bool:
+        """Checked on fewer inputs than planned because its checks spent the input budget: a verdict that depends
+        on the machine's speed, which every report shows (a cut for large inputs is by design, shown with -v)."""
+        return bool(self.examples_cut) and self.examples_cut.get("reason") == "input budget"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RuleResult":

@@ -23,8 +23,9 @@ from gradguard.checker.checks import catalogue, check_prefixes
 from gradguard.checker.contexts._jax_engine import MODES as JAX_COLUMN_MODES
 from gradguard.checker.errors import SpecError, UsageError
 from gradguard.checker.loader import collect
-from gradguard.checker.options import (DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB, DEFAULT_RULE_TIMEOUT_S,
-                                       DEFAULT_SHRINK_BUDGET_S, DEFAULT_SHRINK_STEPS, Options, PerRule)
+from gradguard.checker.options import (DEFAULT_INPUT_BUDGET_S, DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB,
+                                       DEFAULT_RULE_TIMEOUT_S, DEFAULT_SHRINK_BUDGET_S, DEFAULT_SHRINK_STEPS, Options,
+                                       PerRule)
 from gradguard.checker.per_rule import check_rule, time_limit
 from gradguard.checker.report import Report, RuleResult
 from gradguard.checker.specs import validate_unused_cotangent
@@ -80,6 +81,7 @@ def check(
     use_cache: bool | None = None,
     shrink_budget_s: float | None = DEFAULT_SHRINK_BUDGET_S,
     shrink_steps: int | None = DEFAULT_SHRINK_STEPS,
+    input_budget_s: float | None = DEFAULT_INPUT_BUDGET_S,
     jax_cache_dir: str | os.PathLike[str] | None = None,
     unused_cotangent: str | None = None,
     jax_column: str | None = None,
@@ -93,7 +95,9 @@ def check(
     when ``cache_dir`` is given; True uses it (in ``.gradguard_cache`` when no folder is given); False
     checks every rule. ``shrink_budget_s`` (per rule) and ``shrink_steps`` (evaluations per failing
     check) bound shrinking; when one runs out the smallest failing input so far is reported, and the
-    counterexample's ``shrinking`` says so (None: no bound). ``jax_cache_dir``: JAX's persistent
+    counterexample's ``shrinking`` says so (None: no bound). ``input_budget_s``: once a rule's checks have taken
+    this long (the checker's own time, as for ``rule_timeout_s``), no new input is drawn for it, and its result's
+    ``examples_cut`` says how many it was checked on (None or 0: every input ``max_examples`` asks for). ``jax_cache_dir``: JAX's persistent
     compilation cache, so later processes load compiled programs instead of compiling them (default:
     ``jax`` inside the verdict cache's folder when that is used; ``JAX_COMPILATION_CACHE_DIR`` wins).
     ``unused_cotangent`` ("zeros" or "none") is the project's convention for rules that declare none: what
@@ -115,6 +119,10 @@ def check(
     if shrink_budget_s is not None and (isinstance(shrink_budget_s, bool) or not isinstance(shrink_budget_s, (int, float))
                                         or not shrink_budget_s >= 0):
         raise UsageError(f"Got shrink_budget_s={shrink_budget_s!r}, but it must be a number of seconds >= 0, or None (no limit).")
+    if input_budget_s is not None and (isinstance(input_budget_s, bool) or not isinstance(input_budget_s, (int, float))
+                                       or not 0 <= input_budget_s < float("inf")):
+        raise UsageError(f"Got input_budget_s={input_budget_s!r}, but it must be a number of seconds >= 0 "
+                         "(0 or None: no budget, every input max_examples asks for).")
     if memory_limit_mb is not None and (isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, (int, float))
                                         or not 0 <= memory_limit_mb < float("inf")):
         raise UsageError(f"Got memory_limit_mb={memory_limit_mb!r}, but it must be a number of megabytes >= 0 "
@@ -135,7 +143,7 @@ def check(
     options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
                       memory_limit_mb=memory_limit_mb or None, root=os.getcwd(),
                       shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent,
-                      jax_column=jax_column)
+                      jax_column=jax_column, input_budget_s=input_budget_s or None)
     settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
     if unused_cotangent is not None:
         settings["unused_cotangent"] = unused_cotangent
@@ -188,6 +196,7 @@ def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options:
                 "root": options.root,
                 "unused_cotangent": options.unused_cotangent,
                 "shrink": [options.shrink_budget_s, options.shrink_steps],
+                "input_budget_s": options.input_budget_s,
                 "device": os.environ.get("GRADGUARD_DEVICE", "cpu"),
                 "batched_fd": os.environ.get("GRADGUARD_BATCHED_FD", "")}
     return VerdictCache(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR, settings)

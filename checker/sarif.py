@@ -81,7 +81,15 @@ def to_sarif(report: Report) -> dict[str, Any]:
         "message": {"text": f"{rule.name}: {rule.error['type']}: {rule.error['message']}"},
         "locations": [_location(rule.source_file or rule.module, rule.source_lines)],
     } for rule in report.rules if rule.verdict == "error" and rule.error]
-    invocation = {"executionSuccessful": not notes, "toolExecutionNotifications": notes}
+    ran = not notes
+    # A verdict on fewer inputs than planned because the input budget ran out is a note on a successful run: the
+    # rule was checked, on the inputs the note counts.
+    notes += [{
+        "level": "note",
+        "message": {"text": f"{rule.name}: {rule.examples_cut['message']}"},
+        "locations": [_location(rule.source_file or rule.module, rule.source_lines)],
+    } for rule in report.rules if rule.budget_cut and rule.verdict != "error"]
+    invocation = {"executionSuccessful": ran, "toolExecutionNotifications": notes}
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",

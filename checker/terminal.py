@@ -122,6 +122,14 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
             lines.append(f"{style('warning', fg='yellow')} {f.check_id} {rule.name}: {f.title}"
                          f" (gradguard explain {f.check_id})")
 
+    # A verdict on fewer inputs than asked, because the rule's checks spent the input budget, is shown by default:
+    # it depends on the machine's speed. Fewer inputs for large inputs (deterministic, by design) only with -v.
+    cut = [r for r in report.rules if r.budget_cut and r.verdict != "error"]
+    if cut and not verbose:
+        lines += ["", style("fewer inputs", fg="yellow", bold=True) + " (each verdict rests on the inputs checked)"]
+        for rule in cut:
+            lines.append(f"{style('note', fg='yellow')} {rule.name}: {rule.examples_cut['message']}")
+
     for rule in report.rules:
         shown = rule.findings if verbose else _errors(rule)
         failed = bool(shown) or (rule.verdict == "error" and rule.error)
@@ -142,6 +150,8 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
             if left_out:  # the cells are shown, but no check judges them
                 lines.append(f"  (the matrix's cells are not judged: {' and '.join(left_out)} {LEFT_OUT})")
         if verbose:
+            if rule.examples_cut:
+                lines.append(f"  {style('inputs', fg='yellow')}: {rule.examples_cut['message']}")
             lines.append(f"  checks run: {', '.join(rule.checks_run) or 'none'}")
             for skipped in rule.checks_skipped:
                 lines.append(f"  skipped {skipped['id']}: {skipped['reason']}")

@@ -47,4 +47,17 @@ def assert_rule_ok(rule: Any, *, config: bool = True, **kwargs: Any) -> Report:
     report = check(rule, **merged)
     if not report.passed:
         raise AssertionError(f"gradguard: rule {rule.name} does not pass\n\n" + render_text(report))
+    warn_fewer_inputs(report)
     return report
+
+
+def warn_fewer_inputs(report: Report) -> None:
+    """A :class:`FewerInputsWarning` for each rule of ``report`` whose checks spent the input budget: its verdict
+    rests on fewer inputs than asked, which a test run says as the terminal report does."""
+    import warnings
+
+    from gradguard.checker.errors import FewerInputsWarning
+
+    for rule in report.rules:
+        if rule.budget_cut and rule.verdict != "error":
+            warnings.warn(FewerInputsWarning(f"gradguard: {rule.name}: {rule.examples_cut['message']}"), stacklevel=3)

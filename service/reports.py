@@ -139,6 +139,12 @@ class SkippedCheck(_Model):
     reason: Short
 
 
+class ExamplesCut(_Model):
+    planned: Count  # the inputs the settings asked for
+    reason: Literal["input budget", "input size"]
+    message: Short
+
+
 class MatrixCell(_Model):
     context: Name
     engine: Name
@@ -173,6 +179,7 @@ class RuleResult(_Model):
     checks_skipped: Annotated[list[SkippedCheck], Field(max_length=100)] = []
     duration_s: Duration = 0.0
     examples: Count = 0
+    examples_cut: ExamplesCut | None = None  # why fewer inputs than planned were checked, where they were
     error: RuleError | None = None
     safety_matrix: SafetyMatrix | None = None
     cached: StrictBool = False  # reused from a verdict cache, not checked in that run

@@ -182,6 +182,7 @@ def rule_views(report: dict[str, Any], files: Mapping[str, bytes], *, rule_url: 
             "verdict": rule.get("verdict", "error"),
             "kind": rule.get("kind", "numpy"),
             "examples": rule.get("examples", 0),
+            "examples_cut": rule.get("examples_cut"),
             "duration_s": rule.get("duration_s", 0.0),
             "where": where,
             "error": rule.get("error"),

@@ -87,3 +87,50 @@ def test_total():
     result = project.runpytest("-p", "no:xdist")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*AssertionError: gradguard: rule total_rrule does not pass*", "*GG104*"])
+
+
+SLOW_RULES = '''
+import time
+from gradguard import rrule, arrays
+
+def double(x):
+    return 2.0 * x
+
+@rrule(double, arrays(shape=(3,)))
+def slow_rrule(x):
+    time.sleep(0.06)
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+'''
+
+
+def test_a_rule_that_spent_its_input_budget_passes_with_a_warning_that_says_so(pytester):
+    pytester.makefile(".toml", pyproject='[tool.gradguard]\nselect = ["GG101"]\nmax-examples = 3\ninput-budget = 0.05\n')
+    pytester.makepyfile(slow_rules=SLOW_RULES)
+    result = pytester.runpytest(*_plugin_args(), "--gradguard", "-p", "no:xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["*FewerInputsWarning: gradguard: slow_rrule: checked on 1 of 3 inputs: the input "
+                                 "budget, 0.05 s of checking per rule*"])
+
+
+def test_assert_rule_ok_warns_when_the_input_budget_cut_the_inputs():
+    import time
+
+    from gradguard import arrays, rrule
+    from gradguard.checker.errors import FewerInputsWarning
+    from gradguard.testing import assert_rule_ok
+
+    def double(x):
+        return 2.0 * x
+
+    @rrule(double, arrays(shape=(3,)))
+    def slow_rrule(x):
+        time.sleep(0.06)
+        return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+    with pytest.warns(FewerInputsWarning, match=r"gradguard: slow_rrule: checked on 1 of 3 inputs: the input budget"):
+        assert_rule_ok(slow_rrule, config=False, select=["GG101"], max_examples=3, input_budget_s=0.05)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_rule_ok(slow_rrule, config=False, select=["GG101"], max_examples=3, input_budget_s=None)

@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import gradguard.checker.per_rule
-
-from gradguard import checker
 from gradguard.checker import catalogue, check
 from gradguard.checker.loader import load_module, rules_in
 
@@ -31,11 +28,6 @@ KNOWN_MISSES: dict[str, str] = {}
 KNOWN_FALSE_ERRORS: dict[str, str] = {}
 
 
-@pytest.fixture(autouse=True)
-def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's wall-clock safety net is the only load-dependent cut: lifted, so a loaded machine cannot
-    change a verdict (as in tests/checker/test_corpus.py)."""
-    monkeypatch.setattr(checker.per_rule, "BUDGET_FLOOR_S", float("inf"))
 
 
 def _modules() -> list[object]:
@@ -70,7 +62,9 @@ pytestmark = pytest.mark.xdist_group("realworld_bugs")
 def _errors(rule: object, seed: int) -> list[str]:
     key = (rule.name, seed)  # type: ignore[attr-defined]
     if key not in _CHECKED:
-        result = check(rule, seed=seed, rule_timeout_s=0).rules[0]  # no clock cut: the test's own timeout bounds it
+        # No clock cut, neither the time limit nor the input budget (a loaded machine must not change a verdict): the
+        # test's own timeout bounds it.
+        result = check(rule, seed=seed, rule_timeout_s=0, input_budget_s=None).rules[0]
         assert result.verdict != "error", f"gradguard crashed on {result.name} at seed {seed}: {result.error}"
         _CHECKED[key] = sorted({f.check_id for f in result.findings if f.severity == "error"})
     return list(_CHECKED[key])

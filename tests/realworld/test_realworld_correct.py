@@ -20,9 +20,6 @@ from pathlib import Path
 
 import pytest
 
-import gradguard.checker.per_rule
-
-from gradguard import checker
 from gradguard.checker import catalogue, check
 from gradguard.checker.loader import load_module, rules_in
 
@@ -34,12 +31,6 @@ WHOLE_MODULE_TIMEOUT_S = 1800
 
 
 
-@pytest.fixture(autouse=True)
-def full_example_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's wall-clock safety net is the only load-dependent cut: lifted, so a loaded machine cannot
-    change a verdict (as in tests/realworld/test_realworld_bugs.py); the per-rule time limit is lifted in the
-    check() calls below for the same reason, and the tests' own timeouts bound them."""
-    monkeypatch.setattr(checker.per_rule, "BUDGET_FLOOR_S", float("inf"))
 
 
 # The modules, those written against PyTorch itself only where it is installed (CI installs it; the README's test
@@ -86,7 +77,10 @@ _REPORTS: dict[tuple[Path, int], dict[str, object]] = {}
 def _report(path: Path, seed: int) -> dict[str, object]:
     """Every rule of one module checked at one seed: rule name -> its result."""
     if (path, seed) not in _REPORTS:
-        _REPORTS[path, seed] = {result.name: result for result in check(_module(path), seed=seed, rule_timeout_s=0).rules}
+        # No clock cut, neither the time limit nor the input budget (a loaded machine must not change a verdict): the
+        # tests' own timeouts bound the run.
+        report = check(_module(path), seed=seed, rule_timeout_s=0, input_budget_s=None)
+        _REPORTS[path, seed] = {result.name: result for result in report.rules}
     return _REPORTS[path, seed]
 
 

@@ -120,3 +120,32 @@ def test_history_chart_is_accessible_escaped_svg() -> None:
     assert links[0].get("aria-label") == "run 1 at <c1>: 1/3 rules pass (failed)"
     assert " style=" not in svg
     assert "No finished runs on &lt;b&gt; yet." in str(history_svg([], branch="<b>"))
+
+
+def test_run_template_says_when_a_rule_was_checked_on_fewer_inputs() -> None:
+    """A cut by the input budget is a notice (the verdict depends on the machine's speed); a cut for large inputs,
+    by design, a quiet line; both count the inputs against those planned, and the message is escaped."""
+    import copy
+
+    report = copy.deepcopy(REPORT)
+    budget, size, whole = copy.deepcopy(REPORT["rules"][0]), copy.deepcopy(REPORT["rules"][0]), copy.deepcopy(REPORT["rules"][0])
+    budget.update(name="slow_rrule", examples=1,
+                  examples_cut={"planned": 20, "reason": "input budget", "message": "checked on 1 of 20 inputs: <b>"})
+    size.update(name="big_rrule", examples=10,
+                examples_cut={"planned": 20, "reason": "input size", "message": "checked on 10 of 20 inputs: big"})
+    report["rules"] = [budget, size, whole]
+    rules = rule_views(report, {}, rule_url="/p/x/rules/{name}")
+    run = SimpleNamespace(id=7, status="failed", branch="main", commit_sha="abc", pull_request=None, device="cpu",
+                          created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), duration_s=1.0, sandbox_level="rlimits",
+                          seed=0, attempts=1, error=None)
+    html = templates.env.get_template("run.html").render(
+        run=run, project=SimpleNamespace(name="p", slug="p"), project_url="/p/p", final=True, report=report,
+        rules=rules, families=("contract", "numeric", "cotangent", "state", "context", "compose"))
+    sections = html.split('<section class="rule"')[1:]
+    assert len(sections) == 3
+    assert "<li>1 of 20 inputs</li>" in sections[0]
+    assert '<div class="notice warn"><p><strong>Fewer inputs:</strong> checked on 1 of 20 inputs: &lt;b&gt;</p></div>' \
+        in sections[0]
+    assert "<li>10 of 20 inputs</li>" in sections[1] and "Fewer inputs" not in sections[1]
+    assert '<p class="crumbs">checked on 10 of 20 inputs: big</p>' in sections[1]
+    assert "<li>10 inputs</li>" in sections[2] and "checked on" not in sections[2]
