@@ -12,6 +12,7 @@ safety matrix. Verdicts are deterministic for a seed.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import traceback
 import time
@@ -157,6 +158,8 @@ def _prepare_engine(rule: RuleSpec, ids: list[str], jax_cache_dir: str | None = 
             raise
 
 
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
 # RuleSpec.run_state key: what the rule's checking was doing (`_Stage`), for a time limit's message to name.
 _STAGE = "stage"
 
@@ -265,7 +268,9 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
                 result.checks_skipped.append({"id": info.id, "reason": why})
                 continue
         if raised is not None:
-            key = f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}"
+            # An object's address in the message (KeyError: <matmul object at 0x7f92...>) differs between the calls
+            # of two checks: the same crash all the same.
+            key = _ADDRESS.sub("0x?", f"{raised.phase}:{type(raised.exc).__name__}:{raised.exc}")
             if key in raised_messages:
                 continue  # the same crash, already reported by an earlier check
             raised_messages.add(key)

@@ -1,5 +1,7 @@
 """Test the tester: for each contract check, a broken rule fails it with its exact message and a correct twin passes."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -157,6 +159,26 @@ def test_gg103_bare_array_instead_of_tuple():
         "the pullback of bad must return one tangent per argument (1), "
         "but returned a float64 array of shape (3,) instead of a tuple."
     )
+
+
+def test_a_pullback_crash_naming_a_fresh_object_is_reported_once():
+    """TensorSlow's gradient walk raises KeyError(<matmul object at 0x...>) with a new object on every call: the
+    address differs between the checks' calls, the crash is the same, and it is one finding (GG103's), not one
+    per check under titles (GG104's "a tangent's shape differs") it did not establish."""
+
+    class Node:
+        pass
+
+    @rrule(square, arrays(shape=(3,)))
+    def bad(x):
+        def pullback(ybar):
+            raise KeyError(Node())
+
+        return x * x, pullback
+
+    report = check(bad, select=["GG1"])
+    assert [f.check_id for f in report.findings] == ["GG103"]
+    assert re.fullmatch(r"the pullback of bad raised KeyError: <.*Node object at 0x[0-9a-f]+>", report.findings[0].message)
 
 
 def test_gg104_flattened_tangent():
