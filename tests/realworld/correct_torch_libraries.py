@@ -1,6 +1,6 @@
 """Real-world corpus: correct `torch.autograd.Function`s from public PyTorch projects, checked with `torch_rule`.
 
-Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane, memcnn and flash-attention (the commit of each is in the constants below;
+Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane, memcnn, flash-attention and icefall (the commit of each is in the constants below;
 the comment above each Function names its file and lines and quotes the upstream backward). The math is kept
 exactly as the source has it; helpers are copied beside it. Specs are each Function's real domain. Left out on
 purpose: torchdiffeq's ``_UncheckedAssign``, whose backward hands the overwritten slot a gradient on purpose (its
@@ -12,6 +12,8 @@ that are real flaws of the upstream rule, with evidence in INDEX.md.
 
 import functools
 import math
+
+import hypothesis.strategies as st
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,7 @@ ENTMAX = "deep-spin/entmax@c2bec6d5e7d649cba7766c2172d89123ec2a6d70"
 PENNYLANE = "PennyLaneAI/pennylane@4ac3a0fc72c26333c91f8f4c58f2dcd9e9a9a27c"
 MEMCNN = "silvandeleemput/memcnn@439ac2673093d6e226c4f45927c50b7210036e18"
 FLASH_ATTN = "Dao-AILab/flash-attention@3c0d49532cb3bc0a36b405f34590ff82cf582853"
+ICEFALL = "k2-fsa/icefall@36e0420c7e3e849a25b3d24dbf913c424f3d23c9"
 
 
 # =====================================================================================================
@@ -996,7 +999,164 @@ flash_attn_index_first_axis_residual_rule = torch_rule(
     name="flash_attn_index_first_axis_residual_rule")
 
 
+# =====================================================================================================
+# icefall  egs/librispeech/ASR/zipformer/scaling.py:369-422  BiasNormFunction
+#   x = x.detach(); x.requires_grad = True; bias.requires_grad = True; log_scale.requires_grad = True
+#   with torch.enable_grad(): ...; ans.backward(gradient=ans_grad)
+#   return x.grad, bias.grad.flatten(), log_scale.grad, None, None
+# Zipformer's LayerNorm replacement: x * mean((x - bias)^2)^-0.5 * exp(log_scale) over the channel axis. Backward
+# recomputes the forward on the saved tensors with requires_grad set on them, and returns their .grad: a second
+# backward through the same graph accumulates into the same saved tensors.
+# =====================================================================================================
+class BiasNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bias, log_scale, channel_dim, store_output_for_backprop):
+        assert bias.ndim == 1
+        if channel_dim < 0:
+            channel_dim = channel_dim + x.ndim
+        ctx.store_output_for_backprop = store_output_for_backprop
+        ctx.channel_dim = channel_dim
+        for _ in range(channel_dim + 1, x.ndim):
+            bias = bias.unsqueeze(-1)
+        scales = (torch.mean((x - bias) ** 2, dim=channel_dim, keepdim=True) ** -0.5) * log_scale.exp()
+        ans = x * scales
+        ctx.save_for_backward(
+            ans.detach() if store_output_for_backprop else x,
+            scales.detach(),
+            bias.detach(),
+            log_scale.detach(),
+        )
+        return ans
+
+    @staticmethod
+    def backward(ctx, ans_grad):
+        ans_or_x, scales, bias, log_scale = ctx.saved_tensors
+        if ctx.store_output_for_backprop:
+            x = ans_or_x / scales
+        else:
+            x = ans_or_x
+        x = x.detach()
+        x.requires_grad = True
+        bias.requires_grad = True
+        log_scale.requires_grad = True
+        with torch.enable_grad():
+            scales = (torch.mean((x - bias) ** 2, dim=ctx.channel_dim, keepdim=True) ** -0.5) * log_scale.exp()
+            ans = x * scales
+            ans.backward(gradient=ans_grad)
+        return x.grad, bias.grad.flatten(), log_scale.grad, None, None
+
+
+# zipformer's layout (seq, batch, channels), channel_dim -1, the output stored for backprop (its default)
+icefall_bias_norm_rule = torch_rule(
+    BiasNormFunction, arrays(shape=(3, 2, 4), min_value=-5.0, max_value=5.0),
+    arrays(shape=(4,), min_value=-1.0, max_value=1.0), arrays(shape=(), min_value=-2.0, max_value=2.0),
+    constant(-1), constant(True), name="icefall_bias_norm_rule")
+
+
+# =====================================================================================================
+# icefall  egs/librispeech/ASR/zipformer/scaling.py:1305-1322  MulForDropout3
+#   ans = x * y * alpha; ctx.save_for_backward(ans)
+#   x_grad = ctx.alpha * ans_grad * (ans != 0)
+# Dropout with a mask y shared over an axis, saving only the output: the mask is read back as ans != 0, which is
+# also 0 where x itself is 0 and the mask keeps it.
+# =====================================================================================================
+class MulForDropout3(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x, y, alpha):
+        assert not y.requires_grad
+        ans = x * y * alpha
+        ctx.save_for_backward(ans)
+        ctx.alpha = alpha
+        return ans
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, ans_grad):
+        (ans,) = ctx.saved_tensors
+        x_grad = ctx.alpha * ans_grad * (ans != 0)
+        return x_grad, None, None
+
+
+# the mask of dropout_p = 0.1 shared over the batch axis, as ActivationDropoutAndLinear draws it
+icefall_mul_for_dropout3_rule = torch_rule(
+    MulForDropout3, arrays(shape=(3, 2, 4), min_value=-5.0, max_value=5.0),
+    arrays(shape=(3, 1, 4), elements=st.sampled_from([0.0, 1.0])), constant(1.0 / 0.9), nondiff=(1,),
+    name="icefall_mul_for_dropout3_rule")
+
+
+# =====================================================================================================
+# icefall  egs/librispeech/ASR/zipformer/scaling.py:1513-1585  ActivationDropoutAndLinearFunction
+#   y, func_deriv = func(x); weight_deriv = torch.matmul(g.t(), y.reshape(-1, in_channels))
+#   y_deriv = torch.matmul(ans_grad, weight); bias_deriv = None if bias is None else g.sum(dim=0)
+#   x_deriv = y_deriv * func_deriv
+# SwooshR then a linear layer, fused. k2's C++/CUDA kernels swoosh_r_forward(_and_deriv) are written as their closed
+# forms, logaddexp(0, x - 1) - 0.08 x - 0.313261687 and sigmoid(x - 1) - 0.08.
+# =====================================================================================================
+def _swoosh_r_forward(x):
+    zero = torch.tensor(0.0, dtype=x.dtype, device=x.device)
+    return torch.logaddexp(zero, x - 1.0) - 0.08 * x - 0.313261687
+
+
+def _swoosh_r_forward_and_deriv(x):
+    return _swoosh_r_forward(x), torch.sigmoid(x - 1.0) - 0.08
+
+
+class ActivationDropoutAndLinearFunction(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x, weight, bias, activation, dropout_p, dropout_shared_dim):
+        if dropout_p != 0.0:
+            dropout_shape = list(x.shape)
+            if dropout_shared_dim is not None:
+                dropout_shape[dropout_shared_dim] = 1
+            dropout_mask = (1.0 / (1.0 - dropout_p)) * (
+                torch.rand(*dropout_shape, device=x.device, dtype=x.dtype) > dropout_p)
+        else:
+            dropout_mask = None
+        ctx.save_for_backward(x, weight, bias, dropout_mask)
+        ctx.activation = activation
+        forward_activation_dict = {"SwooshR": _swoosh_r_forward}
+        activation_func = forward_activation_dict[activation]
+        x = activation_func(x)
+        if dropout_mask is not None:
+            x = x * dropout_mask
+        x = torch.nn.functional.linear(x, weight, bias)
+        return x
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, ans_grad):
+        saved = ctx.saved_tensors
+        (x, weight, bias, dropout_mask) = saved
+        forward_and_deriv_activation_dict = {"SwooshR": _swoosh_r_forward_and_deriv}
+        func = forward_and_deriv_activation_dict[ctx.activation]
+        y, func_deriv = func(x)
+        if dropout_mask is not None:
+            y = y * dropout_mask
+        (out_channels, in_channels) = weight.shape
+        in_channels = y.shape[-1]
+        g = ans_grad.reshape(-1, out_channels)
+        weight_deriv = torch.matmul(g.t(), y.reshape(-1, in_channels))
+        y_deriv = torch.matmul(ans_grad, weight)
+        bias_deriv = None if bias is None else g.sum(dim=0)
+        x_deriv = y_deriv * func_deriv
+        if dropout_mask is not None:
+            x_deriv = x_deriv * dropout_mask
+        return x_deriv, weight_deriv, bias_deriv, None, None, None
+
+
+# the feed-forward output layer: 4 channels in, 5 out, with bias; dropout_p 0 (inference, and a deterministic forward)
+icefall_activation_dropout_linear_rule = torch_rule(
+    ActivationDropoutAndLinearFunction, arrays(shape=(3, 2, 4), min_value=-8.0, max_value=8.0),
+    arrays(shape=(5, 4)), arrays(shape=(5,)), constant("SwooshR"), constant(0.0), constant(-1),
+    name="icefall_activation_dropout_linear_rule")
+
+
 LABELS = {
+    "icefall_bias_norm_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:369-422"},
+    "icefall_mul_for_dropout3_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:1305-1322"},
+    "icefall_activation_dropout_linear_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:1513-1585"},
     "flash_attn_index_first_axis_residual_rule": {"source": f"{FLASH_ATTN} flash_attn/bert_padding.py:67-92"},
     "nerfstudio_trunc_exp_rule": {"source": f"{NERFSTUDIO} nerfstudio/field_components/activations.py:28-41"},
     "gpytorch_log_normal_cdf_rule": {"source": f"{GPYTORCH} gpytorch/functions/_log_normal_cdf.py:12-117"},
@@ -1017,6 +1177,19 @@ LABELS = {
 }
 
 UPSTREAM_FLAWS = {
+    "icefall_bias_norm_rule": (
+        {"GG403"},
+        "icefall's BiasNormFunction sets requires_grad on its saved bias and log_scale and returns their .grad: a second "
+        "backward through the same graph accumulates into them (plain PyTorch, retain_graph=True: the bias gradient "
+        "0.78948 on the first call, as plain autograd gives, 1.57896 on the second; log_scale 8.878 then 17.756), and "
+        "the tensor the first call returned is changed in place by the second; the x gradient is right",
+    ),
+    "icefall_mul_for_dropout3_rule": (
+        {"GG201", "GG501"},
+        "icefall's MulForDropout3 reads the dropout mask back from its output (ans != 0): where x is exactly 0 and the "
+        "mask keeps it, the gradient is 0 where it is alpha (plain PyTorch: [0.0, 1.111] where [1.111, 1.111] is "
+        "right; gradguard at x = 0: expected 3.22826 = 1.111 x 2.905, got 0)",
+    ),
     "flash_attn_index_first_axis_residual_rule": (
         {"GG303", "GG707"},
         "flash-attention's IndexFirstAxisResidual adds the gathered rows' gradient into the residual's gradient in "
