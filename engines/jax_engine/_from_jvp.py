@@ -66,14 +66,15 @@ def _split(parts: CustomJvpParts, args: Sequence[Any], nondiff: Sequence[int], n
 
 
 def _floating(a: Any) -> bool:
-    """A float value, or a pytree (tuples, lists, dicts) of them: lineax's two-norm takes a dict of arrays."""
+    """A float value, or a pytree (tuples, lists, dicts, NamedTuples) with a float leaf: lineax's two-norm takes a dict
+    of arrays, efax's natural parameters a NamedTuple whose integer leaf (a count) rides along with the float ones,
+    which JAX's reverse mode gives a float0 cotangent."""
     if isinstance(a, bool):
         return False
     if isinstance(a, (float, complex)):
         return True
     if isinstance(a, (tuple, list, dict)):
-        leaves = load().tree_util.tree_leaves(a)
-        return bool(leaves) and all(_floating(x) for x in leaves)
+        return any(_floating(x) for x in load().tree_util.tree_leaves(a))
     return isinstance(a, (np.ndarray, np.generic)) and np.result_type(a).kind in "fc"
 
 
@@ -137,7 +138,11 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
                     f"JAX could not run reverse mode through the jvp of custom_jvp {parts.name} (it transposes the "
                     f"jvp rule, which must be linear in the tangents): {type(exc).__name__}: {text:.200}"
                 ) from exc
-            by_pos = dict(zip(diff, _to_numpy(tuple(grads))))
+            # An integer leaf of a pytree argument gets JAX's float0 cotangent: no tangent, None, as a custom_vjp's
+            # bwd gives it.
+            float0 = jax.dtypes.float0
+            grads = jax.tree_util.tree_map(lambda g: None if getattr(g, "dtype", None) == float0 else g, tuple(grads))
+            by_pos = dict(zip(diff, _to_numpy(grads)))
             return tuple(by_pos.get(i) for i in range(len(given)))
 
         pullback.__qualname__ = f"pullback of {parts.name}"

@@ -500,6 +500,40 @@ def test_a_custom_jvp_of_a_pytree_argument_is_differentiated() -> None:
     assert {f.check_id for f in broken.findings} == {"GG201", "GG207"}
 
 
+class _NegativeBinomialNP(NamedTuple):
+    """efax's natural parameters of a negative binomial: a float leaf and an integer count beside it."""
+
+    log_not_p: Any
+    failures: Any
+
+
+def _count_weighted_exp(scale: float, name: str) -> Any:
+    from hypothesis import strategies as st
+
+    @jax.custom_jvp
+    def f(p):
+        return p.failures * jnp.exp(p.log_not_p)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (p,), (p_dot,) = primals, tangents
+        return f(p), scale * p_dot.log_not_p * p.failures * jnp.exp(p.log_not_p)
+
+    spec = st.builds(_NegativeBinomialNP, arrays(shape=(3,), min_value=-1.0, max_value=1.0), st.just(np.array([1, 3, 7])))
+    return jax_rule(f, spec, name=name)
+
+
+def test_a_custom_jvp_of_a_pytree_with_an_integer_leaf_is_differentiated_in_its_float_leaves() -> None:
+    """efax's log-normalizers take a NamedTuple with an integer count beside the float parameters: the adapter took
+    the whole argument as non-differentiable (every leaf had to be a float), its pullback gave 0 where jax.vjp gives
+    n exp(x), and a correct rule got GG201, GG203, GG204 and GG501. The integer leaf's float0 cotangent is None."""
+    report = check(_count_weighted_exp(1.0, "count_weighted_exp"), seed=0)
+    assert report.rules[0].verdict == "pass", [(f.check_id, f.message) for f in report.findings]
+    assert {"GG201", "GG203", "GG204", "GG207"} <= set(report.rules[0].checks_run)
+    broken = check(_count_weighted_exp(2.0, "count_weighted_exp_doubled"), seed=0, select=["GG201", "GG207"])
+    assert {f.check_id for f in broken.findings} == {"GG201", "GG207"}
+
+
 def scaled_sin_with(factor, name):
     """sin(a x) with ``a`` an ordinary argument (not a nondiff_argnum) that the spec makes constant(...)."""
 
