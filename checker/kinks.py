@@ -948,7 +948,7 @@ def piece_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[
                 tol: tolerances.Tolerance) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
     """For every element of a function's output, the smallest and largest derivative along ``v`` of the
     smooth pieces that meet at ``x``: each taken at one of PIECE_SAMPLES random points a hair from ``x``
-    (every real float argument moved, those ``v`` holds included), where a piecewise-smooth function is on
+    (every real float argument that ``v`` moves, moved at random), where a piecewise-smooth function is on
     one piece, by one-sided differences either way at a step well inside that hair, and again at half the
     distance with half the step: extrapolated to distance 0 (Richardson), a smooth element's derivative there
     is its derivative at ``x`` (its drift with the distance cancels), a piece's the piece's (pieces that meet
@@ -964,8 +964,13 @@ def piece_sides(f: Callable[..., Any], args: tuple[Any, ...], directions: tuple[
     a tie's k pieces with probability about 1/k, so a piece is missed with probability about
     ``(1 - 1/k)**PIECE_SAMPLES`` (0.006% for a three-way tie): a miss leaves the range narrower, never wider,
     than the pieces' own. None where ``f`` leaves its domain or is not finite at ``x``."""
+    # Only the arguments that move along v: one that stays (a constant: a solver's tolerance, a step count) may
+    # have a domain of its own, and a random hair off it can leave it (a tolerance of 1e-6 moved below 0 made a
+    # fixed-point loop `while |x - x_prev| > eps` run for ever); the pieces that meet at x along v are reached by
+    # moving the arguments that move.
     moving = [i for i, a in enumerate(args)
-              if a is not None and (np.isscalar(a) or isinstance(a, (np.ndarray, np.generic)))
+              if i < len(directions) and directions[i] is not None
+              and a is not None and (np.isscalar(a) or isinstance(a, (np.ndarray, np.generic)))
               and np.asarray(a).dtype.kind == "f"]
     if not moving or all(directions[i] is None for i in range(len(directions))):
         return None

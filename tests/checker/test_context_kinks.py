@@ -364,3 +364,24 @@ def test_the_pieces_of_a_smooth_function_are_its_derivative_and_of_a_tie_every_t
     tie, w = np.array([1.0, 1.0, 1.0, 0.0, 2.0]), np.array([0.3, -0.7, 0.9, 0.5, -0.2])
     ((lo, hi),) = piece_sides(median5, (tie,), (w,), TOL)
     assert abs(lo - -0.7) <= 1e-7 and abs(hi - 0.9) <= 1e-7, (lo, hi)  # the rounding of the differences
+
+
+def test_the_pieces_are_sought_by_moving_only_the_arguments_that_move():
+    """A fixed-point solver's tolerance, declared constant(1e-6), was moved a random hair (to -5e-7) with the
+    moving input, and its loop `while |x - x_prev| > eps` never ended: the run stopped as stuck in native code.
+    An argument the direction does not move keeps its value at every point the pieces are taken at."""
+    from gradguard.checker.kinks import piece_sides
+
+    seen = []
+
+    def solve(a, eps):
+        seen.append(eps)
+        if not eps > 0:
+            raise AssertionError(f"the tolerance was moved to {eps!r}")
+        return np.sqrt(a)
+
+    x, v = np.array([2.0, 3.0]), np.array([0.5, -1.0])
+    (side,) = piece_sides(solve, (x, 1e-6), (v, None), TOL)
+    assert set(seen) == {1e-6} and len(seen) > 1
+    exact = v / (2 * np.sqrt(x))
+    assert np.all(np.abs(side[0] - exact) <= 1e-6) and np.all(np.abs(side[1] - exact) <= 1e-6), side
