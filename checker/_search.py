@@ -98,13 +98,21 @@ def internal_error(where: str, rule_name: str, exc: BaseException) -> _InternalE
 _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 
 
+class SkipReason(str):
+    """Why a check did not apply to one case; ``rule_wide`` as :class:`Skip`'s."""
+
+    rule_wide: bool = False
+
+
 def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
-    """Problems found by one check on one case, or the reason it did not apply."""
+    """Problems found by one check on one case, or the reason it did not apply (a :class:`SkipReason`)."""
     at_safe_point()  # an expired time limit stops here, between two checks, not inside a library call
     try:
         problems = list(info.fn(case) or ())
     except Skip as skip:
-        return str(skip)
+        reason = SkipReason(str(skip))
+        reason.rule_wide = skip.rule_wide
+        return reason
     except RuleRaised as exc:
         return [exc.problem()], exc
     if problems and info.compares_calls and severity(info, problems) == "error":

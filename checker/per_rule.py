@@ -288,6 +288,7 @@ class _Survey:
     budget_spent: bool = False  # the input budget (Options.input_budget_s) stopped the drawing before the cap
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
+    voided: set[str] = field(default_factory=set)  # checks a rule-wide Skip took off this rule (Skip.rule_wide)
     failures: dict[str, _Failure] = field(default_factory=dict)
     # Problems of warning severity only: kept, while the search goes on for an error from the same check.
     warnings: dict[str, _Failure] = field(default_factory=dict)
@@ -346,7 +347,7 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
         draws = HypothesisDraws(data)
         shared = Shared()  # this input's first forward call and first pullback, made once for all checks
         for info in infos:
-            if info.id in survey.failures or (gate_failed and not info.gates):
+            if info.id in survey.failures or info.id in survey.voided or (gate_failed and not info.gates):
                 continue
             case = Case(rule, tuple(args), draws, shared)
             try:
@@ -356,7 +357,13 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             except Exception as exc:
                 raise internal_error(f"check {info.id}", rule.name, exc) from None
             if isinstance(outcome, str):
-                survey.skip_reasons.setdefault(info.id, outcome)
+                if getattr(outcome, "rule_wide", False):  # the inputs where it ran established nothing either
+                    survey.voided.add(info.id)
+                    survey.ran.pop(info.id, None)
+                    survey.warnings.pop(info.id, None)
+                    survey.skip_reasons[info.id] = outcome
+                else:
+                    survey.skip_reasons.setdefault(info.id, outcome)
                 continue
             survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
             problems, raised = outcome

@@ -38,4 +38,13 @@ class Problem:
 
 
 class Skip(Exception):
-    """Raised by a check that does not apply to this rule (the reason is reported)."""
+    """Raised by a check that does not apply to this rule (the reason is reported).
+
+    ``rule_wide``: what this input showed holds for the rule as a whole and voids the verdicts the check reached at
+    the rule's earlier inputs (GG204 where the tape's derivative proves not to be the rule's second order: its
+    agreement at an earlier input established nothing). The check is then skipped for the rule, with this reason,
+    instead of counted as run on the inputs before."""
+
+    def __init__(self, reason: str, *, rule_wide: bool = False) -> None:
+        super().__init__(reason)
+        self.rule_wide = rule_wide

@@ -91,27 +91,29 @@ def numpy_second_order(case: Case) -> Iterable[Problem]:
                   "order is not checked")
         rule.run_state[_UNTRACEABLE] = reason
         raise Skip(reason)
+    if not is_finite_tree(list(d.wrt_args) + list(d.wrt_cotangent)):
+        return  # a NaN in the tape's derivative (e.g. the untaken branch of a where): GG206's family, not a value to compare
+    problem = _input_part(case, ybar, u, w, d)
+    if problem is None and not any(e.slot in d.cotangent_slots.values() for e in d.escapes):
+        problem = _cotangent_part(case, ybar, c, w, d, at_ybar)
+    if problem is None:
+        return
     own = set(d.argument_slots.values()) | set(d.cotangent_slots.values())
     converted = [e for e in d.escapes if e.slot in own]
     if converted:
         # np.asarray(x) on its own input or cotangent (pints' log-priors: the input-normalising idiom) is the array
         # itself in NumPy: the code computes from x, but no engine tracing NumPy's dispatch follows it, and what the
         # tape derives past it is not the rule's second order. As for a rule that converts its input before
-        # computing anything (above): the tape's limit, not an error, whether the two derivatives happen to agree at
-        # this input or not, so the rule's later inputs skip too (a verdict on the inputs where they agreed would
-        # be a pass the check never reached). A copy of a computed value (a residual) stays the error it is.
+        # computing anything (above): the tape's limit, not an error. Where the two derivatives agree, the read did
+        # not matter there (np.asarray(grad).dtype); once they disagree, it did, and their agreement at the rule's
+        # earlier inputs (a TensorSlow graph at zeros, where both are 0) established nothing: the check is skipped
+        # for the whole rule. A copy of a computed value (a residual) stays the error it is.
         reason = (f"{rule.name} reads its own input or cotangent as a plain array ({_sites(converted)}): NumPy "
                   "hands back the array itself, but no engine that traces NumPy code through its dispatch follows "
                   "it, so the tape's derivative past it is not the rule's second order, and it is not checked")
         rule.run_state[_UNTRACEABLE] = reason
-        raise Skip(reason)
-    if not is_finite_tree(list(d.wrt_args) + list(d.wrt_cotangent)):
-        return  # a NaN in the tape's derivative (e.g. the untaken branch of a where): GG206's family, not a value to compare
-    problem = _input_part(case, ybar, u, w, d)
-    if problem is None and not any(e.slot in d.cotangent_slots.values() for e in d.escapes):
-        problem = _cotangent_part(case, ybar, c, w, d, at_ybar)
-    if problem is not None:
-        yield problem
+        raise Skip(reason, rule_wide=True)
+    yield problem
 
 
 def _tape_failure(exc: Exception) -> str:
