@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "first_step", "confirmed", "derivative",
+__all__ = ["Derivative", "StepsExhausted", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "first_step", "confirmed", "derivative",
            "complex_step", "directional", "inner", "quick"]
 
 _RATIO = 2.0  # step ratio between the levels of the Richardson table
@@ -188,6 +188,16 @@ def _check_order(order: Any) -> None:
 # ---------------------------------------------------------------- Richardson core
 
 
+class StepsExhausted(ValueError):
+    """Every step, down to the smallest, reached a point where the function raised or was not finite: the input is
+    that close to the edge of its domain (or a pole)."""
+
+    def __init__(self, what: str, first: float, last: float, failure: str) -> None:
+        super().__init__(f"{what} failed at a probe point even after shrinking the step from {first:g} to {last:g}: "
+                         f"{failure}. Pass max_step smaller than the distance to the edge of the function's domain.")
+        self.what, self.first, self.last, self.failure = what, first, last, failure
+
+
 class _ProbeFailed(Exception):
     """g raised or returned a non-finite value at a probe point."""
 
@@ -260,10 +270,7 @@ def _with_shrinking(run: Callable[[float], tuple], h0: float, what: str) -> tupl
         except _ProbeFailed as failure:
             last = failure
             h /= 8
-    raise ValueError(
-        f"{what} failed at a probe point even after shrinking the step from {h0:g} to {h * 8:g}: {last}. "
-        f"Pass max_step smaller than the distance to the edge of the function's domain."
-    ) from last.__cause__
+    raise StepsExhausted(what, h0, h * 8, str(last)) from last.__cause__
 
 
 def _probe(fn: Callable, t: float) -> Any:

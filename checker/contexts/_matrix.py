@@ -303,8 +303,16 @@ def _judged_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, engines: tup
 
 
 def _no_truth(row: Row, exc: Exception) -> None:
-    """The row has no ground truth: the program raised under plain NumPy (a memory error is noted as such)."""
+    """The row has no ground truth: the program raised under plain NumPy (a memory error is noted as such), or its
+    finite differences found no step that stays where it is finite."""
+    from gradguard.engines.fd import StepsExhausted
+
     note_memory_error(exc)
+    if isinstance(exc, StepsExhausted):
+        row.truth_error = (f"finite differences of the program found no step that stays where it is finite and does "
+                           f"not raise, down to {exc.last:g} ({exc.failure}): the input is that close to the edge of "
+                           "the program's domain or to a pole")
+        return
     row.truth_error = f"the program raised under plain NumPy ({_text(exc.__cause__ or exc)})"
 
 

@@ -850,3 +850,26 @@ def test_at_the_inputs_own_scales_a_wrong_share_leaves_the_cell_wrong(wrong_at):
     grads = 0.5 / np.sqrt(SCALES_X[0])
     grads[wrong_at] *= 2.0  # BUG: twice the derivative at one scale
     assert _by_scales((grads,)) is None
+
+
+def log_of_negative(x):
+    return np.log(-x)
+
+
+@rrule(log_of_negative, st.just(np.array([-1e-9, -3e-9])))  # finite differences cannot step 1e-9 without leaving x < 0
+def log_of_negative_at_the_edge_rrule(x):
+    with np.errstate(all="ignore"):
+        return np.log(-x), lambda g: (g / x,)
+
+
+def test_no_step_inside_the_domain_is_said_as_such_without_advice_the_user_cannot_take():
+    """At 1e-9 from the edge of the primal's domain every step finite differences take leaves it: the cell had no
+    ground truth, with fd's own advice to "pass max_step", a parameter no user of the checker has."""
+    result = _context_findings(log_of_negative_at_the_edge_rrule)
+    used = [c for c in result.safety_matrix["cells"] if c["context"] == "output-used"]
+    assert used and all(c["status"] == "skipped" for c in used)
+    for cell in used:
+        assert re.fullmatch(r"no ground truth: finite differences of the program found no step that stays where it is "
+                            r"finite and does not raise, down to \S+ \(.*\): the input is that close to the edge of the "
+                            r"program's domain or to a pole", cell["message"]), cell["message"]
+        assert "max_step" not in cell["message"]

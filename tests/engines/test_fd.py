@@ -33,7 +33,7 @@ def assert_within_estimate(result: Derivative, truth, factor: float = 1.0) -> No
 
 
 def test_exports():
-    assert sorted(fd.__all__) == sorted(["Derivative", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "confirmed",
+    assert sorted(fd.__all__) == sorted(["Derivative", "StepsExhausted", "LARGE_INPUT", "NOT_GIVEN", "budget", "computed_eps", "confirmed",
                                          "first_step", "derivative", "complex_step", "directional", "inner", "quick"])
 
 
