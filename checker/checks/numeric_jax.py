@@ -550,7 +550,7 @@ not silently."""
     fd_text, jax_text = show_apart(float(lhs.value), rhs)
     expected, actual = fd_text, jax_text
     what = (f": along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {fd_text} by finite differences of "
-            f"the pullback, but JAX's derivative of the pullback (jvp of vjp, through fwd and bwd) gives {jax_text}.")
+            f"the pullback, but JAX's derivative of the pullback ({_route(case)}) gives {jax_text}.")
     if len(case.diff_positions) > 1:
         for i in case.diff_positions:
             wi = tuple(w[j] if j == i else None for j in range(case.nargs))
@@ -564,7 +564,7 @@ not silently."""
                 # the numbers of that tangent alone: the whole sum pairs every argument's tangent with w
                 what = (f" in the tangent for {label}: along a random direction u (every argument moving), "
                         f"d/dt <w_{i}, pullback at (x + t u)(ybar) for {label}> = {part_text} by finite differences "
-                        f"of the pullback, but JAX's derivative of the pullback (jvp of vjp, through fwd and bwd) "
+                        f"of the pullback, but JAX's derivative of the pullback ({_route(case)}) "
                         f"gives {ri_text} (over every argument's tangent: {fd_text} against {jax_text}).")
                 break
     yield Problem(
@@ -572,16 +572,40 @@ not silently."""
         location=location,
         expected=expected,
         actual=actual,
-        fix=(
-            "JAX differentiates fwd and bwd to get second derivatives: keep the residuals differentiable functions "
-            "of the inputs (no stop_gradient, rounding, integer casts or host NumPy on them) and compute bwd with "
-            "jax.numpy; if a residual must be opaque, give the function that computes it its own custom_vjp."
-        ),
+        fix=_second_order_fix(case),
     )
 
 
+def _is_custom_jvp(case: Case) -> bool:
+    from gradguard.checker.jax_rules import CUSTOM_JVP
+
+    return bool(case.rule.extra.get(CUSTOM_JVP))
+
+
+def _route(case: Case) -> str:
+    """How JAX differentiates the rule's pullback: through fwd and bwd (custom_vjp), or through the jvp rule."""
+    return ("jvp of vjp, through the jvp rule, which JAX differentiates again" if _is_custom_jvp(case)
+            else "jvp of vjp, through fwd and bwd")
+
+
+def _second_order_fix(case: Case) -> str:
+    if _is_custom_jvp(case):
+        return ("JAX differentiates the jvp rule again to get second derivatives: keep its tangent a differentiable "
+                "function of the primals with the right slope in every branch (no stop_gradient, rounding, integer "
+                "casts or host NumPy on what it computes from them; a jnp.where whose branch has another slope than "
+                "the function there gives that slope); if a piece must be opaque, give it its own custom_jvp.")
+    return ("JAX differentiates fwd and bwd to get second derivatives: keep the residuals differentiable functions "
+            "of the inputs (no stop_gradient, rounding, integer casts or host NumPy on them) and compute bwd with "
+            "jax.numpy; if a residual must be opaque, give the function that computes it its own custom_vjp.")
+
+
+def _not_finite_fix(case: Case) -> str:
+    return _NOT_FINITE_FIX.format(what="the jvp rule again" if _is_custom_jvp(case) else "fwd and bwd",
+                                  where="it" if _is_custom_jvp(case) else "them")
+
+
 _NOT_FINITE_FIX = (
-    "JAX differentiates fwd and bwd to get second derivatives, and one operation in them has no finite derivative at "
+    "JAX differentiates {what} to get second derivatives, and one operation in {where} has no finite derivative at "
     "this input though the pullback it computes has one: a square root, division or logarithm at 0 inside jnp.where "
     "(whose branch not taken still passes its NaN on to the derivative), or an eigendecomposition with repeated "
     "eigenvalues. Keep the branch not taken finite (the double-where trick), or give that piece a custom_jvp with its "
@@ -626,24 +650,23 @@ def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple
                      "x + t u, or at x moved along an element where JAX's derivative is not finite, jumps or kinks at "
                      f"t = 0): along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {show(value)} by "
                      "finite differences of the pullback, along which it shows no jump, but JAX's derivative of the "
-                     "pullback (jvp of vjp, through fwd and bwd), taken through the entries without a derivative, is "
-                     "not finite."),
+                     f"pullback ({_route(case)}), taken through the entries without a derivative, is not finite."),
             location=location,
             expected=show(value),
             actual=show(rhs),
-            fix=_NOT_FINITE_FIX,
+            fix=_not_finite_fix(case),
             severity="warning",
         )
     return Problem(
         message=(f"the second order of {case.rule.name} is not finite{part}: along a random direction u, d/dt <w, "
                  f"pullback at (x + t u)(ybar)> = {show(value)} by finite differences of the pullback (the one-sided "
                  f"slopes at every finer step agree: the pullback is smooth here), but JAX's derivative of the pullback "
-                 f"(jvp of vjp, through fwd and bwd) gives {show(rhs)}, so a program that differentiates this gradient "
+                 f"({_route(case)}) gives {show(rhs)}, so a program that differentiates this gradient "
                  "(a Hessian-vector product, jax.hessian) gets it too."),
         location=location,
         expected=show(value),
         actual=show(rhs),
-        fix=_NOT_FINITE_FIX,
+        fix=_not_finite_fix(case),
     )
 
 

@@ -118,6 +118,17 @@ def _second_call_failure(exc: BaseException) -> tuple[str, str]:
 
 
 _STALE_FIX = "Allocate residuals inside the rrule for each call, or copy what the pullback needs into its closure."
+_STALE_FIXES = {
+    "jax": "Return what bwd needs from fwd as its residuals (JAX hands each call's own to its bwd) instead of keeping it "
+           "in module-level, class or closure state that every call shares.",
+    "torch": "Save what backward needs on each call's ctx (ctx.save_for_backward, ctx attributes) instead of keeping it "
+             "in module-level or class state that every call shares.",
+}
+
+
+def _stale_fix(case: Case) -> str:
+    """The way out in the rule's own terms: an rrule's closure, a custom_vjp's residuals, a Function's ctx."""
+    return _STALE_FIXES.get(case.rule.kind, _STALE_FIX)
 
 
 @check(
@@ -196,7 +207,7 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
                 ),
                 expected="the same tangents as before the second call",
                 actual=exc.summary,
-                fix=_STALE_FIX,
+                fix=_stale_fix(case),
             )
         )
         yield from problems
@@ -215,7 +226,7 @@ def stale_residuals(case: Case) -> Iterable[Problem]:
                 location=f"tangent for {argument_labels(case)[j]}{change.where}",
                 expected=change.before,
                 actual=change.after,
-                fix=_STALE_FIX,
+                fix=_stale_fix(case),
             )
         )
     yield from problems

@@ -283,6 +283,10 @@ def test_stopped_gradient_in_the_jvp_fails_second_order_only() -> None:
     assert findings(stopped, "GG201", "GG207", "GG208") == []
     (found,) = findings(stopped, "GG204")
     assert found.message.startswith("the second order of softplus_stopped is wrong"), found.message
+    # A custom_jvp has no fwd and bwd: the message and the fix name the jvp rule, which JAX differentiates again.
+    assert "(jvp of vjp, through the jvp rule, which JAX differentiates again)" in found.message, found.message
+    assert "fwd" not in found.message and "bwd" not in found.fix and "residual" not in found.fix, found.fix
+    assert found.fix.startswith("JAX differentiates the jvp rule again to get second derivatives"), found.fix
 
 
 def _regularised_abs(stop: bool):

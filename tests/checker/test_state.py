@@ -349,6 +349,37 @@ def test_gg404_preallocated_residual_buffer():
     assert check(sin_shared_buffer, select=["GG401", "GG402", "GG403", "GG405", "GG406"]).findings == []
 
 
+def test_gg404_names_the_way_out_in_the_rules_own_terms():
+    """A torch.autograd.Function that keeps its residual on the class, which the next forward call replaces: the
+    same finding, with ctx as the way out; a custom_vjp's names fwd's residuals (agjax's experimental wrapper keeps
+    its vjp functions in module-level state)."""
+    from types import SimpleNamespace
+
+    from gradguard.checker.checks.state_repeat import _stale_fix
+
+    torch = pytest.importorskip("torch")
+    from gradguard.checker import torch_rule
+
+    class SinShared(torch.autograd.Function):
+        cos = None  # one slot for every call
+
+        @staticmethod
+        def forward(ctx, x):
+            SinShared.cos = torch.cos(x)
+            return torch.sin(x)
+
+        @staticmethod
+        def backward(ctx, ybar):
+            return ybar * SinShared.cos
+
+    (f,) = findings(torch_rule(SinShared, arrays(shape=(3,)), name="sin_shared_function"), "GG404")
+    assert f.message.startswith("the pullback of the first call of sin_shared_function changed after a second forward")
+    assert f.fix == ("Save what backward needs on each call's ctx (ctx.save_for_backward, ctx attributes) instead of "
+                     "keeping it in module-level or class state that every call shares.")
+    jax_case = SimpleNamespace(rule=SimpleNamespace(kind="jax"))
+    assert _stale_fix(jax_case).startswith("Return what bwd needs from fwd as its residuals")
+
+
 def test_gg404_output_is_a_reused_buffer():
     (f,) = findings(sin_returns_buffer, "GG404")
     assert re.fullmatch(
