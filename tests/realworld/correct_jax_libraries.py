@@ -1,6 +1,6 @@
 """Real-world corpus: correct `jax.custom_jvp` and `jax.custom_vjp` rules from public JAX libraries.
 
-Copied from jax-md, numpyro, optax, jaxopt, ott-jax, distrax, brax, e3nn-jax and camp_zipnerf (the commit of each is in the
+Copied from jax-md, numpyro, optax, jaxopt, ott-jax, distrax, brax, e3nn-jax, camp_zipnerf and efax (the commit of each is in the
 constants below; the comment above each rule names its file and lines and quotes the upstream derivative). The
 math is kept exactly as the source has it; helpers a rule needs are copied next to it, and a substitution, where
 one was unavoidable, is said in the comment. Specs are each rule's real domain (jax-md's quaternion rotation returns the gradient projected on the unit
@@ -15,6 +15,7 @@ flaws of the upstream rule, with evidence in INDEX.md.
 import functools
 import math
 import warnings
+from collections import namedtuple
 from functools import partial
 from typing import Tuple
 
@@ -36,6 +37,7 @@ DISTRAX = "google-deepmind/distrax@f51bffcf9094d269a0be8678762dd2849833c8b7"
 BRAX = "google/brax@0b96d056328d15ea7ebfd3ce07f42be72ec76e40"
 E3NNJAX = "e3nn/e3nn-jax@04e761c8e9a42c339cc712fb8b9af85ddd618eab"
 ZIPNERF = "jonbarron/camp_zipnerf@8e6d57e3aee34235faf3ef99decca0994efe66c9"
+EFAX = "NeilGirdhar/efax@b5de6514b1c18a2783690c8b362a5dc317f988b9"
 
 
 # =====================================================================================================
@@ -822,7 +824,62 @@ zipnerf_safe_sqrt_rule = jax_rule(zipnerf_safe_sqrt, arrays(shape=(4,), min_valu
                                   name="zipnerf_safe_sqrt_rule")
 
 
+# =====================================================================================================
+# efax  efax/_src/natural_parametrization.py:37-57, 70  (every distribution's log-normalizer)
+#   (q,) = primals; (q_dot,) = tangents
+#   y = q.log_normalizer(); p = q.to_exp()
+#   y_dot = parameter_dot_product(q_dot, p)
+# "The log-normalizer's special JVP vastly improves numerical stability": its derivative is the expectation
+# parameters. parameter_dot_product (efax/_src/tools.py) pairs the natural and expectation parameters that are not
+# fixed, summed over each one's support axes (none for a scalar support). efax's dataclasses are written as
+# NamedTuples with the same leaves; a fixed parameter (the negative binomial's failure count, an integer) rides
+# along in the natural parameters and gets no tangent.
+# =====================================================================================================
+def _efax_log_normalizer(log_normalizer, to_exp, variable):
+    @jax.custom_jvp
+    def ln(q):
+        return log_normalizer(q)
+
+    @ln.defjvp
+    def _log_normalizer_jvp(primals, tangents):
+        (q,) = primals
+        (q_dot,) = tangents
+        y = ln(q)
+        p = to_exp(q)
+        y_dot = sum(getattr(q_dot, name) * getattr(p, name_p) for name, name_p in variable)
+        return y, y_dot
+
+    return ln
+
+
+# negative_binomial.py, negative_binomial_common.py: log_not_p = log(1 - p), failures r (fixed, an integer)
+#   log_normalizer: -failures * log1p(-exp(log_not_p)); mean: failures / expm1(-log_not_p)
+EfaxNegativeBinomialNP = namedtuple("EfaxNegativeBinomialNP", ["log_not_p", "failures"])
+EfaxNegativeBinomialEP = namedtuple("EfaxNegativeBinomialEP", ["mean", "failures"])
+efax_negative_binomial_log_normalizer = _efax_log_normalizer(
+    lambda q: -q.failures * jnp.log1p(-jnp.exp(q.log_not_p)),
+    lambda q: EfaxNegativeBinomialEP(q.failures / jnp.expm1(-q.log_not_p), q.failures),
+    [("log_not_p", "mean")])
+efax_negative_binomial_rule = jax_rule(
+    efax_negative_binomial_log_normalizer,
+    st.builds(EfaxNegativeBinomialNP, arrays(shape=(3,), min_value=-20.0, max_value=-0.01), st.just(np.array([1, 3, 7]))),
+    name="efax_negative_binomial_rule")
+
+# poisson.py: log_normalizer exp(log_mean); mean exp(log_mean)
+EfaxPoissonNP = namedtuple("EfaxPoissonNP", ["log_mean"])
+EfaxPoissonEP = namedtuple("EfaxPoissonEP", ["mean"])
+efax_poisson_log_normalizer = _efax_log_normalizer(lambda q: jnp.exp(q.log_mean),
+                                                   lambda q: EfaxPoissonEP(jnp.exp(q.log_mean)), [("log_mean", "mean")])
+efax_poisson_rule = jax_rule(efax_poisson_log_normalizer,
+                             st.builds(EfaxPoissonNP, arrays(shape=(3,), min_value=-5.0, max_value=5.0)),
+                             name="efax_poisson_rule")
+
+
 LABELS = {
+    "efax_negative_binomial_rule": {"source": f"{EFAX} efax/_src/natural_parametrization.py:37-57, 70, "
+                                              "efax/_src/distributions/negative_binomial.py"},
+    "efax_poisson_rule": {"source": f"{EFAX} efax/_src/natural_parametrization.py:37-57, 70, "
+                                    "efax/_src/distributions/poisson.py:47-54"},
     "jaxmd_safe_sqrt_rule": {"source": f"{JAXMD} jax_md/mm_forcefields/reaxff/reaxff_helper.py:18-28"},
     "jaxmd_safe_acos_rule": {"source": f"{JAXMD} jax_md/_nn/uma/common/rotation.py:21, 29-47"},
     "jaxmd_safe_atan2_rule": {"source": f"{JAXMD} jax_md/_nn/uma/common/rotation.py:51-66"},
