@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 import time
 
 import pytest
@@ -34,6 +33,18 @@ def slow_double_rrule(x):
 @rrule(double, arrays(shape=(2**15,)))
 def large_double_rrule(x):
     return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+
+def _slow_module(folder, *names):
+    """A rule module in ``folder`` (slow_rules.py) with a slow rule of each name."""
+    rules = "".join(f"""
+@rrule(double, arrays(shape=(3,)))
+def {name}(x):
+    time.sleep({SLEEP_S})
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+""" for name in names)
+    (folder / "slow_rules.py").write_text("import time\nfrom gradguard.checker import rrule, arrays\n\n\n"
+                                          "def double(x):\n    return 2.0 * x\n" + rules)
 
 
 SPENT = ("checked on 1 of 3 inputs: the input budget, 0.05 s of checking per rule (the checker's own time), was spent "
@@ -83,40 +94,13 @@ def test_every_report_format_shows_a_budget_cut_and_only_verbose_text_a_size_cut
 
 
 def test_worker_processes_keep_the_budget(tmp_path):
-    (tmp_path / "slow_rules.py").write_text(textwrap.dedent('''
-        import time
-        from gradguard.checker import rrule, arrays
-
-        def double(x):
-            return 2.0 * x
-
-        @rrule(double, arrays(shape=(3,)))
-        def a_slow_rrule(x):
-            time.sleep(0.06)
-            return 2.0 * x, lambda ybar: (2.0 * ybar,)
-
-        @rrule(double, arrays(shape=(3,)))
-        def b_slow_rrule(x):
-            time.sleep(0.06)
-            return 2.0 * x, lambda ybar: (2.0 * ybar,)
-    '''))
+    _slow_module(tmp_path, "a_slow_rrule", "b_slow_rrule")
     report = check(tmp_path / "slow_rules.py", select=["GG101", "GG201"], max_examples=3, input_budget_s=0.05, jobs=2)
     assert [(r.examples, r.examples_cut["reason"]) for r in report.rules] == [(1, "input budget")] * 2
 
 
 def test_a_verdict_cached_under_one_budget_is_not_reused_under_another(tmp_path):
-    (tmp_path / "slow_rules.py").write_text(textwrap.dedent('''
-        import time
-        from gradguard.checker import rrule, arrays
-
-        def double(x):
-            return 2.0 * x
-
-        @rrule(double, arrays(shape=(3,)))
-        def slow_rrule(x):
-            time.sleep(0.06)
-            return 2.0 * x, lambda ybar: (2.0 * ybar,)
-    '''))
+    _slow_module(tmp_path, "slow_rrule")
     cache = tmp_path / "cache"
     first = check(tmp_path / "slow_rules.py", select=["GG101"], max_examples=3, input_budget_s=0.05, cache_dir=cache)
     again = check(tmp_path / "slow_rules.py", select=["GG101"], max_examples=3, input_budget_s=0.05, cache_dir=cache)
@@ -133,18 +117,7 @@ def test_a_budget_must_be_a_number_of_seconds():
 
 
 def test_the_command_line_option_and_the_config_key_set_the_budget(tmp_path, monkeypatch):
-    (tmp_path / "slow_rules.py").write_text(textwrap.dedent('''
-        import time
-        from gradguard.checker import rrule, arrays
-
-        def double(x):
-            return 2.0 * x
-
-        @rrule(double, arrays(shape=(3,)))
-        def slow_rrule(x):
-            time.sleep(0.06)
-            return 2.0 * x, lambda ybar: (2.0 * ybar,)
-    '''))
+    _slow_module(tmp_path, "slow_rrule")
     monkeypatch.chdir(tmp_path)
     typed = CliRunner().invoke(main, ["check", "slow_rules.py", "--select", "GG101", "--no-cache", "--max-examples", "3",
                                       "--input-budget", "0.05"])
