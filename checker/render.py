@@ -167,7 +167,7 @@ def render_markdown(report: Report, *, run_url: str | None = None, server_url: s
                      f"| {_md_code(_where(rule), table=True) if _where(rule) else ''} | {detail} |")
     for failure in report.load_errors:
         lines.append(f"| ⚠️ error | {_md_code(failure.path, table=True)} | | failed to import |")
-    cut = [r for r in report.rules if r.budget_cut and r.verdict != "error"]
+    cut = [r for r in report.rules if r.budget_cut]
     if cut:
         lines.append("")
         lines += [f"- ℹ️ {_md_code(r.name)}: {_md(r.examples_cut['message'])}" for r in cut]

@@ -74,9 +74,11 @@ class RuleResult:
 
     @property
     def budget_cut(self) -> bool:
-        """Checked on fewer inputs than planned because its checks spent the input budget: a verdict that depends
-        on the machine's speed, which every report shows (a cut for large inputs is by design, shown with -v)."""
-        return bool(self.examples_cut) and self.examples_cut.get("reason") == "input budget"
+        """A verdict (pass or fail) on fewer inputs than planned because the rule's checks spent the input budget: it
+        depends on the machine's speed, which every report shows (a cut for large inputs is by design, shown with -v;
+        a rule that errored has no verdict to qualify)."""
+        return (self.verdict != "error" and bool(self.examples_cut)
+                and self.examples_cut.get("reason") == "input budget")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "RuleResult":

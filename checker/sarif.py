@@ -88,7 +88,7 @@ def to_sarif(report: Report) -> dict[str, Any]:
         "level": "note",
         "message": {"text": f"{rule.name}: {rule.examples_cut['message']}"},
         "locations": [_location(rule.source_file or rule.module, rule.source_lines)],
-    } for rule in report.rules if rule.budget_cut and rule.verdict != "error"]
+    } for rule in report.rules if rule.budget_cut]
     invocation = {"executionSuccessful": ran, "toolExecutionNotifications": notes}
     return {
         "$schema": SARIF_SCHEMA,

@@ -124,7 +124,7 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
 
     # A verdict on fewer inputs than asked, because the rule's checks spent the input budget, is shown by default:
     # it depends on the machine's speed. Fewer inputs for large inputs (deterministic, by design) only with -v.
-    cut = [r for r in report.rules if r.budget_cut and r.verdict != "error"]
+    cut = [r for r in report.rules if r.budget_cut]
     if cut and not verbose:
         lines += ["", style("fewer inputs", fg="yellow", bold=True) + " (each verdict rests on the inputs checked)"]
         for rule in cut:

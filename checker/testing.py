@@ -59,5 +59,5 @@ def warn_fewer_inputs(report: Report) -> None:
     from gradguard.checker.errors import FewerInputsWarning
 
     for rule in report.rules:
-        if rule.budget_cut and rule.verdict != "error":
+        if rule.budget_cut:
             warnings.warn(FewerInputsWarning(f"gradguard: {rule.name}: {rule.examples_cut['message']}"), stacklevel=3)
