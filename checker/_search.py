@@ -101,24 +101,25 @@ _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 class SkipReason(str):
     """Why a check did not apply to one case; ``rule_wide`` as :class:`Skip`'s."""
 
-    rule_wide: bool = False
+    def __new__(cls, reason: str, *, rule_wide: bool = False) -> "SkipReason":
+        text = super().__new__(cls, reason)
+        text.rule_wide = rule_wide
+        return text
 
 
-def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | str:
+def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | None] | SkipReason:
     """Problems found by one check on one case, or the reason it did not apply (a :class:`SkipReason`)."""
     at_safe_point()  # an expired time limit stops here, between two checks, not inside a library call
     try:
         problems = list(info.fn(case) or ())
     except Skip as skip:
-        reason = SkipReason(str(skip))
-        reason.rule_wide = skip.rule_wide
-        return reason
+        return SkipReason(str(skip), rule_wide=skip.rule_wide)
     except RuleRaised as exc:
         return [exc.problem()], exc
     if problems and info.compares_calls and severity(info, problems) == "error":
         why = irreproducible_pullback(info, case)
         if why:
-            return why
+            return SkipReason(why)
     return problems, None
 
 

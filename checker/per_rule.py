@@ -357,7 +357,7 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             except Exception as exc:
                 raise internal_error(f"check {info.id}", rule.name, exc) from None
             if isinstance(outcome, str):
-                if getattr(outcome, "rule_wide", False):  # the inputs where it ran established nothing either
+                if outcome.rule_wide:  # the inputs where it ran established nothing either
                     survey.voided.add(info.id)
                     survey.ran.pop(info.id, None)
                     survey.warnings.pop(info.id, None)
