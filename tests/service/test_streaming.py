@@ -22,10 +22,10 @@ run_check = functools.partial(sandbox.run_check, select=["GG1"], max_examples=3)
 HOARDS = "hoard = np.ones(50 * 2**30 // 8)"
 
 
-def bundle(tmp_path: Path, stuck: str) -> Path:
+def bundle(tmp_path: Path, stuck: str, prelude: str = "") -> Path:
     folder = tmp_path / "bundle"
     folder.mkdir()
-    (folder / "rules.py").write_text(RULES.format(stuck=stuck))
+    (folder / "rules.py").write_text(prelude + RULES.format(stuck=stuck))
     return folder
 
 
@@ -51,15 +51,19 @@ def test_a_hanging_rule_ends_at_its_own_time_limit_and_the_others_get_verdicts(t
     assert outcome.duration_s < 30
 
 
-# A compiled loop that never ends (a float counter stops growing at 2**53 and stays >= 0): no signal stops it.
-SPINS = "import jax; jax.lax.while_loop(lambda c: c >= 0, lambda c: c + 1.0, 0.0)"
+# A compiled loop that never ends (a float counter stops growing at 2**24 and stays >= 0): no signal stops it.
+# It is compiled when the module loads, so the rule enters native code at once: compiled inside the rule, a
+# loaded machine could spend the rule's 1 s on importing and compiling, and the limit would stop it in Python.
+SPIN_PRELUDE = ("import jax\n_spin = jax.jit(lambda c: jax.lax.while_loop(lambda c: c >= 0, lambda c: c + 1.0, c))"
+                ".lower(0.0).compile()\n")
+SPINS = "_spin(0.0)"
 
 
 @pytest.mark.slow
 def test_a_rule_stuck_in_native_code_is_its_own_timeout_and_stops_the_run_honestly(tmp_path) -> None:
     """The checker ends its process when a rule's time limit cannot stop it (exit 6): the run's reason names the
     rule (no "sandbox setup failed", exit 4's), the rules before keep their verdicts, and the rest say why not."""
-    outcome = run_check(bundle(tmp_path, SPINS), limits=Limits(wall_s=60, cpu_s=120), rule_timeout_s=1)
+    outcome = run_check(bundle(tmp_path, SPINS, SPIN_PRELUDE), limits=Limits(wall_s=60, cpu_s=120), rule_timeout_s=1)
     assert not outcome.ok and outcome.reason == ("was stopped by rule b_stuck_rrule, stuck in native code past its "
                                                  "time limit"), (outcome.reason, outcome.stderr_tail)
     found = verdicts(outcome.report)
