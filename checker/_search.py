@@ -99,11 +99,12 @@ _Failure = tuple[Case, list[Problem], "RuleRaised | None"]
 
 
 class SkipReason(str):
-    """Why a check did not apply to one case; ``rule_wide`` as :class:`Skip`'s."""
+    """Why a check did not apply to one case; ``rule_wide`` and ``here`` as :class:`Skip`'s."""
 
-    def __new__(cls, reason: str, *, rule_wide: bool = False) -> "SkipReason":
+    def __new__(cls, reason: str, *, rule_wide: bool = False, here: str | None = None) -> "SkipReason":
         text = super().__new__(cls, reason)
         text.rule_wide = rule_wide
+        text.here = here if here is not None else reason
         return text
 
 
@@ -113,7 +114,7 @@ def _run_one(info: CheckInfo, case: Case) -> tuple[list[Problem], RuleRaised | N
     try:
         problems = list(info.fn(case) or ())
     except Skip as skip:
-        return SkipReason(str(skip), rule_wide=skip.rule_wide)
+        return SkipReason(str(skip), rule_wide=skip.rule_wide, here=skip.here)
     except RuleRaised as exc:
         return [exc.problem()], exc
     if problems and info.compares_calls and severity(info, problems) == "error":

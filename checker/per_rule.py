@@ -227,13 +227,15 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
         if judged and info.compares_calls and (why := irreproducible_pullback(info, None)):
             result.checks_skipped.append({"id": info.id, "reason": why})  # passed or failed, it proved nothing
             continue
-        if first_failure is None:
-            if survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
-                result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
-            else:
-                result.checks_run.append(info.id)
+        if first_failure is None and survey.ran.get(info.id, 0) == 0 and info.id in survey.skip_reasons:
+            result.checks_skipped.append({"id": info.id, "reason": survey.skip_reasons[info.id]})
             continue
         result.checks_run.append(info.id)
+        if survey.skipped.get(info.id):  # judged on some inputs only: say on how many, and why not the others
+            result.checks_partial.append({"id": info.id, "judged": survey.ran.get(info.id, 0),
+                                          "skipped": survey.skipped[info.id], "reason": survey.skipped_here[info.id]})
+        if first_failure is None:
+            continue
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
         # seed-filled large arrays whose evaluations are expensive.
         shrinkable = survey.cap >= options.max_examples
@@ -288,6 +290,8 @@ class _Survey:
     budget_spent: bool = False  # the input budget (Options.input_budget_s) stopped the drawing before the cap
     ran: dict[str, int] = field(default_factory=dict)
     skip_reasons: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)  # inputs where a check skipped (not rule-wide)
+    skipped_here: dict[str, str] = field(default_factory=dict)  # the first such input's reason, for it alone
     voided: set[str] = field(default_factory=set)  # checks a rule-wide Skip took off this rule (Skip.rule_wide)
     failures: dict[str, _Failure] = field(default_factory=dict)
     # Problems of warning severity only: kept, while the search goes on for an error from the same check.
@@ -360,10 +364,13 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
                 if outcome.rule_wide:  # the inputs where it ran established nothing either
                     survey.voided.add(info.id)
                     survey.ran.pop(info.id, None)
+                    survey.skipped.pop(info.id, None)
                     survey.warnings.pop(info.id, None)
                     survey.skip_reasons[info.id] = outcome
                 else:
                     survey.skip_reasons.setdefault(info.id, outcome)
+                    survey.skipped[info.id] = survey.skipped.get(info.id, 0) + 1
+                    survey.skipped_here.setdefault(info.id, outcome.here)
                 continue
             survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
             problems, raised = outcome

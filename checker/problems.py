@@ -43,8 +43,13 @@ class Skip(Exception):
     ``rule_wide``: what this input showed holds for the rule as a whole and voids the verdicts the check reached at
     the rule's earlier inputs (GG204 where the tape's derivative proves not to be the rule's second order: its
     agreement at an earlier input established nothing). The check is then skipped for the rule, with this reason,
-    instead of counted as run on the inputs before."""
+    instead of counted as run on the inputs before.
 
-    def __init__(self, reason: str, *, rule_wide: bool = False) -> None:
+    ``here``: the reason as it holds for this one input, where ``reason`` speaks of every input drawn (it is reported
+    as the check's reason only where the check skipped at every input); a check judged at some inputs and skipped at
+    others reports this one for the others (``RuleResult.checks_partial``). None: ``reason`` holds at one input too."""
+
+    def __init__(self, reason: str, *, rule_wide: bool = False, here: str | None = None) -> None:
         super().__init__(reason)
         self.rule_wide = rule_wide
+        self.here = here if here is not None else reason

@@ -39,18 +39,21 @@ def render_junit(report: Report) -> str:
             per_check: dict[str, list[Finding]] = {}
             for f in rule.findings:
                 per_check.setdefault(f.check_id, []).append(f)
+            partial = {p["id"]: p for p in rule.checks_partial}
             for check_id in rule.checks_run:
                 case = ET.SubElement(suite, "testcase", classname=rule.name, name=check_id)
                 counts["tests"] += 1
                 findings = per_check.get(check_id, [])
                 errors = [f for f in findings if f.severity != "warning"]
+                notes = [f"judged at {p['judged']} of {p['judged'] + p['skipped']} inputs; skipped at {p['skipped']}, "
+                         f"the first because {p['reason']}" for p in [partial.get(check_id)] if p]
                 if errors:
                     counts["failures"] += 1
                     fail = ET.SubElement(case, "failure", type=check_id, message=errors[0].message)
                     fail.text = "\n\n".join(_plain(f) for f in findings)
-                elif findings:  # a warning passes: its text goes to the test's output, never a <failure>
+                elif findings or notes:  # a warning passes: its text goes to the test's output, never a <failure>
                     out = ET.SubElement(case, "system-out")
-                    out.text = "\n\n".join("warning: " + _plain(f) for f in findings)
+                    out.text = "\n\n".join(notes + ["warning: " + _plain(f) for f in findings])
             for skipped in rule.checks_skipped:
                 case = ET.SubElement(suite, "testcase", classname=rule.name, name=skipped["id"])
                 ET.SubElement(case, "skipped", message=skipped["reason"])

@@ -10,6 +10,7 @@ Schema ``gradguard.report/1`` (documented field by field in ``docs/report-schema
         ├── verdict: pass | fail | error
         ├── examples, examples_cut {planned, reason, message}   inputs checked, and why fewer where they were
         ├── checks_run[], checks_skipped[{id, reason}]
+        ├── checks_partial[{id, judged, skipped, reason}]   run checks that some drawn inputs left unjudged
         ├── findings[]  Finding (check_id, severity, message, counterexample, reproducer, ...)
         └── safety_matrix  (contexts x engines, see checker.contexts)
 
@@ -63,6 +64,9 @@ class RuleResult:
     findings: list[Finding] = field(default_factory=list)
     checks_run: list[str] = field(default_factory=list)
     checks_skipped: list[dict[str, str]] = field(default_factory=list)
+    # Checks that ran (in checks_run) but were skipped on some drawn inputs: {"id", "judged" (inputs judged),
+    # "skipped" (inputs not judged), "reason" (the first input's reason)}; a pass then rests on the judged ones.
+    checks_partial: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
     examples: int = 0  # inputs drawn and checked
     # Where fewer inputs were drawn than --max-examples asks: {"planned", "reason" ("input budget" or "input size"),

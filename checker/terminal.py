@@ -153,6 +153,9 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
             if rule.examples_cut:
                 lines.append(f"  {style('inputs', fg='yellow')}: {rule.examples_cut['message']}")
             lines.append(f"  checks run: {', '.join(rule.checks_run) or 'none'}")
+            for part in rule.checks_partial:
+                lines.append(f"  {part['id']} judged {part['judged']} of {part['judged'] + part['skipped']} inputs; "
+                             f"skipped at {part['skipped']}, the first because {part['reason']}")
             for skipped in rule.checks_skipped:
                 lines.append(f"  skipped {skipped['id']}: {skipped['reason']}")
             if not rule.findings and rule.verdict == "pass":

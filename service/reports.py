@@ -139,6 +139,15 @@ class SkippedCheck(_Model):
     reason: Short
 
 
+class PartialCheck(_Model):
+    """A check that ran, judged at some drawn inputs and skipped at the others."""
+
+    id: CheckId
+    judged: Count
+    skipped: Count
+    reason: Short
+
+
 class ExamplesCut(_Model):
     planned: Count  # the inputs the settings asked for
     reason: Literal["input budget", "input size"]
@@ -177,6 +186,7 @@ class RuleResult(_Model):
     findings: Annotated[list[Finding], Field(max_length=MAX_FINDINGS_PER_RULE)] = []
     checks_run: Annotated[list[CheckId], Field(max_length=100)] = []
     checks_skipped: Annotated[list[SkippedCheck], Field(max_length=100)] = []
+    checks_partial: Annotated[list[PartialCheck], Field(max_length=100)] = []
     duration_s: Duration = 0.0
     examples: Count = 0
     examples_cut: ExamplesCut | None = None  # why fewer inputs than planned were checked, where they were

@@ -45,6 +45,7 @@ __all__ = [
     "LOCALISE_MAX_SIZE",
     "NONFINITE_CANDIDATES",
     "NO_FD",
+    "NO_FD_HERE",
     "RULES_BY_CONVENTION",
     "WrongTangent",
     "adjoint_tangents",
@@ -82,6 +83,7 @@ NO_FD = (
     "finite differences of the primal failed at every input drawn (it raised or was not finite near them): "
     "the specs may reach outside the function's domain, or its output differs from the rule's (see GG102)"
 )
+NO_FD_HERE = "finite differences of the primal failed here (it raised or was not finite near the input)"
 RULES_BY_CONVENTION = {CHAINRULES: "NumPy rrules", JAX: "jax.custom_vjp rules"}  # by default (complex_convention=)
 CONVENTION_TEXT = {
     CHAINRULES: "ChainRules' convention (the pullback is the adjoint for the real inner product: "

@@ -24,6 +24,7 @@ from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
     NO_FD,
+    NO_FD_HERE,
     RULES_BY_CONVENTION,
     WrongTangent,
     adjoint_tangents,
@@ -99,7 +100,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             return
     lhs = finite_difference(case, ybar, v)  # d/dt <ybar, primal(x + t v)> at t = 0
     if lhs is None:
-        raise Skip(NO_FD)
+        raise Skip(NO_FD, here=NO_FD_HERE)
     whole = dot_test(lhs, tangents, v)  # whole.rhs = <pullback(ybar), v>
     tol = case.tol
     if whole.agrees(tol):
@@ -131,12 +132,13 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
             # element's reason is the more specific one, whichever exemption spoke first: around it the rule's own
             # answers and the primal's slopes jump too (cbrt's 1/x**(2/3)), and which exemption sees that first
             # depends on the machine's arithmetic at subnormal numbers.
+            why = NO_STEP if unresolvable else EXCUSES[excused.reason]
             raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; "
-                       f"at the first: {NO_STEP if unresolvable else EXCUSES[excused.reason]}")
+                       f"at the first: {why}", here=f"finite differences established no derivative here: {why}")
         return
     if unresolvable:  # likewise
         raise Skip("finite differences established no derivative to judge the pullback by at any input drawn; at the "
-                   f"first: {NO_STEP}")
+                   f"first: {NO_STEP}", here=f"finite differences established no derivative here: {NO_STEP}")
     if scaled is not None and scaled.total is not None:  # the derivative the input's own scales resolved
         lhs = scaled.total
         whole = dot_test(lhs, tangents, v)
@@ -198,6 +200,8 @@ NO_STEP = ("an element of the input is subnormal, so small that no step its floa
            "at the finest steps that move it well above rounding the primal's slopes do not settle")
 UNRESOLVED = ("finite differences of the primal resolved no derivative at any input drawn (their error bound was wider "
               "than a tenth of their value: a jump or a kink within their steps), so the pullback was judged at none")
+UNRESOLVED_HERE = ("finite differences of the primal resolved no derivative here (their error bound was wider than a "
+                   "tenth of their value: a jump or a kink within their steps)")
 
 
 def _judged(test: Any, tol: tolerances.Tolerance) -> None:
@@ -207,7 +211,7 @@ def _judged(test: Any, tol: tolerances.Tolerance) -> None:
     input is not counted."""
     value = float(test.lhs.value)
     if not tolerances.resolves(value, test.lhs.error, tol) and not tolerances.close(value, test.rhs, tol, scale=test.scale):
-        raise Skip(UNRESOLVED)
+        raise Skip(UNRESOLVED, here=UNRESOLVED_HERE)
 
 
 def _compared(w: WrongTangent, lhs: Any, whole: Any) -> tuple[float, float]:
@@ -482,7 +486,7 @@ def conjugation_convention(case: Case) -> Iterable[Problem]:
         return
     lhs = finite_difference(case, ybar, v)
     if lhs is None:
-        raise Skip(NO_FD)
+        raise Skip(NO_FD, here=NO_FD_HERE)
     tol = case.tol
     mine = dot_test(lhs, tangents, v)
     if mine.agrees(tol):

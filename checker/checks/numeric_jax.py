@@ -538,7 +538,8 @@ not silently."""
         return
     lhs = _pullback_fd(case, ybar, u, w)
     if lhs is None:
-        raise Skip("finite differences of the pullback failed at every input drawn (it raised or was not finite near them)")
+        raise Skip("finite differences of the pullback failed at every input drawn (it raised or was not finite near them)",
+                   here="finite differences of the pullback failed here (it raised or was not finite near the input)")
     tol = case.tol
     rhs = inner(w, jax_d)
     scale = sum(float(np.sum(np.abs(np.asarray(a)) * np.abs(np.asarray(b)))) for a, b in zip(leaves(w), leaves(jax_d)) if a is not None and b is not None)

@@ -149,3 +149,24 @@ def test_run_template_says_when_a_rule_was_checked_on_fewer_inputs() -> None:
     assert "<li>10 of 20 inputs</li>" in sections[1] and "Fewer inputs" not in sections[1]
     assert '<p class="crumbs">checked on 10 of 20 inputs: big</p>' in sections[1]
     assert "<li>10 inputs</li>" in sections[2] and "checked on" not in sections[2]
+
+
+def test_run_template_says_which_checks_were_judged_at_some_inputs_only() -> None:
+    import copy
+
+    report = copy.deepcopy(REPORT)
+    partial, whole = copy.deepcopy(REPORT["rules"][0]), copy.deepcopy(REPORT["rules"][0])
+    partial.update(name="edge_rrule", examples=20, checks_partial=[
+        {"id": "GG201", "judged": 12, "skipped": 8, "reason": "finite differences of the primal failed here <b>"}])
+    report["rules"] = [partial, whole]
+    rules = rule_views(report, {}, rule_url="/p/x/rules/{name}")
+    run = SimpleNamespace(id=7, status="passed", branch="main", commit_sha="abc", pull_request=None, device="cpu",
+                          created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), duration_s=1.0, sandbox_level="rlimits",
+                          seed=0, attempts=1, error=None)
+    html = templates.env.get_template("run.html").render(
+        run=run, project=SimpleNamespace(name="p", slug="p"), project_url="/p/p", final=True, report=report,
+        rules=rules, families=("contract", "numeric", "cotangent", "state", "context", "compose"))
+    sections = html.split('<section class="rule"')[1:]
+    assert ('<li><a href="/checks/GG201">GG201</a>: judged at 12 of 20 inputs; skipped at 8, the first because finite '
+            'differences of the primal failed here &lt;b&gt;</li>') in sections[0]
+    assert "judged at some inputs only" in sections[0] and "judged at some inputs only" not in sections[1]
