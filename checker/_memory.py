@@ -16,6 +16,12 @@ the rule gets the budget's error, not a finding about a ``MemoryError``. A ``Mem
 unknown, or that asked for less than was left, is memory running out elsewhere (the process's or the
 machine's limit), and stays what it was.
 
+The same monitor counts the process's memory maps (``/proc/self/maps``) every :data:`MAPS_EVERY_S`: past
+:data:`MAPS_SHARE` of the kernel's limit (``vm.max_map_count``) the rule is stopped the same way, with an error
+that says so. A process at that limit can map no more memory whatever its size, and JAX's compiler, the first to
+need some, crashes it: a rule whose every call maps memory it never unmaps (an eager JAX call that compiles afresh
+each time keeps its code mapped) ended the whole run without a report, with gigabytes still free.
+
 Resident memory is the process's, not the rule's alone: a library that a check imports for the first
 time (PyTorch for its column) counts toward the rule being checked, which is why the default budget is
 large (:func:`default_limit_mb`). Where ``/proc/self/statm`` does not exist the growth cannot be
@@ -35,13 +41,15 @@ from typing import Any, Callable
 
 from gradguard.checker._deadline import noted
 
-__all__ = ["MemoryLimit", "RuleMemoryLimit", "default_limit_mb", "note_memory_error", "resident_bytes",
-           "SAMPLE_EVERY_S", "GRACE_S"]
+__all__ = ["MemoryLimit", "RuleMemoryLimit", "default_limit_mb", "note_memory_error", "resident_bytes", "map_count",
+           "max_map_count", "SAMPLE_EVERY_S", "GRACE_S", "MAPS_EVERY_S", "MAPS_SHARE"]
 
 SAMPLE_EVERY_S = 0.005  # the monitor thread's shortest period, taken when the budget is nearly spent
 SAMPLE_AT_MOST_S = 0.05  # its longest, taken while the budget has room for GROWTH_RATE for that long
 GROWTH_RATE = 4 * 2**30  # bytes per second: faster than one thread's pages can be touched in
 GRACE_S = 1.0  # inside one call after the budget is spent, before the signal
+MAPS_EVERY_S = 1.0  # the monitor counts the memory maps this often (a count reads all of /proc/self/maps)
+MAPS_SHARE = 0.9  # of vm.max_map_count: past it the rule is stopped, before a mapping fails
 _SIGNAL = getattr(signal, "SIGUSR2", None)
 _MB = 2**20
 
@@ -49,11 +57,13 @@ _local = threading.local()
 
 
 class RuleMemoryLimit(BaseException):
-    """Raised when a rule exceeds its memory budget (BaseException: Hypothesis must not catch it)."""
+    """Raised when a rule exceeds its memory budget (BaseException: Hypothesis must not catch it); ``maps``: the
+    kernel's limit on the process's memory maps, not the budget, stopped it."""
 
-    def __init__(self, budget_mb: float, measured: str) -> None:
-        super().__init__(f"exceeded the {budget_mb:g} MB per-rule memory limit: {measured}")
-        self.budget_mb, self.measured = budget_mb, measured
+    def __init__(self, budget_mb: float, measured: str, *, maps: bool = False) -> None:
+        super().__init__(f"exceeded the kernel's limit on memory maps: {measured}" if maps else
+                         f"exceeded the {budget_mb:g} MB per-rule memory limit: {measured}")
+        self.budget_mb, self.measured, self.maps = budget_mb, measured, maps
 
 
 def default_limit_mb() -> int | None:
@@ -99,6 +109,24 @@ def resident_bytes() -> int | None:
         return None
 
 
+def map_count() -> int | None:
+    """How many memory maps this process holds (lines of ``/proc/self/maps``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return maps.read().count(b"\n")
+    except OSError:
+        return None
+
+
+def max_map_count() -> int | None:
+    """The kernel's limit on one process's memory maps (``vm.max_map_count``), or None where it cannot be read."""
+    try:
+        with open("/proc/sys/vm/max_map_count", "rb") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return None
+
+
 def _mb(n: float) -> str:
     for unit, size in (("TB", 2**40), ("GB", 2**30)):
         if n >= 10 * size:
@@ -124,6 +152,8 @@ class MemoryLimit:
         self._closing = False
         self._main: int | None = None
         self._exits: list[Callable[[], None]] = []
+        self._maps: tuple[int, int] | None = None  # (maps when the block began, the kernel's limit)
+        self._maps_at = 0.0  # when the monitor counts them next
 
     # -- measuring ---------------------------------------------------------------------------------
     def growth(self) -> int | None:
@@ -140,8 +170,21 @@ class MemoryLimit:
         self.peak = max(self.peak, grown)
         if self.spent is None and grown > self.budget:
             self._note()
-        elif self.spent is not None and self._request is None:
+        elif self.spent is not None and self._request is None and not self.spent.maps:
             self._note()  # the message says the largest growth measured until the rule is stopped
+
+    def count_maps(self) -> None:
+        """Count the process's memory maps; note the limit when they are past MAPS_SHARE of the kernel's."""
+        if self._maps is None or self.spent is not None:
+            return
+        held = map_count()
+        start, limit = self._maps
+        if held is not None and held > limit * MAPS_SHARE:
+            self._spent_at = time.monotonic()
+            self.spent = RuleMemoryLimit(self.mb or 0, (
+                f"its process holds {held:,} memory maps ({start:,} when the rule started), past "
+                f"{MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
+                maps=True)
 
     def note_request(self, requested: int) -> None:
         """An allocation of ``requested`` bytes failed: over the budget when more than what was left."""
@@ -177,6 +220,10 @@ class MemoryLimit:
         self._exits.append(lambda: guard.__exit__(None, None, None))
         if self.baseline is None:  # nothing to sample: failed allocations alone are judged
             return self
+        start, limit = map_count(), max_map_count()
+        if start is not None and limit is not None:
+            self._maps = (start, limit)
+            self._maps_at = time.monotonic() + MAPS_EVERY_S
         if _SIGNAL is not None and threading.current_thread() is threading.main_thread():
             self._main = threading.get_ident()
             outer = signal.signal(_SIGNAL, self._on_signal(signal.getsignal(_SIGNAL)))
@@ -212,6 +259,9 @@ class MemoryLimit:
     def _monitor(self) -> None:
         while not self._stop.wait(self.period() if self.spent is None else SAMPLE_EVERY_S):
             self.sample()
+            if self._maps is not None and time.monotonic() >= self._maps_at:
+                self._maps_at = time.monotonic() + MAPS_EVERY_S
+                self.count_maps()
             spent = self.spent
             if spent is None or self._signalled or self._main is None:
                 continue

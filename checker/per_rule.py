@@ -127,6 +127,13 @@ def _cause_traceback(exc: BaseException) -> str:
 
 def _over_memory(result: RuleResult, exc: RuleMemoryLimit) -> None:
     result.verdict = "error"
+    if exc.maps:
+        result.error = {"type": "MemoryLimit", "traceback": "", "message": (
+            f"stopped before every check had run: {exc.measured}. A process at that limit can map no more memory "
+            "whatever its size, and crashes when it needs some (JAX's compiler first); the rule's calls map memory "
+            "they do not unmap (an eager JAX call that compiles afresh on every call keeps its code mapped). Check the "
+            "rule with fewer inputs (--max-examples), call it under jax.jit, or raise vm.max_map_count (sysctl)")}
+        return
     result.error = {
         "type": "MemoryLimit",
         "message": f"exceeded the {exc.budget_mb:g} MB per-rule memory limit before every check had run: "

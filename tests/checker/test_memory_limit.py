@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from gradguard.checker import UsageError, arrays, check, rrule
-from gradguard.checker._memory import GRACE_S, MemoryLimit, RuleMemoryLimit, resident_bytes
+from gradguard.checker._memory import GRACE_S, MemoryLimit, RuleMemoryLimit, map_count, max_map_count, resident_bytes
 from gradguard.checker.cli import main
 from gradguard.checker.config import ConfigError, check_kwargs, validate
 
@@ -220,3 +220,44 @@ def test_the_monitor_samples_more_often_as_the_budget_runs_out():
     middle = MemoryLimit(500)
     middle.peak = 500 * MB - int(0.02 * _memory.GROWTH_RATE)  # 20 ms of the fastest growth left
     assert middle.period() == pytest.approx(0.02)
+
+
+_MAPPED: list = []  # the maps the rule below leaves behind (kept, as a leak keeps them)
+
+
+@rrule(double, arrays(shape=(3,)))
+def maps_and_never_unmaps_rrule(x):
+    import mmap
+    import tempfile
+
+    with tempfile.TemporaryFile() as f:
+        f.write(b"\0" * mmap.PAGESIZE)
+        f.flush()
+        for _ in range(100):  # one file's first page mapped again and again: maps the kernel cannot merge
+            _MAPPED.append(mmap.mmap(f.fileno(), mmap.PAGESIZE, access=mmap.ACCESS_READ))
+    time.sleep(0.02)
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+
+@pytest.mark.skipif(map_count() is None or max_map_count() is None, reason="memory maps are counted through /proc")
+def test_a_rule_that_maps_memory_it_never_unmaps_stops_near_the_kernels_limit_on_maps(monkeypatch) -> None:
+    """Past 90% of vm.max_map_count a process cannot map memory and JAX's compiler crashes it; the rule is stopped
+    before that, with an error that says what was counted (the kernel's limit lowered here, so as to reach it)."""
+    import gradguard.checker._memory as memory
+
+    monkeypatch.setattr(memory, "MAPS_EVERY_S", 0.02)
+    lowered = map_count() + 2000
+    monkeypatch.setattr(memory, "max_map_count", lambda: lowered)
+    try:
+        report = check([maps_and_never_unmaps_rrule, double_rrule], select=["GG101", "GG102"], max_examples=50)
+    finally:
+        for m in _MAPPED:
+            m.close()
+        _MAPPED.clear()
+    stopped, after = report.rules
+    assert stopped.verdict == "error" and stopped.error["type"] == "MemoryLimit", stopped.error
+    assert re.fullmatch(
+        r"stopped before every check had run: its process holds [\d,]+ memory maps \([\d,]+ when the rule started\), "
+        rf"past 90% of the {lowered:,} the kernel allows one process \(vm.max_map_count\)\. A process at that "
+        r"limit can map no more memory whatever its size, .* or raise vm\.max_map_count \(sysctl\)", stopped.error["message"])
+    assert after.verdict == "pass"  # the next rule is checked as usual
