@@ -75,10 +75,14 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
     try:
         # Adversarial inputs make floating-point warnings by the hundred, from the rule and from the checker's
         # own programs on its values: none is a finding, and they would bury the report.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # Loading JAX is the process's cost, paid once: it is not the rule's time (a first rule with a small
+            # limit timed out in the import, with no check begun) nor its memory.
+            _prepare_engine(rule, [info.id for info in infos], options.jax_cache_dir)
         with time_limit(options.rule_timeout_s, stuck=_stop_stuck(rule, options)), np.errstate(all="ignore"), \
                 warnings.catch_warnings(), callbacks_quiet(), random_state.kept():
             warnings.simplefilter("ignore", RuntimeWarning)
-            _prepare_engine(rule, [info.id for info in infos], options.jax_cache_dir)
             with memory:  # its growth counts from here: loading JAX above is not the rule's
                 _run_checks(rule, infos, options, result)
                 at_safe_point()  # a budget spent in the last call of the rule's code
