@@ -233,8 +233,17 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
             f"Re-derive the tangent for {named_place(case, i)}: the primal's own jax.numpy code differentiates to the "
             "expected value at this input. If the rule is meant to differ from it (a deliberately different "
             "derivative), leave GG203 out for this rule with ignore=[\"GG203\"] in its declaration."
+            + _approximation_hint(want, got, case.tol)
         ),
     )
+
+
+def _approximation_hint(want: Any, got: Any, tol: Any) -> str:
+    """GG201's sentence for two real values that agree to within a primal's own accuracy: JAX differentiates the
+    primal's code, a series or a quadrature as written, so its derivative carries the approximation's error too."""
+    if np.iscomplexobj(want) or np.iscomplexobj(got) or np.ndim(want) or np.ndim(got):
+        return ""  # a complex value: no sentence
+    return tolerances.approximation_hint(float(want), float(got), tol)
 
 
 ONE_SIDED = "One-sided finite differences of the primal, from the side where it is defined,"  # GG203 names its evidence

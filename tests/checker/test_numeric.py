@@ -830,6 +830,16 @@ def test_gg201_says_where_a_rule_may_be_exact_and_its_primal_an_approximation():
     assert findings(declared, "GG201") == []  # the setting the sentence names does what it says
 
 
+def test_gg203_says_it_too_for_the_derivative_jax_takes_of_the_primals_own_code():
+    """JAX differentiates the series as written (a probed incomplete gamma: a quadrature), so its reference carries the
+    approximation's error as finite differences do; GG203's fix sent to "re-derive the tangent" alone."""
+    (f,) = findings(exact_exp_of_a_series_rrule, "GG203")
+    assert re.search(r"\. The two sides agree to \S+ relative: if the primal only approximates its function .* then "
+                     r"declare the rule's accuracy \(rtol=\S+\)\.$", f.fix), f.fix
+    (wrong,) = findings(halved_exp_of_a_series_rrule, "GG203")
+    assert "agree to" not in wrong.fix, wrong.fix
+
+
 def test_gg501_says_it_too_and_sends_to_the_reproducer_not_to_findings_that_may_not_exist():
     """TensorFlow Probability's Owen's T at seed 3: GG201 passed, and GG501 said "see the isolation checks' findings"
     (there were none) for a 8.5e-6 relative difference that the primal's own error makes."""
