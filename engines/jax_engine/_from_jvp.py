@@ -126,6 +126,10 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
             args = tuple(_held(a) for a in args)
             y = forward_of((diff, *args), fixed)
         except Exception as exc:
+            if diff and _runs(fn, args):  # the function runs: what failed is reverse mode through its jvp rule
+                raise AdapterError(
+                    f"reverse mode through custom_jvp {parts.name} failed (jax.vjp linearizes its jvp rule to transpose "
+                    f"it; the function itself runs at this input): {type(exc).__name__}: {exc}") from exc
             raise AdapterError(f"custom_jvp {parts.name} raised {type(exc).__name__}: {exc}") from exc
 
         def pullback(ybar: Any) -> tuple[Any, ...]:
@@ -153,6 +157,15 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
     rule.custom_jvp_parts = parts  # type: ignore[attr-defined]
     rule.compiled = (forward_of, pullback_of)  # type: ignore[attr-defined]
     return rule
+
+
+def _runs(fn: Any, args: Sequence[Any]) -> bool:
+    """Whether ``fn`` itself returns at ``args``, called as the user calls it (no transform)."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - its own error is the one the forward reports
+        return False
+    return True
 
 
 def _held(a: Any) -> Any:

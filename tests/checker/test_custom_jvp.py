@@ -657,3 +657,25 @@ def test_tria_jvp_at_zero_gives_the_upper_triangle_a_tangent_and_fails_gg207():
         found = check(rule, select=["GG207"], seed=seed).findings
         assert [f.check_id for f in found] == ["GG207"] and found[0].severity == "error", seed
         assert found[0].message.startswith("the jvp of tria_square disagrees with finite differences"), found[0].message
+
+
+@jax.custom_jvp
+def _sin_through_its_tangent(x):
+    return jnp.sin(x)
+
+
+@_sin_through_its_tangent.defjvp
+def _sin_through_its_tangent_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    # the primal output computed from the tangent too (morphomatics' logm takes both blocks of one logm of [[m, t],
+    # [0, m]]): forward mode works, reverse mode cannot linearize it
+    return jnp.sin(x + 0.0 * t), jnp.cos(x) * t
+
+
+def test_a_jvp_reverse_mode_cannot_linearize_is_named_as_such_not_as_the_function_raising() -> None:
+    rule = jax_rule(_sin_through_its_tangent, arrays(shape=(3,)), name="sin_through_its_tangent_rule")
+    (f,) = [f for f in check(rule, select=["GG101"]).findings if f.check_id == "GG101"]
+    assert f.message.startswith(
+        "the forward of sin_through_its_tangent_rule raised AdapterError: reverse mode through custom_jvp "
+        "_sin_through_its_tangent failed (jax.vjp linearizes its jvp rule to transpose it; the function itself runs "
+        "at this input): ValueError: Linearization failed"), f.message
