@@ -122,6 +122,18 @@ def test_history_chart_is_accessible_escaped_svg() -> None:
     assert "No finished runs on &lt;b&gt; yet." in str(history_svg([], branch="<b>"))
 
 
+def _rule_sections(report: dict, status: str) -> list[str]:
+    """The run page of ``report`` (a finished run with ``status``), cut into its rules' sections."""
+    rules = rule_views(report, {}, rule_url="/p/x/rules/{name}")
+    run = SimpleNamespace(id=7, status=status, branch="main", commit_sha="abc", pull_request=None, device="cpu",
+                          created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), duration_s=1.0, sandbox_level="rlimits",
+                          seed=0, attempts=1, error=None)
+    html = templates.env.get_template("run.html").render(
+        run=run, project=SimpleNamespace(name="p", slug="p"), project_url="/p/p", final=True, report=report,
+        rules=rules, families=("contract", "numeric", "cotangent", "state", "context", "compose"))
+    return html.split('<section class="rule"')[1:]
+
+
 def test_run_template_says_when_a_rule_was_checked_on_fewer_inputs() -> None:
     """A cut by the input budget is a notice (the verdict depends on the machine's speed); a cut for large inputs,
     by design, a quiet line; both count the inputs against those planned, and the message is escaped."""
@@ -134,14 +146,7 @@ def test_run_template_says_when_a_rule_was_checked_on_fewer_inputs() -> None:
     size.update(name="big_rrule", examples=10,
                 examples_cut={"planned": 20, "reason": "input size", "message": "checked on 10 of 20 inputs: big"})
     report["rules"] = [budget, size, whole]
-    rules = rule_views(report, {}, rule_url="/p/x/rules/{name}")
-    run = SimpleNamespace(id=7, status="failed", branch="main", commit_sha="abc", pull_request=None, device="cpu",
-                          created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), duration_s=1.0, sandbox_level="rlimits",
-                          seed=0, attempts=1, error=None)
-    html = templates.env.get_template("run.html").render(
-        run=run, project=SimpleNamespace(name="p", slug="p"), project_url="/p/p", final=True, report=report,
-        rules=rules, families=("contract", "numeric", "cotangent", "state", "context", "compose"))
-    sections = html.split('<section class="rule"')[1:]
+    sections = _rule_sections(report, "failed")
     assert len(sections) == 3
     assert "<li>1 of 20 inputs</li>" in sections[0]
     assert '<div class="notice warn"><p><strong>Fewer inputs:</strong> checked on 1 of 20 inputs: &lt;b&gt;</p></div>' \
@@ -159,14 +164,7 @@ def test_run_template_says_which_checks_were_judged_at_some_inputs_only() -> Non
     partial.update(name="edge_rrule", examples=20, checks_partial=[
         {"id": "GG201", "judged": 12, "skipped": 8, "reason": "finite differences of the primal failed here <b>"}])
     report["rules"] = [partial, whole]
-    rules = rule_views(report, {}, rule_url="/p/x/rules/{name}")
-    run = SimpleNamespace(id=7, status="passed", branch="main", commit_sha="abc", pull_request=None, device="cpu",
-                          created_at=datetime(2026, 1, 1, tzinfo=timezone.utc), duration_s=1.0, sandbox_level="rlimits",
-                          seed=0, attempts=1, error=None)
-    html = templates.env.get_template("run.html").render(
-        run=run, project=SimpleNamespace(name="p", slug="p"), project_url="/p/p", final=True, report=report,
-        rules=rules, families=("contract", "numeric", "cotangent", "state", "context", "compose"))
-    sections = html.split('<section class="rule"')[1:]
+    sections = _rule_sections(report, "passed")
     assert ('<li><a href="/checks/GG201">GG201</a>: judged at 12 of 20 inputs; skipped at 8, the first because finite '
             'differences of the primal failed here &lt;b&gt;</li>') in sections[0]
     assert "judged at some inputs only" in sections[0] and "judged at some inputs only" not in sections[1]
