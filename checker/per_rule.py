@@ -27,8 +27,8 @@ from gradguard.checker import random_state, reproducer
 from gradguard.checker._deadline import STUCK_EXIT, _Budget, at_safe_point
 from gradguard.checker._deadline import time_limit as _time_limit
 from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
-from gradguard.checker._search import (RuleTimeout, _BudgetSpent, _drive, _Failure, _InternalError, _run_one, _search,
-                                       _shrink_note, _SpecCannotGenerate, internal_error, irreproducible_pullback,
+from gradguard.checker._search import (RuleTimeout, SkipReason, _BudgetSpent, _drive, _Failure, _InternalError, _run_one,
+                                       _search, _shrink_note, _SpecCannotGenerate, internal_error, irreproducible_pullback,
                                        severity)
 from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip, check_prefixes
@@ -244,7 +244,7 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
         result.checks_run.append(info.id)
         if survey.skipped.get(info.id):  # judged on some inputs only: say on how many, and why not the others
             result.checks_partial.append({"id": info.id, "judged": survey.ran.get(info.id, 0),
-                                          "skipped": survey.skipped[info.id], "reason": survey.skipped_here[info.id]})
+                                          "skipped": survey.skipped[info.id], "reason": survey.skip_reasons[info.id].here})
         if first_failure is None:
             continue
         # Shrinking re-runs the check many times: worth it for inputs people can read, not for
@@ -300,9 +300,8 @@ class _Survey:
     size: int = 0  # array elements of its first input
     budget_spent: bool = False  # the input budget (Options.input_budget_s) stopped the drawing before the cap
     ran: dict[str, int] = field(default_factory=dict)
-    skip_reasons: dict[str, str] = field(default_factory=dict)
+    skip_reasons: dict[str, SkipReason] = field(default_factory=dict)  # the first input's (a rule-wide one wins)
     skipped: dict[str, int] = field(default_factory=dict)  # inputs where a check skipped (not rule-wide)
-    skipped_here: dict[str, str] = field(default_factory=dict)  # the first such input's reason, for it alone
     voided: set[str] = field(default_factory=set)  # checks a rule-wide Skip took off this rule (Skip.rule_wide)
     failures: dict[str, _Failure] = field(default_factory=dict)
     # Problems of warning severity only: kept, while the search goes on for an error from the same check.
@@ -381,7 +380,6 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
                 else:
                     survey.skip_reasons.setdefault(info.id, outcome)
                     survey.skipped[info.id] = survey.skipped.get(info.id, 0) + 1
-                    survey.skipped_here.setdefault(info.id, outcome.here)
                 continue
             survey.ran[info.id] = survey.ran.get(info.id, 0) + 1
             problems, raised = outcome

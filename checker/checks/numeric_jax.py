@@ -242,7 +242,7 @@ def _approximation_hint(want: Any, got: Any, tol: Any) -> str:
     """GG201's sentence for two real values that agree to within a primal's own accuracy: JAX differentiates the
     primal's code, a series or a quadrature as written, so its derivative carries the approximation's error too."""
     if np.iscomplexobj(want) or np.iscomplexobj(got) or np.ndim(want) or np.ndim(got):
-        return ""  # a complex value: no sentence
+        return ""  # a complex value, or not one value: no sentence
     return tolerances.approximation_hint(float(want), float(got), tol)
 
 
