@@ -11,7 +11,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from gradguard.checker.report import Finding, Report, RuleResult
+from gradguard.checker.report import Finding, Report, RuleResult, partial_note
 from gradguard.checker.terminal import matrix_table, render_text, where as _where
 
 __all__ = ["render_text", "render_junit", "render_markdown", "matrix_table"]
@@ -45,8 +45,7 @@ def render_junit(report: Report) -> str:
                 counts["tests"] += 1
                 findings = per_check.get(check_id, [])
                 errors = [f for f in findings if f.severity != "warning"]
-                notes = [f"judged at {p['judged']} of {p['judged'] + p['skipped']} inputs; skipped at {p['skipped']}, "
-                         f"the first because {p['reason']}" for p in [partial.get(check_id)] if p]
+                notes = [partial_note(p) for p in [partial.get(check_id)] if p]
                 if errors:
                     counts["failures"] += 1
                     fail = ET.SubElement(case, "failure", type=check_id, message=errors[0].message)

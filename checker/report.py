@@ -24,12 +24,19 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["SCHEMA", "Finding", "RuleResult", "Report", "LoadFailure", "LEFT_OUT"]
+__all__ = ["SCHEMA", "Finding", "RuleResult", "Report", "LoadFailure", "LEFT_OUT", "partial_note"]
 
 SCHEMA = "gradguard.report/1"
 # How a skipped check's reason begins where the rule's own declaration (ignore=) left it out: the runner writes it,
 # the terminal report reads it.
 LEFT_OUT = "left out by the rule's declaration"
+
+
+def partial_note(part: dict[str, Any]) -> str:
+    """What a `RuleResult.checks_partial` entry says, in the one wording every report uses (terminal, JUnit, web):
+    "judged at 8 of 20 inputs; skipped at 12, the first because ..."."""
+    judged, skipped = part["judged"], part["skipped"]
+    return f"judged at {judged} of {judged + skipped} inputs; skipped at {skipped}, the first because {part['reason']}"
 
 
 @dataclass

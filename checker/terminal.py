@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, TextIO
 
-from gradguard.checker.report import LEFT_OUT, Finding, Report, RuleResult
+from gradguard.checker.report import LEFT_OUT, Finding, Report, RuleResult, partial_note
 
 __all__ = ["render_text", "use_color", "summary_line", "matrix_table"]
 
@@ -154,8 +154,7 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
                 lines.append(f"  {style('inputs', fg='yellow')}: {rule.examples_cut['message']}")
             lines.append(f"  checks run: {', '.join(rule.checks_run) or 'none'}")
             for part in rule.checks_partial:
-                lines.append(f"  {part['id']} judged {part['judged']} of {part['judged'] + part['skipped']} inputs; "
-                             f"skipped at {part['skipped']}, the first because {part['reason']}")
+                lines.append(f"  {part['id']} {partial_note(part)}")
             for skipped in rule.checks_skipped:
                 lines.append(f"  skipped {skipped['id']}: {skipped['reason']}")
             if not rule.findings and rule.verdict == "pass":

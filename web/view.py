@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gradguard.checker.checks.registry import FAMILIES
+from gradguard.checker.report import partial_note
 
 __all__ = ["family_of", "rule_views", "find_source", "excerpt", "matrix_view", "CONTEXT_LINES"]
 
@@ -190,7 +191,7 @@ def rule_views(report: dict[str, Any], files: Mapping[str, bytes], *, rule_url: 
             "grid": _grid(rule, first_of),
             "matrix": matrix_view(rule.get("safety_matrix")),
             "checks_skipped": rule.get("checks_skipped") or [],
-            "checks_partial": rule.get("checks_partial") or [],
+            "checks_partial": [dict(part, note=partial_note(part)) for part in rule.get("checks_partial") or []],
             "history_url": rule_url.format(name=quote(str(rule.get("name", "")), safe="")),
         })
     return views

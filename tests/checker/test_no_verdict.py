@@ -57,7 +57,7 @@ def test_a_rule_at_its_domains_edge_at_some_inputs_only_says_at_how_many_gg201_j
     [partial] = result.checks_partial
     assert partial["id"] == "GG201" and partial["reason"] == NO_FD_HERE
     assert partial["judged"] > 0 and partial["skipped"] > 0 and partial["judged"] + partial["skipped"] == result.examples
-    assert (f"GG201 judged {partial['judged']} of {result.examples} inputs; skipped at {partial['skipped']}, the first "
+    assert (f"GG201 judged at {partial['judged']} of {result.examples} inputs; skipped at {partial['skipped']}, the first "
             f"because {NO_FD_HERE}") in render_text(report, verbose=True)
     junit = render_junit(report)  # the passing test case says it too, in its output
     assert (f'<testcase classname="arccos_rrule" name="GG201"><system-out>judged at {partial["judged"]} of '
