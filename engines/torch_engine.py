@@ -193,7 +193,7 @@ def readable(t: Any) -> bool:
     (``untyped_storage().resize_(0)``) and restore it later; reading it in between crashes the process, in
     PyTorch as anywhere."""
     n = t.numel()
-    if n == 0:
+    if n == 0 or t.layout != load().strided:  # a sparse tensor has no storage of its own to free or read past
         return True
     nbytes = t.untyped_storage().nbytes()
     if t.is_contiguous():  # every call of every check converts tensors: the common case without the loop

@@ -86,6 +86,21 @@ def _context_rows(outcome: Outcome, aliasing: bool) -> list["Row"]:
     return [row for row in outcome.rows if row.context.aliasing == aliasing and _wrong(row, base)]
 
 
+def _nothing_judged(outcome: Outcome, aliasing: bool) -> str | None:
+    """Why no cell of these contexts was judged, or None where one was: every engine raised or was skipped in every
+    one of them (a sparse argument the PyTorch column could not take read as a pass with every cell "raised"). A
+    check that judged no cell has established nothing, and says so as a skip, never as a pass."""
+    rows = [r for r in outcome.rows if r.context.aliasing == aliasing]
+    cells = [(r.context.name, e, c) for r in rows for e, c in r.cells.items()]
+    if not cells or any(c.status in ("right", "wrong") for _, _, c in cells):
+        return None
+    raised = [(name, e, c) for name, e, c in cells if c.status == "raised"]
+    name, e, c = (raised or cells)[0]
+    what = ("raised" if len(raised) == len(cells) else "raised or was skipped") if raised else "was skipped"
+    return (f"no cell of the safety matrix was judged: every engine {what} in every context "
+            f"(the first, {e} in `{name}`: {c.message or c.status})")
+
+
 def _value_differs(row: "Row", name: str) -> bool:
     # An engine that cannot mutate (JAX) drops a declared mutation (an unused output's callback), which changes
     # its value by design.
@@ -230,6 +245,8 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
     the whole program, which sees mutation as it really happens. One finding per wrong context, with the
     engines, the relative error and the watch mode's account of which capture was mutated by whom."""
     outcome = outcome_for(ctx)
+    if (why := _nothing_judged(outcome, aliasing=False)) is not None:
+        raise Skip(why)
     rows = _context_rows(outcome, aliasing=False)
     base = _baseline(outcome)
     mutated = [r.context.name for r in rows
@@ -285,6 +302,8 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
         if outcome.outside_domain:
             raise Skip("no aliasing context applies: " + "; ".join(f"{name}: {why}" for name, why in outcome.outside_domain.items()))
         raise Skip("no aliasing context applies (needs two array arguments of one shape, x and x.T, or a 2-D W)")
+    if (why := _nothing_judged(outcome, aliasing=True)) is not None:
+        raise Skip(why)
     fix = (
         "Return each slot's own partial derivative, computed as if the slots were distinct arrays; engines sum "
         "them over aliases. Do not branch on `a is b` or np.shares_memory, do not write into one argument "

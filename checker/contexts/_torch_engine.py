@@ -124,7 +124,8 @@ def _ops(view: RuleView) -> Ops:
             args = tuple(torch.from_numpy(np.array(a)) if isinstance(a, np.ndarray) else a for a in args)
             if structures:
                 args = _on_structure(args, structures, view.rule.mutates)
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            # Strided tensors only: a sparse argument (a fixed sparse matrix) has no storage to read or free
+            tensors = [a for a in args if isinstance(a, torch.Tensor) and a.layout == torch.strided]
             for a in tensors:
                 if not readable(a):
                     raise RuntimeError(_FREED.format(nbytes=a.untyped_storage().nbytes()))

@@ -215,3 +215,50 @@ def test_the_torch_column_hands_a_structured_argument_over_with_its_own_value():
     for seed in (0, 2):
         report = check(rule, select=["GG503"], seed=seed)
         assert report.findings == [], (seed, [f.message for f in report.findings])
+
+
+class SparseTimesDense(torch.autograd.Function):
+    """y = A @ B with A a fixed sparse (COO) matrix, as graph and point-cloud libraries write it."""
+
+    @staticmethod
+    def forward(ctx, A, B):
+        ctx.save_for_backward(A)
+        return torch.sparse.mm(A, B)
+
+    @staticmethod
+    def backward(ctx, g):
+        (A,) = ctx.saved_tensors
+        return None, torch.sparse.mm(A.t(), g)
+
+
+def test_a_fixed_sparse_argument_is_run_in_every_context():
+    """The column read the storage size of every tensor argument, which a sparse tensor does not have: every cell
+    "raised" (NotImplementedError: Cannot access storage of SparseTensorImpl) and the Function passed with no
+    context judged."""
+    from gradguard.checker import constant
+
+    A = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], dtype=torch.float64).to_sparse()
+    result = check(torch_rule(SparseTimesDense, constant(A), arrays(shape=(3, 2)), name="sparse_mm"),
+                   select=["GG5"]).rules[0]
+    assert result.verdict == "pass" and "GG501" in result.checks_run, result.checks_skipped
+    statuses = {c["status"] for c in result.safety_matrix["cells"]}
+    assert statuses == {"right"}, result.safety_matrix["cells"]
+
+
+def test_a_matrix_where_every_cell_raised_is_a_skip_not_a_pass(monkeypatch):
+    """GG501 and GG502 that judged no cell established nothing: they are skipped with the first cell's message."""
+    from gradguard.checker.contexts._engine import Cell, Engine
+
+    monkeypatch.setattr(Engine, "run", lambda self, view, plan: Cell(self.name, "raised", message="RuntimeError: boom"))
+    square = lambda x: x * x  # noqa: E731
+
+    @rrule(square, arrays(shape=(3, 3)))
+    def square_rrule(x):
+        return x * x, lambda g: (2 * g * x,)
+
+    result = check(square_rrule, select=["GG501", "GG502"]).rules[0]
+    assert result.verdict == "pass" and result.checks_run == []
+    assert {s["id"]: s["reason"] for s in result.checks_skipped} == {
+        check_id: "no cell of the safety matrix was judged: every engine raised in every context "
+                  f"(the first, tape[zero] in `{first}`: RuntimeError: boom)"
+        for check_id, first in (("GG501", "output-used"), ("GG502", "tied-weights"))}
