@@ -30,6 +30,7 @@ from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._hypothesis import keyless, own_constants_only, shrink_deadline
 from gradguard.checker._memory import RuleMemoryLimit, note_memory_error
+from gradguard.checker.errors import SpecError
 from gradguard.checker.case import Case, HypothesisDraws, ReplayDraws, ReplayExhausted, RuleRaised
 from gradguard.checker.checks._state import (irreproducibility_seen, note_irreproducible, unreproducible,
                                              without_verdict)
@@ -212,6 +213,9 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     except _InternalError:
         raise
     except Exception as exc:
+        if isinstance(exc, SpecError) and not _raised_in(exc, checked.__code__):
+            # a draw the checks cannot take (a sparse tensor to differentiate): the spec's own message and fix
+            raise _SpecCannotGenerate(f"the argument specs of {rule.name}: {exc}") from None
         if not _raised_in(exc, checked.__code__):
             # Raised before the checks got the input: by a function the rule's own specs call while drawing it (a
             # .filter that inverts a float16 matrix, which NumPy's linalg refuses)

@@ -9,7 +9,9 @@ correct pullback got GG106 ("its tangent must be None").
 So values cross one boundary, here:
 
 * `plain_args` wraps a rule's argument strategy: each concrete JAX array or PyTorch tensor becomes a NumPy
-  copy of it (same dtype and shape), and the library it came from is remembered per argument position;
+  copy of it (same dtype and shape), and the library it came from is remembered per argument position; a sparse
+  float tensor at a position not declared ``constant(...)`` or ``nondiff=`` is refused (`SparseArgument`): the
+  checks differentiate dense arrays only, and taken as a constant its gradient went unchecked without a word;
 * `foreign_rule` / `foreign_primal` wrap a NumPy-kind rule and its primal: an argument at such a position
   that arrives as a NumPy array is handed over as the library's array again (the rule gets what its spec
   draws), and outputs and tangents that are concrete arrays of another library come back as NumPy arrays.
@@ -35,10 +37,11 @@ import numpy as np
 
 from hypothesis.strategies import SearchStrategy
 
+from gradguard.checker.errors import SpecError
 from gradguard.checker.random_state import moved, start_fixed
-from gradguard.checker.trees import tree_map
+from gradguard.checker.trees import leaves, tree_map
 
-__all__ = ["FOREIGN_ARRAYS", "library_of", "to_numpy", "PlainArgs", "plain_args", "foreign_rule", "foreign_primal", "is_foreign_layer"]
+__all__ = ["SparseArgument", "FOREIGN_ARRAYS", "library_of", "to_numpy", "PlainArgs", "plain_args", "foreign_rule", "foreign_primal", "is_foreign_layer"]
 
 FOREIGN_ARRAYS = "foreign_arrays"  # RuleSpec.extra key: the rule's PlainArgs (reproducers name its libraries)
 # Attribute on the wrappers below, holding the wrapper itself: GG203 unwraps them to the user's primal. An outer
@@ -99,6 +102,34 @@ def _plain_tree(tree: Any) -> tuple[Any, str | None]:
     return tree_map(convert, tree), (found[0] if found else None)  # tree_map calls convert on a bare leaf too
 
 
+class SparseArgument(SpecError):
+    """A drawn argument holds a sparse float tensor the rule would differentiate."""
+
+
+def _sparse_float(leaf: Any) -> str | None:
+    """The layout of a sparse float or complex tensor (PyTorch's sparse layouts, JAX's BCOO and BCSR), else None."""
+    lib = type(leaf).__module__
+    if lib.startswith("torch"):
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(leaf, torch.Tensor) and leaf.layout != torch.strided \
+                and (leaf.is_floating_point() or leaf.is_complex()):
+            return str(leaf.layout).removeprefix("torch.")
+    elif lib.startswith("jax.experimental.sparse") and np.dtype(getattr(leaf, "dtype", np.int8)).kind in "fc":
+        return type(leaf).__name__
+    return None
+
+
+def _refuse_sparse(i: int, arg: Any) -> None:
+    for leaf in leaves(arg):
+        layout = _sparse_float(leaf)
+        if layout is not None:
+            raise SparseArgument(
+                f"argument {i} draws a sparse tensor ({layout}, {leaf.dtype}), and gradguard differentiates dense arrays "
+                f"only: taken as it is, its gradient would go unchecked. Draw it dense (arrays(...): a torch_rule or "
+                f"jax_rule gets it as a tensor or array) if the rule takes dense values, or hold it fixed with "
+                f"constant(...) or nondiff=({i},) to check the other arguments' gradients.")
+
+
 def _foreign_tree(lib: str, tree: Any) -> Any:
     return tree_map(lambda leaf: _as_library(lib, leaf), tree)
 
@@ -108,9 +139,10 @@ class PlainArgs:
     copies; ``libraries`` records, per argument position, the library the spec drew there (shared with the
     rule's wrappers, which make every call through `call`)."""
 
-    def __init__(self, constants: frozenset[int] = frozenset()) -> None:
+    def __init__(self, constants: frozenset[int] = frozenset(), nondiff: frozenset[int] = frozenset()) -> None:
         self.libraries: dict[int, str] = {}
         self.constants = constants  # positions declared constant(...): handed to the rule exactly as given
+        self.nondiff = nondiff  # positions held fixed (constant(...) or nondiff=): a sparse tensor may stand there
         self.draws_global: bool | None = None  # whether the rule or its primal draws from NumPy's global generator
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -134,6 +166,8 @@ class PlainArgs:
             plain, lib = _plain_tree(arg)
             if lib is not None:
                 self.libraries.setdefault(i, lib)
+            if i not in self.nondiff and type(plain) is not np.ndarray:
+                _refuse_sparse(i, plain)
             out.append(plain)
         return tuple(out)
 
@@ -171,11 +205,13 @@ class _PlainArgsStrategy(SearchStrategy):
         return repr(self.inner)
 
 
-def plain_args(strategy: SearchStrategy, constants: frozenset[int] = frozenset()) -> tuple[SearchStrategy, PlainArgs]:
+def plain_args(strategy: SearchStrategy, constants: frozenset[int] = frozenset(),
+               nondiff: frozenset[int] = frozenset()) -> tuple[SearchStrategy, PlainArgs]:
     """``strategy`` (of argument tuples) drawing NumPy copies of foreign arrays, and the record of where it drew
     them. ``constants``: positions declared ``constant(...)``, left as they are (norse hands its Functions a
-    NamedTuple of tensor parameters: NumPy copies of its fields broke the forward's arithmetic with tensors)."""
-    plain = PlainArgs(constants)
+    NamedTuple of tensor parameters: NumPy copies of its fields broke the forward's arithmetic with tensors);
+    ``nondiff``: every position held fixed, where a sparse tensor is no gradient left unchecked."""
+    plain = PlainArgs(constants, nondiff | constants)
     return _PlainArgsStrategy(strategy, plain), plain
 
 

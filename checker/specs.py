@@ -544,7 +544,7 @@ def build_spec(
 
     # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
     # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
-    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args, frozenset(constants))
+    strategy, plain = plain_args(st.tuples(*arg_specs) if arg_specs else args, frozenset(constants), frozenset(nondiff_set))
     path, lines = source_location(rule_fn)
     if kind == "numpy":
         rule_fn, primal = foreign_rule(rule_fn, plain), foreign_primal(primal, plain)

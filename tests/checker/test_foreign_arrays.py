@@ -268,3 +268,53 @@ def test_a_constant_holding_tensors_reaches_the_rule_as_declared(tmp_path):
     assert result.verdict == "pass", [(f.check_id, f.message) for f in result.findings]
     script = _gg201_reproducer_fails(broken_path, "affine_rule")
     assert "CONSTANT)  # CONSTANT: the value the rule declares with constant(...)" in script
+
+
+class SparseTimesDense(torch.autograd.Function):
+    """y = A @ B for a sparse A; ``factor`` scales A's gradient (1: right, 2: the broken twin)."""
+
+    @staticmethod
+    def forward(ctx, A, B, factor):
+        ctx.save_for_backward(A, B)
+        ctx.factor = factor
+        return torch.sparse.mm(A, B)
+
+    @staticmethod
+    def backward(ctx, g):
+        A, B = ctx.saved_tensors
+        A = A.coalesce()
+        i, j = A.indices()
+        gA = ctx.factor * (g.index_select(0, i) * B.index_select(0, j)).sum(1)
+        return torch.sparse_coo_tensor(A.indices(), gA, A.shape), torch.sparse.mm(A.t(), g), None
+
+
+SPARSE = arrays(shape=(2, 3), min_value=0.5, max_value=2.0).map(lambda a: torch.from_numpy(a).to_sparse())
+
+
+def test_a_sparse_tensor_to_differentiate_is_refused_with_the_fix():
+    """A sparse float tensor drawn at a differentiated position was handed to the rule as a constant: a backward
+    whose gradient for it was twice the right one passed, and only GG702's skip ("fewer than two differentiable
+    inputs") hinted at it. Now the rule gets a SpecError naming the argument and both ways out."""
+    from gradguard.checker import floats, torch_rule
+
+    result = check(torch_rule(SparseTimesDense, SPARSE, arrays(shape=(3, 2)), floats(2.0, 2.0), nondiff=(2,),
+                              name="sparse_a")).rules[0]
+    assert result.verdict == "error" and result.error["type"] == "SpecError"
+    assert result.error["message"] == (
+        "the argument specs of sparse_a: argument 0 draws a sparse tensor (sparse_coo, torch.float64), and gradguard "
+        "differentiates dense arrays only: taken as it is, its gradient would go unchecked. Draw it dense (arrays(...): "
+        "a torch_rule or jax_rule gets it as a tensor or array) if the rule takes dense values, or hold it fixed with "
+        "constant(...) or nondiff=(0,) to check the other arguments' gradients.")
+
+
+def test_a_sparse_tensor_held_fixed_checks_the_other_gradients():
+    """Declared nondiff, the sparse argument is held fixed and B's gradient is judged in isolation and in every
+    context: the PyTorch column took no sparse argument before (it read every tensor's storage size, which a sparse
+    tensor does not have), so every cell "raised" and the Function passed with no context judged."""
+    from gradguard.checker import floats, torch_rule
+
+    result = check(torch_rule(SparseTimesDense, SPARSE, arrays(shape=(3, 2)), floats(1.0, 1.0),
+                              nondiff=(0, 2), name="sparse_fixed"), select=["GG201", "GG501"]).rules[0]
+    assert result.verdict == "pass", (result.error, [(f.check_id, f.message) for f in result.findings])
+    assert result.checks_run == ["GG201", "GG501"]
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
