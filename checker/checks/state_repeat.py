@@ -23,7 +23,7 @@ __all__: list[str] = []
 @check(
     "GG403",
     family="state",
-    title="pullback not reentrant: calling it twice gives different results",
+    title="pullback not reentrant: calling it twice gives different results or raises",
     given="""
         def square(x):
             return x * x
@@ -113,6 +113,13 @@ def _second_call_failure(exc: BaseException) -> tuple[str, str]:
                 "tensor or on a gradient computed from one), and PyTorch refuses to read it again.",
                 "Compute the gradients out of place in backward (grad = grad * s, not grad.mul_(s)) wherever the "
                 "tensor written is one that ctx.saved_tensors returns or shares memory with one.")
+    if "backward through the graph a second time" in str(exc):  # PyTorch freed a graph the backward runs
+        return ("Its first call ran a backward through a graph PyTorch then freed (.backward(), torch.autograd.backward "
+                "or torch.autograd.grad inside backward, without retain_graph=True), so its second call finds the "
+                "graph's saved tensors gone; PyTorch's own operations can be differentiated again under "
+                "retain_graph=True, and this backward cannot.",
+                "Pass retain_graph=True to the backward or grad call inside backward, or rebuild the graph it runs "
+                "(under torch.enable_grad()) on each call.")
     return ("It consumes its residuals (list.pop, next() on an iterator, a generator) instead of reading them.",
             "Keep residuals in plain variables or arrays that the pullback reads without consuming.")
 

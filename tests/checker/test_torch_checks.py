@@ -901,6 +901,50 @@ def test_gg403_names_a_saved_tensor_changed_in_place() -> None:
     assert findings(torch_rule(DoubleSaved, arrays(shape=(3,))), "GG403")[1] == []
 
 
+class InnerBackward(torch.autograd.Function):
+    """lava-dl's CustomRecurrent pattern: forward records a graph under enable_grad, backward runs it with
+    torch.autograd.backward (without retain_graph) and reads the leaf's .grad."""
+
+    @staticmethod
+    def forward(ctx, x):
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            y = torch.sin(leaf)
+        ctx.leaf, ctx.y = leaf, y
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.leaf.grad = None
+        with torch.enable_grad():
+            torch.autograd.backward(ctx.y, grad)
+        return ctx.leaf.grad.clone()
+
+
+class InnerBackwardRetained(InnerBackward):
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.leaf.grad = None
+        with torch.enable_grad():
+            torch.autograd.backward(ctx.y, grad, retain_graph=True)
+        return ctx.leaf.grad.clone()
+
+
+def test_gg403_names_a_graph_freed_by_a_backward_inside_backward() -> None:
+    """A backward running its own graph without retain_graph raised "backward through the graph a second time" on
+    its second call, and the finding said it consumes its residuals (list.pop, next()): a probe of lava-dl's
+    CustomRecurrent read that as a wrong diagnosis. It now names the freed graph and retain_graph."""
+    _, (f,) = findings(torch_rule(InnerBackward, arrays(shape=(3,))), "GG403")
+    assert "backward through the graph a second time" in f.message
+    assert f.message.endswith("Its first call ran a backward through a graph PyTorch then freed (.backward(), "
+                              "torch.autograd.backward or torch.autograd.grad inside backward, without "
+                              "retain_graph=True), so its second call finds the graph's saved tensors gone; PyTorch's "
+                              "own operations can be differentiated again under retain_graph=True, and this backward "
+                              "cannot."), f.message
+    assert f.fix.startswith("Pass retain_graph=True to the backward or grad call inside backward")
+    assert findings(torch_rule(InnerBackwardRetained, arrays(shape=(3,))), "GG403")[1] == []
+
+
 # -- the safety matrix's kink excuse with a tensor passed as a constant ---------------------------------------
 SIGNS = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
 
