@@ -19,7 +19,7 @@ import numpy as np
 from gradguard.checker.contexts._ops import LossWeights, Ops
 from gradguard.checker.specs import RuleSpec, bounds_of, structure_of, without_constant_outputs
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import copy_tree, is_leaf, leaves, tree_map
+from gradguard.checker.trees import children, copy_tree, is_leaf, leaves, rebuild, tree_map
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
@@ -241,10 +241,8 @@ def _losses(consts: Any) -> list[tuple[int, LossWeights]]:
 def _with_losses(consts: Any, wider: dict[int, LossWeights]) -> Any:
     if isinstance(consts, LossWeights):
         return wider.get(id(consts), consts)
-    if isinstance(consts, (tuple, list)):
-        return type(consts)(_with_losses(c, wider) for c in consts)
-    if isinstance(consts, dict):
-        return {key: _with_losses(c, wider) for key, c in consts.items()}
+    if isinstance(consts, (tuple, list, dict)):  # rebuild: a NamedTuple output takes its fields one by one
+        return rebuild(consts, (_with_losses(c, wider) for c in children(consts)))
     return consts
 
 

@@ -10,6 +10,7 @@ report wrong, beside a broken twin that must still fail with its exact message.
 
 import importlib.util
 import re
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -697,6 +698,33 @@ def test_a_wrong_gradient_there_is_still_wrong():
     found = [(f.check_id, f.location) for f in _context_findings(xexpy_doubled_at_zero_rrule).findings
              if f.severity == "error" and f.check_id == "GG501"]
     assert ("GG501", "context output-used") in found, found
+
+
+# A NamedTuple output (a JAX eigh's EighResult) whose bend was widened: the plan's weights were rebuilt with
+# type(consts)(generator), which a NamedTuple refuses ("missing 1 required positional argument"), and GG501 crashed.
+class _Pair(NamedTuple):
+    big: Any
+    small: Any
+
+
+def _scaled_pair(x):
+    return _Pair(1e4 * x, x.copy())
+
+
+@rrule(_scaled_pair, arrays(shape=(3,), min_value=-1e-3, max_value=1e-3))
+def scaled_pair_rrule(x):
+    return _scaled_pair(x), lambda g: (1e4 * g[0] + g[1],)
+
+
+@rrule(_scaled_pair, arrays(shape=(3,), min_value=-1e-3, max_value=1e-3))
+def scaled_pair_broken_rrule(x):
+    return _scaled_pair(x), lambda g: (1e4 * g[0],)  # BUG: drops the second output's cotangent
+
+
+def test_a_named_tuple_output_whose_bend_is_widened_is_judged():
+    assert [f.check_id for f in _context_findings(scaled_pair_rrule).findings if f.severity == "error"] == []
+    found = {f.location for f in _context_findings(scaled_pair_broken_rrule).findings if f.check_id == "GG501"}
+    assert "context output-used" in found, found
 
 
 # -- tied weights: W.T only in a shape the spec makes ---------------------------------------------------------------------
