@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.engines.errors import AdapterError
-from gradguard.engines.jax_engine._runtime import load
+from gradguard.engines.jax_engine._runtime import cotangent_like, load
 
 __all__ = ["reference_vjp", "second_order_vjp"]
 
@@ -31,7 +31,7 @@ def reference_vjp(
     call, diff = _partial(primal, args, nondiff)
     try:
         out, vjp = jax.vjp(call, *[jax.numpy.asarray(args[i]) for i in diff])
-        ct = jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=o.dtype), cotangent, out)
+        ct = jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=o.dtype), cotangent_like(cotangent, out), out)
         grads = vjp(ct)
     except jax.errors.JAXTypeError as exc:
         raise _untraceable(exc) from exc
@@ -65,7 +65,7 @@ def second_order_vjp(
 
     def pulled(*xs: Any) -> Any:
         out, vjp = jax.vjp(call, *xs)
-        ct = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent, out)
+        ct = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent_like(cotangent, out), out)
         return vjp(ct)
 
     try:

@@ -17,7 +17,7 @@ from gradguard.engines.errors import PlatformUnavailable
 from gradguard.engines.jax_engine._relay import install_log_filter
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 
-__all__ = ["load", "configure", "environment", "use_compilation_cache", "share_gpu_memory", "DEVICES"]
+__all__ = ["load", "cotangent_like", "configure", "environment", "use_compilation_cache", "share_gpu_memory", "DEVICES"]
 
 DEVICES = ("cpu", "gpu")
 # JAX takes 75% of a GPU's memory when its GPU backend starts, in every process that loads it, even one that
@@ -131,3 +131,16 @@ def environment() -> dict[str, Any]:
         "device": f"{device.platform} ({device.device_kind})",
         "x64": bool(jax.config.jax_enable_x64),
     }
+
+
+def cotangent_like(ct: Any, out: Any) -> Any:
+    """``ct`` in the pytree structure of ``out``, where the two hold the same number of leaves but other containers:
+    a custom_vjp whose function returns a NamedTuple (``jnp.linalg.eigh``'s ``EighResult``) while its fwd returns a
+    plain tuple hands the checker tuple cotangents, and ``jax.vjp`` of the function itself wants an ``EighResult``
+    ("pytree structure error"). Anything else is returned as it is (``jax.vjp`` then says what does not fit)."""
+    jax = load()
+    want = jax.tree_util.tree_structure(out)
+    flat, got = jax.tree_util.tree_flatten(ct)
+    if got != want and want.num_leaves == len(flat):
+        return jax.tree_util.tree_unflatten(want, flat)
+    return ct

@@ -20,7 +20,7 @@ import numpy as np
 
 from gradguard.engines.errors import AdapterError
 from gradguard.engines.jax_engine import _relay
-from gradguard.engines.jax_engine._runtime import load
+from gradguard.engines.jax_engine._runtime import cotangent_like, load
 
 __all__ = ["TRANSFORMS", "NotByNumpy", "run_under", "run_traced", "cache_info", "clear_cache"]
 
@@ -275,7 +275,7 @@ def _build(
                     f"(output shape: {getattr(out, 'shape', type(out).__name__)})."
                 )
             ct = jax.numpy.ones_like(out)
-        return pullback(ct)
+        return pullback(cotangent_like(ct, out))
 
     return grad if transform == "grad" else jax.jit(grad, static_argnums=static)
 

@@ -1050,3 +1050,41 @@ def test_a_float32_rule_that_makes_float64_constants_gets_gg101_with_the_reason(
 def test_the_same_rule_with_typed_constants_passes_gg101():
     rule = jax_rule(trace_inv_typed, PSD_F32, name="trace_inv_typed_f32_rule")
     assert check(rule, seed=0, select=["GG101"]).rules[0].findings == []
+
+
+# -- a custom_vjp whose function returns a NamedTuple and whose fwd returns a plain tuple ----------------------
+# Kabsch-Cookbook's safe_eigh returns jnp.linalg.eigh's EighResult, and its fwd a plain tuple, as JAX allows: the
+# checker's cotangents then had the tuple's structure, jax.vjp of the function itself refused them ("pytree
+# structure error"), and GG203 was skipped at most inputs with "JAX cannot reverse-differentiate it" (which JAX
+# can), and GG602 at every one.
+from typing import NamedTuple  # noqa: E402
+
+
+class _SinCos(NamedTuple):
+    sin: object
+    cos: object
+
+
+def _sincos_rule(sign):
+    @jax.custom_vjp
+    def sincos(x):
+        return _SinCos(jnp.sin(x), jnp.cos(x))
+
+    def fwd(x):
+        return (jnp.sin(x), jnp.cos(x)), x
+
+    def bwd(x, g):
+        gs, gc = g
+        return (gs * jnp.cos(x) + sign * gc * jnp.sin(x),)
+
+    sincos.defvjp(fwd, bwd)
+    return jax_rule(sincos, arrays(shape=(3,)), name="sincos" if sign < 0 else "sincos_wrong_sign")
+
+
+def test_a_named_tuple_function_with_a_tuple_fwd_is_judged_by_jax_at_every_input():
+    report = check(_sincos_rule(-1.0), select=["GG203", "GG602"])
+    result = report.rules[0]
+    assert result.verdict == "pass", (result.error, [(f.check_id, f.message) for f in result.findings])
+    assert result.checks_run == ["GG203", "GG602"] and result.checks_partial == [] and result.checks_skipped == []
+    (wrong,) = findings(_sincos_rule(1.0), "GG203")
+    assert wrong.message.startswith("the pullback of sincos_wrong_sign disagrees with the JAX reference gradient")
