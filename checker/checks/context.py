@@ -194,6 +194,22 @@ _FIXES = {
         "Fortran-ordered view): index by shape and build tangents with np.zeros(x.shape) in C order."
     ),
 }
+# Memory layout is NumPy's and PyTorch's: a JAX array has none, and the view contexts hand a JAX rule the values the
+# other programs do (a NumPy fix about memory order sent a JAX rule's author looking for a bug that cannot exist).
+_NO_LAYOUT = ("A JAX array has no memory order: this program hands the rule the drawn input's own values ({how}), and "
+              "only its random cotangent and direction differ from the other programs', so the pullback is wrong for "
+              "this cotangent at this input. Run the reproducer, and see whether the isolation checks (GG201, GG202) "
+              "fail there too.")
+_KIND_FIXES = {
+    ("jax", "strided-view"): _NO_LAYOUT.format(how="through x[::2]"),
+    ("jax", "transposed-view"): _NO_LAYOUT.format(how="through x.T"),
+    ("torch", "strided-view"): (
+        "The Function assumes contiguous tensors (.view() on its input, fixed strides, data_ptr arithmetic, an "
+        "in-place write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape."),
+    ("torch", "transposed-view"): (
+        "The Function assumes row-major tensors (.view() on its input, fixed strides, data_ptr arithmetic, an "
+        "in-place write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape."),
+}
 
 
 def _mutation_fix(outcome: Outcome, rule_mutates: bool, unsafe: list[str]) -> str:
@@ -255,7 +271,7 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
         if row.context.name in mutated or (ctx.rule.mutates and row.context.name in ("captured-before", "read-after")):
             fix = _mutation_fix(outcome, bool(ctx.rule.mutates), mutated or [row.context.name])
         else:
-            fix = _FIXES.get(row.context.name, (
+            fix = _KIND_FIXES.get((ctx.rule.kind, row.context.name)) or _FIXES.get(row.context.name, (
                 "The pullback is wrong in this program although it may pass in isolation: compare its tangents "
                 "with finite differences on the inputs this context passes (see the reproducer)."
             ))

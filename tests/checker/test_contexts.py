@@ -444,3 +444,55 @@ def test_an_error_against_a_zero_gradient_is_given_as_it_is_not_relative():
     (found,) = [f for f in report.findings if f.check_id == "GG501"]
     assert re.search(r"\(-?[0-9.e+-]+ where the program's gradient is 0\)\.", found.message), found.message
     assert "relative error" not in found.message
+
+
+# -- the view contexts' fix in the rule's own terms ------------------------------------------------------------
+# A JAX rule's GG501 in transposed-view told its author to look for memory-order bugs (.ravel() writes into a copy
+# of a Fortran-ordered view), which a JAX array cannot have: the program hands it the drawn input's own values, and
+# the cotangent is what differs.
+def test_a_jax_rule_wrong_in_a_view_context_is_told_the_cotangent_differs_not_the_memory_order():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    from gradguard.checker import jax_rule
+
+    @jax.custom_vjp
+    def square(x):
+        return x * x
+
+    def fwd(x):
+        return x * x, x
+
+    def bwd(x, g):
+        return (jnp.where(g[0, 0] > g[0, 1], 3.0, 2.0) * x * g,)  # BUG: wrong for some cotangents only
+
+    square.defvjp(fwd, bwd)
+    rule = jax_rule(square, arrays(shape=(2, 2), min_value=0.5, max_value=2.0), name="cotangent_dependent")
+    # seed 2: the output-used program's cotangent is one the pullback gets right, the transposed-view one is not
+    found = {f.location: f for f in check(rule, select=["GG501"], seed=2).findings}
+    assert found["context transposed-view"].fix == (
+        "A JAX array has no memory order: this program hands the rule the drawn input's own values (through x.T), and "
+        "only its random cotangent and direction differ from the other programs', so the pullback is wrong for this "
+        "cotangent at this input. Run the reproducer, and see whether the isolation checks (GG201, GG202) fail there "
+        "too.")
+
+
+def test_a_function_wrong_on_non_contiguous_tensors_is_told_to_make_them_contiguous():
+    torch = pytest.importorskip("torch")
+    from gradguard.checker import torch_rule
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.contiguous = x.is_contiguous()
+            return 2 * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return (2.0 if ctx.contiguous else 3.0) * g  # BUG: assumes a contiguous input
+
+    found = {f.location: f for f in check(torch_rule(Scale, arrays(shape=(3, 2)), name="scale"), select=["GG501"]).findings}
+    assert sorted(found) == ["context strided-view", "context transposed-view"]
+    assert found["context transposed-view"].fix == (
+        "The Function assumes row-major tensors (.view() on its input, fixed strides, data_ptr arithmetic, an in-place "
+        "write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape.")
+    assert found["context strided-view"].fix.startswith("The Function assumes contiguous tensors")
