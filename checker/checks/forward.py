@@ -145,7 +145,8 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
         message=(
             f"the jvp of {case.rule.name} disagrees with finite differences: along a random direction u, "
             f"<w, jvp(x; u)> = {got_text}, but d/dt <w, {case.rule.name}(x + t u)> = {fd_text} by "
-            "finite differences of the primal."
+            f"finite differences of the primal, {show(abs(float(d.value) - got), precision=2)} apart where the "
+            f"tolerance allows {show(tolerances.allowed(got, float(d.value), case.tol, scale=scale, fd_error=d.error), precision=2)}."
         ),
         expected=fd_text,
         actual=got_text,

@@ -52,10 +52,13 @@ def test_correct_jvp_passes_forward_reverse_and_composition_checks() -> None:
 
 def test_wrong_jvp_fails_gg207_with_its_message() -> None:
     (found,) = findings(slipped, "GG207")
-    assert re.fullmatch(
+    m = re.fullmatch(
         rf"the jvp of softplus_slip disagrees with finite differences: along a random direction u, "
         rf"<w, jvp\(x; u\)> = {NUM}, but d/dt <w, softplus_slip\(x \+ t u\)> = {NUM} by finite differences of "
-        rf"the primal\.", found.message), found.message
+        rf"the primal, {NUM} apart where the tolerance allows {NUM}\.", found.message)
+    assert m, found.message
+    got, want, apart, allowed = (float(g) for g in m.groups())
+    assert apart == pytest.approx(abs(got - want), rel=0.02) and 0 < allowed < apart
 
 
 def relu_with_jvp(tangent, name, spec):
@@ -255,7 +258,8 @@ def test_a_wrong_jvp_near_a_singularity_closer_than_the_first_steps_fails_gg207(
     assert str(failed.value) == (
         "GG207 jvp disagrees with forward finite differences (custom_jvp): the jvp of expi_doubled_rule disagrees "
         "with finite differences: along a random direction u, <w, jvp(x; u)> = 188.984, but d/dt <w, "
-        "expi_doubled_rule(x + t u)> = 94.4926 by finite differences of the primal.")
+        "expi_doubled_rule(x + t u)> = 94.4926 by finite differences of the primal, 94 apart where the tolerance "
+        "allows 0.74.")
 
 
 def test_wrong_jvp_shows_in_reverse_mode_through_the_transpose() -> None:
