@@ -257,8 +257,20 @@ def tangent_dtypes(case: Case) -> Iterable[Problem]:
                 location=f"argument {i}",
                 expected=str(arg.dtype),
                 actual=str(got),
-                fix=f"Cast the tangent: .astype({arg.dtype.name}) (a real argument needs a real tangent).",
+                fix=f"Cast the tangent: .astype({arg.dtype.name}) (a real argument needs a real tangent)." + _x64_fix(case, arg.dtype, got),
             )
+
+
+def _x64_fix(case: Case, want: np.dtype, got: np.dtype) -> str:
+    """For a JAX rule whose float32 (or float16) argument gets a 64-bit tangent: why that happens only with JAX's
+    64-bit types on, as gradguard runs it (a probe's truncated SVD built jnp.eye(n) without a dtype)."""
+    if case.rule.kind != "jax" or want.name not in ("float16", "float32", "complex64") \
+            or got.name not in ("float64", "complex128"):
+        return ""
+    return (f" gradguard runs JAX with 64-bit types on (jax_enable_x64), as programs that use float64 do: there an "
+            f"array made without a dtype (jnp.eye(n), jnp.zeros(n), jnp.asarray(1.0)) is float64 and promotes the "
+            f"{want.name} values it meets, which JAX's default 32-bit mode hides. Give such arrays the argument's dtype "
+            f"(jnp.eye(n, dtype=x.dtype)).")
 
 
 @check(

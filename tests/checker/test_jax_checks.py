@@ -1090,3 +1090,33 @@ def test_a_named_tuple_function_with_a_tuple_fwd_is_judged_by_jax_at_every_input
     assert result.checks_run == ["GG203", "GG602"] and result.checks_partial == [] and result.checks_skipped == []
     (wrong,) = findings(_sincos_rule(1.0), "GG203")
     assert wrong.message.startswith("the pullback of sincos_wrong_sign disagrees with the JAX reference gradient")
+
+
+# -- GG105 on a float32 JAX rule promoted by a constant made without a dtype -------------------------------
+def _eye_scaled_rule(dtype_of_eye):
+    @jax.custom_vjp
+    def scaled(x):
+        return 2.0 * x
+
+    def fwd(x):
+        return 2.0 * x, None
+
+    def bwd(_, g):
+        eye = jnp.eye(g.shape[0]) if dtype_of_eye is None else jnp.eye(g.shape[0], dtype=g.dtype)
+        return (2.0 * (eye @ g),)  # without a dtype, eye is float64 under jax_enable_x64
+
+    scaled.defvjp(fwd, bwd)
+    return jax_rule(scaled, arrays(shape=(3,), dtype="float32"), name="eye_scaled")
+
+
+def test_gg105_on_a_float32_jax_rule_says_64_bit_types_promote_it():
+    """A probe's float32 truncated SVD built jnp.eye(n) without a dtype: its float64 tangent appears only with JAX's
+    64-bit types on, and the fix said only "cast the tangent"."""
+    (f,) = findings(_eye_scaled_rule(None), "GG105")
+    assert f.message == "the tangent for argument 0 (x) has dtype float64, but the argument has dtype float32."
+    assert f.fix == (
+        "Cast the tangent: .astype(float32) (a real argument needs a real tangent). gradguard runs JAX with 64-bit "
+        "types on (jax_enable_x64), as programs that use float64 do: there an array made without a dtype (jnp.eye(n), "
+        "jnp.zeros(n), jnp.asarray(1.0)) is float64 and promotes the float32 values it meets, which JAX's default "
+        "32-bit mode hides. Give such arrays the argument's dtype (jnp.eye(n, dtype=x.dtype)).")
+    assert findings(_eye_scaled_rule("float32"), "GG105") == []
