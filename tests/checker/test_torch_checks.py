@@ -945,6 +945,66 @@ def test_gg403_names_a_graph_freed_by_a_backward_inside_backward() -> None:
     assert findings(torch_rule(InnerBackwardRetained, arrays(shape=(3,))), "GG403")[1] == []
 
 
+class TorchEigh(torch.autograd.Function):
+    """An eigendecomposition handing its cotangents to PyTorch's own eigh backward (tbmalt's _SymEigB likewise)."""
+
+    @staticmethod
+    def forward(ctx, a):
+        w, v = torch.linalg.eigh(a)
+        ctx.save_for_backward(a)
+        return w, v
+
+    @staticmethod
+    def backward(ctx, gw, gv):
+        (a,) = ctx.saved_tensors
+        with torch.enable_grad():
+            a_ = a if a.requires_grad else a.detach().requires_grad_(True)
+            w, v = torch.linalg.eigh(a_)
+            (g,) = torch.autograd.grad((w, v), a_, (gw, gv), create_graph=torch.is_grad_enabled())
+        return (g + g.mT) / 2
+
+
+class TorchEighDetached(TorchEigh):
+    @staticmethod
+    def backward(ctx, gw, gv):
+        (a,) = ctx.saved_tensors
+        with torch.enable_grad():
+            a_ = a.detach().requires_grad_(True)  # BUG: cut off from the input, so no second order
+            w, v = torch.linalg.eigh(a_)
+            (g,) = torch.autograd.grad((w, v), a_, (gw, gv))
+        return (g + g.mT) / 2
+
+
+# A nearly decoupled eigenvalue (couplings 1.3e-128 and -6.9e-32): LAPACK's sign of its eigenvector at x differs from
+# the one at x + t u for t above about 1e-6, and the cotangent on the eigenvectors turns that flip into a jump of the
+# gradient; every table from the first step down to 1e-6 averaged it (8.31059 against PyTorch's 6.5545, which central
+# differences at steps below 1e-7 give).
+DECOUPLED = (np.array([[[8.701065, 5.732246, 6.314812], [5.732246, -7.972987, 0.75], [6.314812, 0.75, -2.00587]],
+                       [[5.566706, -1.122838, 1.33757e-128], [-1.122838, 6.833982, -6.856442e-32],
+                        [1.33757e-128, -6.856442e-32, -5.336285e-14]]]),)
+DECOUPLED_DRAWS = [
+    (np.array([[0.0, 0.0, 3.059635], [2.749554, 3.702926, -0.399068]]),
+     np.array([[[-1.979832, 0.107497, -1.749733], [2.082933, -2.988427, 3.92662], [2.086588, 0.113348, 3.180008]],
+               [[-1.567489, 2.738099, 0.78053], [-0.283027, -3.234763, 2.693485], [-2.117554, -2.057213, 3.440032]]])),
+    (np.array([[[0.535335, -0.554047, -3.247409], [-1.215364, 0.972072, -3.82676], [2.997059, 2.832396, -3.645566]],
+               [[2.419368, -2.521639, 1.564991], [-2.759998, 1.532958, 3.669071], [3.87988, 1.306362, -2.691295]]]),),
+    (np.array([[[-0.919155, 1.135634, 0.401518], [-2.558203, -3.891322, 0.658782], [3.965711, 3.623406, -2.487055]],
+               [[-2.727012, -0.043069, -0.471379], [-1.112079, 2.070675, 0.322455], [-2.908551, 0.65133, 0.852793]]]),),
+]
+
+
+def test_gg705_does_not_judge_a_gradient_by_tables_that_average_a_sign_flip_near_x() -> None:
+    """A probe of tbmalt's _SymEigB and of PyTorch's own eigh backward drew GG705 at seed 2 at this input: the finite
+    differences' steps all straddled an eigenvector sign flip a hair from x. GG705 now asks finer steps first, as
+    GG204 does; an eigh whose backward is cut off from its input still fails it."""
+    from gradguard.checker.reproducer import replay
+
+    rule = torch_rule(TorchEigh, arrays(shape=(2, 3, 3), structure="symmetric"), name="torch_eigh")
+    replay(rule, "GG705", DECOUPLED, [*DECOUPLED_DRAWS, DECOUPLED_DRAWS[0]])  # raises AssertionError on a finding
+    broken = torch_rule(TorchEighDetached, arrays(shape=(2, 3, 3), structure="symmetric"), name="torch_eigh_detached")
+    assert [f.check_id for f in findings(broken, "GG705")[1]] == ["GG705"]
+
+
 # -- the safety matrix's kink excuse with a tensor passed as a constant ---------------------------------------
 SIGNS = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
 
