@@ -1120,3 +1120,36 @@ def test_gg105_on_a_float32_jax_rule_says_64_bit_types_promote_it():
         "jnp.zeros(n), jnp.asarray(1.0)) is float64 and promotes the float32 values it meets, which JAX's default "
         "32-bit mode hides. Give such arrays the argument's dtype (jnp.eye(n, dtype=x.dtype)).")
     assert findings(_eye_scaled_rule("float32"), "GG105") == []
+
+
+# -- GG203 blames the argument finite differences confirm, where JAX's own reference is wrong in another -----------
+# nufftax's type-3 NUFFT calls its own spread custom_vjp, whose cotangent for the points is wrong: JAX's derivative of
+# the function underneath the rule is wrong in x, the rule is right there and wrong (conjugated) in c. The finding
+# named x, confirmed by finite differences along the difference of both arguments, which c's part carried.
+def _inner_off_for_a(scale_a):
+    @jax.custom_vjp
+    def through(a):
+        return a
+
+    through.defvjp(lambda a: (a, None), lambda _, g: (scale_a * g,))  # JAX's reference inherits this factor for a
+    return through
+
+
+def _product_rule(scale_b):
+    through = _inner_off_for_a(1.0 + 1e-4)
+
+    @jax.custom_vjp
+    def product(a, b):
+        return through(a) * b
+
+    product.defvjp(lambda a, b: (a * b, (a, b)), lambda r, g: (g * r[1], scale_b * g * r[0]))
+    return jax_rule(product, arrays(shape=(3,), min_value=0.5, max_value=2.0),
+                    arrays(shape=(3,), min_value=0.5, max_value=2.0), name="product")
+
+
+def test_gg203_names_the_argument_whose_own_difference_finite_differences_confirm():
+    (f,) = findings(_product_rule(3.0), "GG203")
+    assert f.location.startswith("argument 1"), f.message
+    assert f.message.endswith("Finite differences of the primal along the difference of the two in the tangent for "
+                              "argument 1 (b) agree with JAX."), f.message
+    assert findings(_product_rule(1.0), "GG203") == []  # right in b, and JAX's error in a is no finding
