@@ -38,6 +38,7 @@ from gradguard.checker.checks.registry import CheckInfo
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec
 from gradguard.checker.trees import copy_tree, leaves
+from gradguard.engines.errors import clause
 
 if TYPE_CHECKING:
     from gradguard.checker.options import Options
@@ -209,7 +210,7 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     except HypothesisException as exc:
         if any(isinstance(e, MemoryError) for e in _chain(exc)):
             raise internal_error(label, rule.name, exc) from None
-        raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {exc}. Check the argument specs.") from None
+        raise _SpecCannotGenerate(f"could not draw inputs for {rule.name}: {clause(exc)}. Check the argument specs.") from None
     except _InternalError:
         raise
     except Exception as exc:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gradguard.checker.errors import UsageError
+from gradguard.engines.errors import clause
 
 __all__ = ["Key", "KEYS", "Config", "ConfigError", "load_config", "find_pyproject", "check_kwargs", "resolve", "validate"]
 
@@ -92,7 +93,7 @@ def _read(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}. Fix the file or pass --config with another one.") from None
+        raise ConfigError(f"{path} is not valid TOML: {clause(exc)}. Fix the file or pass --config with another one.") from None
 
 
 def load_config(start: Path | None = None, file: Path | None = None) -> Config:

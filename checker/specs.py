@@ -35,6 +35,7 @@ from gradguard.checker.errors import SpecError
 from gradguard.checker.trees import children, rebuild
 from gradguard.checker.foreign import FOREIGN_ARRAYS, plain_args, foreign_primal, foreign_rule
 from gradguard.checker.structure import STRUCTURES, make_structured, structured_primal, structured_rule
+from gradguard.engines.errors import clause
 
 __all__ = [
     "RuleSpec",
@@ -451,7 +452,7 @@ def _check_call_shape(primal: Callable[..., Any], nargs: int, kwargs: dict[str, 
                 "Give one spec per positional argument (parameters with defaults may be left out)."
             ) from None
         raise SpecError(
-            f"The primal {name}{sig} cannot be called with {given}: {exc}. Give one spec per positional argument "
+            f"The primal {name}{sig} cannot be called with {given}: {clause(exc)}. Give one spec per positional argument "
             "(parameters with defaults may be left out), and fix keyword-only arguments with kwargs={...}."
         ) from None
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "TraceError", "AdapterError", "PlatformUnavailable", "NoNumpyDtype"]
+__all__ = ["EngineError", "TraceError", "AdapterError", "PlatformUnavailable", "NoNumpyDtype", "clause"]
 
 
 class EngineError(Exception):
@@ -38,3 +38,10 @@ class NoNumpyDtype(BaseException):
     def __init__(self, dtype: str) -> None:
         super().__init__(dtype)
         self.dtype = dtype
+
+
+def clause(exc: BaseException) -> str:
+    """An exception's text to go on with a sentence of ours: without its own closing period (a message that ended
+    "(1, 6)." read "(1, 6).. It is called as bwd(...)")."""
+    text = str(exc).rstrip()
+    return text[:-1] if text.endswith(".") and not text.endswith("..") else text

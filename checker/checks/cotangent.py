@@ -23,6 +23,7 @@ from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, tree_map
+from gradguard.engines.errors import clause
 
 __all__: list[str] = []
 
@@ -281,7 +282,7 @@ def none_cotangent(case: Case) -> Iterable[Problem]:
             yield Problem(
                 message=(
                     f"the pullback of {case.rule.name} must accept {what} (an unused output), but it raised "
-                    f"{type(exc).__name__}: {exc}."
+                    f"{type(exc).__name__}: {clause(exc)}."
                 ),
                 expected="zero or None tangents",
                 actual=raised.summary,

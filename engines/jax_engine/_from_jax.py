@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from gradguard.engines.errors import AdapterError
+from gradguard.engines.errors import AdapterError, clause
 from gradguard.engines.jax_engine._runtime import load
 
 __all__ = ["rrule_from_custom_vjp", "primal_of_custom_vjp", "CustomVjpParts", "custom_vjp_parts"]
@@ -113,7 +113,7 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
                     out = parts.bwd(*statics, fwd(*jargs)[1], ct)
             except Exception as exc:
                 raise AdapterError(
-                    f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {exc}. It is called as "
+                    f"the bwd of custom_vjp {parts.name} raised {type(exc).__name__}: {clause(exc)}. It is called as "
                     "bwd(*nondiff_args, residuals, cotangent) and must return a tuple with one cotangent per "
                     f"differentiable argument ({len(args) - len(statics)}), each shaped like its argument."
                 ) from exc

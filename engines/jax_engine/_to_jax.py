@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from gradguard.engines.errors import AdapterError
+from gradguard.engines.errors import AdapterError, clause
 from gradguard.engines.jax_engine import _relay
 from gradguard.engines.jax_engine._runtime import load
 
@@ -176,7 +176,7 @@ class AdaptedRule:
         except Exception as exc:
             raise AdapterError(
                 f"could not infer the output shape of rule {self.name} by running it on {_describe(probe)}: "
-                f"{type(exc).__name__}: {exc}. Pass example_args=(...) with valid inputs of these shapes."
+                f"{type(exc).__name__}: {clause(exc)}. Pass example_args=(...) with valid inputs of these shapes."
             ) from exc
         struct = jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(np.shape(leaf), _dtype(leaf)), out)
         if _cacheable(key):

@@ -478,3 +478,27 @@ def test_a_numpy_ufunc_under_jit_fails_cleanly_every_time_and_never_crashes_the_
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-2000:])
+
+
+def test_a_bwd_error_ending_in_a_period_reads_as_one_sentence_before_the_contract():
+    """JAX's broadcasting error ends with a period: the message read "(1, 6).. It is called as bwd(...)"."""
+    @jax.custom_vjp
+    def broken(x):
+        return x
+
+    def bwd(x, ybar):
+        raise ValueError("mul got incompatible shapes for broadcasting: (4, 5), (1, 6).")
+
+    broken.defvjp(lambda x: (x, x), bwd)
+    _, pullback = ej.rrule_from_custom_vjp(broken)(X)
+    with pytest.raises(AdapterError) as raised:
+        pullback(np.ones(3))
+    assert str(raised.value).startswith("the bwd of custom_vjp broken raised ValueError: mul got incompatible shapes "
+                                        "for broadcasting: (4, 5), (1, 6). It is called as bwd(*nondiff_args, ")
+
+
+def test_clause_drops_one_closing_period_only():
+    from gradguard.engines.errors import clause
+
+    assert [clause(ValueError(t)) for t in ("ends here. ", "no period", "an ellipsis..", "")] == [
+        "ends here", "no period", "an ellipsis..", ""]
