@@ -120,17 +120,19 @@ def _select_n(which: Any, *cases: Any) -> Any:
 
 
 def _integer_pow(x: Any, y: int, **_: Any) -> Any:
-    """x ** y by squaring and multiplying, in the order JAX's lowering multiplies (the same roundings)."""
+    """x ** y by squaring and multiplying, in the order JAX's lowering multiplies (the same roundings), each product
+    flushed as XLA flushes it: x ** -2 at x = 1.4e-154 squares to a subnormal 2e-308, zero under XLA, so JAX gives
+    inf where the unflushed product gave 4.9e307."""
     x = np.asarray(x)
     if y == 0:
         return np.ones_like(x)
     n, acc = abs(y), None
     while n > 0:
         if n & 1:
-            acc = x if acc is None else acc * x
+            acc = x if acc is None else _flushed(acc * x)
         n >>= 1
         if n > 0:
-            x = x * x
+            x = _flushed(x * x)
     return np.ones_like(acc) / acc if y < 0 else acc
 
 

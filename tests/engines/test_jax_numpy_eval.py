@@ -92,6 +92,15 @@ def test_each_primitive_gives_eager_jaxs_values(name, x):
     _assert_same(eager, ours, atol=8 * np.finfo(np.float64).eps * float(np.sum(np.abs(x))) if name in SUMS else 1e-300)
 
 
+def test_integer_pow_flushes_its_own_subnormal_products():
+    """x ** -2 at x = 1.4e-154: x * x is a subnormal 2e-308, which XLA flushes to zero inside the one primitive, so
+    JAX gives inf; the NumPy evaluation gave 4.9e307 (the property test above drew it on a fresh CI run)."""
+    x = np.array([1.427e-154, -1.427e-154, 1e-103, 2.0])
+    eager, ours, _ = _both(PROGRAMS["integer_pow"], x)
+    assert np.isinf(eager[3][:2]).all()
+    _assert_same(eager, ours)
+
+
 def test_the_programs_above_cover_every_known_primitive():
     """Each primitive `KNOWN` runs is exercised by one of the programs above (so each is tested against JAX)."""
     x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
