@@ -14,6 +14,7 @@ the primal's signature, as `jax.custom_jvp` resolves them.
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -97,6 +98,18 @@ def _closed(fn: Any, args: Sequence[Any], diff: Sequence[int]) -> Callable[..., 
     return call
 
 
+def _why_not_transposed(text: str) -> str:
+    """Why JAX could not transpose a jvp rule, read from its error: an operation on the tangents without a transpose
+    rule (a custom_vjp or a host callback applied to a tangent: nufftax's jvp variants call its custom_vjp NUFFTs on
+    them, a linear map JAX still cannot transpose), or else the jvp not being linear in them."""
+    found = re.search(r"Transpose rule .*?for '([^']+)' not implemented", text)
+    if found is None:
+        return "which must be linear in the tangents"
+    return (f"and JAX has no transpose rule for the {found.group(1)} operation the jvp applies to the tangents: a "
+            "custom_vjp or a host callback applied to a tangent cannot be transposed, even where the jvp is linear in "
+            "them")
+
+
 def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[..., tuple[Any, Callable[..., Any]]]:
     """An rrule (NumPy args -> ``(np output, pullback)``) whose pullback is the transpose JAX derives from the jvp.
 
@@ -140,7 +153,7 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 raise AdapterError(
                     f"JAX could not run reverse mode through the jvp of custom_jvp {parts.name} (it transposes the "
-                    f"jvp rule, which must be linear in the tangents): {type(exc).__name__}: {text:.200}"
+                    f"jvp rule, {_why_not_transposed(text)}): {type(exc).__name__}: {text:.200}"
                 ) from exc
             # An integer leaf of a pytree argument gets JAX's float0 cotangent: no tangent, None, as a custom_vjp's
             # bwd gives it.

@@ -683,3 +683,31 @@ def test_a_jvp_reverse_mode_cannot_linearize_is_named_as_such_not_as_the_functio
         "the forward of sin_through_its_tangent_rule raised AdapterError: reverse mode through custom_jvp "
         "_sin_through_its_tangent failed (jax.vjp linearizes its jvp rule to transpose it; the function itself runs "
         "at this input): ValueError: Linearization failed"), f.message
+
+
+# A jvp that applies a custom_vjp to its tangent (nufftax's jvp variants call its own custom_vjp NUFFTs there): linear,
+# but JAX has no transpose rule for the custom_vjp call, and GG103 said the jvp "must be linear in the tangents".
+@jax.custom_vjp
+def _twice_linear(t):
+    return 2.0 * t
+
+
+_twice_linear.defvjp(lambda t: (2.0 * t, None), lambda _, g: (2.0 * g,))
+
+
+@jax.custom_jvp
+def _doubled(x):
+    return 2.0 * x
+
+
+@_doubled.defjvp
+def _doubled_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _doubled(x), _twice_linear(t)
+
+
+def test_gg103_names_the_operation_on_the_tangents_jax_cannot_transpose() -> None:
+    (found,) = findings(jax_rule(_doubled, arrays(shape=(3,)), name="doubled_via_vjp"), "GG103")
+    assert ("(it transposes the jvp rule, and JAX has no transpose rule for the custom_vjp_call operation the jvp "
+            "applies to the tangents: a custom_vjp or a host callback applied to a tangent cannot be transposed, even "
+            "where the jvp is linear in them)") in found.message, found.message
