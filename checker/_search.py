@@ -214,10 +214,9 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     except _InternalError:
         raise
     except Exception as exc:
-        if isinstance(exc, SpecError) and not _raised_in(exc, checked.__code__):
-            # a draw the checks cannot take (a sparse tensor to differentiate): the spec's own message and fix
-            raise _SpecCannotGenerate(f"the argument specs of {rule.name}: {exc}") from None
         if not _raised_in(exc, checked.__code__):
+            if isinstance(exc, SpecError):  # a draw the checks cannot take (a sparse tensor to differentiate)
+                raise _SpecCannotGenerate(f"the argument specs of {rule.name}: {exc}") from None
             # Raised before the checks got the input: by a function the rule's own specs call while drawing it (a
             # .filter that inverts a float16 matrix, which NumPy's linalg refuses)
             raise _SpecCannotGenerate(

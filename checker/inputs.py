@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["show", "show_apart", "literal", "format_call", "arg_names"]
+__all__ = ["show", "show_apart", "apart", "literal", "format_call", "arg_names"]
 
 
 def show(value: Any, *, precision: int = 6, threshold: int = 12) -> str:
@@ -46,6 +46,12 @@ def show_apart(a: Any, b: Any, *, precision: int = 6) -> tuple[str, str]:
             precision += 2
             texts = show(a, precision=precision), show(b, precision=precision)
     return texts
+
+
+def apart(a: float, b: float, allowed: float) -> str:
+    """How far apart two compared values are and how far the tolerance lets them be ("3.0 apart where the tolerance
+    allows 9e-06"): two values shown to the digits that tell them apart can still read as a rounding quibble."""
+    return f"{show(abs(a - b), precision=2)} apart where the tolerance allows {show(allowed, precision=2)}"
 
 
 def _read_alike(first: str, second: str) -> bool:

@@ -166,7 +166,7 @@ def _batched_fn(fn: Callable[..., Any], mode: str, nargs: int, diff: tuple[int, 
         key, cached = None, None
     if cached is not None:
         return cached
-    from gradguard.engines.jax_engine._runtime import cotangent_like, load
+    from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
     jax = load()
     jnp = jax.numpy
@@ -195,8 +195,7 @@ def _batched_fn(fn: Callable[..., Any], mode: str, nargs: int, diff: tuple[int, 
             out = fn(*full(moved))
         else:
             out, vjp = jax.vjp(lambda *m: fn(*full(m)), *moved)
-            ct_cast = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent_like(ct, out), out)
-            out = vjp(ct_cast)
+            out = vjp(cotangent_for(ct, out))
         return contract(w, out)
 
     built = jax.jit(jax.vmap(at, in_axes=(0, 0, None, None, None, None, None)))
@@ -265,7 +264,7 @@ def batched_directional(
 
 def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[Any, ...]:
     """`gradguard.engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit)."""
-    from gradguard.engines.jax_engine._runtime import cotangent_like, load
+    from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
     jax = load()
     jnp = jax.numpy
@@ -287,7 +286,7 @@ def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[An
         def derivative(xs: Any, ct: Any, us: Any) -> Any:
             def pulled(*m: Any) -> Any:
                 out, vjp = jax.vjp(call, *m)
-                return vjp(jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent_like(ct, out), out))
+                return vjp(cotangent_for(ct, out))
 
             return jax.jvp(pulled, tuple(xs), tuple(us))[1]
 

@@ -243,15 +243,14 @@ def _batched_vjp(fn: Any, jit: bool, batched: bool = True) -> Callable[..., Any]
     key = (fn, jit, batched)
     if key in _vmapped:
         return _vmapped[key]
-    from gradguard.engines.jax_engine._runtime import cotangent_like, load
+    from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
     jax = load()
-    jnp = jax.numpy
 
     def one(*xs_and_ct: Any) -> Any:
         xs, ct = xs_and_ct[:-1], xs_and_ct[-1]
         out, vjp = jax.vjp(fn, *xs)
-        return out, vjp(jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent_like(ct, out), out))
+        return out, vjp(cotangent_for(ct, out))
 
     mapped = jax.vmap(one) if batched else one
     built = jax.jit(mapped) if jit else mapped

@@ -200,15 +200,13 @@ _NO_LAYOUT = ("A JAX array has no memory order: this program hands the rule the 
               "only its random cotangent and direction differ from the other programs', so the pullback is wrong for "
               "this cotangent at this input. Run the reproducer, and see whether the isolation checks (GG201, GG202) "
               "fail there too.")
+_TORCH_LAYOUT = ("The Function assumes {what} tensors (.view() on its input, fixed strides, data_ptr arithmetic, an "
+                 "in-place write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape.")
 _KIND_FIXES = {
     ("jax", "strided-view"): _NO_LAYOUT.format(how="through x[::2]"),
     ("jax", "transposed-view"): _NO_LAYOUT.format(how="through x.T"),
-    ("torch", "strided-view"): (
-        "The Function assumes contiguous tensors (.view() on its input, fixed strides, data_ptr arithmetic, an "
-        "in-place write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape."),
-    ("torch", "transposed-view"): (
-        "The Function assumes row-major tensors (.view() on its input, fixed strides, data_ptr arithmetic, an "
-        "in-place write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape."),
+    ("torch", "strided-view"): _TORCH_LAYOUT.format(what="contiguous"),
+    ("torch", "transposed-view"): _TORCH_LAYOUT.format(what="row-major"),
 }
 
 

@@ -22,7 +22,7 @@ from gradguard.checker.checks._jax import first_line, jax_ready
 from gradguard.checker.checks._vjp import _contracted, _primal, derivative_range, one_sided
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.checks.second_order import fd_directional
-from gradguard.checker.inputs import show, show_apart
+from gradguard.checker.inputs import apart, show, show_apart
 from gradguard.checker.kinks import between_sides, element_sides, jumps_around, unresolved, vertical_tangent
 from gradguard.checker.trees import abs_inner, inner, leaves
 from gradguard.engines import fd
@@ -145,8 +145,8 @@ def jvp_forward_fd(case: Case) -> Iterable[Problem]:
         message=(
             f"the jvp of {case.rule.name} disagrees with finite differences: along a random direction u, "
             f"<w, jvp(x; u)> = {got_text}, but d/dt <w, {case.rule.name}(x + t u)> = {fd_text} by "
-            f"finite differences of the primal, {show(abs(float(d.value) - got), precision=2)} apart where the "
-            f"tolerance allows {show(tolerances.allowed(got, float(d.value), case.tol, scale=scale, fd_error=d.error), precision=2)}."
+            f"finite differences of the primal, "
+            f"{apart(float(d.value), got, tolerances.allowed(got, float(d.value), case.tol, scale=scale, fd_error=d.error))}."
         ),
         expected=fd_text,
         actual=got_text,

@@ -42,7 +42,7 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
-from gradguard.checker.inputs import show, show_apart
+from gradguard.checker.inputs import apart, show, show_apart
 from gradguard.checker.trees import copy_tree, is_narrow_float, tree_map, widened
 from gradguard.engines import fd
 
@@ -144,9 +144,8 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         whole = dot_test(lhs, tangents, v)
     name = case.rule.name
     fd_text, rule_text = show_apart(float(lhs.value), whole.rhs)
-    apart = abs(float(lhs.value) - whole.rhs)
     test = (f"<ybar, J v> = {fd_text} by finite differences, <pullback(ybar), v> = {rule_text}, "
-            f"{show(apart, precision=2)} apart where the tolerance allows {show(whole.allowed(tol), precision=2)}")
+            f"{apart(float(lhs.value), whole.rhs, whole.allowed(tol))}")
     if not case.evidence:  # a shrinking step: the verdict is settled; the hint and localisation are for the kept input
         yield Problem(message=f"the pullback of {name} disagrees with finite differences of the primal: {test}.")
         return

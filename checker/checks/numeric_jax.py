@@ -51,7 +51,7 @@ from gradguard.checker.checks._vjp import (
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.checks.second_order import (discontinuous_at_x, fd_directional, kinked, kinked_where_not_finite,
                                                    numpy_second_order, pullback_at)
-from gradguard.checker.inputs import show, show_apart
+from gradguard.checker.inputs import apart, show, show_apart
 from gradguard.checker.kinks import contracted, defined_side, derivative_range, finer_steps_admit, unit_vector
 from gradguard.checker.trees import copy_tree, inner, is_narrow_float, leaves, tree_map, widened
 from gradguard.engines import fd
@@ -586,7 +586,7 @@ not silently."""
     expected, actual = fd_text, jax_text
     what = (f": along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {fd_text} by finite differences of "
             f"the pullback, but JAX's derivative of the pullback ({_route(case)}) gives {jax_text}, "
-            f"{_gap(float(lhs.value), rhs, tol, scale, lhs.error)}.")
+            f"{apart(float(lhs.value), rhs, tolerances.allowed(float(lhs.value), rhs, tol, scale=scale, fd_error=lhs.error))}.")
     if len(case.diff_positions) > 1:
         for i in case.diff_positions:
             wi = tuple(w[j] if j == i else None for j in range(case.nargs))
@@ -601,8 +601,8 @@ not silently."""
                 what = (f" in the tangent for {label}: along a random direction u (every argument moving), "
                         f"d/dt <w_{i}, pullback at (x + t u)(ybar) for {label}> = {part_text} by finite differences "
                         f"of the pullback, but JAX's derivative of the pullback ({_route(case)}) "
-                        f"gives {ri_text}, {_gap(float(part.value), ri, tol, si, part.error)} (over every argument's "
-                        f"tangent: {fd_text} against {jax_text}).")
+                        f"gives {ri_text}, {apart(float(part.value), ri, tolerances.allowed(float(part.value), ri, tol, scale=si, fd_error=part.error))} "
+                        f"(over every argument's tangent: {fd_text} against {jax_text}).")
                 break
     yield Problem(
         message=f"the second order of {case.rule.name} is wrong{what}",
@@ -611,13 +611,6 @@ not silently."""
         actual=actual,
         fix=_second_order_fix(case),
     )
-
-
-def _gap(fd_value: float, jax_value: float, tol: tolerances.Tolerance, scale: float, fd_error: float) -> str:
-    """How far apart the two sides are and how far the tolerance lets them be, as GG201 says it: printed to the digits
-    that tell them apart, 11.2473 against 11.2474 read as a rounding quibble."""
-    allowed = tolerances.allowed(fd_value, jax_value, tol, scale=scale, fd_error=fd_error)
-    return f"{show(abs(fd_value - jax_value), precision=2)} apart where the tolerance allows {show(allowed, precision=2)}"
 
 
 def _is_custom_jvp(case: Case) -> bool:

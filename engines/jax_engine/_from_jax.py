@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.engines.errors import AdapterError, clause
-from gradguard.engines.jax_engine._runtime import load
+from gradguard.engines.jax_engine._runtime import cotangent_for, cotangent_like, load
 
 __all__ = ["rrule_from_custom_vjp", "primal_of_custom_vjp", "CustomVjpParts", "custom_vjp_parts"]
 
@@ -136,12 +136,9 @@ def _cotangent(ybar: Any, y: Any) -> Any:
     jax = load()
     if ybar is None:
         return jax.tree_util.tree_map(lambda o: jax.numpy.zeros(np.shape(o), np.asarray(o).dtype), y)
-    if jax.tree_util.tree_structure(ybar) != jax.tree_util.tree_structure(y):
-        flat, want = jax.tree_util.tree_leaves(ybar), jax.tree_util.tree_structure(y)
-        if len(flat) != want.num_leaves or any(c is None for c in flat):
-            return _tree_to_jax(ybar)
-        ybar = jax.tree_util.tree_unflatten(want, flat)  # a plain tuple for a NamedTuple output, as JAX passes it
-    return jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=np.asarray(o).dtype), ybar, y)
+    if jax.tree_util.tree_structure(cotangent_like(ybar, y)) != jax.tree_util.tree_structure(y):
+        return _tree_to_jax(ybar)  # another structure than the output's: bwd gets it as given
+    return cotangent_for(ybar, y)  # a plain tuple for a NamedTuple output, as JAX passes it
 
 
 def _resolver(fun: Callable[..., Any]) -> Callable[[tuple, dict], tuple]:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradguard.engines.errors import AdapterError
-from gradguard.engines.jax_engine._runtime import cotangent_like, load
+from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
 __all__ = ["reference_vjp", "second_order_vjp"]
 
@@ -31,8 +31,7 @@ def reference_vjp(
     call, diff = _partial(primal, args, nondiff)
     try:
         out, vjp = jax.vjp(call, *[jax.numpy.asarray(args[i]) for i in diff])
-        ct = jax.tree_util.tree_map(lambda c, o: jax.numpy.asarray(c, dtype=o.dtype), cotangent_like(cotangent, out), out)
-        grads = vjp(ct)
+        grads = vjp(cotangent_for(cotangent, out))
     except jax.errors.JAXTypeError as exc:
         raise _untraceable(exc) from exc
     return _spread(grads, diff, len(args))
@@ -65,8 +64,7 @@ def second_order_vjp(
 
     def pulled(*xs: Any) -> Any:
         out, vjp = jax.vjp(call, *xs)
-        ct = jax.tree_util.tree_map(lambda c, o: jnp.asarray(c, dtype=o.dtype), cotangent_like(cotangent, out), out)
-        return vjp(ct)
+        return vjp(cotangent_for(cotangent, out))
 
     try:
         _, dgrads = jax.jvp(pulled, primals, tangents)

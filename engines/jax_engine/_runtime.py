@@ -12,12 +12,14 @@ import os
 import threading
 from typing import Any
 
+import numpy as np
+
 from gradguard.engines._within import register_within_gradient
 from gradguard.engines.errors import PlatformUnavailable
 from gradguard.engines.jax_engine._relay import install_log_filter
 from gradguard.engines.jax_engine._tracers import is_jax_differentiation_tracer
 
-__all__ = ["load", "cotangent_like", "configure", "environment", "use_compilation_cache", "share_gpu_memory", "DEVICES"]
+__all__ = ["load", "cotangent_like", "cotangent_for", "configure", "environment", "use_compilation_cache", "share_gpu_memory", "DEVICES"]
 
 DEVICES = ("cpu", "gpu")
 # JAX takes 75% of a GPU's memory when its GPU backend starts, in every process that loads it, even one that
@@ -144,3 +146,14 @@ def cotangent_like(ct: Any, out: Any) -> Any:
     if got != want and want.num_leaves == len(flat):
         return jax.tree_util.tree_unflatten(want, flat)
     return ct
+
+
+def cotangent_for(ct: Any, out: Any) -> Any:
+    """``ct`` as ``jax.vjp`` of a function returning ``out`` takes it: in ``out``'s structure (`cotangent_like`) and
+    each leaf as a JAX array of its output leaf's dtype."""
+    jax = load()
+
+    def cast(c: Any, o: Any) -> Any:
+        return jax.numpy.asarray(c, dtype=o.dtype if hasattr(o, "dtype") else np.asarray(o).dtype)
+
+    return jax.tree_util.tree_map(cast, cotangent_like(ct, out), out)
