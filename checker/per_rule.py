@@ -3,8 +3,9 @@
 :func:`check_rule` runs every selected check on one rule. One Hypothesis search (the survey) runs every
 per-input check on each drawn input; only the checks that failed get a search of their own, which shrinks
 the failure (:mod:`gradguard.checker._search` drives Hypothesis). Structural contract checks
-(``gates=True``) run first; when one fails, the checks that depend on the structure are skipped with the
-reason, so the first message is the real cause. Per-rule checks (the contexts' safety matrix) run last.
+(``gates=...``) run first; when one fails, the checks that depend on the structure are skipped with the
+reason, so the first message is the real cause (a custom_jvp's forward-mode checks still run where only its
+pullback failed). Per-rule checks (the contexts' safety matrix) run last.
 Checks return problems; only this module turns them into findings, reproducer scripts and the stored
 safety matrix. Verdicts are deterministic for a seed.
 """
@@ -30,7 +31,7 @@ from gradguard.checker._memory import MemoryLimit, RuleMemoryLimit
 from gradguard.checker._search import (RuleTimeout, SkipReason, _BudgetSpent, _drive, _Failure, _InternalError, _run_one,
                                        _search, _shrink_note, _SpecCannotGenerate, internal_error, irreproducible_pullback,
                                        severity)
-from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, Shared, UnsupportedOutput
+from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip, check_prefixes
 from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import format_call, show
@@ -38,7 +39,7 @@ from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.errors import SpecError
 from gradguard.checker.report import LEFT_OUT, Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
-from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable
+from gradguard.engines.errors import NoNumpyDtype, PlatformUnavailable, ReverseModeError
 from gradguard.engines.jax_engine._relay import callbacks_quiet
 
 __all__ = ["check_rule", "time_limit", "RuleTimeout", "FULL_EXAMPLES_UP_TO", "STUCK_HOOKS",
@@ -218,16 +219,16 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
     result.examples_cut = _examples_cut(survey, options)
     rule.run_state.pop(_STAGE, None)  # each stage below names itself
 
-    gate_failed: str | None = None
+    gate_failed: tuple[str, str] | None = None  # the first failed gate's id, and what it shows cannot run
     raised_messages: set[str] = set()
     shared: dict[str, Any] = {}
     shrink_left = options.shrink_budget_s  # this rule's shrinking time, shared by its failing checks
     shrunk_args: tuple[Any, ...] | None = None  # the first failing check's shrunk input, tried first by the others
     for info in applicable:
-        if gate_failed and not info.gates:
+        if _stopped(info, gate_failed):
             result.checks_skipped.append({"id": info.id, "reason": (
-                f"skipped because {gate_failed} failed: the other checks need the forward and the pullback to run "
-                "and to return what they must; fix that first")})
+                f"skipped because {gate_failed[0]} failed: the other checks need the forward and the pullback to "
+                "run and to return what they must; fix that first")})
             continue
         if info.per_rule:
             rule.run_state[_STAGE] = _Stage(f"{info.id} ({info.title})", info.id)
@@ -289,8 +290,26 @@ def _run_checks_in_scope(rule: RuleSpec, infos: list[CheckInfo], options: Option
             raised_messages.add(key)
         for problem in problems:
             result.findings.append(_finding(rule, info, case, problem, options, shrinking=note))
-        if info.gates:
-            gate_failed = info.id
+        if info.gates and gate_failed is None:
+            gate_failed = (info.id, _cannot_run(info, raised))
+
+
+def _stopped(info: CheckInfo, gate: tuple[str, str] | None) -> bool:
+    """Whether ``info`` cannot run after ``gate`` (id, what cannot run) failed: gates always run (each reports its
+    own cause); where only reverse mode cannot run, the checks of forward mode still do (a custom_jvp whose jvp
+    rule JAX cannot transpose has a jvp to judge all the same)."""
+    if gate is None or info.gates:
+        return False
+    return not (info.forward_only and gate[1] == "pullback")
+
+
+def _cannot_run(gate: CheckInfo, raised: RuleRaised | None) -> str:
+    """What a failure of ``gate`` shows cannot run: its own kind, or reverse mode alone where the rule raised a
+    :class:`ReverseModeError` (a custom_jvp's forward, as the checker calls it, is ``jax.vjp``, which linearizes
+    the jvp rule: GG101 reports that failure, and the function and its jvp still run)."""
+    if raised is not None and isinstance(raised.exc, ReverseModeError):
+        return "pullback"
+    return gate.gates or "forward"
 
 
 @dataclass
@@ -357,11 +376,11 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
         survey.examples += 1
         rule.run_state[_STAGE] = _Stage(f"the checks of each drawn input, at input {survey.examples} of "
                                         f"{survey.cap}")
-        gate_failed = False
+        gate_failed: tuple[str, str] | None = None
         draws = HypothesisDraws(data)
         shared = Shared()  # this input's first forward call and first pullback, made once for all checks
         for info in infos:
-            if info.id in survey.failures or info.id in survey.voided or (gate_failed and not info.gates):
+            if info.id in survey.failures or info.id in survey.voided or _stopped(info, gate_failed):
                 continue
             case = Case(rule, tuple(args), draws, shared)
             try:
@@ -387,7 +406,8 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
                 survey.warnings.setdefault(info.id, (case, problems, raised))
             elif problems:
                 survey.failures[info.id] = (case, problems, raised)
-                gate_failed = gate_failed or info.gates
+                if info.gates and gate_failed is None:
+                    gate_failed = (info.id, _cannot_run(info, raised))
 
     _drive(rule, options, body, "the checks")
     return survey

@@ -3,6 +3,7 @@
     EngineError                 base of every error an engine raises on purpose
     ├── TraceError              a program could not be traced (names the unsupported operation)
     ├── AdapterError            a rule could not be adapted to an engine (wrong pytree, untraceable fwd, ...)
+    │   └── ReverseModeError    a custom_jvp runs, but JAX cannot reverse-differentiate it through its jvp rule
     └── PlatformUnavailable     a device was asked for (e.g. GPU) that this process cannot use
     NoNumpyDtype                a tensor of a dtype NumPy has none like (bfloat16, float8): not a user error to
                                 catch, a BaseException that stops the rule's check with a verdict of "error"
@@ -10,7 +11,7 @@
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "TraceError", "AdapterError", "PlatformUnavailable", "NoNumpyDtype", "clause"]
+__all__ = ["EngineError", "TraceError", "AdapterError", "ReverseModeError", "PlatformUnavailable", "NoNumpyDtype", "clause"]
 
 
 class EngineError(Exception):
@@ -23,6 +24,12 @@ class TraceError(EngineError, TypeError):
 
 class AdapterError(EngineError, ValueError):
     """A rule could not be turned into a rule of another engine; the message says why and how to fix it."""
+
+
+class ReverseModeError(AdapterError):
+    """A custom_jvp function runs, but reverse mode through it failed: ``jax.vjp`` linearizes its jvp rule and
+    transposes it, and JAX could do neither here. Forward mode, which runs the jvp rule as written, is not
+    concerned: the checks of the jvp itself still judge it."""
 
 
 class PlatformUnavailable(EngineError, RuntimeError):

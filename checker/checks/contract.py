@@ -25,7 +25,7 @@ __all__: list[str] = []
     "GG101",
     family="contract",
     title="forward raises or does not return an (output, pullback) pair",
-    gates=True,
+    gates="forward",
     given="""
         def square(x):
             return x * x
@@ -143,7 +143,7 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
     "GG103",
     family="contract",
     title="pullback raises or returns the wrong number of tangents",
-    gates=True,
+    gates="pullback",
     given="""
         def mul(a, b):
             return a * b
@@ -182,7 +182,7 @@ def tangent_count(case: Case) -> Iterable[Problem]:
     "GG104",
     family="contract",
     title="a tangent's shape differs from its argument's",
-    gates=True,
+    gates="pullback",
     given="""
         def total(x):
             return x.sum()

@@ -60,6 +60,7 @@ def _jvp(case: Case, u: tuple[Any, ...], args: tuple[Any, ...] | None = None) ->
     family="numeric",
     title="jvp disagrees with forward finite differences (custom_jvp)",
     kinds=("jax",),
+    forward_only=True,
     given=_GIVEN,
     broken="""
         @softplus.defjvp
@@ -250,6 +251,7 @@ def _steep_near(case: Case, u: tuple[Any, ...]) -> bool:
     family="numeric",
     title="jvp is not linear in the tangent (custom_jvp)",
     kinds=("jax",),
+    forward_only=True,
     given=_GIVEN,
     broken="""
         @softplus.defjvp

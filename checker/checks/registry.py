@@ -8,8 +8,10 @@ A check is registered with :func:`check`::
 
 It receives a :class:`gradguard.checker.case.Case` (one drawn input) and yields
 :class:`Problem` s; it never returns verdicts. Ids are stable. Checks run in
-id order; those with ``gates=True`` (structural contract checks) stop the
-others for that input when they fail, so the first message is the real cause.
+id order; those with ``gates="forward"`` or ``gates="pullback"`` (structural contract checks) stop the
+others for that input when they fail, so the first message is the real cause: a failing forward gate stops
+every other check, a failing pullback gate every check but those registered ``forward_only=True`` (a
+custom_jvp's jvp, which forward mode runs without a pullback).
 Those with ``compares_calls=True`` judge the rule by comparing the results of
 separate calls (two cotangents, two inputs, before and after a change); an error
 they find on an input where the pullback does not reproduce its own result (two
@@ -44,7 +46,8 @@ class CheckInfo:
     severity: str
     explanation: str
     fn: Callable[..., Iterable[Problem]]
-    gates: bool = False
+    gates: str | None = None  # "forward" or "pullback": what its failure says cannot run (None: not a gate)
+    forward_only: bool = False  # judges forward mode alone, so a pullback that cannot run does not stop it
     per_rule: bool = False
     compares_calls: bool = False  # its verdict rests on a reproducible pullback (see the module's docstring)
     kinds: tuple[str, ...] = ("numpy", "jax", "torch")
@@ -67,7 +70,8 @@ def check(
     family: str,
     title: str,
     severity: str = "error",
-    gates: bool = False,
+    gates: str | None = None,
+    forward_only: bool = False,
     per_rule: bool = False,
     compares_calls: bool = False,
     kinds: tuple[str, ...] = ("numpy", "jax", "torch"),
@@ -85,6 +89,8 @@ def check(
         raise ValueError(f"Got family={family!r}; families are {FAMILIES}.")
     if severity not in ("error", "warning"):
         raise ValueError(f"Got severity={severity!r}; use 'error' or 'warning'.")
+    if gates not in (None, "forward", "pullback"):
+        raise ValueError(f"Got gates={gates!r}; use 'forward', 'pullback' or None.")
 
     def register(fn: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
         if id in CHECKS and CHECKS[id].fn.__qualname__ != fn.__qualname__:
@@ -97,6 +103,7 @@ def check(
             explanation=inspect.cleandoc(fn.__doc__ or ""),
             fn=fn,
             gates=gates,
+            forward_only=forward_only,
             compares_calls=compares_calls,
             per_rule=per_rule,
             kinds=kinds,

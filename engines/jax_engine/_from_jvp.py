@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from gradguard.engines.errors import AdapterError
+from gradguard.engines.errors import AdapterError, ReverseModeError
 from gradguard.engines.jax_engine._compiled import Compiled
 from gradguard.engines.jax_engine._from_jax import _cotangent, _resolver, _to_numpy
 from gradguard.engines.jax_engine._runtime import load
@@ -140,7 +140,7 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
             y = forward_of((diff, *args), fixed)
         except Exception as exc:
             if diff and _runs(fn, args):  # the function runs: what failed is reverse mode through its jvp rule
-                raise AdapterError(
+                raise ReverseModeError(
                     f"reverse mode through custom_jvp {parts.name} failed (jax.vjp linearizes its jvp rule to transpose "
                     f"it; the function itself runs at this input): {type(exc).__name__}: {exc}") from exc
             raise AdapterError(f"custom_jvp {parts.name} raised {type(exc).__name__}: {exc}") from exc
@@ -151,7 +151,7 @@ def rrule_from_custom_jvp(fn: Any, nondiff: Sequence[int] = ()) -> Callable[...,
                 grads = pullback_of((diff, ct, *args), {0, *(2 + i for i in parts.nondiff_argnums)})
             except Exception as exc:
                 text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise AdapterError(
+                raise ReverseModeError(
                     f"JAX could not run reverse mode through the jvp of custom_jvp {parts.name} (it transposes the "
                     f"jvp rule, {_why_not_transposed(text)}): {type(exc).__name__}: {text:.200}"
                 ) from exc

@@ -680,7 +680,7 @@ def test_a_jvp_reverse_mode_cannot_linearize_is_named_as_such_not_as_the_functio
     rule = jax_rule(_sin_through_its_tangent, arrays(shape=(3,)), name="sin_through_its_tangent_rule")
     (f,) = [f for f in check(rule, select=["GG101"]).findings if f.check_id == "GG101"]
     assert f.message.startswith(
-        "the forward of sin_through_its_tangent_rule raised AdapterError: reverse mode through custom_jvp "
+        "the forward of sin_through_its_tangent_rule raised ReverseModeError: reverse mode through custom_jvp "
         "_sin_through_its_tangent failed (jax.vjp linearizes its jvp rule to transpose it; the function itself runs "
         "at this input): ValueError: Linearization failed"), f.message
 
@@ -711,3 +711,61 @@ def test_gg103_names_the_operation_on_the_tangents_jax_cannot_transpose() -> Non
     assert ("(it transposes the jvp rule, and JAX has no transpose rule for the custom_vjp_call operation the jvp "
             "applies to the tangents: a custom_vjp or a host callback applied to a tangent cannot be transposed, even "
             "where the jvp is linear in them)") in found.message, found.message
+
+
+# Where reverse mode cannot run through a custom_jvp, its jvp (what forward mode, jax.jvp and jax.jacfwd run) is still
+# judged: GG207 and GG208 were skipped with every other check once GG103 or GG101 failed, and a wrong jvp passed.
+@jax.custom_jvp
+def _doubled_off(x):
+    return 2.0 * x
+
+
+@_doubled_off.defjvp
+def _doubled_off_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _doubled_off(x), 1.5 * _twice_linear(t)  # 3 t: not the derivative of 2 x
+
+
+@jax.custom_jvp
+def _sin_off_through_its_tangent(x):
+    return jnp.sin(x)
+
+
+@_sin_off_through_its_tangent.defjvp
+def _sin_off_through_its_tangent_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return jnp.sin(x + 0.0 * t), 1.1 * jnp.cos(x) * t
+
+
+def test_the_jvp_is_judged_where_reverse_mode_cannot_transpose_it() -> None:
+    good = check(jax_rule(_doubled, arrays(shape=(3,)), name="doubled_via_vjp"), seed=0).rules[0]
+    assert {f.check_id for f in good.findings} == {"GG103"}
+    assert {"GG207", "GG208"} <= set(good.checks_run), good.checks_skipped
+    bad = check(jax_rule(_doubled_off, arrays(shape=(3,)), name="doubled_off"), seed=0).rules[0]
+    assert {f.check_id for f in bad.findings} == {"GG103", "GG207"}
+    (found,) = [f for f in bad.findings if f.check_id == "GG207"]
+    assert found.message.startswith("the jvp of doubled_off disagrees with finite differences: along a random direction "
+                                    "u, <w, jvp(x; u)> = "), found.message
+    # the checks that need the pullback stay skipped, with the gate's reason
+    skipped = {s["id"]: s["reason"] for s in bad.checks_skipped}
+    assert skipped["GG201"].startswith("skipped because GG103 failed"), skipped
+
+
+def test_the_jvp_is_judged_where_reverse_mode_cannot_linearize_it() -> None:
+    rule = jax_rule(_sin_off_through_its_tangent, arrays(shape=(3,)), name="sin_off_rule")
+    result = check(rule, seed=0).rules[0]
+    assert {f.check_id for f in result.findings} == {"GG101", "GG207"}, [f.message for f in result.findings]
+    # a forward that raises for another reason than reverse mode still stops every check
+    plain = check(jax_rule(_always_raises, arrays(shape=(3,)), name="raises_rule"), seed=0).rules[0]
+    assert {f.check_id for f in plain.findings} == {"GG101"}
+    assert "GG207" in {s["id"] for s in plain.checks_skipped}
+
+
+@jax.custom_jvp
+def _always_raises(x):
+    raise ValueError("no value here")
+
+
+@_always_raises.defjvp
+def _always_raises_jvp(primals, tangents):
+    raise ValueError("no value here")

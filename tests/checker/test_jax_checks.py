@@ -1039,7 +1039,7 @@ def test_a_float32_rule_that_makes_float64_constants_gets_gg101_with_the_reason(
     rule = jax_rule(trace_inv, PSD_F32, name="trace_inv_f32_rule")
     [finding] = [f for f in check(rule, seed=0, select=["GG101"]).rules[0].findings]
     assert finding.message.startswith(  # trace_inv itself runs: its jvp rule, which reverse mode goes through, raises
-        "the forward of trace_inv_f32_rule raised AdapterError: reverse mode through custom_jvp trace_inv failed (jax.vjp "
+        "the forward of trace_inv_f32_rule raised ReverseModeError: reverse mode through custom_jvp trace_inv failed (jax.vjp "
         "linearizes its jvp rule to transpose it; the function itself runs at this input): TypeError: Custom JVP rule "
         "must produce primal and tangent outputs")
     assert finding.fix == (
