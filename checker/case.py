@@ -335,6 +335,7 @@ class Case:
         self._evidence = evidence
         self.evidence_asked = False  # whether the check read `evidence` (and so may have left some out)
         self.record: list[tuple[str, Any]] = []  # every draw, in order: counterexample and reproducer
+        self.derived: list[tuple[str, Any]] = []  # values a check made from its draws and used instead (shown only)
 
     @property
     def evidence(self) -> bool:
@@ -495,6 +496,12 @@ class Case:
         return tuple(t)
 
     # -- random draws ---------------------------------------------------------------------------
+    def used_instead(self, label: str, value: Any) -> None:
+        """Show ``value`` beside the draws as what the check used in place of a draw (a direction projected onto a
+        declared structure): the counterexample says what the check computed with, and the reproducer, which
+        replays the draws themselves, is unchanged."""
+        self.derived.append((label, value))
+
     def draw(self, strategy: SearchStrategy, label: str) -> Any:
         value = _made(self._draws.draw(strategy, label))
         self.record.append((label, value))

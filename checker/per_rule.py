@@ -441,12 +441,13 @@ def _keep_matrix(shared: dict[str, Any], result: RuleResult) -> None:
         result.safety_matrix = shared[SAFETY_MATRIX].to_json()
 
 
-def draws_by_label(record: list[tuple[str, Any]]) -> dict[str, str]:
-    """The drawn values a counterexample shows, by label; a label drawn again gets its count ("batch input",
-    "batch input (2)"), so that no draw is lost from the report (GG602 draws one "batch input" per example)."""
+def draws_by_label(record: list[tuple[str, Any]], derived: list[tuple[str, Any]] = ()) -> dict[str, str]:
+    """The drawn values a counterexample shows, by label, then the values a check used in place of some of them
+    (``Case.derived``); a label drawn again gets its count ("batch input", "batch input (2)"), so that no draw is
+    lost from the report (GG602 draws one "batch input" per example)."""
     out: dict[str, str] = {}
     seen: dict[str, int] = {}
-    for label, value in record:
+    for label, value in [*record, *derived]:
         seen[label] = seen.get(label, 0) + 1
         out[label if seen[label] == 1 else f"{label} ({seen[label]})"] = show(value)
     return out
@@ -463,7 +464,7 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
         counterexample = {
             "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
             "args": [show(a) for a in case.args],
-            "draws": draws_by_label(case.record),
+            "draws": draws_by_label(case.record, case.derived),
         }
         if shrinking is not None:
             counterexample["shrinking"] = shrinking

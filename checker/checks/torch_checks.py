@@ -619,8 +619,12 @@ def _on_structure(case: Case, u: tuple[Any, ...]) -> tuple[Any, ...]:
     structures = structures_of(case.rule.arg_specs or ())
     if not structures:
         return u
-    return tuple(v if v is None or i not in structures else project_tangent(structures[i], v, case.args[i])
-                 for i, v in enumerate(u))
+    moved = tuple(v if v is None or i not in structures else project_tangent(structures[i], v, case.args[i])
+                  for i, v in enumerate(u))
+    if any(v is not None and not np.array_equal(np.asarray(v), np.asarray(m)) for v, m in zip(u, moved)):
+        kinds = " and ".join(sorted({structures[i] for i in structures if i < len(u)}))
+        case.used_instead(f"direction as used (moved onto the declared {kinds} structure)", moved)
+    return moved
 
 
 def _as_declared(rule: Any) -> Any:

@@ -1117,6 +1117,29 @@ def test_gg705_reads_a_structured_rule_along_its_structure() -> None:
     assert [f.severity for f in found] == ["error"], [f.message for f in found]
 
 
+def test_gg705_shows_the_direction_it_moved_along_beside_the_drawn_one() -> None:
+    """The counterexample showed the drawn direction u for A, declared psd, where the finite differences moved along
+    u's symmetric part; it now shows that part too, and the reproducer still replays the draws themselves."""
+    from gradguard.checker.case import Case, ReplayDraws
+    from gradguard.checker.checks import CHECKS
+    from gradguard.checker.per_rule import draws_by_label
+
+    b = np.array([[0.5, -1.0], [1.5, 0.25], [-0.75, 1.0]])
+    A = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, -0.2], [0.1, -0.2, 1.2]])
+    u_A = np.array([[1.0, 2.0, 0.0], [0.0, 1.0, -1.0], [1.0, 0.0, 1.0]])
+    draws = [np.ones((3, 2)), (np.ones((3, 2)), u_A), (np.ones((3, 2)), np.ones((3, 3)))]
+    case = Case(_chol_solve(True), (b, A), ReplayDraws(draws))
+    found = list(CHECKS["GG705"].fn(case))
+    assert [p.severity for p in found] == [None], [p.message for p in found]
+    [(label, (used_b, used_A))] = case.derived
+    assert label == "direction as used (moved onto the declared psd structure)"
+    np.testing.assert_array_equal(used_A, (u_A + u_A.T) / 2)
+    np.testing.assert_array_equal(used_b, np.ones((3, 2)))
+    shown = draws_by_label(case.record, case.derived)
+    assert list(shown) == ["cotangent", "direction", "covector", label]
+    assert [v for _, v in case.record] == draws  # the reproducer's draws are the drawn ones
+
+
 class _GuardlessWhere(torch.autograd.Function):
     """spikingjelly's s2nn pattern: the backward's torch.where divides by zero in the branch it does not take at
     x = -1, so its own derivative there is 0 * inf = NaN, while the backward itself is smooth (sigmoid'')."""
