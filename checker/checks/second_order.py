@@ -184,6 +184,9 @@ def fd_settled(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[A
 JUMP_GROWTH = 5.0  # kinked: central slopes growing this much per tenfold finer step are a jump's (10 exactly)
 NOISE_MARGIN = 4.0  # kinked: a kink's second difference at a step exceeds the rounding floor by this much
 KINK_SHRINK = 0.5  # kinked: a kink's second difference at a tenfold finer step is at most this share of it (0.1 exactly)
+# kinked: a value at 0 that both sides leave this share of the values behind, at every step, is apart from them (a
+# removable jump, a pole symmetric about 0); rounding, even through float32, stays far below it
+APART = 1e-3
 
 
 def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
@@ -226,11 +229,26 @@ def kinked(f: Any, args: tuple[Any, ...], along: tuple[Any, ...], w: tuple[Any, 
         return True
     if central[0] > 0 and all(central[k + 1] > JUMP_GROWTH * central[k] for k in (0, 1)):
         return True
+    if _apart(g0, sides):
+        return True
     slope = central[0]
     second = [g_ * s for g_, s in zip(gap, steps)]  # |g(s) + g(-s) - 2 g(0)| at each step
     return any(gap[k] > 1e-3 * slope + 1e-6 and gap[k + 1] > 0.5 * gap[k] and second[k + 1] <= KINK_SHRINK * second[k]
                and second[k + 1] > NOISE_MARGIN * floor for k in (0, 1))
 
+
+
+def _apart(g0: float, sides: list[tuple[float, float]]) -> bool:
+    """Whether the value at 0 stands apart from its sides at every step: ``|g(+-s) - g(0)|`` does not shrink as the
+    step does (a smooth function's shrinks like the step) and is at least APART of the values at that step. A
+    reciprocal's gradient, defined as 0 at 0 (torch_linalg_ext's Reciprocal), is -1/(s u)^2 on either side: its
+    central slopes are 0 and its one-sided gaps grow, so neither the jump test above nor the kink test below saw that
+    the function has no value to be differentiated at 0, and GG705 read finite differences' exact 0 as a second
+    derivative that PyTorch's NaN there contradicted."""
+    away = [max(abs(ahead - g0), abs(behind - g0)) for ahead, behind in sides]
+    sizes = [max(abs(g0), abs(ahead), abs(behind)) for ahead, behind in sides]
+    return (all(far > APART * size for far, size in zip(away, sizes))
+            and all(away[k + 1] >= 0.5 * away[k] for k in range(len(away) - 1)))
 
 
 JUMP_PROBES = 8  # kinked_where_not_finite: at most this many input elements probed

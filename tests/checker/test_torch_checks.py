@@ -631,6 +631,41 @@ def test_gg705_the_jump_is_seen_where_the_direction_does_not_move() -> None:
     assert all(f.severity == "warning" for f in found), [(f.severity, f.message) for f in found]
 
 
+class _ReciprocalZeroAtZero(torch.autograd.Function):
+    """torch_linalg_ext's Reciprocal: 1/x, and 0 at 0 by its documentation, with the backward to match; PyTorch's
+    double backward is NaN at the zeros (the untaken branch's 1/x**2)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.where(x == 0, torch.zeros_like(x), 1 / x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return torch.where(x == 0, torch.zeros_like(x), -g / x**2)
+
+
+def test_gg705_a_nan_at_a_pole_of_the_gradient_is_no_error() -> None:
+    """At x = 0 the gradient is 0 and -1/(t u)**2 on either side: central differences give exactly 0 at every step
+    and GG705 called PyTorch's NaN wrong, at every seed (its shrunk input: zeros). The value at 0 stands apart from
+    both sides, so there is no second derivative to judge; a smooth gradient and float32 rounding are not read so."""
+    from gradguard.checker.checks.second_order import kinked
+
+    def pole(x):
+        return np.where(x == 0, 0.0, -1 / np.where(x == 0, 1.0, x) ** 2)
+
+    zero, ones = np.zeros(3), np.ones(3)
+    assert kinked(pole, (zero,), (ones,), (ones,))
+    assert not kinked(pole, (ones,), (ones,), (ones,))
+    rounded = lambda x: (np.sin(x).astype(np.float32) + np.float32(0)).astype(np.float64)  # noqa: E731
+    assert not kinked(rounded, (ones * 0.3,), (ones,), (ones,))  # float32 rounding stays far below APART
+    for seed in (0, 1):
+        report = check(torch_rule(_ReciprocalZeroAtZero, arrays(shape=(3,))), select=["GG705"], seed=seed)
+        errors = [f.message for f in report.findings if f.severity == "error"]
+        assert errors == [], errors
+
+
 def test_gg705_a_nan_where_the_gradient_is_smooth_is_still_an_error() -> None:
     _, (f,) = findings(torch_rule(SquareViaAbs, arrays(shape=(3,), min_value=0.0, max_value=0.0)), "GG705")
     assert f.severity == "error" and f.actual == "nan", (f.severity, f.message)
