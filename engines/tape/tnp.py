@@ -26,6 +26,18 @@ __all__ = [
 ]  # fmt: skip
 
 
+def _ieee(value: Any) -> Any:
+    """A Python float or complex as NumPy's scalar of it, whose arithmetic gives inf and NaN where Python's raises:
+    the rules' pullbacks are NumPy expressions (``y * x ** (y - 1)``), and on a Python float argument (pyadjoint's
+    AdjFloat) ``0.0 ** -1`` raised ZeroDivisionError and ``1e-300 ** -2`` OverflowError inside the tape, which the
+    checks then reported as the rule's own code failing to trace."""
+    if type(value) is float:
+        return np.float64(value)
+    if type(value) is complex:
+        return np.complex128(value)
+    return value
+
+
 def _apply(name: str, *args: Any, **static: Any) -> Any:
     """Run the built-in rule ``name``: plain NumPy without Tracked arguments, a recorded node with them."""
     forward, vjp, reads = RULES[name]
@@ -41,7 +53,7 @@ def _apply(name: str, *args: Any, **static: Any) -> Any:
             # their shapes and dtypes (what `unbroadcast` and friends need): the trace does not keep them alive.
             held = tuple(r if i in reads else shape_only(r) for i, r in enumerate(raw))
             kept = ans if "ans" in reads else shape_only(ans)
-        return ans, lambda g: vjp(g, kept, *held, **static)
+        return ans, lambda g: vjp(_ieee(g), _ieee(kept), *map(_ieee, held), **static)
 
     def captures(raw: tuple, ans: Any, _pullback: Any) -> list:
         held = [(None, "its output", ans) if r == "ans" else (r, f"argument {r}", raw[r]) for r in reads]
@@ -168,7 +180,7 @@ def _inplace(name: str):
             old = a.copy() if 0 in reads else shape_only(a)  # x's values before the write, where the rule reads them
             forward(a, b, out=a)
             kept, other = (a if "ans" in reads else shape_only(a)), (b if 1 in reads else shape_only(b))
-            return a, lambda g: vjp(g, kept, old, other)
+            return a, lambda g: vjp(_ieee(g), kept, old, _ieee(other))
 
         def captures(raw: tuple, ans: Any, _pullback: Any) -> list:
             return [(1, "argument 1", raw[1])] if 1 in reads and isinstance(raw[1], np.ndarray) else []

@@ -266,3 +266,21 @@ def test_backward_keeps_only_the_cotangents_asked_for_and_consumes_the_tape():
     kept, _, _ = backward(tape, [(total, np.float64(1.0))], "skip", keep=[x.slot], consume=True)
     assert list(kept) == [x.slot] and np.array_equal(kept[x.slot], every[x.slot])
     assert tape.nodes == []
+
+
+def test_python_float_arguments_get_ieee_arithmetic_not_python_errors() -> None:
+    """pyadjoint's AdjFloat adjoints take Python floats: the tape's own power rule computed ``y * x ** (y - 1)`` in
+    Python arithmetic and raised ZeroDivisionError at x = 0.0 and OverflowError at x = 1e-300, which GG204 reported as
+    the rule failing to trace. NumPy's scalars give inf and NaN there, as the same rule on arrays does."""
+
+    def power_rrule(x, y):
+        return x ** y, lambda g: (g * y * x ** (y - 1), None)
+
+    for x, y in ((0.0, 0.0), (0.0, 1.0), (1e-300, -2.0), (2.0, 3.0)):
+        with np.errstate(all="ignore"):
+            d = pullback_derivative(power_rrule, (x, y), [1.0], (1.0, None), diff=(0,))
+            on_arrays = pullback_derivative(power_rrule, (np.array([x]), np.array([y])), [np.ones(1)],
+                                            (np.ones(1), None), diff=(0,))
+        np.testing.assert_array_equal(np.asarray(d.wrt_args[0]).reshape(1), on_arrays.wrt_args[0])
+    d = pullback_derivative(power_rrule, (2.0, 3.0), [1.0], (1.0, None), diff=(0,))
+    assert d.wrt_args[0] == 3 * 2 * 2.0  # d/dx of y x**(y - 1) = y (y - 1) x**(y - 2)
