@@ -37,7 +37,9 @@ class PullbackDerivative:
     array first, and nothing it computed is traced); ``untraced_tangents`` the argument positions whose
     tangent came back as a plain value, not a traced one. ``escapes`` lists each Tracked value read as a plain
     one; ``argument_slots`` and ``cotangent_slots`` name the tape slots of the leaves, so a caller can tell
-    a converted input from a converted intermediate.
+    a converted input from a converted intermediate. ``diverged`` (given the plain run's output and tangents as
+    ``plain``): where the traced run computed other values than the plain one, e.g. ``"output 0: inf where the
+    plain call gives 3.0"``; '' where it did not (or nothing was given to compare).
     """
 
     wrt_args: tuple[Any, ...]
@@ -47,16 +49,19 @@ class PullbackDerivative:
     escapes: list[Escape] = field(default_factory=list)
     argument_slots: dict[int, int] = field(default_factory=dict)
     cotangent_slots: dict[int, int] = field(default_factory=dict)
+    diverged: str = ""
 
 
 def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_leaves: Sequence[Any],
                         covector: Sequence[Any], *, diff: Sequence[int],
-                        rebuild: Callable[[list[Any]], Any] | None = None) -> PullbackDerivative:
+                        rebuild: Callable[[list[Any]], Any] | None = None,
+                        plain: tuple[Any, Sequence[Any]] | None = None) -> PullbackDerivative:
     """Trace ``rrule(*args)`` and ``pullback(ybar)`` on one tape and differentiate ``<covector, tangents>``.
 
     ``diff`` lists the argument positions to trace; ``ybar_leaves`` are the cotangent's leaves and
     ``rebuild(leaves)`` puts them back into the output's structure (default: the single leaf). Real
-    arguments only: the objective is the real inner product of real arrays.
+    arguments only: the objective is the real inner product of real arrays. ``plain``: the rule's output and
+    tangents from a plain run at the same input and cotangent, compared with the traced run's (``diverged``).
     """
     args = tuple(args)
     tape = Tape()
@@ -86,6 +91,7 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
     traced = any(isinstance(leaf, Tracked) for leaf in _leaves(y))
     untraced = tuple(i for i in diff if i < len(tangents) and tangents[i] is not None
                      and not isinstance(tangents[i], Tracked))
+    diverged = "" if plain is None else _diverged(plain, y, tangents, diff)
     del result, y, pullback, tangents  # what the sweep does not read: the output above all (its node is unused)
     leaves = [t.slot for t in (*targs, *tybar) if isinstance(t, Tracked)]
     ct = (backward(tape, [(total, np.float64(1.0))], "skip", keep=leaves, consume=True)[0]
@@ -99,7 +105,44 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
         wrt_args, wrt_ybar, traced, untraced, escapes,
         {i: t.slot for i, t in enumerate(targs) if isinstance(t, Tracked)},
         {i: t.slot for i, t in enumerate(tybar) if isinstance(t, Tracked)},
+        diverged,
     )
+
+
+def _diverged(plain: tuple[Any, Sequence[Any]], y: Any, tangents: Sequence[Any], diff: Sequence[int]) -> str:
+    """Where the traced run's output or tangents differ from the plain run's (``plain``: output, tangents), in words;
+    '' where they agree to rounding (a millionth of the values). The tape runs NumPy's own functions on the raw values, so a difference beyond
+    rounding is another path through the rule: hdmm's loss catches the tape's TraceError in a bare ``except`` and
+    returns inf and a zero gradient, where the plain call gives 3.0 and the gradient."""
+    plain_y, plain_t = plain
+    pairs = [(f"output {k}", p, t) for k, (p, t) in enumerate(zip(_leaves(plain_y), _leaves(y)))]
+    pairs += [(f"the tangent for argument {i}", p, t) for i in diff if i < len(tangents) and i < len(plain_t)
+              for p, t in zip(_leaves(plain_t[i]), _leaves(tangents[i]))]
+    for what, p, t in pairs:
+        t = t.value if isinstance(t, Tracked) else t
+        if p is None or t is None:
+            if (p is None) != (t is None):
+                return f"{what}: {'None' if t is None else 'a value'} where the plain call gives {'None' if p is None else 'a value'}"
+            continue
+        try:
+            a, b = np.asarray(p), np.asarray(t)
+            if a.shape != b.shape:
+                return f"{what}: shape {b.shape} where the plain call gives {a.shape}"
+            if a.dtype.kind not in "fc" or b.dtype.kind not in "fc":
+                continue
+            with np.errstate(all="ignore"):
+                # rounding apart at most (a tape rule that computes as NumPy does but in another order, then a
+                # cancellation): a path of its own differs by far more
+                finite = np.abs(a[np.isfinite(a)])
+                apart = ~np.isclose(b, a, rtol=1e-6, atol=1e-6 * float(finite.max()) if finite.size else 0.0,
+                                    equal_nan=True)
+        except (TypeError, ValueError):
+            continue
+        if np.any(apart):
+            k = int(np.flatnonzero(apart)[0])
+            at = "" if a.ndim == 0 else f" at [{', '.join(map(str, np.unravel_index(k, a.shape)))}]"
+            return f"{what}{at}: {b.reshape(-1)[k].item()!r} where the plain call gives {a.reshape(-1)[k].item()!r}"
+    return ""
 
 
 def _inner(t: Any, w: Any) -> Any:
