@@ -249,7 +249,22 @@ def tangent_dtypes(case: Case) -> Iterable[Problem]:
             continue
         arg = case.args[i]
         if not isinstance(arg, np.ndarray):
-            continue  # Python scalars: any float-like tangent is fine
+            # Python and NumPy scalars: any float-like tangent is fine, but not a complex one for a real number
+            # (pyadjoint's cbrt adjoint, x ** (1/3) differentiated as the principal root, gives one for x < 0)
+            real = isinstance(arg, (float, int, np.floating, np.integer)) and not isinstance(arg, bool)
+            if real and (isinstance(t[i], (complex, np.complexfloating))
+                         or isinstance(t[i], np.ndarray) and t[i].dtype.kind == "c"):
+                got = np.asarray(t[i]).dtype
+                yield Problem(
+                    message=(f"the tangent for {argument_labels(case)[i]} is complex ({got}), but the argument is "
+                             f"the real {describe(arg)} {show(arg)}."),
+                    location=f"argument {i}",
+                    expected="a real number",
+                    actual=show(t[i]),
+                    fix="Return a real tangent for a real argument (np.real(...) where the complex part is rounding, "
+                        "or the real formula where it is not).",
+                )
+            continue
         got = np.asarray(t[i]).dtype
         if got != arg.dtype:
             yield Problem(

@@ -273,3 +273,25 @@ def test_gg106_a_jax_rule_may_give_a_constant_float_argument_a_cotangent():
                    select=["GG1", "GG201"]).findings
     assert [f.check_id for f in broken] == ["GG201"]  # the x tangent is still judged; nu's is not GG106's
     # a NumPy rule's constant still must get None (test_gg106_tangent_for_a_constant): only JAX's rule differs
+
+
+def test_gg105_a_complex_tangent_for_a_real_python_float_fails() -> None:
+    """pyadjoint's cbrt adjoint differentiates x ** (1/3) as the principal root: for a Python float x < 0 its tangent
+    is complex. GG105 looked at array arguments only, and a real scalar's complex tangent passed it."""
+    from hypothesis import strategies as st
+
+    def cbrt(x):
+        return float(np.cbrt(x))
+
+    @rrule(cbrt, st.floats(min_value=-8.0, max_value=-0.5))
+    def principal_rrule(x):
+        return float(np.cbrt(x)), lambda g: (g * (1 / 3) * complex(x) ** (-2 / 3),)
+
+    @rrule(cbrt, st.floats(min_value=-8.0, max_value=-0.5))
+    def real_rrule(x):
+        return float(np.cbrt(x)), lambda g: (g / (3 * np.cbrt(x) ** 2),)
+
+    (found,) = [f for f in check(principal_rrule, seed=0, select=["GG105"]).findings if f.check_id == "GG105"]
+    assert re.fullmatch(r"the tangent for argument 0 \(x\) is complex \(complex128\), but the argument is the real "
+                        r"float -?[0-9.e+-]+\.", found.message), found.message
+    assert [f for f in check(real_rrule, seed=0, select=["GG105"]).findings] == []
