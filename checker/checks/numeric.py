@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
+from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.checks._kinks import EXCUSES, NO_VERDICT, kink_excuse
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
@@ -445,8 +446,28 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         location=where(i, idx),
         expected=want_text,
         actual=got_text,
-        fix=fix,
+        fix=_subnormal_note(case) + fix,
     )
+
+
+def _subnormal_note(case: Case) -> str:
+    """For GG202's fix where a differentiated argument holds subnormal numbers: a product through one keeps few
+    digits or rounds to 0 (kaolin's cumulative-product backward, ``prod * g / x`` at x = 4.9e-324: 0 for g = 0.5, 0.5
+    times its value for g = 1), so the arithmetic, not the formula, may be what is not linear there. Said as what
+    the input holds; '' where no argument holds one."""
+    for i in case.diff_positions:
+        a = case.args[i]
+        if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and a.size:
+            tiny = np.finfo(a.dtype).tiny
+            with np.errstate(all="ignore"):
+                parts = [a.real, a.imag] if a.dtype.kind == "c" else [a]
+                if any(np.any((p != 0) & (np.abs(p) < tiny)) for p in parts):
+                    label = argument_labels(case)[i]
+                    return (f"{label[:1].upper()}{label[1:]} holds subnormal numbers (nonzero, below {tiny:.3g} in size), "
+                            "where products and quotients through them keep few digits or round to 0: the pullback's "
+                            "arithmetic there, not its formula, may be what is not linear (a pullback that divides by "
+                            "the input is one); a formula that does not divide by such values stays linear. ")
+    return ""
 
 
 # -- GG205 ----------------------------------------------------------------------------------------

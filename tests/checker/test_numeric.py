@@ -983,3 +983,37 @@ def test_float16_movements_that_add_up_to_the_whole_disagreement_are_rounding():
     x = np.array([[-40.4, 0.5, -0.0, -40.56]], np.float16)
     draws = [np.array([[0.0, 0.8013, -1.869, 0.0]], np.float16), 0.5, np.array([[0.5, 0.0, 1.877, 1.828]], np.float16)]
     replay(cold_softmax_f16_rrule, "GG202", (x,), draws)
+
+
+def _cumprod(x):
+    return np.cumprod(x)
+
+
+@rrule(_cumprod, arrays(shape=(4,), min_value=0.0, max_value=2.0))
+def cumprod_by_division_rrule(x):
+    """kaolin's Cumprod backward: the reverse cumulative sum of out * g, divided by x."""
+    out = np.cumprod(x)
+
+    def pullback(g):
+        with np.errstate(all="ignore"):
+            t = np.cumsum((out * g)[::-1])[::-1] / x
+        return (np.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0),)
+
+    return out, pullback
+
+
+def test_gg202_at_a_subnormal_input_says_the_arithmetic_may_be_what_is_not_linear():
+    """At x[0] = 4.9e-324, out * 0.5 rounds to 0 and the quotient with it: 0 where half the unit cotangent's tangent
+    is 2. The finding stands (the rule's value is wrong there), and its fix said only "no nonlinear use of ybar"."""
+    from gradguard.checker.case import Case, ReplayDraws
+    from gradguard.checker.checks import CHECKS
+
+    x = np.array([5e-324, 1.0, 1.0, 1.0])
+    (p,) = CHECKS["GG202"].fn(Case(cumprod_by_division_rrule, (x,), ReplayDraws([np.ones(4), 0.5, np.ones(4)])))
+    assert p.message == ("the pullback of cumprod_by_division_rrule is not linear in the cotangent: for argument 0 (x) "
+                         "at [0], pullback(0.5 * ybar) = 0.0, but 0.5 * pullback(ybar) = 2.0.")
+    assert p.fix.startswith("Argument 0 (x) holds subnormal numbers (nonzero, below 2.23e-308 in size), where products "
+                            "and quotients through them keep few digits or round to 0: "), p.fix
+    unit_only = rrule(_cumprod, arrays(shape=(4,)), name="unit_only")(lambda x: (np.cumprod(x), lambda g: (np.ones(4),)))
+    (q,) = CHECKS["GG202"].fn(Case(unit_only, (np.ones(4),), ReplayDraws([np.ones(4), 0.5, np.ones(4)])))
+    assert q.fix.startswith("Scale every tangent by the cotangent"), q.fix
