@@ -6,7 +6,7 @@ structure is wrong, numeric messages would only be noise.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -135,8 +135,24 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
                 location=where("output", bad.index),
                 expected=show(b_arr),
                 actual=show(a_arr),
-                fix="Make the forward pass compute the primal (no branch on training flags or within_gradient).",
+                fix=primal_fix(case.rule),
             )
+
+
+def primal_fix(rule: Any) -> str:
+    """How to make a rule's forward output its primal's, in the terms of the rule's kind: a custom_jvp's jvp rule
+    returns the primal output reverse mode gets (JAXtronomy's hyp2f1 computes it from a 100-term series where the
+    function sums up to 500 terms), a custom_vjp's fwd returns it, an rrule's forward pass computes it."""
+    from gradguard.checker.jax_rules import CUSTOM_JVP
+
+    if rule.kind == "jax" and rule.extra.get(CUSTOM_JVP):
+        return ("Make the jvp rule's primal output the function's own value: return what the function computes (call "
+                "it, or compute it by the same formula) as primal_out, not a value from another formula (a shorter "
+                "series, a cheaper approximation) or a branch on being differentiated.")
+    if rule.kind == "jax":
+        return ("Make fwd return the function's own value as its output (call the function, or compute it by the same "
+                "formula): not a value from another formula or a branch on being differentiated.")
+    return "Make the forward pass compute the primal (no branch on training flags or within_gradient)."
 
 
 @check(

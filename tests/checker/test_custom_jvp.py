@@ -769,3 +769,33 @@ def _always_raises(x):
 @_always_raises.defjvp
 def _always_raises_jvp(primals, tangents):
     raise ValueError("no value here")
+
+
+# JAXtronomy's hyp2f1: the jvp rule returns a primal output from a 100-term series where the function sums up to 500
+# terms; GG102's fix spoke of an rrule's training flags, which a custom_jvp has not.
+@jax.custom_jvp
+def _sin_by_its_series(x):
+    return jnp.sin(x)
+
+
+@_sin_by_its_series.defjvp
+def _sin_by_its_series_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x - x**3 / 6, jnp.cos(x) * t  # primal_out from a two-term series
+
+
+@jax.custom_vjp
+def _sin_fwd_by_its_series(x):
+    return jnp.sin(x)
+
+
+_sin_fwd_by_its_series.defvjp(lambda x: (x - x**3 / 6, x), lambda x, g: (g * jnp.cos(x),))
+
+
+def test_gg102_fix_speaks_of_the_jvp_rules_primal_output_and_of_fwd() -> None:
+    spec = arrays(shape=(3,), min_value=0.5, max_value=1.0)
+    (jvp,) = findings(jax_rule(_sin_by_its_series, spec, name="sin_by_its_series"), "GG102")
+    assert jvp.fix.startswith("Make the jvp rule's primal output the function's own value: return what the function "
+                              "computes (call it, or compute it by the same formula) as primal_out"), jvp.fix
+    (vjp,) = findings(jax_rule(_sin_fwd_by_its_series, spec, name="sin_fwd_by_its_series"), "GG102")
+    assert vjp.fix.startswith("Make fwd return the function's own value as its output"), vjp.fix
