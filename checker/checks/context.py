@@ -327,6 +327,17 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
         yield _reproducible(ctx, "GG502", outcome, row, _problem(outcome, row, fix))
 
 
+def _primal_fix(rule: Any) -> str:
+    """GG503's fix for a forward that is not its primal, in the rule kind's terms (GG102's, with the branch on
+    being differentiated that GG503's seed programs show)."""
+    from gradguard.checker.checks.contract import primal_fix
+
+    if rule.kind == "numpy":
+        return ("Make the forward pass compute the primal: do not branch on engines.within_gradient, a training "
+                "flag or the engine's array type, and return primal(*args) as the rrule's output.")
+    return primal_fix(rule)
+
+
 @check(
     "GG503",
     family="context",
@@ -350,17 +361,6 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
             return dropout_eval(x), lambda ybar: (ybar,)
     """,
 )
-def _primal_fix(rule: Any) -> str:
-    """GG503's fix for a forward that is not its primal, in the rule kind's terms (GG102's, with the branch on
-    being differentiated that GG503's seed programs show)."""
-    from gradguard.checker.checks.contract import primal_fix
-
-    if rule.kind == "numpy":
-        return ("Make the forward pass compute the primal: do not branch on engines.within_gradient, a training "
-                "flag or the engine's array type, and return primal(*args) as the rrule's output.")
-    return primal_fix(rule)
-
-
 def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
     """Every engine must differentiate the program users run. When code branches on "am I being
     differentiated?" (``gradguard.engines.within_gradient``, a training flag) or a rule's forward is not its primal, the

@@ -93,6 +93,10 @@ def check(
         raise ValueError(f"Got gates={gates!r}; use 'forward', 'pullback' or None.")
 
     def register(fn: Callable[..., Iterable[Problem]]) -> Callable[..., Iterable[Problem]]:
+        if fn.__name__.startswith("_"):
+            # a private helper defined between @check(...) and the check it was meant for would become the check
+            raise ValueError(f"@check({id!r}) decorates the private function {fn.__qualname__}; define helpers above "
+                             "the @check(...) line, not between it and the check's function")
         if id in CHECKS and CHECKS[id].fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"check id {id} registered twice ({CHECKS[id].fn.__qualname__} and {fn.__qualname__})")
         CHECKS[id] = CheckInfo(

@@ -46,3 +46,19 @@ def test_broken_example_gets_its_finding_and_fixed_example_passes(check_id: str,
     errors = [f"{f.check_id}: {f.message}" for f in fixed.findings if f.severity == "error"]
     assert fixed.passed and errors == [], errors
     assert check_id not in {f.check_id for f in fixed.findings}
+
+
+def test_a_helper_between_the_decorator_and_its_check_is_refused() -> None:
+    """A helper defined between GG503's @check(...) and its function became the check: every rule's GG503 ended in an
+    internal error and the checks after it never ran. The registry now refuses a private function."""
+    import pytest
+
+    from gradguard.checker.checks.registry import CHECKS, check
+
+    def _helper(ctx):
+        return []
+
+    with pytest.raises(ValueError, match=r"@check\('GG999'\) decorates the private function"):
+        check("GG999", family="context", title="t")(_helper)
+    assert "GG999" not in CHECKS
+    assert all(not info.fn.__name__.startswith("_") for info in CHECKS.values())
