@@ -105,7 +105,8 @@ def test_gg201_points_at_the_wrong_argument_and_element():
     (f,) = findings(mul_wrong_b, "GG201")
     m = re.fullmatch(
         rf"the pullback of mul_wrong_b disagrees with finite differences of the primal: cotangent for argument 1 "
-        rf"\(b\) at \[(\d), (\d)\]: expected {NUM} \(finite differences\), got {NUM} \(dot-product test: <ybar, J v> = "
+        rf"\(b\) at \[(\d), (\d)\]: expected {NUM} \(finite differences\), got {NUM} \(dot-product test moving "
+        rf"argument 1 \(b\) alone: <ybar, J v> = "
         rf"{NUM} by finite differences, <pullback\(ybar\), v> = {NUM}, {NUM} apart where the tolerance allows {NUM}\)\.",
         f.message,
     )

@@ -78,7 +78,8 @@ def test_a_wrong_leaf_of_a_namedtuple_tangent_fails_with_its_leaf_named():
     (finding,) = result.findings
     assert re.fullmatch(
         r"the pullback of point_slip_rule disagrees with finite differences of the primal: cotangent for argument "
-        r"1 \(pt_y\) at \[\d\]: expected \S+ \(finite differences\), got \S+ \(dot-product test: <ybar, J v> = \S+ by finite "
+        r"1 \(pt_y\) at \[\d\]: expected \S+ \(finite differences\), got \S+ \(dot-product test moving argument 1 "
+        r"\(pt_y\) alone: <ybar, J v> = \S+ by finite "
         r"differences, <pullback\(ybar\), v> = \S+, \S+ apart where the tolerance allows \S+\)\.",
         finding.message,
     ), finding.message
