@@ -12,8 +12,8 @@ import numpy as np
 
 from gradguard.checker.case import Case
 from gradguard.checker.compare import at, close_to_reference, first_mismatch, where
-from gradguard.checker.checks._state import argument_labels
-from gradguard.checker.checks.registry import Problem, check
+from gradguard.checker.checks._state import argument_labels, note_irreproducible
+from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import describe, leaves, same_structure, with_article
 from gradguard.engines.values import differentiable
@@ -126,6 +126,7 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
         # NumPy scalars in the message, as before: show() gives them 6 significant digits (a float: its repr if short).
         bad = first_mismatch([(k, a_arr, b_arr)], close_to_reference(tol), as_python=False)
         if bad is not None:
+            _primal_reproduces(case, y_primal)
             yield Problem(
                 message=(
                     f"the rrule's forward output differs from primal(*args)"
@@ -137,6 +138,36 @@ def forward_is_primal(case: Case) -> Iterable[Problem]:
                 actual=show(a_arr),
                 fix=primal_fix(case.rule),
             )
+
+
+PRIMAL_TRIES = 3  # _primal_reproduces: more calls of the primal, each compared with the first, whole output by output
+
+
+def _primal_reproduces(case: Case, first: Any) -> None:
+    """Raise Skip where the primal, called again on fresh copies of the input (up to PRIMAL_TRIES times), gives
+    another output than ``first``: a function drawn at random (PyEPO's perturbed optimizers sample their noise from a
+    generator that keeps its state; a discrete solution may repeat at one element by chance, so whole outputs are
+    compared) has no single value for the forward to match, and GG102 said the rule computes another function. For
+    the whole rule, and noted as its irreproducibility, so that the contexts' value comparisons (GG503) say so too."""
+    firsts = leaves(first)
+    for _ in range(PRIMAL_TRIES):
+        try:
+            again = leaves(case.rule.primal(*case.fresh()))
+        except Exception:  # noqa: BLE001 - the primal raised the second time: nothing established about it
+            return
+        if len(again) != len(firsts):
+            return
+        for k, (a, b) in enumerate(zip(firsts, again)):
+            if a is None or b is None or np.shape(a) != np.shape(b):
+                continue
+            bad = first_mismatch([(k, np.asarray(b), np.asarray(a))], close_to_reference(case.tol), as_python=True)
+            if bad is None:
+                continue
+            why = (f"the primal called twice on identical copies of the input gave output {k}{at(bad.index)} as "
+                   f"{show(bad.want)}, then {show(bad.got)}")
+            note_irreproducible(why)
+            raise Skip(f"the primal does not reproduce its own value ({why}), so there is no single value for the "
+                       "rule's forward to match", rule_wide=True)
 
 
 def primal_fix(rule: Any) -> str:

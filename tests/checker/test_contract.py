@@ -295,3 +295,28 @@ def test_gg105_a_complex_tangent_for_a_real_python_float_fails() -> None:
     assert re.fullmatch(r"the tangent for argument 0 \(x\) is complex \(complex128\), but the argument is the real "
                         r"float -?[0-9.e+-]+\.", found.message), found.message
     assert [f for f in check(real_rrule, seed=0, select=["GG105"]).findings] == []
+
+
+_NOISE = np.random.default_rng(0)
+
+
+def _perturbed(x):
+    """PyEPO's perturbed optimizers: a Monte-Carlo forward whose generator keeps its state across calls."""
+    return x + 0.1 * _NOISE.standard_normal(np.shape(x))
+
+
+@rrule(_perturbed, arrays(shape=(3,)))
+def perturbed_rrule(x):
+    return _perturbed(x), lambda g: (g,)
+
+
+def test_gg102_and_gg503_give_no_verdict_on_a_primal_drawn_at_random():
+    """Each call of the primal draws new noise: GG102 said the rule computes another function, and GG503 that AD
+    differentiates another function, where two runs of the primal itself differ as much."""
+    result = check(perturbed_rrule, seed=0, select=["GG102", "GG503"]).rules[0]
+    assert result.findings == [], [f.message for f in result.findings]
+    skipped = {s["id"]: s["reason"] for s in result.checks_skipped}
+    assert re.fullmatch(r"the primal does not reproduce its own value \(the primal called twice on identical copies of "
+                        r"the input gave output 0 at \[\d\] as \S+, then \S+\), so there is no single value for the "
+                        r"rule's forward to match", skipped["GG102"]), skipped
+    assert skipped["GG503"].startswith("the rule does not reproduce its own results (the primal called twice"), skipped
