@@ -106,8 +106,14 @@ def _positional(fn: Callable[..., Any]) -> tuple[str, ...]:
         return ()
 
 
+# A counterexample's arrays (the failing input, the draws) are shown whole up to this many elements: a (2, 8) input
+# shown as [[0., 0., 0., ..., 0., 0., 0.], ...] hid the entries the finding was about (the reproducer has them all).
+# Messages quote values with show()'s default, shorter threshold.
+COUNTEREXAMPLE_THRESHOLD = 100
+
+
 def format_call(fn: Callable[..., Any], args: tuple[Any, ...], name: str | None = None) -> str:
     """``addone_(a=array([0., 0.]))``: the failing input as people read it."""
     names = arg_names(fn, len(args))
-    shown = ", ".join(f"{k}={show(v)}" for k, v in zip(names, args))
+    shown = ", ".join(f"{k}={show(v, threshold=COUNTEREXAMPLE_THRESHOLD)}" for k, v in zip(names, args))
     return f"{name or getattr(fn, '__name__', 'f')}({shown})"

@@ -34,7 +34,7 @@ from gradguard.checker._search import (RuleTimeout, SkipReason, _BudgetSpent, _d
 from gradguard.checker.case import Case, DeviceMemoryExhausted, HypothesisDraws, RuleRaised, Shared, UnsupportedOutput
 from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip, check_prefixes
 from gradguard.checker.checks._state import irreproducibility_scope
-from gradguard.checker.inputs import format_call, show
+from gradguard.checker.inputs import COUNTEREXAMPLE_THRESHOLD, format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
 from gradguard.checker.errors import SpecError
 from gradguard.checker.report import LEFT_OUT, Finding, RuleResult
@@ -449,7 +449,7 @@ def draws_by_label(record: list[tuple[str, Any]], derived: list[tuple[str, Any]]
     seen: dict[str, int] = {}
     for label, value in [*record, *derived]:
         seen[label] = seen.get(label, 0) + 1
-        out[label if seen[label] == 1 else f"{label} ({seen[label]})"] = show(value)
+        out[label if seen[label] == 1 else f"{label} ({seen[label]})"] = show(value, threshold=COUNTEREXAMPLE_THRESHOLD)
     return out
 
 
@@ -463,7 +463,7 @@ def _finding(rule: RuleSpec, info: CheckInfo, case: Case | None, problem: Proble
     if case is not None:
         counterexample = {
             "call": format_call(rule.primal, case.args, getattr(rule.primal, "__name__", rule.name)),
-            "args": [show(a) for a in case.args],
+            "args": [show(a, threshold=COUNTEREXAMPLE_THRESHOLD) for a in case.args],
             "draws": draws_by_label(case.record, case.derived),
         }
         if shrinking is not None:

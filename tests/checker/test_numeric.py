@@ -1018,3 +1018,18 @@ def test_gg202_at_a_subnormal_input_says_the_arithmetic_may_be_what_is_not_linea
     unit_only = rrule(_cumprod, arrays(shape=(4,)), name="unit_only")(lambda x: (np.cumprod(x), lambda g: (np.ones(4),)))
     (q,) = CHECKS["GG202"].fn(Case(unit_only, (np.ones(4),), ReplayDraws([np.ones(4), 0.5, np.ones(4)])))
     assert q.fix.startswith("Scale every tangent by the cotangent"), q.fix
+
+
+@rrule(_cumprod, arrays(shape=(2, 8), min_value=0.5, max_value=2.0))
+def cumprod_2x8_halved_rrule(x):
+    out = np.cumprod(x)
+    return out, lambda g: (0.5 * np.cumsum((out * g)[::-1])[::-1].reshape(x.shape) / x,)
+
+
+def test_a_counterexample_shows_a_small_input_whole():
+    """A (2, 8) input was shown as [[0., 0., 0., ..., 0., 0., 0.], ...], hiding the entries a finding was about; the
+    counterexample now shows inputs and draws of up to 100 elements whole, as the reproducer has them."""
+    (f,) = findings(cumprod_2x8_halved_rrule, "GG201")
+    assert "..." not in f.counterexample["call"] and "..." not in f.counterexample["args"][0], f.counterexample
+    assert f.counterexample["args"][0].count(",") >= 15, f.counterexample["args"][0]
+    assert all("..." not in v for v in f.counterexample["draws"].values()), f.counterexample["draws"]
