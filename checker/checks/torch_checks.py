@@ -656,5 +656,7 @@ _NONFINITE_DOUBLE_FIX = ("Keep inf and NaN out of the backward's own graph: a to
 _WRONG_DOUBLE_FIX = ("If the first order is wrong too (GG201), fix it first: a backward that reads the Function's "
                      "saved output is differentiated through this same backward. Otherwise write backward with "
                      "differentiable torch operations on the saved tensors (no .detach(), .numpy() or torch.no_grad() "
-                     "on any part of it), or give the part that cannot be differentiated its own Function with a "
-                     "backward of its own.")
+                     "on any part of it), and recompute in backward what forward computed and saved besides the "
+                     "inputs and outputs (forward runs without a graph, so such a tensor is a constant to double "
+                     "backward: residual-flows' SwishFn saves sigmoid(beta x)), or give the part that cannot be "
+                     "differentiated its own Function with a backward of its own.")

@@ -417,6 +417,29 @@ def test_gg705_partly_detached_backward() -> None:
         rf"backward \(create_graph=True\) gives {NUM}\.", f.message), f.message
 
 
+class _SwishSavingItsSigmoid(torch.autograd.Function):
+    """residual-flows' SwishFn: forward saves sigmoid(x), computed without a graph, which double backward then holds
+    constant."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = torch.sigmoid(x)
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, s = ctx.saved_tensors
+        return grad * (s + x * s * (1 - s))
+
+
+def test_gg705_fix_names_a_tensor_forward_computed_and_saved() -> None:
+    _, (f,) = findings(torch_rule(_SwishSavingItsSigmoid, arrays(shape=(3,))), "GG705")
+    assert f.message.startswith("double backward through _SwishSavingItsSigmoid is wrong: "), f.message
+    assert ("recompute in backward what forward computed and saved besides the inputs and outputs (forward runs "
+            "without a graph, so such a tensor is a constant to double backward") in f.fix, f.fix
+
+
 def test_gg705_backward_without_a_graph() -> None:
     """physicsnemo's _SafeAcos: the message said "impossible", as if PyTorch always raised; in a larger loss (SafeAcos
     plus x**3) the Hessian-vector product came out 3.0 with no error, where 2.2302 is right."""
