@@ -136,6 +136,11 @@ def first_adjoint(case: Case, conv: str) -> tuple[Any, Any, tuple[Any, ...]]:
         return y, ybar, tangents
     if not any(x is not None and np.iscomplexobj(x) for x in leaves(ybar)):
         return y, ybar, _conj(tangents)
+    # The values a finding quotes in the rule's own terms (`as_rule_sees`) are the pullback's for conj(ybar): the
+    # counterexample shows that cotangent beside the drawn one (JAXtronomy's hyp2f1 printed a cotangent of 1.97449j
+    # beside the pullback's values for -1.97449j, which read as a sign error under JAX's convention).
+    case.used_instead("cotangent the pullback was called with (the drawn one conjugated: JAX's convention)",
+                      _conj(copy_tree(ybar)))
     return y, ybar, adjoint_tangents(case, case.pair()[1], ybar, conv)
 
 

@@ -3,10 +3,11 @@
 
 import re
 
+import jax
 import numpy as np
 import pytest
 
-from gradguard.checker import arrays, check, rrule
+from gradguard.checker import arrays, check, jax_rule, rrule
 
 from _pools import COUPLED_TIES, pool_rule
 
@@ -500,3 +501,23 @@ def test_a_custom_jvp_whose_branch_holds_on_a_measure_zero_set_is_no_gg203_findi
     rule = jax_rule(branch_at_zero, args=st.just((np.float64(0.0), np.complex128(0j))), name="branch_at_zero_rule")
     for seed in (0, 1):
         assert [f.message for f in check(rule, seed=seed, select=["GG203"]).findings] == []
+
+
+@jax.custom_vjp
+def _square_off(z):
+    return z**2
+
+
+_square_off.defvjp(lambda z: (z**2, z), lambda z, g: (2.1 * z * g,))
+
+
+def test_a_complex_cotangent_under_jaxs_convention_is_shown_as_the_pullback_got_it():
+    """The values a finding quotes are the pullback's for conj(ybar) under JAX's convention, and the counterexample
+    showed only ybar: JAXtronomy's hyp2f1 read as a sign error. The cotangent the pullback got is now shown too."""
+    rule = jax_rule(_square_off, arrays(shape=(2,), dtype="complex128", min_value=-1.0, max_value=1.0),
+                    name="square_off")
+    (f,) = [f for f in check(rule, seed=0, select=["GG203"]).findings if f.check_id == "GG203"]
+    draws = f.counterexample["draws"]
+    shown = draws["cotangent the pullback was called with (the drawn one conjugated: JAX's convention)"]
+    drawn = np.array(eval(draws["cotangent"].replace("array", "")))  # noqa: S307 - our own repr of an array
+    np.testing.assert_array_equal(np.array(eval(shown.replace("array", ""))), np.conj(drawn))  # noqa: S307
