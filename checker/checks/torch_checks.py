@@ -444,8 +444,8 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
         # to be right or wrong about (GG206 and GG301 judge a first-order NaN at such a point the same way).
         yield Problem(
             message=(f"double backward through {name} gives {show(rhs)} at an input where its gradient has no "
-                     "derivative (with every output and every entry weighted by 1, the gradient at x + t u jumps or "
-                     "kinks at t = 0): along a "
+                     "derivative that finite differences resolve (with every output and every entry weighted by 1, the "
+                     "gradient at x + t u jumps or kinks at t = 0 at the steps they take): along a "
                      f"random direction u, d/dt <w, grad at (x + t u)(ybar)> = {show(float(lhs.value))} by finite "
                      "differences of the gradient for this cotangent and covector, along which it shows no jump, but "
                      "PyTorch's derivative of the backward, taken through the entries without a derivative, is not "

@@ -622,8 +622,9 @@ def test_gg705_at_a_cone_point_the_gradient_jumps_and_a_nan_there_is_a_warning()
     report, found = findings(torch_rule(Modulus, arrays(shape=(3, 2))), "GG705")  # seed 0: an error before
     assert found and all(f.severity == "warning" for f in found), [f.message for f in found]
     assert all(re.fullmatch(
-        rf"double backward through Modulus gives nan at an input where its gradient has no derivative \(with every "
-        rf"output and every entry weighted by 1, the gradient at x \+ t u jumps or kinks at t = 0\): along a random "
+        rf"double backward through Modulus gives nan at an input where its gradient has no derivative that finite "
+        rf"differences resolve \(with every output and every entry weighted by 1, the gradient at x \+ t u jumps or "
+        rf"kinks at t = 0 at the steps they take\): along a random "
         rf"direction u, d/dt <w, grad at \(x \+ t u\)\(ybar\)> = {NUM} by finite differences of the gradient for this "
         rf"cotangent and covector, along which it shows no jump, but PyTorch's derivative of the backward, taken "
         rf"through the entries without a derivative, is not finite\.", f.message) for f in found), [f.message for f in found]
