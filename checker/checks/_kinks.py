@@ -197,13 +197,20 @@ def _bend(case: Case, cot: Any, slope_scale: float) -> str | None:
     return None
 
 
-def kink_problem(case: Case, found: KinkViolation) -> Problem:
-    """The finding for a tangent outside the one-sided directional derivatives at a coupled kink."""
+def kink_problem(case: Case, found: KinkViolation, *, from_reference: bool = False) -> Problem:
+    """The finding for a tangent outside the one-sided directional derivatives at a coupled kink. ``from_reference``:
+    GG203's, where the rule differs from JAX's derivative only at kinks of the primal (whose every subgradient is
+    valid element by element): the message says so before the evidence, which is finite differences', not JAX's."""
     lo, hi = sorted((found.left, found.right))
     u = found.direction[0] if len(found.direction) == 1 else found.direction
+    lead = (f"the pullback of {case.rule.name} differs from the JAX reference gradient only at kinks of the primal, "
+            "where any value between an element's one-sided derivatives is valid; judged there as a whole, it "
+            "disagrees with "
+            "finite differences of the primal at a kink that couples " if from_reference else
+            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink that couples ")
     return Problem(
         message=(
-            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink that couples "
+            lead +
             f"entries (along u its one-sided derivatives are not the sums of each entry's own): with the cotangent "
             f"|ybar| and the positive direction u = {show(u)}, the one-sided derivatives of "
             f"<|ybar|, primal(x + t u)> at t = 0 are "

@@ -199,7 +199,7 @@ def pullback_matches_jax(case: Case) -> Iterable[Problem]:
         # judged along a direction as a whole, as GG201 judges it.
         coupled = coupled_kink(case, ybar, conv, case.tol)
         if coupled is not None:
-            yield kink_problem(case, coupled)
+            yield kink_problem(case, coupled, from_reference=True)
         return
     if _moves(v) and not at_edge and (excused := _kink_along(case, ybar, v, mine, ref, conv)) is not None:
         # Not differentiable at x along the difference (ties of a max that couple entries across windows), and the
@@ -363,7 +363,7 @@ def _kink_along(case: Case, ybar: Any, v: tuple[Any, ...], mine: tuple[Any, ...]
         if sides is None or not sides.kink:
             return None
     coupled = coupled_kink(case, ybar, conv, case.tol)
-    return KinkExcuse("element kinks", None if coupled is None else kink_problem(case, coupled))
+    return KinkExcuse("element kinks", None if coupled is None else kink_problem(case, coupled, from_reference=True))
 
 
 def _refuted_in_float64(case: Case, ybar: Any, mine: tuple[Any, ...], wide_ref: tuple[Any, ...], v: tuple[Any, ...]) -> bool:

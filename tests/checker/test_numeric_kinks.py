@@ -59,7 +59,13 @@ KINK_MESSAGE = (
 @pytest.mark.parametrize("check_id", ["GG201", "GG203"])
 def test_every_tied_entry_given_the_whole_cotangent_fails(check_id):
     (f,) = findings(amax_every_tie_gets_all, check_id)
-    match = re.fullmatch(KINK_MESSAGE.format(name="amax_every_tie_gets_all"), f.message)
+    message = KINK_MESSAGE.format(name="amax_every_tie_gets_all")
+    if check_id == "GG203":  # the rule differs from JAX's reference only at kinks, and GG203 says so first
+        message = message.replace(
+            r"disagrees with finite differences", r"differs from the JAX reference gradient only at kinks of the "
+            r"primal, where any value between an element's one-sided derivatives is valid; judged there as a whole, it "
+            r"disagrees with finite differences")
+    match = re.fullmatch(message, f.message)
     assert match, f.message
     u, (left, right, got) = match.group(1), (float(v) for v in match.groups()[1:])
     assert got > max(left, right)  # several tied entries, each with the whole rate: the sum overshoots
