@@ -186,13 +186,19 @@ _FIXES = {
         "The pullback must treat its cotangent as read-only and must not keep it: engines share one cotangent "
         "buffer among the consumers of an output."
     ),
+    # Either way: the view programs draw their own input, and a rule wrong there for another reason (AutoGrad.jl's
+    # max giving every tie the whole cotangent, at an input with ties) fails them as it fails GG201.
     "strided-view": (
-        "The rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in a "
-        "copy): index by shape, use np.ascontiguousarray on input, and build tangents with np.zeros(x.shape)."
+        "Either the rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in "
+        "a copy): index by shape, use np.ascontiguousarray on input, and build tangents with np.zeros(x.shape); or "
+        "the pullback is wrong at this program's input whatever its layout: run the reproducer, and see whether the "
+        "isolation checks (GG201) fail there too."
     ),
     "transposed-view": (
-        "The rule assumes C-ordered arguments (memory order, .ravel()/.reshape(-1) writes into a copy of a "
-        "Fortran-ordered view): index by shape and build tangents with np.zeros(x.shape) in C order."
+        "Either the rule assumes C-ordered arguments (memory order, .ravel()/.reshape(-1) writes into a copy of a "
+        "Fortran-ordered view): index by shape and build tangents with np.zeros(x.shape) in C order; or the "
+        "pullback is wrong at this program's input whatever its layout: run the reproducer, and see whether the "
+        "isolation checks (GG201) fail there too."
     ),
 }
 # Memory layout is NumPy's and PyTorch's: a JAX array has none, and the view contexts hand a JAX rule the values the

@@ -496,3 +496,17 @@ def test_a_function_wrong_on_non_contiguous_tensors_is_told_to_make_them_contigu
         "The Function assumes row-major tensors (.view() on its input, fixed strides, data_ptr arithmetic, an in-place "
         "write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape.")
     assert found["context strided-view"].fix.startswith("The Function assumes contiguous tensors")
+
+
+def test_a_numpy_rule_wrong_in_a_view_context_is_given_both_causes():
+    """The view programs draw their own input: AutoGrad.jl's max, which gives every tie the whole cotangent, failed
+    them at an input with ties, and the fix said the rule assumes contiguous arguments, which nothing established."""
+    rule = _rule(ROOT / "tests" / "corpus" / "context_views.py", "pair_sums_rrule")
+    found = {f.location: f for f in check(rule, select=["GG501"], seed=0).findings}
+    assert "context strided-view" in found, sorted(found)
+    assert found["context strided-view"].fix.startswith(
+        "Either the rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in "
+        "a copy): "), found["context strided-view"].fix
+    assert found["context strided-view"].fix.endswith(
+        "or the pullback is wrong at this program's input whatever its layout: run the reproducer, and see whether "
+        "the isolation checks (GG201) fail there too.")
