@@ -149,15 +149,34 @@ def unreproducible(case: Case) -> str:
 # proves nothing. GG403 and GG406 note what they find; so do the checks that ask `unreproducible` themselves.
 # Scoped to one rule's check by `irreproducibility_scope` (a verdict never depends on an earlier rule).
 _IRREPRODUCIBLE: ContextVar[list[str] | None] = ContextVar("gradguard_irreproducible", default=None)
+# Likewise what showed that the rule's primal does not reproduce its own value (GG102 asks): a function drawn at random,
+# whose value under AD and when run, two separate runs, may differ by that alone (GG503). A forward that draws at
+# random beside a deterministic primal is no such thing: it is the forward that is not the primal.
+_PRIMAL_IRREPRODUCIBLE: ContextVar[list[str] | None] = ContextVar("gradguard_primal_irreproducible", default=None)
 
 
 @contextmanager
 def irreproducibility_scope() -> Iterator[None]:
     token = _IRREPRODUCIBLE.set([])
+    primal = _PRIMAL_IRREPRODUCIBLE.set([])
     try:
         yield
     finally:
+        _PRIMAL_IRREPRODUCIBLE.reset(primal)
         _IRREPRODUCIBLE.reset(token)
+
+
+def note_primal_irreproducible(why: str) -> None:
+    """Record that the rule's primal does not reproduce its own value (the first reason is kept)."""
+    record = _PRIMAL_IRREPRODUCIBLE.get()
+    if record is not None and not record:
+        record.append(why)
+
+
+def primal_irreproducibility_seen() -> str:
+    """The first reason noted by :func:`note_primal_irreproducible` during the current rule's check, or ''."""
+    record = _PRIMAL_IRREPRODUCIBLE.get()
+    return record[0] if record else ""
 
 
 def pulled_twice_differs(label: str, change: Change) -> str:

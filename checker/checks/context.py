@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from gradguard.checker import tolerances
-from gradguard.checker.checks._state import irreproducibility_seen
+from gradguard.checker.checks._state import primal_irreproducibility_seen
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show_apart
 from gradguard.checker.options import SAFETY_MATRIX
@@ -396,11 +396,11 @@ def engines_disagree(ctx: "PerRule") -> Iterable[Problem]:
             (e1, c1), (e2, c2) = slopes[0], slopes[-1]
             if not _close(c1.slope, c2.slope, tol):
                 splits.append(f"`{row.context.name}`: {e1} {c1.slope:.6g} vs {e2} {c2.slope:.6g}")
-    if value_gaps and (why := irreproducibility_seen()):
-        # values from separate runs of a rule that does not reproduce its own results (a forward that samples noise):
+    if value_gaps and (why := primal_irreproducibility_seen()):
+        # values from separate runs of a primal that does not reproduce its own value (it samples noise):
         # their difference proves nothing about AD differentiating another function
         if not splits:
-            raise Skip(f"the rule does not reproduce its own results ({why}), so a program's value under AD and when "
+            raise Skip(f"the primal does not reproduce its own value ({why}), so a program's value under AD and when "
                        "run, two separate runs, may differ by that alone")
         value_gaps = []
     if value_gaps:

@@ -12,7 +12,7 @@ import numpy as np
 
 from gradguard.checker.case import Case
 from gradguard.checker.compare import at, close_to_reference, first_mismatch, where
-from gradguard.checker.checks._state import argument_labels, note_irreproducible
+from gradguard.checker.checks._state import argument_labels, note_primal_irreproducible
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import describe, leaves, same_structure, with_article
@@ -148,7 +148,8 @@ def _primal_reproduces(case: Case, first: Any) -> None:
     another output than ``first``: a function drawn at random (PyEPO's perturbed optimizers sample their noise from a
     generator that keeps its state; a discrete solution may repeat at one element by chance, so whole outputs are
     compared) has no single value for the forward to match, and GG102 said the rule computes another function. For
-    the whole rule, and noted as its irreproducibility, so that the contexts' value comparisons (GG503) say so too."""
+    the whole rule, and noted (`note_primal_irreproducible`), so that the contexts' value comparisons (GG503) say so
+    too."""
     firsts = leaves(first)
     for _ in range(PRIMAL_TRIES):
         try:
@@ -165,7 +166,7 @@ def _primal_reproduces(case: Case, first: Any) -> None:
                 continue
             why = (f"the primal called twice on identical copies of the input gave output {k}{at(bad.index)} as "
                    f"{show(bad.want)}, then {show(bad.got)}")
-            note_irreproducible(why)
+            note_primal_irreproducible(why)
             raise Skip(f"the primal does not reproduce its own value ({why}), so there is no single value for the "
                        "rule's forward to match", rule_wide=True)
 

@@ -319,4 +319,4 @@ def test_gg102_and_gg503_give_no_verdict_on_a_primal_drawn_at_random():
     assert re.fullmatch(r"the primal does not reproduce its own value \(the primal called twice on identical copies of "
                         r"the input gave output 0 at \[\d\] as \S+, then \S+\), so there is no single value for the "
                         r"rule's forward to match", skipped["GG102"]), skipped
-    assert skipped["GG503"].startswith("the rule does not reproduce its own results (the primal called twice"), skipped
+    assert skipped["GG503"].startswith("the primal does not reproduce its own value (the primal called twice"), skipped
