@@ -166,17 +166,27 @@ def irreproducibility_scope() -> Iterator[None]:
         _IRREPRODUCIBLE.reset(token)
 
 
-def note_primal_irreproducible(why: str) -> None:
-    """Record that the rule's primal does not reproduce its own value (the first reason is kept)."""
-    record = _PRIMAL_IRREPRODUCIBLE.get()
+def _note(var: ContextVar[list[str] | None], why: str) -> None:
+    """Keep ``why`` in the current rule's record ``var`` where it holds no reason yet (the first is kept)."""
+    record = var.get()
     if record is not None and not record:
         record.append(why)
 
 
+def _seen(var: ContextVar[list[str] | None]) -> str:
+    """The first reason in the current rule's record ``var``, or ''."""
+    record = var.get()
+    return record[0] if record else ""
+
+
+def note_primal_irreproducible(why: str) -> None:
+    """Record that the rule's primal does not reproduce its own value (the first reason is kept)."""
+    _note(_PRIMAL_IRREPRODUCIBLE, why)
+
+
 def primal_irreproducibility_seen() -> str:
     """The first reason noted by :func:`note_primal_irreproducible` during the current rule's check, or ''."""
-    record = _PRIMAL_IRREPRODUCIBLE.get()
-    return record[0] if record else ""
+    return _seen(_PRIMAL_IRREPRODUCIBLE)
 
 
 def pulled_twice_differs(label: str, change: Change) -> str:
@@ -200,12 +210,9 @@ def without_verdict(why: str) -> str:
 
 def note_irreproducible(why: str) -> None:
     """Record that the rule being checked does not reproduce its pullback's result (the first reason is kept)."""
-    record = _IRREPRODUCIBLE.get()
-    if record is not None and not record:
-        record.append(why)
+    _note(_IRREPRODUCIBLE, why)
 
 
 def irreproducibility_seen() -> str:
     """The first reason noted during the current rule's check, or ''."""
-    record = _IRREPRODUCIBLE.get()
-    return record[0] if record else ""
+    return _seen(_IRREPRODUCIBLE)
