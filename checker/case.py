@@ -499,8 +499,9 @@ class Case:
     def used_instead(self, label: str, value: Any) -> None:
         """Show ``value`` beside the draws as what the check used in place of a draw (a direction projected onto a
         declared structure): the counterexample says what the check computed with, and the reproducer, which
-        replays the draws themselves, is unchanged."""
-        self.derived.append((label, value))
+        replays the draws themselves, is unchanged. A label given again replaces its value (a check that asks twice
+        shows it once)."""
+        self.derived = [(shown, v) for shown, v in self.derived if shown != label] + [(label, value)]
 
     def draw(self, strategy: SearchStrategy, label: str) -> Any:
         value = _made(self._draws.draw(strategy, label))

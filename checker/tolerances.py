@@ -97,6 +97,6 @@ def approximation_hint(fd_value: float, rule_value: float, tol: Tolerance) -> st
     suggested = 10.0 ** math.ceil(math.log10(2 * relative))
     return (f" The two sides agree to {relative:.1e} relative: if the primal only approximates its function (a "
             "special function's series, accurate to about that), the rule's exact derivative may be right and the "
-            f"primal's own slope off by that much; then declare the rule's accuracy (rtol={suggested:g}). If the primal "
-            "is exact, the difference is the rule's own: a small term left out (a regulariser's, an auxiliary "
+            f"primal's own slope off by that much; then declare the rule's accuracy (rtol={suggested:g}). If the "
+            "primal is exact, the difference is the rule's own: a small term left out (a regulariser's, an auxiliary "
             "output's cotangent scaled by a small weight), which a looser tolerance would hide.")

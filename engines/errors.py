@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-__all__ = ["EngineError", "TraceError", "AdapterError", "ReverseModeError", "PlatformUnavailable", "NoNumpyDtype", "clause"]
+__all__ = ["EngineError", "TraceError", "AdapterError", "ReverseModeError", "PlatformUnavailable", "NoNumpyDtype",
+           "clause"]
 
 
 class EngineError(Exception):

@@ -203,11 +203,11 @@ def kink_problem(case: Case, found: KinkViolation, *, from_reference: bool = Fal
     valid element by element): the message says so before the evidence, which is finite differences', not JAX's."""
     lo, hi = sorted((found.left, found.right))
     u = found.direction[0] if len(found.direction) == 1 else found.direction
+    evidence = "disagrees with finite differences of the primal at a kink that couples "
     lead = (f"the pullback of {case.rule.name} differs from the JAX reference gradient only at kinks of the primal, "
             "where any value between an element's one-sided derivatives is valid; judged there as a whole, it "
-            "disagrees with "
-            "finite differences of the primal at a kink that couples " if from_reference else
-            f"the pullback of {case.rule.name} disagrees with finite differences of the primal at a kink that couples ")
+            f"{evidence}"
+            if from_reference else f"the pullback of {case.rule.name} {evidence}")
     return Problem(
         message=(
             lead +

@@ -475,10 +475,11 @@ def _subnormal_note(case: Case) -> str:
                 parts = [a.real, a.imag] if a.dtype.kind == "c" else [a]
                 if any(np.any((p != 0) & (np.abs(p) < tiny)) for p in parts):
                     label = argument_labels(case)[i]
-                    return (f"{label[:1].upper()}{label[1:]} holds subnormal numbers (nonzero, below {tiny:.3g} in size), "
-                            "where products and quotients through them keep few digits or round to 0: the pullback's "
-                            "arithmetic there, not its formula, may be what is not linear (a pullback that divides by "
-                            "the input is one); a formula that does not divide by such values stays linear. ")
+                    return (f"{label[:1].upper()}{label[1:]} holds subnormal numbers (nonzero, below {tiny:.3g} in "
+                            "size), where products and quotients through them keep few digits or round to 0: the "
+                            "pullback's arithmetic there, not its formula, may be what is not linear (a pullback that "
+                            "divides by the input is one); a formula that does not divide by such values stays "
+                            "linear. ")
     return ""
 
 

@@ -685,8 +685,9 @@ def _not_finite_second_order(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple
             message=(f"JAX's derivative of the pullback of {case.rule.name} gives {show(rhs)} at an input where the "
                      "pullback has no derivative that finite differences resolve (with every output and every entry "
                      "weighted by 1, the pullback at x + t u, or at x moved along an element where JAX's derivative is "
-                     f"not finite, jumps or kinks at t = 0 at the steps they take): along a random direction u, d/dt <w, pullback at (x + t u)(ybar)> = {show(value)} by "
-                     "finite differences of the pullback, along which it shows no jump, but JAX's derivative of the "
+                     "not finite, jumps or kinks at t = 0 at the steps they take): along a random direction u, d/dt "
+                     f"<w, pullback at (x + t u)(ybar)> = {show(value)} by finite differences of the pullback, along "
+                     "which it shows no jump, but JAX's derivative of the "
                      f"pullback ({_route(case)}), taken through the entries without a derivative, is not finite."),
             location=location,
             expected=show(value),

@@ -111,9 +111,10 @@ def pullback_derivative(rrule: Callable[..., Any], args: Sequence[Any], ybar_lea
 
 def _diverged(plain: tuple[Any, Sequence[Any]], y: Any, tangents: Sequence[Any], diff: Sequence[int]) -> str:
     """Where the traced run's output or tangents differ from the plain run's (``plain``: output, tangents), in words;
-    '' where they agree to rounding (a millionth of the values). The tape runs NumPy's own functions on the raw values, so a difference beyond
-    rounding is another path through the rule: hdmm's loss catches the tape's TraceError in a bare ``except`` and
-    returns inf and a zero gradient, where the plain call gives 3.0 and the gradient."""
+    '' where they agree to rounding (a millionth of the values). The tape runs NumPy's own functions on the raw
+    values, so a difference beyond rounding is another path through the rule: hdmm's loss catches the tape's
+    TraceError in a bare ``except`` and returns inf and a zero gradient, where the plain call gives 3.0 and the
+    gradient."""
     plain_y, plain_t = plain
     pairs = [(f"output {k}", p, t) for k, (p, t) in enumerate(zip(_leaves(plain_y), _leaves(y)))]
     pairs += [(f"the tangent for argument {i}", p, t) for i in diff if i < len(tangents) and i < len(plain_t)
@@ -122,7 +123,8 @@ def _diverged(plain: tuple[Any, Sequence[Any]], y: Any, tangents: Sequence[Any],
         t = t.value if isinstance(t, Tracked) else t
         if p is None or t is None:
             if (p is None) != (t is None):
-                return f"{what}: {'None' if t is None else 'a value'} where the plain call gives {'None' if p is None else 'a value'}"
+                traced, plain_one = ("None", "a value") if t is None else ("a value", "None")
+                return f"{what}: {traced} where the plain call gives {plain_one}"
             continue
         try:
             a, b = np.asarray(p), np.asarray(t)
