@@ -70,6 +70,9 @@ def main() -> None:
 
 @main.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("-k", "--rule", "rules", multiple=True, metavar="NAMES",
+              help="Only the rules with these names, or names matching these globs (e.g. -k softplus_rrule -k 'log*'; "
+                   "comma-separated works too). PATH::NAME in PATHS chooses within one module.")
 @click.option("--select", multiple=True, metavar="IDS", help="Only these check ids or prefixes (e.g. GG2,GG301).")
 @click.option("--ignore", multiple=True, metavar="IDS", help="Skip these check ids or prefixes.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed for input generation: same seed, same verdict.")
@@ -127,23 +130,36 @@ def check_command(ctx: click.Context, paths: tuple[Path, ...], **params: Any) ->
     params["device"] = values.get("device")
     files = _targets(paths, config, params["repro_dir"])
     kwargs = check_kwargs(values)
+    if params["rules"]:
+        kwargs["rules"] = list(params["rules"])
     kwargs.setdefault("jobs", None)  # unset: one worker per CPU above a handful of rules (runner.check)
     _run_check(files, kwargs, **params)
 
 
-def _targets(paths: tuple[Path, ...], config: Any, repro_dir: Path | None) -> list[Path]:
-    """The rule modules to import: the paths given, else the configured ones, else discovery (checker.loader)."""
-    from gradguard.checker.loader import discover, module_files
+def _targets(paths: tuple[Path, ...], config: Any, repro_dir: Path | None) -> list[Path | str]:
+    """The rule modules to import: the paths given, else the configured ones, else discovery (checker.loader). A
+    path given as ``PATH::NAME`` stays so: the runner then checks only that module's rules NAME names."""
+    from gradguard.checker.loader import RULE_SEPARATOR, discover, module_files, split_rule_target
 
     chosen = list(paths) or config.paths()
-    missing = [str(p) for p in chosen if not p.exists()]
+    try:
+        split = [split_rule_target(p) for p in chosen]
+    except UsageError as exc:
+        _usage(str(exc))
+    missing = [str(p) for p, _ in split if not p.exists()]
     if missing:
         where = "" if paths else f" (from `paths` in {config.source})"
         _usage(f"Got path {missing[0]!r}{where}, which does not exist. Pass rule modules (.py) or folders of them.")
     exclude = [repro_dir] if repro_dir else []
     if not chosen:
         return discover(config.root, exclude=exclude)
-    return [f for p in chosen for f in (module_files(p, exclude=exclude) if p.is_dir() else [p])]
+    out: list[Path | str] = []
+    for path, pattern in split:
+        if pattern is not None:  # a folder's pattern chooses among all its modules' rules at once
+            out.append(f"{path}{RULE_SEPARATOR}{pattern}")
+        else:
+            out.extend(module_files(path, exclude=exclude) if path.is_dir() else [path])
+    return out
 
 
 def _run_check(files: list[Path], kwargs: dict[str, Any], *, device: str | None, repro_dir: Path | None,

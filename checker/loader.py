@@ -14,6 +14,8 @@ folder. With no path at all, :func:`discover` looks for files named
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import hashlib
 import importlib.util
 import os
@@ -219,8 +221,41 @@ def _files(path: Path) -> Iterable[Path]:
         yield path
 
 
+RULE_SEPARATOR = "::"  # ``rules.py::softplus_rrule``: one rule of a module, as pytest names one test
+
+
+def split_rule_target(item: str | Path) -> tuple[Path, str | None]:
+    """``(path, rule pattern)`` of a target written ``path::pattern`` (a rule name, or a glob of names); a path
+    that exists as written is a path, whatever it contains."""
+    text = str(item)
+    if RULE_SEPARATOR not in text or Path(text).exists():
+        return Path(item), None
+    path, _, pattern = text.rpartition(RULE_SEPARATOR)
+    if not path or not pattern:
+        raise UsageError(f"Got {text!r}; write one rule of a module as PATH{RULE_SEPARATOR}NAME "
+                         f"(e.g. rules.py{RULE_SEPARATOR}softplus_rrule; NAME may be a glob such as 'soft*').")
+    return Path(path), pattern
+
+
+def matching(rules: list[RuleSpec], pattern: str) -> list[RuleSpec]:
+    """The rules whose name is ``pattern``, or matches it as a glob (``*``, ``?``, ``[...]``)."""
+    return [r for r in rules if r.name == pattern or fnmatch.fnmatchcase(r.name, pattern)]
+
+
+def no_rule_matches(pattern: str, rules: list[RuleSpec], where: str) -> UsageError:
+    """The usage error for a rule pattern that selects nothing: what was there, and the closest names."""
+    names = [r.name for r in rules]
+    close = difflib.get_close_matches(pattern, list(dict.fromkeys(names)), n=3, cutoff=0.8)  # typos, not kin
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    have = f"its {len(names)} rule(s): {shown}" if names else "no rule"
+    return UsageError(f"Got rule {pattern!r}, which names none of the rules in {where} ({have}).{hint} "
+                      "Give a rule's name, or a glob of names such as 'soft*'.")
+
+
 def collect(target: Any) -> tuple[list[RuleSpec], list[LoadFailure]]:
-    """All rules in ``target`` (RuleSpec, iterable of them, module, path or folder, or a list of paths)."""
+    """All rules in ``target`` (RuleSpec, iterable of them, module, path or folder, or a list of paths). A path
+    written ``path::pattern`` gives only that module's rules named by the pattern (a name or a glob)."""
     if isinstance(target, RuleSpec):
         return [target], []
     if isinstance(target, ModuleType):
@@ -237,12 +272,20 @@ def collect(target: Any) -> tuple[list[RuleSpec], list[LoadFailure]]:
         if isinstance(item, (RuleSpec, ModuleType)):
             rules.extend(collect(item)[0])
             continue
-        path = Path(item)
+        path, pattern = split_rule_target(item)
         if not path.exists():
             raise UsageError(f"Got path {str(path)!r}, which does not exist. Pass a rule module (.py) or a folder of them.")
+        found: list[RuleSpec] = []
+        failed = len(failures)
         for file in _files(path):
             try:
-                rules.extend(rules_in(load_module(file)))
+                found.extend(rules_in(load_module(file)))
             except LoadError as err:
                 failures.append(LoadFailure(path=_shown(file), traceback=err.traceback_text))
+        if pattern is not None:
+            chosen = matching(found, pattern)
+            if not chosen and len(failures) == failed:  # (a module that failed to import is reported instead)
+                raise no_rule_matches(pattern, found, str(path))
+            found = chosen
+        rules.extend(found)
     return rules, failures

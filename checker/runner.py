@@ -22,7 +22,7 @@ from gradguard.checker._version import VERSION
 from gradguard.checker.checks import catalogue, check_prefixes
 from gradguard.checker.contexts._jax_engine import MODES as JAX_COLUMN_MODES
 from gradguard.checker.errors import SpecError, UsageError
-from gradguard.checker.loader import collect
+from gradguard.checker.loader import collect, matching, no_rule_matches
 from gradguard.checker.options import (DEFAULT_INPUT_BUDGET_S, DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB,
                                        DEFAULT_RULE_TIMEOUT_S, DEFAULT_SHRINK_BUDGET_S, DEFAULT_SHRINK_STEPS, Options,
                                        PerRule)
@@ -85,6 +85,7 @@ def check(
     jax_cache_dir: str | os.PathLike[str] | None = None,
     unused_cotangent: str | None = None,
     jax_column: str | None = None,
+    rules: Any = None,
 ) -> Report:
     """Check every rule in ``target`` (a rule, module, path, folder or list) and return a :class:`Report`.
 
@@ -109,7 +110,9 @@ def check(
     traced by JAX once per (rule, context, shapes, dtypes) and run with NumPy, compiling nothing (NumPy
     rules; a JAX rule's programs run eagerly). None: "auto", traced for a NumPy rule and, for a JAX rule,
     compiled while JAX's persistent cache is in force and eager otherwise. The verdicts are the same;
-    bench/RESULTS.md has the measured trade-offs."""
+    bench/RESULTS.md has the measured trade-offs. ``rules``: only the rules named by these patterns (a rule's name
+    or a glob of names, a string or a list; a path target written ``path::pattern`` chooses within that module);
+    a pattern that names no rule is a usage error, unless a module failed to import (the report then says so)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"Got seed={seed!r}, but seed must be an int.")
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 0):
@@ -139,7 +142,15 @@ def check(
     ids = select_checks(select, ignore)
     started = time.perf_counter()
     share_gpu_memory()  # before the rules' modules load: one may start JAX's GPU backend at import
+    patterns = _rule_patterns(rules)
     rules, failures = collect(target)
+    if patterns:
+        chosen = {id(r) for p in patterns for r in matching(rules, p)}
+        if not failures:
+            for pattern in patterns:
+                if not matching(rules, pattern):
+                    raise no_rule_matches(pattern, rules, "the modules checked")
+        rules = [r for r in rules if id(r) in chosen]
     options = Options(seed=seed, max_examples=max_examples or DEFAULT_MAX_EXAMPLES, rule_timeout_s=rule_timeout_s,
                       memory_limit_mb=memory_limit_mb or None, root=os.getcwd(),
                       shrink_budget_s=shrink_budget_s, shrink_steps=shrink_steps, unused_cotangent=unused_cotangent,
@@ -147,6 +158,8 @@ def check(
     settings = {"seed": seed, "max_examples": options.max_examples, "checks": ids, "select": select, "ignore": ignore}
     if unused_cotangent is not None:
         settings["unused_cotangent"] = unused_cotangent
+    if patterns:
+        settings["rules"] = patterns
     report = Report(load_errors=failures, settings=settings)
     cache = _open_cache(cache_dir, use_cache, ids, options)
     if jax_cache_dir is not None:
@@ -185,6 +198,24 @@ def check(
     report.environment = environment()
     report.duration_s = time.perf_counter() - started
     return report
+
+def _rule_patterns(rules: Any) -> list[str]:
+    """``rules=`` as a list of patterns: a string (comma-separated names or globs) or an iterable of strings."""
+    if rules is None:
+        return []
+    items = [rules] if isinstance(rules, str) else rules
+    try:
+        items = list(items)
+    except TypeError:
+        items = [items]
+    if not all(isinstance(i, str) for i in items):
+        raise UsageError(f"Got rules={rules!r}, but rules must be a rule name or glob ('soft*'), or a list of them.")
+    patterns = [p.strip() for i in items for p in i.split(",") if p.strip()]
+    if not patterns:
+        raise UsageError(f"Got rules={rules!r}, which names no rule. Give a rule's name or a glob such as 'soft*', "
+                         "or leave rules out to check every rule.")
+    return patterns
+
 
 def _open_cache(cache_dir: Any, use_cache: bool | None, ids: list[str], options: Options) -> Any:
     if use_cache is False or (use_cache is None and cache_dir is None):

@@ -271,3 +271,84 @@ def test_a_reproducer_loads_the_rule_from_the_module_it_was_declared_in(tmp_path
 
     (rule,) = rules_in(load_module(tmp_path / "my_rules.py"))
     assert _locator(rule)[0] == str(tmp_path / "my_rules.py")
+
+
+TWO_RULES = '''
+import numpy as np
+from gradguard.checker import rrule, arrays
+
+def square(x):
+    return x * x
+
+@rrule(square, arrays(shape=(3,)))
+def square_rrule(x):
+    return x * x, lambda ybar: (2 * x * ybar,)
+
+def cube(x):
+    return x ** 3
+
+@rrule(cube, arrays(shape=(3,)))
+def cube_rrule(x):
+    return x ** 3, lambda ybar: (2 * x * x * ybar,)  # wrong: 3 x^2
+'''
+
+
+@pytest.fixture
+def two_rules(tmp_path):
+    (tmp_path / "two.py").write_text(TWO_RULES)
+    (tmp_path / "bad.py").write_text(BAD)
+    return tmp_path
+
+
+@pytest.mark.parametrize("args", [
+    ["-k", "square_rrule"],  # a name
+    ["--rule", "sq*"],  # a glob
+    ["-k", "nothing_like_it,square_rrule"],  # comma-separated: each pattern must name a rule
+])
+def test_rule_option_checks_only_the_named_rules(two_rules, args):
+    if "nothing_like_it" in args[1]:
+        result = run("check", str(two_rules / "two.py"), *args, "--select", "GG201", "--no-cache")
+        assert result.exit_code == 2
+        assert "Got rule 'nothing_like_it', which names none of the rules in the modules checked" in result.output
+        assert "its 2 rule(s): square_rrule, cube_rrule" in result.output
+        return
+    result = run("check", str(two_rules / "two.py"), *args, "--select", "GG201", "--no-cache")
+    assert result.exit_code == 0, result.output  # cube_rrule, which fails GG201, was not checked
+    assert "PASS  square_rrule" in result.output and "cube_rrule" not in result.output
+
+
+def test_path_double_colon_chooses_within_that_module_only(two_rules):
+    # two.py::cube_rrule checks that rule alone of two.py, and bad.py (given whole) every one of its rules.
+    result = run("check", f"{two_rules / 'two.py'}::cube_*", str(two_rules / "bad.py"), "--select", "GG201",
+                 "--no-cache", "--json", "-")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    assert [r["name"] for r in report["rules"]] == ["cube_rrule", "total_rrule"]
+    assert report["settings"].get("rules") is None  # no -k: every rule of bad.py
+
+
+def test_rule_pattern_naming_nothing_is_a_usage_error_with_close_matches(two_rules):
+    result = run("check", f"{two_rules / 'two.py'}::squre_rrule", "--no-cache")
+    assert result.exit_code == 2
+    assert ("Usage error: Got rule 'squre_rrule', which names none of the rules in "
+            f"{two_rules / 'two.py'} (its 2 rule(s): square_rrule, cube_rrule). Did you mean 'square_rrule'?") in result.output
+    result = run("check", f"{two_rules / 'two.py'}::", "--no-cache")
+    assert result.exit_code == 2 and "write one rule of a module as PATH::NAME" in result.output
+
+
+def test_rules_keyword_of_check_filters_and_is_recorded_in_the_settings(two_rules):
+    report = check(two_rules / "two.py", rules="cube_rrule", select=["GG201"])
+    assert [r.name for r in report.rules] == ["cube_rrule"]
+    assert report.settings["rules"] == ["cube_rrule"]
+    assert not report.passed
+    with pytest.raises(ValueError, match=r"rules must be a rule name or glob"):
+        check(two_rules / "two.py", rules=[3])
+    with pytest.raises(ValueError, match=r"which names no rule"):
+        check(two_rules / "two.py", rules=" , ")
+
+
+def test_a_rule_pattern_in_a_module_that_fails_to_import_reports_the_import_failure(two_rules):
+    (two_rules / "broken.py").write_text(BROKEN_IMPORT)
+    result = run("check", f"{two_rules / 'broken.py'}::anything", "--no-cache")
+    assert result.exit_code == 1, result.output
+    assert "this module cannot be imported" in result.output
