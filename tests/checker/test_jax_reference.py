@@ -521,3 +521,41 @@ def test_a_complex_cotangent_under_jaxs_convention_is_shown_as_the_pullback_got_
     shown = draws["cotangent the pullback was called with (the drawn one conjugated: JAX's convention)"]
     drawn = np.array(eval(draws["cotangent"].replace("array", "")))  # noqa: S307 - our own repr of an array
     np.testing.assert_array_equal(np.array(eval(shown.replace("array", ""))), np.conj(drawn))  # noqa: S307
+
+
+# jaxoplanet's s0s1s2 on the line b + r = 1: its code takes a where(b + r == 1, ...) branch there alone, whose formula
+# JAX differentiates (0.0615 for the b-tangent) while the function's derivative all around is the rule's 0.0912503,
+# and central differences, which converge only as sqrt(h) there, could not tell the two apart: a false GG203 error.
+# The same shape in one variable: x + 20 sign(x - 1) |x - 1|**1.5, whose code takes 0.7 x + 0.3 at x = 1 exactly.
+def _contact_rule(slope_at_1):
+    import jax.numpy as jnp
+    from hypothesis import strategies as st
+
+    @jax.custom_vjp
+    def contact(x):
+        return jnp.where(x == 1.0, 0.7 * x + 0.3, x + 20 * jnp.sign(x - 1) * jnp.abs(x - 1) ** 1.5)
+
+    contact.defvjp(lambda x: (contact(x), x), lambda x, g: (g * (slope_at_1 + 30 * jnp.sqrt(jnp.abs(x - 1))),))
+    return jax_rule(contact, st.just(np.array([1.0, 1.0 + 2**-6, 0.5])), name="contact")
+
+
+ISOLATED = (
+    "JAX's derivative of the primal at this input is not the one it has all around it: its code takes a branch here "
+    "alone (a jnp.where on an equality), whose formula JAX differentiates, and at nearby points on every side the "
+    "reference is the pullback's value here; finite differences of the primal did not tell the two apart, so there "
+    "is no reference to judge by (GG201 judges the rule against the primal)"
+)
+
+
+def test_a_reference_that_takes_a_branch_at_the_input_alone_is_no_gg203_finding():
+    result = check(_contact_rule(1.0), seed=0, select=["GG203"]).rules[0]
+    assert result.findings == []
+    assert [p["reason"] for p in result.checks_partial if p["id"] == "GG203"] == [ISOLATED]
+
+
+def test_a_rule_wrong_around_an_isolated_branch_still_fails_gg203():
+    (finding,) = check(_contact_rule(1.2), seed=0, select=["GG203"]).findings
+    assert finding.message == (
+        "the pullback of contact disagrees with the JAX reference gradient (jax.vjp of the function underneath the "
+        "custom_vjp): cotangent for argument 0 (x) at [0]: expected 0.7 (JAX), got 1.2."
+    )
