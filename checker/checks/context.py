@@ -126,7 +126,7 @@ def _right(outcome: Outcome, aliasing: bool) -> list[str]:
     return [r.context.name for r in outcome.rows if r.context.aliasing == aliasing and not _wrong(r, _baseline(outcome))]
 
 
-def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
+def _problem(outcome: Outcome, row: "Row", fix: str, also: str = "") -> Problem:
     engines = _wrong(row, _baseline(outcome))
     worst = max((row.cells[e].rel_error or 0.0 for e in engines), default=0.0)
     diagnosis = next((row.cells[e].diagnosis for e in engines if row.cells[e].diagnosis), None)
@@ -139,7 +139,7 @@ def _problem(outcome: Outcome, row: "Row", fix: str) -> Problem:
             error = f"{off:.3g} where the program's gradient is 0"
     message = (
         f"in context `{row.context.name}` ({row.context.description}) the gradient of the program is wrong "
-        f"under {', '.join(engines)} ({error})."
+        f"under {', '.join(engines)} ({error}){also or '.'}"
     )
     if diagnosis:
         message += f" Watch mode: {diagnosis}"
@@ -331,7 +331,32 @@ def aliases_accumulate(ctx: "PerRule") -> Iterable[Problem]:
         "while reading another (copy first), and do not mutate weights that a transposed view may share."
     )
     for row in _context_rows(outcome, aliasing=True):
-        yield _reproducible(ctx, "GG502", outcome, row, _problem(outcome, row, fix))
+        alone = _wrong_whatever_the_aliasing(outcome, row)
+        problem = _problem(outcome, row, fix) if alone is None else _problem(outcome, row, _ALONE_FIX, also=alone)
+        yield _reproducible(ctx, "GG502", outcome, row, problem)
+
+
+_ALONE_FIX = (
+    "The pullback is wrong at this input on its own, with equal values in the two slots (a tie that gives each slot "
+    "the whole cotangent where they should share it, a removable singularity where two arguments meet, a formula that "
+    "divides by their difference): compare its tangents with finite differences there (see the reproducer). The "
+    "isolation checks (GG201) judge the rule at the inputs they draw, which may never put equal values in two slots."
+)
+
+
+def _wrong_whatever_the_aliasing(outcome: Outcome, row: "Row") -> str | None:
+    """The sentence GG502 adds where every engine wrong in an aliasing row is wrong too in its twin with distinct
+    arrays of the same values (`Row.distinct`): the rule is wrong at this input, not in accumulating over aliases
+    (jaxoplanet's cel at p = 1 - k2). None where some engine is right there, or the twin did not run."""
+    twin = row.distinct
+    engines = _wrong(row, _baseline(outcome))
+    if twin is None or not engines or any(twin.cells.get(e) is None or twin.cells[e].status != "wrong" for e in engines):
+        return None
+    errors = [twin.cells[e].rel_error for e in engines]
+    error = ("a non-finite gradient" if any(r is None for r in errors)
+             else f"relative error {max(r for r in errors if r is not None):.1e}")
+    return (f", and wrong too when the slots get distinct arrays of the same values ({error}): the gradient is wrong at "
+            f"this input whatever the aliasing, not in how the rule accumulates over aliases. The input: {row.shown_inputs}.")
 
 
 def _primal_fix(rule: Any) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 from gradguard.checker import kinks, tolerances
 from gradguard.checker._deadline import at_safe_point
 from gradguard.checker._memory import note_memory_error
+from gradguard.checker.inputs import show
 from gradguard.checker.contexts._engine import Cell, Engine, RuleView, scalar as _scalar, text as _text
 from gradguard.checker.contexts._engines import ENGINES, check_settings, engine as engine_named, engines_for
 from gradguard.engines.fd import first_step
@@ -70,6 +71,11 @@ class Row:
     # The baseline program again at a generic input, where finite differences gave some engine no verdict at the
     # drawn one (`_baseline_elsewhere`): whether the rule is wrong on its own there. Not part of the report.
     elsewhere: "Row | None" = None
+    # An aliasing row's twin with distinct arrays of the same values in the aliased slots, run by the engines wrong
+    # in it (`_distinct_row`): whether they are wrong at this input whatever the aliasing. Not part of the report.
+    distinct: "Row | None" = None
+    # The program's inputs as shown in a finding (`show`), set where the twin ran.
+    shown_inputs: str | None = None
 
 
 @dataclass
@@ -149,7 +155,12 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         at_safe_point()  # an expired time limit stops between two contexts
         v = weights_like(plan.inputs, rng)
         fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
-        outcome.rows.append(_run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value))
+        row = _run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value)
+        outcome.rows.append(row)
+        wrong = tuple(c for c in columns if row.cells.get(c.name) is not None and row.cells[c.name].status == "wrong")
+        if ctx.aliasing and wrong and fitted.plan.distinct is not None:
+            row.distinct = _distinct_row(ctx, fitted.plan, v, view, wrong, outcome.tol)
+            row.shown_inputs = _shown_inputs(ctx, fitted.plan, sig.diff)
     base = next((r for r in outcome.rows if r.context.name == BASELINE), None)
     if base is not None and any(no_verdict(c) for c in base.cells.values()):
         base.elsewhere = _baseline_elsewhere(base.context, rule, seed, args, ranges, shapes, view, columns, outcome.tol)
@@ -197,6 +208,34 @@ def _baseline_elsewhere(ctx: Context, rule: RuleSpec, seed: int, args: tuple, ra
     except Exception as exc:  # noqa: BLE001 - the primal or the plan refuses the second draw: nothing to compare
         note_memory_error(exc)
         return None
+
+
+def _distinct_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, columns: tuple[Engine, ...],
+                  tol: tolerances.Tolerance) -> Row | None:
+    """An aliasing row's twin under the engines wrong in it: the same program, inputs and weights, with the slots that
+    share memory given distinct arrays of the same values (`Plan.distinct`). An engine wrong there too is wrong at this
+    input whatever the aliasing: jaxoplanet's cel(k2, p, a, b), given one array as k2 and p, at 0.5 in one entry (p =
+    1 - k2, a removable singularity of its derivative), is as wrong there with two arrays, and GG502 blamed accumulation
+    over aliases."""
+    try:
+        twin = replace(plan, program=plan.distinct, distinct=None, same=None, memo={})
+        return _run_row(ctx, twin, v, view, columns, tol)
+    except Exception as exc:  # noqa: BLE001 - the twin cannot run: nothing to tell the aliasing from the input
+        note_memory_error(exc)
+        return None
+
+
+def _shown_inputs(ctx: Context, plan: Plan, diff: Sequence[int]) -> str:
+    """An aliasing program's inputs as a finding shows them: each moving argument by position, and which slot gets
+    which argument's array (`_aliased`'s key is (i, j), argument j being argument i's array; tied weights' is (k,))."""
+    if ctx.name == "tied-weights":
+        (k,) = plan.key
+        shown = ", ".join(f"argument {p} = {show(x)}" for p, x in zip(diff, plan.inputs))
+        return f"{shown}; the second call gets argument {k}'s array transposed"
+    i, j = plan.key
+    moving = [p for p in diff if p != j]
+    shown = ", ".join(f"argument {p} = {show(x)}" for p, x in zip(moving, plan.inputs))
+    return f"{shown}; argument {j} is argument {i}'s array{'.T' if ctx.name == 'transposed-alias' else ''}"
 
 
 def _generator(seed: int, ctx: Context) -> np.random.Generator:

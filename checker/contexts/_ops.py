@@ -74,6 +74,11 @@ class Ops:
         y = self.xp.dot(flat, flat)
         return self.xp.real(y) if _is_complex(x) else y
 
+    def distinct(self, x: Any) -> Any:
+        """A new array of ``x``'s values that its engine differentiates as ``x`` itself (``x * 1``): what an aliasing
+        context's twin passes in the second slot, so that the rule sees two arrays where it saw one."""
+        return self.xp.multiply(x, 1)
+
     def _real_sum(self, v: Any, like: Any) -> Any:
         s = self.xp.sum(v)
         return self.xp.real(s) if _is_complex(like) or _is_complex(v) else s

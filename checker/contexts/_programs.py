@@ -116,6 +116,10 @@ class Plan:
     # Engines' state for this program where ``same`` is None (a compiled program), shared by the plans
     # `dataclasses.replace` makes from this one (the same program at other inputs).
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # An aliasing context's twin: the same program with the slots that share memory given distinct arrays of the
+    # same values (`Ops.distinct`), which engines still differentiate as one. A gradient wrong in both is wrong at
+    # this input whatever the aliasing (GG502 says so). None for the other contexts.
+    distinct: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -429,7 +433,12 @@ def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: An
         at[j] = alias(at[i])
         return ops.loss(ops.call(*sig.assemble(at)), consts[0])
 
-    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j))
+    def distinct(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        at = dict(zip(moving, xs))
+        at[j] = alias(ops.distinct(at[i]))
+        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+
+    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j), distinct=distinct)
 
 
 def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
@@ -515,14 +524,19 @@ def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:
     c1 = loss_weights(sig.weighed(sig.output), rng)
     c2 = loss_weights(sig.weighed(_output_on_transpose(sig, k)), rng)
 
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+    def tied(ops: Ops, consts: tuple, xs: tuple[Any, ...], transposed: Callable[[Any], Any]) -> Any:
         at = sig.by_position(xs)
-        w = at[k]
         y1 = ops.call(*sig.assemble(at))
-        y2 = ops.call(*sig.assemble({**at, k: w.T}))  # the same weights, transposed (an autoencoder's decoder)
+        y2 = ops.call(*sig.assemble({**at, k: transposed(at[k])}))  # the same weights, transposed (a decoder's)
         return ops.loss(y1, consts[0]) + ops.loss(y2, consts[1])
 
-    return Plan(sig.inputs(), (c1, c2), program, key=(k,))
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return tied(ops, consts, xs, lambda w: w.T)
+
+    def distinct(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return tied(ops, consts, xs, lambda w: ops.distinct(w).T)
+
+    return Plan(sig.inputs(), (c1, c2), program, key=(k,), distinct=distinct)
 
 
 def _output_on_transpose(sig: Signature, k: int) -> Any:

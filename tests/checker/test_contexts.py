@@ -510,3 +510,34 @@ def test_a_numpy_rule_wrong_in_a_view_context_is_given_both_causes():
     assert found["context strided-view"].fix.endswith(
         "or the pullback is wrong at this program's input whatever its layout: run the reproducer, and see whether "
         "the isolation checks (GG201) fail there too.")
+
+
+def mul(a, b):
+    return a * b
+
+
+@rrule(mul, arrays(shape=(3,)), arrays(shape=(3,)))
+def mul_equal_values_rrule(a, b):
+    # wrong wherever the two arguments hold equal values, aliased or not: a removable singularity's special case
+    # that forgets the second slot's partial (jaxoplanet's cel at p = 1 - k2 was wrong there with two arrays too)
+    equal = np.array_equal(a, b)
+    return a * b, lambda g: (g * b, 0 * g if equal else g * a)
+
+
+def test_gg502_says_a_rule_wrong_with_distinct_arrays_of_the_same_values_is_wrong_whatever_the_aliasing():
+    result = check(mul_equal_values_rrule, select="GG502").rules[0]
+    (finding,) = result.findings
+    assert finding.location == "context same-array-twice"
+    assert re.fullmatch(
+        r"in context `same-array-twice` \(the same array in two argument slots: rule\(x, x\)\) the gradient of the "
+        r"program is wrong under tape\[zero\], [^(]+ \(relative error [0-9.e+-]+\), and wrong too when the slots get "
+        r"distinct arrays of the same values \(relative error [0-9.e+-]+\): the gradient is wrong at this input "
+        r"whatever the aliasing, not in how the rule accumulates over aliases\. The input: argument 0 = array\(\[.*\]\); "
+        r"argument 1 is argument 0's array\.", finding.message), finding.message
+    assert finding.fix.startswith("The pullback is wrong at this input on its own, with equal values in the two slots")
+
+
+def test_gg502_still_blames_accumulation_where_distinct_arrays_of_the_same_values_are_right():
+    (finding,) = check(_rule(EXAMPLES / "aliasing.py", "mul_alias_rrule"), select="GG502").rules[0].findings
+    assert "wrong too when the slots get distinct arrays" not in finding.message
+    assert finding.fix.startswith("Return each slot's own partial derivative")
