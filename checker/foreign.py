@@ -67,14 +67,15 @@ def library_of(value: Any) -> str | None:
 
 
 def to_numpy(value: Any) -> Any:
-    """A writable NumPy copy of a dense float or complex JAX array or PyTorch tensor (same dtype and shape); other
+    """A writable NumPy copy of a dense float or complex JAX array or PyTorch tensor (same dtype, shape and, for a
+    tensor, memory order: a channels_last one stays so when the checks hand it back as a tensor); other
     values as they are: an integer index array, a sparse tensor, a constant of the rule's own kind is handed to the
     rule as drawn (it has no tangent either way, and an adapter may need it as it is)."""
     lib = library_of(value)
     if lib == "jax" and np.dtype(value.dtype).kind in "fc":
         return np.array(value)
     if lib == "torch" and value.layout == sys.modules["torch"].strided and (value.is_floating_point() or value.is_complex()):
-        return value.detach().cpu().resolve_conj().numpy().copy()
+        return value.detach().cpu().resolve_conj().numpy().copy(order="K")  # its memory layout kept (channels_last)
     return value
 
 

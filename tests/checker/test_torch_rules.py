@@ -619,3 +619,41 @@ def test_the_real_part_for_a_real_input_passes():
     rule = torch_rule(RealTimesComplexRealPart, arrays(shape=(3,)), arrays(shape=(3,), dtype="complex128"))
     report = check(rule, select=["GG1", "GG2", "GG7"], max_examples=5)
     assert report.passed, [(f.check_id, f.message) for f in report.findings]
+
+
+def _channels_last(a):
+    return torch.as_tensor(a).contiguous(memory_format=torch.channels_last)
+
+
+class _DoubleInto(torch.autograd.Function):
+    """Doubles; its backward writes the gradient's memory in NCHW order into a tensor made like x."""
+
+    fmt = torch.preserve_format  # x's own layout: channels_last where x is (the broken twin)
+
+    @classmethod
+    def forward(cls, ctx, x):
+        ctx.save_for_backward(x)
+        return 2 * x
+
+    @classmethod
+    def backward(cls, ctx, dy):
+        (x,) = ctx.saved_tensors
+        gx = torch.empty_like(x, memory_format=cls.fmt)
+        torch.as_strided(gx, (gx.numel(),), (1,)).copy_(2 * dy.contiguous().view(-1))  # memory read as NCHW
+        return gx
+
+
+class _DoubleIntoContiguous(_DoubleInto):
+    fmt = torch.contiguous_format
+
+
+# stylegan2-ada-pytorch's convolutions run on channels_last tensors, which a spec may draw; the checks handed the
+# rule NumPy copies rebuilt in C order, so such a rule met the layout its spec declares in a dozen of a thousand
+# calls, and a backward that assumed NCHW memory passed every isolation check.
+def test_a_spec_drawing_channels_last_tensors_hands_the_rule_that_layout():
+    spec = arrays(shape=(2, 3, 4, 5)).map(_channels_last)
+    broken = check(torch_rule(_DoubleInto, spec, name="double_into"), seed=0, select=["GG201"]).findings
+    assert [f.check_id for f in broken] == ["GG201"]
+    assert broken[0].message.startswith("the pullback of double_into disagrees with finite differences of the primal")
+    fixed = check(torch_rule(_DoubleIntoContiguous, spec, name="double_into_contiguous"), seed=0, select=["GG201"])
+    assert fixed.findings == [] and fixed.rules[0].checks_run == ["GG201"]
