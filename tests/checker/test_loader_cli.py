@@ -273,17 +273,7 @@ def test_a_reproducer_loads_the_rule_from_the_module_it_was_declared_in(tmp_path
     assert _locator(rule)[0] == str(tmp_path / "my_rules.py")
 
 
-TWO_RULES = '''
-import numpy as np
-from gradguard.checker import rrule, arrays
-
-def square(x):
-    return x * x
-
-@rrule(square, arrays(shape=(3,)))
-def square_rrule(x):
-    return x * x, lambda ybar: (2 * x * ybar,)
-
+TWO_RULES = GOOD + '''
 def cube(x):
     return x ** 3
 
