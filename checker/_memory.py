@@ -58,12 +58,14 @@ _local = threading.local()
 
 class RuleMemoryLimit(BaseException):
     """Raised when a rule exceeds its memory budget (BaseException: Hypothesis must not catch it); ``maps``: the
-    kernel's limit on the process's memory maps, not the budget, stopped it."""
+    kernel's limit on the process's memory maps, not the budget, stopped it; ``inherited``: most of those maps were
+    there before the rule started (mapped by the calls of rules checked before it in the same process), so the
+    limit says nothing about this rule."""
 
-    def __init__(self, budget_mb: float, measured: str, *, maps: bool = False) -> None:
+    def __init__(self, budget_mb: float, measured: str, *, maps: bool = False, inherited: bool = False) -> None:
         super().__init__(f"exceeded the kernel's limit on memory maps: {measured}" if maps else
                          f"exceeded the {budget_mb:g} MB per-rule memory limit: {measured}")
-        self.budget_mb, self.measured, self.maps = budget_mb, measured, maps
+        self.budget_mb, self.measured, self.maps, self.inherited = budget_mb, measured, maps, inherited
 
 
 def default_limit_mb() -> int | None:
@@ -182,9 +184,9 @@ class MemoryLimit:
         if held is not None and held > limit * MAPS_SHARE:
             self._spent_at = time.monotonic()
             self.spent = RuleMemoryLimit(self.mb or 0, (
-                f"its process holds {held:,} memory maps ({start:,} when the rule started), past "
-                f"{MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
-                maps=True)
+                f"its process holds {held:,} memory maps ({start:,} when the rule started, {held - start:,} mapped "
+                f"since), past {MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
+                maps=True, inherited=start > held - start)
 
     def note_request(self, requested: int) -> None:
         """An allocation of ``requested`` bytes failed: over the budget when more than what was left."""

@@ -130,8 +130,19 @@ def _cause_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(cause), cause, cause.__traceback__)) if cause else ""
 
 
+INHERITED_MAPS = "ProcessMapsExhausted"  # RuleResult.error type: stopped by maps an earlier rule left in the process
+
+
 def _over_memory(result: RuleResult, exc: RuleMemoryLimit) -> None:
     result.verdict = "error"
+    if exc.maps and exc.inherited:
+        # Not this rule's doing: an eager JAX rule checked before it in this process left tens of thousands of maps
+        # behind (jax_fdm's solvers, 57 to 127 per call), and every rule after it was stopped at once and blamed.
+        result.error = {"type": INHERITED_MAPS, "traceback": "", "message": (
+            f"not checked: {exc.measured}. Most of those maps were there before this rule started, mapped by the calls "
+            "of rules checked before it in the same process, so the limit says nothing about this rule; a run of "
+            "several rules checks such a rule again in a process of its own. Alone: gradguard check FILE::NAME")}
+        return
     if exc.maps:
         result.error = {"type": "MemoryLimit", "traceback": "", "message": (
             f"stopped before every check had run: {exc.measured}. A process at that limit can map no more memory "

@@ -26,7 +26,7 @@ from gradguard.checker.loader import collect, matching, no_rule_matches
 from gradguard.checker.options import (DEFAULT_INPUT_BUDGET_S, DEFAULT_MAX_EXAMPLES, DEFAULT_MEMORY_LIMIT_MB,
                                        DEFAULT_RULE_TIMEOUT_S, DEFAULT_SHRINK_BUDGET_S, DEFAULT_SHRINK_STEPS, Options,
                                        PerRule)
-from gradguard.checker.per_rule import check_rule, time_limit
+from gradguard.checker.per_rule import INHERITED_MAPS, check_rule, time_limit
 from gradguard.checker.report import Report, RuleResult
 from gradguard.checker.specs import validate_unused_cotangent
 from gradguard.engines.jax_engine._runtime import share_gpu_memory
@@ -182,15 +182,26 @@ def check(
             finished(result)
     if jobs is None:
         jobs = 0 if len(todo) > AUTO_JOBS_ABOVE else 1
+
+    def final(result: RuleResult, *_: int) -> None:
+        if not _inherited_maps(result):  # reported once checked again in a process of its own
+            finished(result)
+
+    inherited: list[int] = []
     if jobs != 1 and len(todo) > 1:
         from gradguard.checker.parallel import check_in_processes
 
-        for i, result in zip(todo, check_in_processes([rules[i] for i in todo], ids, options, jobs, finished)):
+        for i, result in zip(todo, check_in_processes([rules[i] for i in todo], ids, options, jobs, final)):
             results[i] = result
+        inherited = [i for i in todo if _inherited_maps(results[i])]
     else:
-        for i in todo:
+        for n, i in enumerate(todo):
             results[i] = check_rule(rules[i], ids, options)
+            if _inherited_maps(results[i]):
+                inherited = todo[n:]  # this process can map no more: the rest go to a fresh one
+                break
             finished(results[i])
+    _check_in_fresh_processes(inherited, rules, results, ids, options, final, finished)
     if cache is not None:
         for i in todo:
             cache.put(keys[i], results[i])
@@ -198,6 +209,30 @@ def check(
     report.environment = environment()
     report.duration_s = time.perf_counter() - started
     return report
+
+def _inherited_maps(result: RuleResult | None) -> bool:
+    return result is not None and result.verdict == "error" and (result.error or {}).get("type") == INHERITED_MAPS
+
+
+def _check_in_fresh_processes(indices: list[int], rules: list[Any], results: list[RuleResult | None], ids: list[str],
+                              options: Options, final: Any, finished: Any) -> None:
+    """Check again, in a fresh worker process, the rules stopped by memory maps that rules before them left in their
+    process (`per_rule.INHERITED_MAPS`), until each has had a process that held few maps when it started (each round's
+    first rule does) or a round makes no progress (rules no worker can load run in this process)."""
+    if not indices:
+        return
+    from gradguard.checker.parallel import check_in_processes
+
+    while indices:
+        for i, result in zip(indices, check_in_processes([rules[i] for i in indices], ids, options, 1, final)):
+            results[i] = result
+        again = [i for i in indices if _inherited_maps(results[i])]
+        if len(again) == len(indices):
+            for i in again:
+                finished(results[i])
+            return
+        indices = again
+
 
 def _rule_patterns(rules: Any) -> list[str]:
     """``rules=`` as a list of patterns: a string (comma-separated names or globs) or an iterable of strings."""

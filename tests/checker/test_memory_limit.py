@@ -257,7 +257,45 @@ def test_a_rule_that_maps_memory_it_never_unmaps_stops_near_the_kernels_limit_on
     (after,) = check([double_rrule], select=["GG101", "GG102"]).rules
     assert stopped.verdict == "error" and stopped.error["type"] == "MemoryLimit", stopped.error
     assert re.fullmatch(
-        r"stopped before every check had run: its process holds [\d,]+ memory maps \([\d,]+ when the rule started\), "
+        r"stopped before every check had run: its process holds [\d,]+ memory maps \([\d,]+ when the rule started, "
+        r"[\d,]+ mapped since\), "
         rf"past 90% of the {lowered:,} the kernel allows one process \(vm.max_map_count\)\. A process at that "
         r"limit can map no more memory whatever its size, .* or raise vm\.max_map_count \(sysctl\)", stopped.error["message"])
     assert after.verdict == "pass", after.error  # the next rule is checked as usual
+
+
+@rrule(double, arrays(shape=(3,)))
+def slow_double_rrule(x):
+    time.sleep(0.03)  # long enough for the monitor to count the maps while it runs
+    return 2.0 * x, lambda ybar: (2.0 * ybar,)
+
+
+@pytest.mark.skipif(map_count() is None or max_map_count() is None, reason="memory maps are counted through /proc")
+def test_a_rule_stopped_by_maps_an_earlier_rule_left_is_not_blamed_and_is_checked_in_a_fresh_process(monkeypatch):
+    """jax_fdm's eager solvers left 59,000 maps in the process, and every rule checked after them in it was stopped at
+    once and told that its calls map memory they do not unmap. Such a rule's error now says the maps were there before
+    it, and a run checks it again in a process of its own (here, one with the kernel's real limit): it passes."""
+    import gradguard.checker._memory as memory
+    from gradguard.checker.options import Options
+    from gradguard.checker.per_rule import INHERITED_MAPS, check_rule
+
+    monkeypatch.setattr(memory, "MAPS_EVERY_S", 0.02)
+    lowered = map_count() + 2000
+    monkeypatch.setattr(memory, "max_map_count", lambda: lowered)
+    ids = ["GG101", "GG102"]
+    try:
+        leaky, after = check([maps_and_never_unmaps_rrule, slow_double_rrule], select=ids, max_examples=50).rules
+        alone = check_rule(slow_double_rrule, ids, Options())  # in this process, the leak's maps still held
+    finally:
+        for m in _MAPPED:
+            m.close()
+        _MAPPED.clear()
+    assert leaky.verdict == "error" and leaky.error["type"] == "MemoryLimit", leaky.error
+    assert after.verdict == "pass" and after.error is None, after.error
+    assert alone.verdict == "error" and alone.error["type"] == INHERITED_MAPS
+    assert re.fullmatch(
+        r"not checked: its process holds ([\d,]+) memory maps \(([\d,]+) when the rule started, [\d,]+ mapped since\), "
+        rf"past 90% of the {lowered:,} the kernel allows one process \(vm.max_map_count\)\. Most of those maps were there "
+        r"before this rule started, mapped by the calls of rules checked before it in the same process, so the limit "
+        r"says nothing about this rule; a run of several rules checks such a rule again in a process of its own\. "
+        r"Alone: gradguard check FILE::NAME", alone.error["message"]), alone.error["message"]
