@@ -210,6 +210,7 @@ def check(
     report.duration_s = time.perf_counter() - started
     return report
 
+
 def _inherited_maps(result: RuleResult | None) -> bool:
     return result is not None and result.verdict == "error" and (result.error or {}).get("type") == INHERITED_MAPS
 
