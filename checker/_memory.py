@@ -58,9 +58,10 @@ _local = threading.local()
 
 class RuleMemoryLimit(BaseException):
     """Raised when a rule exceeds its memory budget (BaseException: Hypothesis must not catch it); ``maps``: the
-    kernel's limit on the process's memory maps, not the budget, stopped it; ``inherited``: most of those maps were
-    there before the rule started (mapped by the calls of rules checked before it in the same process), so the
-    limit says nothing about this rule."""
+    kernel's limit on the process's memory maps, not the budget, stopped it; ``inherited``: the rule mapped less than
+    half of that line itself, so it could not have reached it from a fresh process's start: the rest were there before
+    it (mapped by the calls of rules checked before it in the same process), and only a fresh process can say whether
+    the rule maps memory it never unmaps."""
 
     def __init__(self, budget_mb: float, measured: str, *, maps: bool = False, inherited: bool = False) -> None:
         super().__init__(f"exceeded the kernel's limit on memory maps: {measured}" if maps else
@@ -186,7 +187,7 @@ class MemoryLimit:
             self.spent = RuleMemoryLimit(self.mb or 0, (
                 f"its process holds {held:,} memory maps ({start:,} when the rule started, {held - start:,} mapped "
                 f"since), past {MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
-                maps=True, inherited=start > held - start)
+                maps=True, inherited=held - start < limit * MAPS_SHARE / 2)
 
     def note_request(self, requested: int) -> None:
         """An allocation of ``requested`` bytes failed: over the budget when more than what was left."""

@@ -139,9 +139,10 @@ def _over_memory(result: RuleResult, exc: RuleMemoryLimit) -> None:
         # Not this rule's doing: an eager JAX rule checked before it in this process left tens of thousands of maps
         # behind (jax_fdm's solvers, 57 to 127 per call), and every rule after it was stopped at once and blamed.
         result.error = {"type": INHERITED_MAPS, "traceback": "", "message": (
-            f"not checked: {exc.measured}. Most of those maps were there before this rule started, mapped by the calls "
-            "of rules checked before it in the same process, so the limit says nothing about this rule; a run of "
-            "several rules checks such a rule again in a process of its own. Alone: gradguard check FILE::NAME")}
+            f"not checked: {exc.measured}. This rule mapped too few of them to reach that line from a fresh start: "
+            "the rest were there before it, mapped by the calls of rules checked before it in the same process, so the "
+            "limit says nothing about this rule; a run checks such a rule again in a process of its own. Alone: "
+            "gradguard check FILE::NAME")}
         return
     if exc.maps:
         result.error = {"type": "MemoryLimit", "traceback": "", "message": (
