@@ -185,8 +185,8 @@ class MemoryLimit:
         if held is not None and held > limit * MAPS_SHARE:
             self._spent_at = time.monotonic()
             self.spent = RuleMemoryLimit(self.mb or 0, (
-                f"its process holds {held:,} memory maps ({start:,} when the rule started, {held - start:,} mapped "
-                f"since), past {MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
+                f"its process holds {held:,} memory maps ({start:,} when the rule started, {max(held - start, 0):,} "
+                f"mapped since), past {MAPS_SHARE:.0%} of the {limit:,} the kernel allows one process (vm.max_map_count)"),
                 maps=True, inherited=held - start < limit * MAPS_SHARE / 2)
 
     def note_request(self, requested: int) -> None:
