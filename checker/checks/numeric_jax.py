@@ -49,7 +49,7 @@ from gradguard.checker.checks._vjp import (
     tangent_pairs,
 )
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
-from gradguard.checker.checks.second_order import (_moved, _probe_step, discontinuous_at_x, fd_directional, kinked,
+from gradguard.checker.checks.second_order import (_moved, _unit_step, discontinuous_at_x, fd_directional, kinked,
                                                    kinked_where_not_finite, numpy_second_order, pullback_at)
 from gradguard.checker.inputs import apart, show, show_apart
 from gradguard.checker.kinks import contracted, defined_side, derivative_range, finer_steps_admit, unit_vector
@@ -257,13 +257,14 @@ ISOLATION_SHARE = 0.1  # the reference at each nearby point is within this share
 
 def _reference_isolated(case: Case, ybar: Any, bad: tuple[Any, ...]) -> bool:
     """Whether JAX's reference at ``x`` is an isolated value of the element ``bad`` (argument, index, the rule's
-adjoint there, JAX's): at ``x +- t u``, for two seeded random directions ``u`` and steps ``t`` of eps**(1/2) and
+    adjoint there, JAX's): at ``x +- t u``, for two seeded random directions ``u`` and steps ``t`` of eps**(1/2) and
     eps**(2/3) of the largest moving argument (at least 1; the narrowest float's eps among them), the reference is
-    always far nearer the rule's value at ``x`` than JAX's value at ``x`` is (within ``ISOLATION_SHARE`` of their gap). Then the primal's code is another function at ``x`` alone
-    (a branch taken on an equality): jaxoplanet's s0s1s2 at b + r = 1 exactly, where JAX gives 0.0615 for the
-    b-tangent, 0.0912 at 1e-9 away on either side (the rule's 0.0912503, which the central differences approach
-    only as sqrt(h), and the reference too: 0.0755 at 1e-5 away, for another cotangent). A rule wrong around ``x`` too differs from the reference there as well, and is reported; a
-    kink's sides differ from each other, and cannot both be near the rule's value."""
+    always far nearer the rule's value at ``x`` than JAX's value at ``x`` is (within ``ISOLATION_SHARE`` of their
+    gap). Then the primal's code is another function at ``x`` alone (a branch taken on an equality): jaxoplanet's
+    s0s1s2 at b + r = 1 exactly, where JAX gives 0.0615 for the b-tangent, 0.0912 at 1e-9 away on either side (the
+    rule's 0.0912503, which the central differences approach only as sqrt(h), and the reference too: 0.0755 at 1e-5
+    away, for another cotangent). A rule wrong around ``x`` too differs from the reference there as well, and is
+    reported; a kink's sides differ from each other, and cannot both be near the rule's value."""
     chosen = case.rule.extra.get(REFERENCE)
     i, idx, got, want = bad
     if chosen is None or np.iscomplexobj(got) or np.iscomplexobj(want):
@@ -278,7 +279,7 @@ adjoint there, JAX's): at ``x +- t u``, for two seeded random directions ``u`` a
     cotangent = _conj(copy_tree(ybar))
     for u in islice(_random_directions(case), 2):
         u = tuple(d if j in case.diff_positions else None for j, d in enumerate(u))
-        base = _probe_step(args, u) / 1e-5  # a step of 1 of the largest moving argument (at least 1)
+        base = _unit_step(args, u)
         for power in ISOLATION_POWERS:
             step = base * eps ** power
             for t in (step, -step):

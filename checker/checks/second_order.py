@@ -376,12 +376,17 @@ def jumps_at_x(f: Any, args: tuple[Any, ...], along: tuple[Any, ...],
 
 
 def _probe_step(args: tuple[Any, ...], along: tuple[Any, ...]) -> float:
-    """The first step :func:`kinked` and :func:`jumps_at_x` take along ``along``: 1e-5 of the largest moving argument
-    (at least 1) over the direction's largest element. The moving arguments only: a constant may be anything (a
-    callable a checkpoint runs, a module)."""
+    """The first step :func:`kinked` and :func:`jumps_at_x` take along ``along``: 1e-5 of :func:`_unit_step`."""
+    return 1e-5 * _unit_step(args, along)
+
+
+def _unit_step(args: tuple[Any, ...], along: tuple[Any, ...]) -> float:
+    """The step along ``along`` that moves some argument by the largest moving argument's size (at least 1): that size
+    over the direction's largest element. The moving arguments only: a constant may be anything (a callable a
+    checkpoint runs, a module)."""
     size = max([float(np.max(np.abs(a))) for a, v in zip(args, along) if v is not None and np.size(a)] + [1.0])
     reach = max([float(np.max(np.abs(v))) for v in along if v is not None and np.size(v)] + [1e-300])
-    return 1e-5 * size / reach
+    return size / reach
 
 
 def _moved(args: tuple[Any, ...], along: tuple[Any, ...], t: float) -> tuple[Any, ...]:

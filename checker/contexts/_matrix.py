@@ -157,10 +157,11 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
         row = _run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value)
         outcome.rows.append(row)
-        wrong = tuple(c for c in columns if row.cells.get(c.name) is not None and row.cells[c.name].status == "wrong")
-        if ctx.aliasing and wrong and fitted.plan.distinct is not None:
-            row.distinct = _distinct_row(ctx, fitted.plan, v, view, wrong, outcome.tol)
-            row.shown_inputs = _shown_inputs(ctx, fitted.plan, sig.diff)
+        if ctx.aliasing and fitted.plan.distinct is not None:
+            wrong = tuple(c for c in columns if c.name in row.cells and row.cells[c.name].status == "wrong")
+            if wrong:
+                row.distinct = _distinct_row(ctx, fitted.plan, v, view, wrong, outcome.tol)
+                row.shown_inputs = _shown_inputs(ctx, fitted.plan, sig.diff)
     base = next((r for r in outcome.rows if r.context.name == BASELINE), None)
     if base is not None and any(no_verdict(c) for c in base.cells.values()):
         base.elsewhere = _baseline_elsewhere(base.context, rule, seed, args, ranges, shapes, view, columns, outcome.tol)

@@ -428,15 +428,16 @@ def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: An
     moving = [p for p in sig.diff if p != j]
     c = loss_weights(sig.weighed(sig.output), rng)
 
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+    def aliased(ops: Ops, consts: tuple, xs: tuple[Any, ...], second: Callable[[Any], Any]) -> Any:
         at = dict(zip(moving, xs))
-        at[j] = alias(at[i])
+        at[j] = alias(second(at[i]))
         return ops.loss(ops.call(*sig.assemble(at)), consts[0])
 
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return aliased(ops, consts, xs, lambda x: x)
+
     def distinct(ops: Ops, consts: tuple, *xs: Any) -> Any:
-        at = dict(zip(moving, xs))
-        at[j] = alias(ops.distinct(at[i]))
-        return ops.loss(ops.call(*sig.assemble(at)), consts[0])
+        return aliased(ops, consts, xs, ops.distinct)
 
     return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j), distinct=distinct)
 
