@@ -16,6 +16,7 @@ Nothing here imports JAX at module import.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -125,8 +126,21 @@ def _private_copy(v: np.ndarray) -> np.ndarray:
 
 
 def _const_key(v: Any) -> Any:
-    """A constant as a cache key: small plain arrays by their exact bytes, dtype and shape, others as they are."""
-    return ("ndarray", v.dtype.str, v.shape, v.tobytes()) if _keyed_array(v) else v
+    """A constant as a cache key: small plain arrays and small JAX arrays (a grid of nodes given as a custom_jvp's
+    nondiff argument) by their exact bytes, dtype and shape, others as they are."""
+    if _keyed_array(v):
+        return ("ndarray", v.dtype.str, v.shape, v.tobytes())
+    if _small_jax_array(v):
+        held = np.asarray(v)
+        return ("jax", held.dtype.str, held.shape, held.tobytes())
+    return v
+
+
+def _small_jax_array(v: Any) -> bool:
+    """A concrete JAX array of at most _KEYED_ARRAY_BYTES (immutable: the bound function may hold it as it is)."""
+    jax = sys.modules.get("jax")
+    return (jax is not None and isinstance(v, jax.Array) and not isinstance(v, jax.core.Tracer)
+            and v.dtype.kind in "biufc" and v.nbytes <= _KEYED_ARRAY_BYTES)
 
 
 def _types(values: Any) -> tuple[Any, ...]:

@@ -8,9 +8,12 @@ differences call hundreds of times per check. :class:`Compiled` calls it under `
 * arguments at the positions it is told are fixed, and every argument that is not a float or complex
   value (an int, a bool, None, a string, a function), are jit's static arguments, as are keyword
   arguments; the others are traced, so one compilation serves every value of the same shapes and dtypes;
+* a fixed argument that holds arrays (a grid of nodes, a matrix, a mask given at a ``nondiff_argnums``
+  position, alone or in a container) is keyed by its contents (:func:`by_value`): one compilation per
+  value, the function given the argument itself, as eagerly;
 * where jit cannot run the function as eager JAX does (a Python branch on a traced value, NumPy or
-  ``float()`` applied to a tracer, an unhashable fixed argument), it runs eagerly, and that key is
-  remembered, so it is never traced again;
+  ``float()`` applied to a tracer, a fixed argument neither hashable nor made of arrays and hashable
+  values), it runs eagerly, and that key is remembered, so it is never traced again;
 * the first compiled run of each key is compared with an eager run of the same arguments; where they
   disagree beyond rounding (a function that takes another path on jit's tracers), that key runs eagerly
   from then on. So the values are eager JAX's wherever the two differ, and a call is never slower than
@@ -29,7 +32,7 @@ import numpy as np
 
 from gradguard.engines.jax_engine._runtime import load
 
-__all__ = ["Compiled", "agree"]
+__all__ = ["Compiled", "agree", "by_value", "ByValue"]
 
 # Compiled against eager, relative to the larger of 1 and the eager value's magnitude, in units of the
 # output dtype's machine epsilon: compiled programs fuse and may round differently, by a few ulps.
@@ -87,12 +90,13 @@ class Compiled:
     def __call__(self, args: Sequence[Any], fixed: Collection[int] = (), kwargs: Mapping[str, Any] | None = None) -> Any:
         kwargs = dict(kwargs or {})
         static = tuple(i for i, a in enumerate(args) if i in fixed or not _traceable(a))
-        statics = tuple((i, args[i]) for i in static) + (("kwargs", tuple(sorted(kwargs.items()))),)
         dynamic = [a for i, a in enumerate(args) if i not in static]
         try:
+            statics = tuple((i, by_value(args[i])) for i in static) + (
+                ("kwargs", tuple((k, by_value(v)) for k, v in sorted(kwargs.items()))),)
             key = (len(args), statics, _avals(dynamic))
             hash(key)
-        except TypeError:  # an unhashable fixed argument: jit cannot key on it
+        except TypeError:  # a fixed argument neither hashable nor made of arrays: jit cannot key on it
             return self.fun(*args, **kwargs)
         if key in self._state.eager:
             return self.fun(*args, **kwargs)
@@ -119,14 +123,74 @@ class Compiled:
 
             def run(statics: tuple, *dynamic: Any) -> Any:
                 nargs = len(statics) - 1 + len(dynamic)
-                fixed = dict(statics[:-1])
-                kwargs = dict(statics[-1][1])
+                fixed = {i: unwrapped(v) for i, v in statics[:-1]}
+                kwargs = {k: unwrapped(v) for k, v in statics[-1][1]}
                 it = iter(dynamic)
                 return fun(*(fixed[i] if i in fixed else next(it) for i in range(nargs)), **kwargs)
 
             run.__name__ = run.__qualname__ = self.name
             self._jitted = jax.jit(run, static_argnums=0)
         return self._jitted
+
+
+class ByValue:
+    """A fixed argument holding arrays, as jit's static argument: hashed and compared by its tree structure and
+    each leaf's type, dtype, shape and bytes (an array) or value (any other, hashable, leaf). ``value`` is the
+    argument itself, which the function is given."""
+
+    __slots__ = ("value", "_key", "_hash")
+
+    def __init__(self, value: Any, key: tuple) -> None:
+        self.value = value
+        self._key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByValue) and self._hash == other._hash and self._key == other._key
+
+    def __repr__(self) -> str:
+        return f"ByValue({type(self.value).__name__})"
+
+
+# The most array bytes one fixed argument may hold to be keyed by its contents: each key (and the argument) stays
+# in jit's cache, one per value; a larger one runs eagerly, as an unhashable argument does.
+KEYED_BYTES = 1 << 20
+
+
+def by_value(value: Any) -> Any:
+    """``value`` itself where it is hashable; else, where its leaves are arrays (KEYED_BYTES in all at most) and
+    hashable values, a :class:`ByValue` keyed by its contents (two arrays of equal bytes are one key; ``-0.0``
+    and ``0.0`` are two). Raises TypeError for a value that is neither (jit cannot key on it)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        pass
+    jax = load()
+    leaves, tree = jax.tree_util.tree_flatten(value)
+    parts = []
+    size = 0
+    for leaf in leaves:
+        if isinstance(leaf, (np.ndarray, jax.Array)) and not isinstance(leaf, jax.core.Tracer):
+            size += leaf.nbytes
+            if size > KEYED_BYTES:
+                raise TypeError(f"arrays of more than {KEYED_BYTES} bytes are not keyed by their contents")
+            arr = np.asarray(leaf)
+            if arr.dtype.hasobject:
+                raise TypeError(f"an array of Python objects ({arr.dtype}) has no contents jit can key on")
+            parts.append((type(leaf), arr.dtype.str, arr.shape, arr.tobytes()))
+        else:
+            hash(leaf)  # TypeError: nothing jit can key on
+            parts.append((type(leaf), leaf))
+    return ByValue(value, (tree, tuple(parts)))
+
+
+def unwrapped(value: Any) -> Any:
+    """The argument a :func:`by_value` key stands for."""
+    return value.value if isinstance(value, ByValue) else value
 
 
 def _traceable(a: Any) -> bool:

@@ -23,6 +23,7 @@ inserted at the ``nondiff_argnums`` positions, giving one tangent per argument.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from gradguard.engines.errors import AdapterError, clause
+from gradguard.engines.jax_engine._compiled import by_value, unwrapped
 from gradguard.engines.jax_engine._runtime import cotangent_for, cotangent_like, load
 
 __all__ = ["rrule_from_custom_vjp", "primal_of_custom_vjp", "CustomVjpParts", "custom_vjp_parts"]
@@ -79,8 +81,10 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
     jax = load()
     nondiff = parts.nondiff_argnums
     fwd = _perturbed_fwd(parts) if parts.symbolic_zeros else parts.fwd
-    jit_fwd = jax.jit(fwd, static_argnums=nondiff)
-    jit_bwd = jax.jit(parts.bwd, static_argnums=tuple(range(len(nondiff))))
+    # A nondiff argument holding arrays (a grid, a matrix) is keyed by its contents (`by_value`), so it compiles once
+    # per value instead of running eagerly on every call; fwd and bwd get the argument itself.
+    jit_fwd = jax.jit(_unwrapping(fwd), static_argnums=nondiff)
+    jit_bwd = jax.jit(_unwrapping(parts.bwd), static_argnums=tuple(range(len(nondiff))))
 
     resolve = _resolver(parts.fun)
 
@@ -90,9 +94,10 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
         args = resolve(given, kwargs)
         jargs = [a if i in nondiff else _to_jax(a) for i, a in enumerate(args)]
         statics = tuple(args[i] for i in nondiff if i < len(args))
-        compiled = _hashable(statics)
+        keyed = _keyed(statics)
+        compiled = keyed is not None
         try:
-            y, res = _run(jit_fwd if compiled else fwd, fwd, jargs)
+            y, res = _run(jit_fwd, fwd, _with_keys(jargs, nondiff)) if compiled else fwd(*jargs)
         except AdapterError:
             raise
         except Exception as exc:
@@ -103,7 +108,8 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
             ct = _cotangent(ybar, y)
             try:
                 try:
-                    out = _run(jit_bwd if compiled else parts.bwd, parts.bwd, [*statics, res, ct])
+                    out = (_run(jit_bwd, parts.bwd, [*keyed, res, ct], eager_args=[*statics, res, ct]) if compiled
+                           else parts.bwd(*statics, res, ct))
                 except Exception:
                     if not compiled:
                         raise
@@ -176,17 +182,40 @@ def _perturbed_fwd(parts: CustomVjpParts) -> Callable[..., Any]:
     return fwd
 
 
-def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any]) -> Any:
-    """Call the jitted function; on a `TypeError` (a value `jit` cannot take) run eagerly instead.
+def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any], eager_args: list[Any] | None = None) -> Any:
+    """Call the jitted function on ``args``; on a `TypeError` (a value `jit` cannot take) run eagerly instead, on
+    ``eager_args`` (``args`` with the fixed arguments themselves, not their `by_value` keys).
 
     A genuine `TypeError` of the user's code is raised again by the eager run.
     """
-    if first is eager:
-        return eager(*args)
     try:
         return first(*args)
     except TypeError:
-        return eager(*args)
+        return eager(*[unwrapped(a) for a in args] if eager_args is None else eager_args)
+
+
+def _unwrapping(fun: Callable[..., Any]) -> Callable[..., Any]:
+    """``fun`` called with the arguments that `by_value` keys stand for."""
+
+    @functools.wraps(fun)
+    def call(*args: Any) -> Any:
+        return fun(*(unwrapped(a) for a in args))
+
+    return call
+
+
+def _keyed(statics: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The nondiff arguments as jit's static arguments (`by_value`), or None where one cannot be keyed."""
+    try:
+        keyed = tuple(by_value(a) for a in statics)
+        hash(keyed)
+    except TypeError:
+        return None
+    return keyed
+
+
+def _with_keys(args: list[Any], nondiff: tuple[int, ...]) -> list[Any]:
+    return [by_value(a) if i in nondiff else a for i, a in enumerate(args)]
 
 
 def _with_nondiff(out: Any, nondiff: tuple[int, ...], nargs: int) -> Any:
@@ -195,14 +224,6 @@ def _with_nondiff(out: Any, nondiff: tuple[int, ...], nargs: int) -> Any:
         return out
     it = iter(out)
     return tuple(None if i in nondiff else next(it) for i in range(nargs))
-
-
-def _hashable(values: tuple[Any, ...]) -> bool:
-    try:
-        hash(values)
-        return True
-    except TypeError:
-        return False
 
 
 def _to_jax(a: Any) -> Any:

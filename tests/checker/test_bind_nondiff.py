@@ -3,6 +3,7 @@ value, so that each drawn input's new copy of the same index array reuses one tr
 while different values, dtypes or shapes, and rules that write into their arguments, get their own."""
 
 import numpy as np
+import pytest
 
 from gradguard import arrays, constant, rrule
 from gradguard.checker.case import Case, ReplayDraws
@@ -85,3 +86,13 @@ def test_a_held_copy_a_rule_wrote_into_is_not_used_again():
     again, _ = bind_nondiff(writes_index, _case(rule, np.array([3, 0, 3])))
     assert again is not bound  # its key says [3, 0, 3]; the copy it held now says [1, 0, 3]
     np.testing.assert_array_equal(again(np.arange(4.0)), [1.0, 0.0, 3.0])
+
+
+def test_equal_jax_array_constants_share_one_bound_function():
+    jnp = pytest.importorskip("jax.numpy")
+    rule = take_rrule
+    bound, _ = bind_nondiff(take, _case(rule, jnp.array([3, 0, 3])))
+    again, _ = bind_nondiff(take, _case(rule, jnp.array([3, 0, 3])))  # a new JAX array of the same contents
+    other, _ = bind_nondiff(take, _case(rule, jnp.array([2, 0, 3])))
+    assert again is bound and other is not bound
+    np.testing.assert_array_equal(other(np.arange(4.0)), [2.0, 0.0, 3.0])

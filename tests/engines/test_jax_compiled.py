@@ -83,18 +83,72 @@ def test_a_function_taking_another_path_on_tracers_gets_eager_values():
     assert list(compiled.eager_keys.values()) == ["its first compiled run disagreed with eager JAX"]
 
 
-def test_fixed_arguments_are_static_and_unhashable_ones_run_eagerly():
+class Unkeyable:
+    """A value with neither a hash nor leaves jit could key on (it defines equality and no hash)."""
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def __eq__(self, other):
+        return isinstance(other, Unkeyable) and other.factor == self.factor
+
+    __hash__ = None
+
+
+def test_fixed_arguments_are_static_and_unkeyable_ones_run_eagerly():
     def applied(f, x):
-        return f(x) if callable(f) else x * f[0]
+        return f(x) if callable(f) else x * f.factor
 
     fn = counted(applied)
     compiled = Compiled(fn)
     for value in (1.0, 2.0):
         assert np.allclose(compiled((jnp.sin, np.full(2, value)), fixed={0}), np.sin(value))
     assert len(fn.calls) == 2
-    for value in (1.0, 2.0):  # a list at a fixed position cannot key a compilation: every call eager
-        assert np.allclose(compiled(([3.0], np.full(2, value)), fixed={0}), 3 * value)
+    for value in (1.0, 2.0):  # a value jit cannot key a compilation on: every call eager
+        assert np.allclose(compiled((Unkeyable(3.0), np.full(2, value)), fixed={0}), 3 * value)
     assert len(fn.calls) == 4 and compiled.eager_keys == {}
+
+
+def simpson(nodes, weights, x):
+    """A quadrature whose nodes and weights are fixed arrays (a custom rule's nondiff arguments), built on a scan
+    with a fresh closure on every call: eagerly, JAX traces and compiles it each time."""
+
+    def step(total, node_weight):
+        node, weight = node_weight
+        return total + weight * jnp.sin(x * node), None
+
+    return jax.lax.scan(step, jnp.zeros_like(x), (nodes, weights))[0]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "jax", "tuple"])
+def test_a_fixed_argument_holding_arrays_compiles_once_per_value(kind):
+    fn = counted(lambda grid, x: simpson(*grid, x) if kind == "tuple" else simpson(grid, jnp.ones_like(grid), x))
+    compiled = Compiled(fn)
+
+    def grid(top):
+        nodes = np.linspace(0.0, top, 5)
+        return {"numpy": nodes, "jax": jnp.asarray(nodes), "tuple": (nodes, np.ones(5))}[kind]
+
+    for value in (0.5, 1.0, 1.5):  # a new array object of the same contents at every call
+        got = compiled((grid(1.0), np.full(2, value)), fixed={0})
+        assert np.allclose(got, np.sin(value * np.linspace(0.0, 1.0, 5)).sum())
+    assert len(fn.calls) == 2  # one trace, one eager run checking it: 4 when every call ran eagerly
+    got = compiled((grid(2.0), np.full(2, 0.5)), fixed={0})  # other contents: another key, with its own values
+    assert np.allclose(got, np.sin(0.5 * np.linspace(0.0, 2.0, 5)).sum())
+    assert len(fn.calls) == 4 and compiled.eager_keys == {}
+
+
+def test_a_fixed_array_written_between_calls_is_a_new_key():
+    fn = counted(lambda scale, x: x * scale)
+    compiled = Compiled(fn)
+    scale = np.array([2.0, 3.0])
+    assert np.allclose(compiled((scale, np.ones(2)), fixed={0}), [2.0, 3.0])
+    scale[0] = 5.0  # the same object, written: its compilation must not be reused
+    assert np.allclose(compiled((scale, np.ones(2)), fixed={0}), [5.0, 3.0])
+    negative_zero = compiled((np.array([-0.0, 1.0]), np.ones(2)), fixed={0})
+    assert np.signbit(np.asarray(negative_zero)[0])  # -0.0 and 0.0 are two keys: the sign survives
+    assert np.asarray(compiled((np.array([0.0, 1.0]), np.ones(2)), fixed={0}))[0] == 0.0
+    assert not np.signbit(np.asarray(compiled((np.array([0.0, 1.0]), np.ones(2)), fixed={0}))[0])
 
 
 def test_ints_and_keyword_arguments_are_static():
@@ -203,3 +257,76 @@ def test_custom_jvp_adapter_compiles_and_keeps_the_forward_arguments():
         rule(np.full(3, value))[1](np.ones(3))
     forward, pullback = rule.compiled
     assert forward.eager_keys == {} and pullback.eager_keys == {}
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def weighted_sines(nodes, x):
+    return simpson(nodes, jnp.ones_like(nodes), x)
+
+
+def _weighted_sines_fwd(nodes, x):
+    _weighted_sines_fwd.calls.append(1)
+    return weighted_sines(nodes, x), x
+
+
+def _weighted_sines_bwd(nodes, x, ct):
+    _weighted_sines_bwd.calls.append(1)
+    return (ct * jnp.sum(nodes[:, None] * jnp.cos(nodes[:, None] * x), axis=0),)
+
+
+_weighted_sines_fwd.calls, _weighted_sines_bwd.calls = [], []
+weighted_sines.defvjp(_weighted_sines_fwd, _weighted_sines_bwd)
+
+
+def test_custom_vjp_adapter_compiles_once_with_an_array_nondiff_argument():
+    rule = ej.rrule_from_custom_vjp(weighted_sines)
+    _weighted_sines_fwd.calls.clear()
+    _weighted_sines_bwd.calls.clear()
+    for value in (0.5, 1.0, 1.5):
+        nodes = np.linspace(0.0, 1.0, 5)  # a new array of the same contents at every call
+        y, pb = rule(nodes, np.full(2, value))
+        (_, xbar) = pb(np.ones(2))
+        assert np.allclose(y, np.sin(value * nodes).sum())
+        assert np.allclose(xbar, (nodes * np.cos(value * nodes)).sum())
+    # traced once each (3 calls each when every call ran eagerly, the array being unhashable)
+    assert len(_weighted_sines_fwd.calls) == 1 and len(_weighted_sines_bwd.calls) == 1
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def sines_jvp_rule(nodes, x):
+    return simpson(nodes, jnp.ones_like(nodes), x)
+
+
+@sines_jvp_rule.defjvp
+def _sines_jvp(nodes, primals, tangents):
+    _sines_jvp.calls.append(1)
+    (x,), (t,) = primals, tangents
+    return sines_jvp_rule(nodes, x), t * jnp.sum(nodes[:, None] * jnp.cos(nodes[:, None] * x), axis=0)
+
+
+_sines_jvp.calls = []
+
+
+def test_custom_jvp_adapter_compiles_once_with_an_array_nondiff_argument():
+    rule = ej.rrule_from_custom_jvp(sines_jvp_rule)
+    for value in (0.5, 1.0, 1.5):
+        nodes = jnp.linspace(0.0, 1.0, 5)
+        y, pb = rule(nodes, np.full(2, value))
+        (_, xbar) = pb(np.ones(2))
+        assert np.allclose(xbar, (np.linspace(0.0, 1.0, 5) * np.cos(value * np.linspace(0.0, 1.0, 5))).sum())
+    forward, pullback = rule.compiled
+    assert forward.eager_keys == {} and pullback.eager_keys == {}
+    # each compiled key: one trace and one eager run verifying it (forward and pullback): 6 calls of each
+    # when every call ran eagerly
+    assert len(_sines_jvp.calls) == 4, len(_sines_jvp.calls)
+
+
+def test_a_fixed_array_too_large_to_key_runs_eagerly():
+    from gradguard.engines.jax_engine._compiled import KEYED_BYTES
+
+    fn = counted(lambda scale, x: x * scale[0])
+    compiled = Compiled(fn)
+    large = np.full(KEYED_BYTES // 8 + 1, 2.0)  # one element more than a key may hold
+    for value in (1.0, 2.0):
+        assert np.allclose(compiled((large, np.full(2, value)), fixed={0}), 2 * value)
+    assert len(fn.calls) == 2 and compiled.eager_keys == {}  # each call eager, as for an unkeyable value
