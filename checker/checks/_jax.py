@@ -128,12 +128,10 @@ def _private_copy(v: np.ndarray) -> np.ndarray:
 def _const_key(v: Any) -> Any:
     """A constant as a cache key: small plain arrays and small JAX arrays (a grid of nodes given as a custom_jvp's
     nondiff argument) by their exact bytes, dtype and shape, others as they are."""
-    if _keyed_array(v):
-        return ("ndarray", v.dtype.str, v.shape, v.tobytes())
-    if _small_jax_array(v):
-        held = np.asarray(v)
-        return ("jax", held.dtype.str, held.shape, held.tobytes())
-    return v
+    if not (_keyed_array(v) or _small_jax_array(v)):
+        return v
+    held = np.asarray(v)
+    return (type(v), held.dtype.str, held.shape, held.tobytes())
 
 
 def _small_jax_array(v: Any) -> bool:

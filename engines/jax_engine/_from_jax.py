@@ -97,7 +97,11 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
         keyed = _keyed(statics)
         compiled = keyed is not None
         try:
-            y, res = _run(jit_fwd, fwd, _with_keys(jargs, nondiff)) if compiled else fwd(*jargs)
+            if compiled:
+                key_at = dict(zip((i for i in nondiff if i < len(args)), keyed))
+                y, res = _run(jit_fwd, fwd, [key_at[i] if i in key_at else a for i, a in enumerate(jargs)], eager_args=jargs)
+            else:
+                y, res = fwd(*jargs)
         except AdapterError:
             raise
         except Exception as exc:
@@ -182,7 +186,7 @@ def _perturbed_fwd(parts: CustomVjpParts) -> Callable[..., Any]:
     return fwd
 
 
-def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any], eager_args: list[Any] | None = None) -> Any:
+def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any], eager_args: list[Any]) -> Any:
     """Call the jitted function on ``args``; on a `TypeError` (a value `jit` cannot take) run eagerly instead, on
     ``eager_args`` (``args`` with the fixed arguments themselves, not their `by_value` keys).
 
@@ -191,7 +195,7 @@ def _run(first: Callable[..., Any], eager: Callable[..., Any], args: list[Any], 
     try:
         return first(*args)
     except TypeError:
-        return eager(*[unwrapped(a) for a in args] if eager_args is None else eager_args)
+        return eager(*eager_args)
 
 
 def _unwrapping(fun: Callable[..., Any]) -> Callable[..., Any]:
@@ -213,9 +217,6 @@ def _keyed(statics: tuple[Any, ...]) -> tuple[Any, ...] | None:
         return None
     return keyed
 
-
-def _with_keys(args: list[Any], nondiff: tuple[int, ...]) -> list[Any]:
-    return [by_value(a) if i in nondiff else a for i, a in enumerate(args)]
 
 
 def _with_nondiff(out: Any, nondiff: tuple[int, ...], nargs: int) -> Any:
