@@ -264,7 +264,10 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
     overwrites, it assumes contiguous memory, or its pullback misbehaves when the output is unused. Each
     context embeds the rule in such a program and compares every engine's gradient with finite differences of
     the whole program, which sees mutation as it really happens. One finding per wrong context, with the
-    engines, the relative error and the watch mode's account of which capture was mutated by whom."""
+    engines, the relative error and the watch mode's account of which capture was mutated by whom. A wrong
+    fan-out or view context runs its twin, the same program without the context's hazard (a cotangent of the
+    pullback's own, contiguous copies of the views): an engine right there shows the hazard is the cause, and one
+    as wrong there shows the gradient is wrong at that input whatever the context; the finding says which."""
     outcome = outcome_for(ctx)
     if (why := _nothing_judged(outcome, aliasing=False)) is not None:
         raise Skip(why)
@@ -280,6 +283,9 @@ def wrong_in_context(ctx: "PerRule") -> Iterable[Problem]:
                 "The pullback is wrong in this program although it may pass in isolation: compare its tangents "
                 "with finite differences on the inputs this context passes (see the reproducer)."
             ))
+            fix, also = _twin_said(ctx, outcome, row, fix)
+            yield _reproducible(ctx, "GG501", outcome, row, _problem(outcome, row, fix, also=also))
+            continue
         yield _reproducible(ctx, "GG501", outcome, row, _problem(outcome, row, fix))
 
 
@@ -344,19 +350,90 @@ _ALONE_FIX = (
 )
 
 
-def _wrong_whatever_the_aliasing(outcome: Outcome, row: "Row") -> str | None:
-    """The sentence GG502 adds where every engine wrong in an aliasing row is wrong too in its twin with distinct
-    arrays of the same values (`Row.distinct`): the rule is wrong at this input, not in accumulating over aliases
-    (jaxoplanet's cel at p = 1 - k2). None where some engine is right there, or the twin did not run."""
-    twin = row.distinct
+def _twin(outcome: Outcome, row: "Row") -> tuple[bool, str] | None:
+    """How the engines wrong in ``row`` fare in its twin (`Row.twin`: the same program, inputs and weights without the
+    context's hazard): (True, their error there) where every one is wrong there too, so the gradient is wrong at this
+    input whatever the context; (False, "") where every one is right there, so the context's hazard is the cause;
+    None where they split, or the twin did not run."""
+    twin = row.twin
     engines = _wrong(row, _baseline(outcome))
-    if twin is None or not engines or any(twin.cells.get(e) is None or twin.cells[e].status != "wrong" for e in engines):
+    if twin is None or not engines or any(twin.cells.get(e) is None for e in engines):
+        return None
+    statuses = {twin.cells[e].status for e in engines}
+    if statuses == {"right"}:
+        return False, ""
+    if statuses != {"wrong"}:
         return None
     errors = [twin.cells[e].rel_error for e in engines]
-    error = ("a non-finite gradient" if any(r is None for r in errors)
-             else f"relative error {max(r for r in errors if r is not None):.1e}")
-    return (f", and wrong too when the slots get distinct arrays of the same values ({error}): the gradient is wrong at "
-            f"this input whatever the aliasing, not in how the rule accumulates over aliases. The input: {row.shown_inputs}.")
+    return True, ("a non-finite gradient" if any(r is None for r in errors)
+                  else f"relative error {max(r for r in errors if r is not None):.1e}")
+
+
+def _wrong_whatever_the_aliasing(outcome: Outcome, row: "Row") -> str | None:
+    """The sentence GG502 adds where every engine wrong in an aliasing row is wrong too in its twin with distinct
+    arrays of the same values: the rule is wrong at this input, not in accumulating over aliases (jaxoplanet's cel at
+    p = 1 - k2). None where some engine is right there, or the twin did not run."""
+    verdict = _twin(outcome, row)
+    if verdict is None or not verdict[0]:
+        return None
+    return (f", and wrong too when the slots get distinct arrays of the same values ({verdict[1]}): the gradient is "
+            f"wrong at this input whatever the aliasing, not in how the rule accumulates over aliases. The input: "
+            f"{row.shown_inputs}.")
+
+
+# GG501's twins (`Plan.twin`): what the twin changed, and what its verdict establishes. A FlashAttention Function whose
+# forward clamps a sum that its backward differentiates unclamped was wrong in fan-out and transposed-view, and the
+# fixes spoke of cotangents written in place and of memory order; it was as wrong with a cotangent of its own and
+# on contiguous tensors.
+_TWINS = {
+    "fan-out": ("when its output reaches the consumers through one copy, so that the pullback gets a cotangent of its "
+                "own", "the pullback is wrong for this cotangent at this input, not in how it treats a shared "
+                "cotangent", "the pullback goes wrong on the cotangent buffer the engine shares among the consumers"),
+    "strided-view": ("when the views are passed as contiguous copies of the same values",
+                     "the gradient is wrong at this program's input whatever its layout, not in how the rule reads "
+                     "strided views", "the rule depends on its arguments' memory layout"),
+    "transposed-view": ("when the views are passed as C-ordered copies of the same values",
+                        "the gradient is wrong at this program's input whatever its layout, not in how the rule reads "
+                        "Fortran-ordered views", "the rule depends on its arguments' memory layout"),
+}
+_WHATEVER_THE_CONTEXT = {
+    "fan-out": (
+        "The pullback is wrong for this cotangent at this input, whoever else receives the output: compare its "
+        "tangents with finite differences there (see the reproducer), and see whether the isolation checks (GG201, "
+        "GG202) fail there too; they draw their own inputs and cotangents."
+    ),
+    "view": (
+        "The pullback is wrong at this program's input whatever its memory layout: compare its tangents with finite "
+        "differences there (see the reproducer), and see whether the isolation checks (GG201, GG202) fail there too; "
+        "they draw their own inputs and cotangents."
+    ),
+}
+# A NumPy rule right on copies of its views: the first half of the view contexts' either-or fix, established.
+_LAYOUT_FIXES = {
+    "strided-view": (
+        "The rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in a copy): "
+        "index by shape, use np.ascontiguousarray on input, and build tangents with np.zeros(x.shape)."
+    ),
+    "transposed-view": (
+        "The rule assumes C-ordered arguments (memory order, .ravel()/.reshape(-1) writes into a copy of a "
+        "Fortran-ordered view): index by shape and build tangents with np.zeros(x.shape) in C order."
+    ),
+}
+
+
+def _twin_said(ctx: "PerRule", outcome: Outcome, row: "Row", fix: str) -> tuple[str, str]:
+    """GG501's fix and the sentence its message ends with, after the row's twin: the context's hazard established (the
+    twin is right), or the gradient wrong at this input whatever the context (the twin is as wrong)."""
+    name = row.context.name
+    verdict = _twin(outcome, row)
+    if name not in _TWINS or verdict is None or (ctx.rule.kind == "jax" and row.context.views):
+        return fix, "."  # a JAX array has no layout: its view programs' twins are the programs themselves
+    what, whatever, depends = _TWINS[name]
+    wrong_too, error = verdict
+    if wrong_too:
+        return (_WHATEVER_THE_CONTEXT["view" if row.context.views else name],
+                f", and wrong too {what} ({error}): {whatever}.")
+    return (_LAYOUT_FIXES.get(name, fix) if ctx.rule.kind == "numpy" else fix), f", and right {what}: {depends}."
 
 
 def _primal_fix(rule: Any) -> str:

@@ -71,10 +71,11 @@ class Row:
     # The baseline program again at a generic input, where finite differences gave some engine no verdict at the
     # drawn one (`_baseline_elsewhere`): whether the rule is wrong on its own there. Not part of the report.
     elsewhere: "Row | None" = None
-    # An aliasing row's twin with distinct arrays of the same values in the aliased slots, run by the engines wrong
-    # in it (`_distinct_row`): whether they are wrong at this input whatever the aliasing. Not part of the report.
-    distinct: "Row | None" = None
-    # The program's inputs as shown in a finding (`show`), set where the twin ran.
+    # The row's twin (`Plan.twin`: distinct arrays in the aliased slots, contiguous copies of the views, a cotangent
+    # of the pullback's own), run by the engines wrong in it (`_twin_row`): whether they are wrong at this input
+    # whatever the context. Not part of the report.
+    twin: "Row | None" = None
+    # An aliasing program's inputs as shown in a finding (`show`), set where the twin ran.
     shown_inputs: str | None = None
 
 
@@ -157,11 +158,12 @@ def run_matrix(rule: RuleSpec, *, seed: int = 0, contexts: Sequence[Any] | None 
         fitted = fit_bends(plan, v, rule.primal, first_step(plan.inputs, v))
         row = _run_row(ctx, fitted.plan, v, view, columns, outcome.tol, value=fitted.value)
         outcome.rows.append(row)
-        if ctx.aliasing and fitted.plan.distinct is not None:
+        if fitted.plan.twin is not None:
             wrong = tuple(c for c in columns if c.name in row.cells and row.cells[c.name].status == "wrong")
             if wrong:
-                row.distinct = _distinct_row(ctx, fitted.plan, v, view, wrong, outcome.tol)
-                row.shown_inputs = _shown_inputs(ctx, fitted.plan, sig.diff)
+                row.twin = _twin_row(ctx, fitted.plan, v, view, wrong, outcome.tol)
+                if ctx.aliasing:
+                    row.shown_inputs = _shown_inputs(ctx, fitted.plan, sig.diff)
     base = next((r for r in outcome.rows if r.context.name == BASELINE), None)
     if base is not None and any(no_verdict(c) for c in base.cells.values()):
         base.elsewhere = _baseline_elsewhere(base.context, rule, seed, args, ranges, shapes, view, columns, outcome.tol)
@@ -211,17 +213,18 @@ def _baseline_elsewhere(ctx: Context, rule: RuleSpec, seed: int, args: tuple, ra
         return None
 
 
-def _distinct_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, columns: tuple[Engine, ...],
-                  tol: tolerances.Tolerance) -> Row | None:
-    """An aliasing row's twin under the engines wrong in it: the same program, inputs and weights, with the slots that
-    share memory given distinct arrays of the same values (`Plan.distinct`). An engine wrong there too is wrong at this
-    input whatever the aliasing: jaxoplanet's cel(k2, p, a, b), given one array as k2 and p, at 0.5 in one entry (p =
-    1 - k2, a removable singularity of its derivative), is as wrong there with two arrays, and GG502 blamed accumulation
-    over aliases."""
+def _twin_row(ctx: Context, plan: Plan, v: tuple, view: RuleView, columns: tuple[Engine, ...],
+              tol: tolerances.Tolerance) -> Row | None:
+    """A row's twin under the engines wrong in it: the same program, inputs and weights without the context's hazard
+    (`Plan.twin`). An engine wrong there too is wrong at this input whatever the context: jaxoplanet's cel(k2, p, a,
+    b), given one array as k2 and p, at 0.5 in one entry (p = 1 - k2, a removable singularity of its derivative), is
+    as wrong there with two arrays, and GG502 blamed accumulation over aliases; a FlashAttention Function whose
+    forward clamps a sum its backward differentiates unclamped was as wrong on contiguous tensors and with a
+    cotangent of its own, and GG501 told its author about memory order and cotangents written in place."""
     try:
-        twin = replace(plan, program=plan.distinct, distinct=None, same=None, memo={})
+        twin = replace(plan, program=plan.twin, twin=None, same=None, memo={})
         return _run_row(ctx, twin, v, view, columns, tol)
-    except Exception as exc:  # noqa: BLE001 - the twin cannot run: nothing to tell the aliasing from the input
+    except Exception as exc:  # noqa: BLE001 - the twin cannot run: nothing to tell the context from the input
         note_memory_error(exc)
         return None
 

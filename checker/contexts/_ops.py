@@ -79,6 +79,12 @@ class Ops:
         context's twin passes in the second slot, so that the rule sees two arrays where it saw one."""
         return self.xp.multiply(x, 1)
 
+    def contiguous(self, x: Any) -> Any:
+        """A new C-ordered array of ``x``'s values that its engine differentiates as ``x`` itself: what a view context's
+        twin passes where the program passes a view. JAX arrays have no memory order: ``x`` as it is."""
+        to_c = getattr(self.xp, "ascontiguousarray", None)
+        return x if to_c is None else to_c(x)
+
     def _real_sum(self, v: Any, like: Any) -> Any:
         s = self.xp.sum(v)
         return self.xp.real(s) if _is_complex(like) or _is_complex(v) else s

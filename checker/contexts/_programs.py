@@ -19,7 +19,7 @@ import numpy as np
 from gradguard.checker.contexts._ops import LossWeights, Ops
 from gradguard.checker.specs import RuleSpec, bounds_of, structure_of, without_constant_outputs
 from gradguard.engines.values import differentiable
-from gradguard.checker.trees import children, copy_tree, is_leaf, leaves, rebuild, tree_map
+from gradguard.checker.trees import children, copy_tree, is_leaf, leaves, rebuild, tree_map, with_leaves
 
 __all__ = ["Context", "Plan", "Signature", "NotApplicable", "OutsideDomain", "ValuesDoNotFit", "CONTEXTS", "by_name", "LossWeights", "loss_weights"]
 
@@ -116,10 +116,12 @@ class Plan:
     # Engines' state for this program where ``same`` is None (a compiled program), shared by the plans
     # `dataclasses.replace` makes from this one (the same program at other inputs).
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # An aliasing context's twin: the same program with the slots that share memory given distinct arrays of the
-    # same values (`Ops.distinct`), which engines still differentiate as one. A gradient wrong in both is wrong at
-    # this input whatever the aliasing (GG502 says so). None for the other contexts.
-    distinct: Callable[..., Any] | None = None
+    # The context's twin: the same program, inputs and weights without the context's hazard. An aliasing context's
+    # passes the slots that share memory distinct arrays of the same values (`Ops.distinct`), which engines still
+    # differentiate as one; a view context's passes C-ordered copies of its views (`Ops.contiguous`); fan-out's
+    # hands the pullback a cotangent buffer of its own. A gradient wrong in both is wrong at this input whatever
+    # the context (GG501 and GG502 say so). None for the other contexts.
+    twin: Callable[..., Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -357,12 +359,22 @@ def _fan_out(sig: Signature, rng: np.random.Generator) -> Plan:
     weighed = sig.weighed(sig.output)
     c1, c2, c3 = loss_weights(weighed, rng), loss_weights(weighed, rng), weights_like(weighed, rng)
 
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
-        z = ops.call(*sig.assemble(sig.by_position(xs)))
+    def fanned(ops: Ops, consts: tuple, xs: tuple[Any, ...], through: Callable[[Any], Any]) -> Any:
+        z = through(ops.call(*sig.assemble(sig.by_position(xs))))
         # three consumers of z: their cotangents accumulate into the one the rule's pullback receives
         return ops.loss(z, consts[0]) + ops.loss(z, consts[1]) + ops.linear(z, consts[2])
 
-    return Plan(sig.inputs(), (c1, c2, c3), program)
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return fanned(ops, consts, xs, lambda z: z)
+
+    def twin(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        # the output reaches its consumers through one copy (z * 1), whose pullback hands the rule a cotangent of the
+        # same values in a buffer no other consumer shares
+        weighed = leaves(consts[2])  # a leaf without a weight reaches no consumer (`Ops.linear`)
+        return fanned(ops, consts, xs, lambda z: with_leaves(z, [
+            z_k if k >= len(weighed) or weighed[k] is None else ops.distinct(z_k) for k, z_k in enumerate(leaves(z))]))
+
+    return Plan(sig.inputs(), (c1, c2, c3), program, twin=twin)
 
 
 def _same_pairs(sig: Signature) -> list[tuple[int, int]]:
@@ -439,7 +451,7 @@ def _aliased(sig: Signature, rng: np.random.Generator, i: int, j: int, alias: An
     def distinct(ops: Ops, consts: tuple, *xs: Any) -> Any:
         return aliased(ops, consts, xs, ops.distinct)
 
-    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j), distinct=distinct)
+    return Plan(tuple(copy_tree(sig.args[p]) for p in moving), (c,), program, key=(i, j), twin=distinct)
 
 
 def _same_array_twice(sig: Signature, rng: np.random.Generator) -> Plan:
@@ -478,11 +490,17 @@ def _strided_view(sig: Signature, rng: np.random.Generator) -> Plan:
             inputs.append(copy_tree(sig.args[p]))
     c = loss_weights(sig.weighed(sig.output), rng)
 
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
-        at = {p: (x[::2] if p in views else x) for p, x in zip(sig.diff, xs)}
+    def strided(ops: Ops, consts: tuple, xs: tuple[Any, ...], through: Callable[[Any], Any]) -> Any:
+        at = {p: (through(x[::2]) if p in views else x) for p, x in zip(sig.diff, xs)}
         return ops.loss(ops.call(*sig.assemble(at)), consts[0])
 
-    return Plan(tuple(inputs), (c,), program, key=tuple(views))
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return strided(ops, consts, xs, lambda x: x)
+
+    def twin(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return strided(ops, consts, xs, ops.contiguous)
+
+    return Plan(tuple(inputs), (c,), program, key=tuple(views), twin=twin)
 
 
 def _transposed_view(sig: Signature, rng: np.random.Generator) -> Plan:
@@ -492,11 +510,17 @@ def _transposed_view(sig: Signature, rng: np.random.Generator) -> Plan:
     inputs = tuple(np.ascontiguousarray(sig.args[p].T) if p in views else copy_tree(sig.args[p]) for p in sig.diff)
     c = loss_weights(sig.weighed(sig.output), rng)
 
-    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
-        at = {p: (x.T if p in views else x) for p, x in zip(sig.diff, xs)}  # Fortran-ordered views
+    def transposed(ops: Ops, consts: tuple, xs: tuple[Any, ...], through: Callable[[Any], Any]) -> Any:
+        at = {p: (through(x.T) if p in views else x) for p, x in zip(sig.diff, xs)}  # Fortran-ordered views
         return ops.loss(ops.call(*sig.assemble(at)), consts[0])
 
-    return Plan(inputs, (c,), program, key=tuple(views))
+    def program(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return transposed(ops, consts, xs, lambda x: x)
+
+    def twin(ops: Ops, consts: tuple, *xs: Any) -> Any:
+        return transposed(ops, consts, xs, ops.contiguous)
+
+    return Plan(inputs, (c,), program, key=tuple(views), twin=twin)
 
 
 def _tied_slot(sig: Signature) -> int:
@@ -537,7 +561,7 @@ def _tied_weights(sig: Signature, rng: np.random.Generator) -> Plan:
     def distinct(ops: Ops, consts: tuple, *xs: Any) -> Any:
         return tied(ops, consts, xs, lambda w: ops.distinct(w).T)
 
-    return Plan(sig.inputs(), (c1, c2), program, key=(k,), distinct=distinct)
+    return Plan(sig.inputs(), (c1, c2), program, key=(k,), twin=distinct)
 
 
 def _output_on_transpose(sig: Signature, k: int) -> Any:

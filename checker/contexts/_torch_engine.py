@@ -64,6 +64,9 @@ class _Namespace:
         a = self._t(a)
         return self.torch.real(a) if a.is_complex() else a
 
+    def ascontiguousarray(self, a: Any) -> Any:
+        return self._t(a).contiguous()
+
     def reshape(self, a: Any, shape: Any) -> Any:
         return self.torch.reshape(self._t(a), shape)
 

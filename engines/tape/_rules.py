@@ -122,6 +122,7 @@ defvjp("concatenate", lambda *xs, axis=0: np.concatenate(xs, axis),
        lambda g, ans, *xs, axis=0: tuple(np.split(g, np.cumsum([np.shape(x)[axis] for x in xs[:-1]]), axis)))
 defvjp("stack", lambda *xs, axis=0: np.stack(xs, axis), lambda g, ans, *xs, axis=0: tuple(np.moveaxis(g, axis, 0)))
 defvjp("copy", np.copy, lambda g, ans, x: (g,))
+defvjp("ascontiguousarray", lambda x: np.array(x, order="C"), lambda g, ans, x: (g,))
 defvjp("square", np.square, lambda g, ans, x: (g * cj(2 * x),), reads=(0,))
 defvjp("log1p", np.log1p, lambda g, ans, x: (g / cj(1 + x),), reads=(0,))
 defvjp("expm1", np.expm1, lambda g, ans, x: (g * cj(ans + 1),), reads=("ans",))

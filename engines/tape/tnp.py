@@ -22,7 +22,7 @@ __all__ = [
     "add", "subtract", "multiply", "divide", "power", "negative", "exp", "log", "sin", "cos", "tanh", "sqrt",
     "abs", "maximum", "conj", "real", "imag", "where", "dot", "matmul", "sum", "mean", "reshape", "transpose",
     "getitem", "concatenate", "stack", "copy", "square", "log1p", "expm1", "minimum", "logaddexp", "outer",
-    "broadcast_to",
+    "broadcast_to", "ascontiguousarray",
 ]  # fmt: skip
 
 
@@ -89,6 +89,7 @@ def getitem(x, index): return _apply("getitem", x, _raw(index))
 def concatenate(arrays, axis=0): return _apply("concatenate", *arrays, axis=axis)
 def stack(arrays, axis=0): return _apply("stack", *arrays, axis=axis)
 def copy(x): return _apply("copy", x)
+def ascontiguousarray(x): return _apply("ascontiguousarray", x)  # always a new C-ordered array
 def square(x): return _apply("square", x)
 def log1p(x): return _apply("log1p", x)
 def expm1(x): return _apply("expm1", x)

@@ -496,20 +496,59 @@ def test_a_function_wrong_on_non_contiguous_tensors_is_told_to_make_them_contigu
         "The Function assumes row-major tensors (.view() on its input, fixed strides, data_ptr arithmetic, an in-place "
         "write into a .reshape() that copied): call .contiguous() on its inputs, and index by shape.")
     assert found["context strided-view"].fix.startswith("The Function assumes contiguous tensors")
+    # the twin established it: the same program on .contiguous() copies of the views is right
+    assert found["context transposed-view"].message.endswith(
+        ", and right when the views are passed as C-ordered copies of the same values: the rule depends on its "
+        "arguments' memory layout."), found["context transposed-view"].message
 
 
-def test_a_numpy_rule_wrong_in_a_view_context_is_given_both_causes():
-    """The view programs draw their own input: AutoGrad.jl's max, which gives every tie the whole cotangent, failed
-    them at an input with ties, and the fix said the rule assumes contiguous arguments, which nothing established."""
+def test_a_numpy_rule_right_on_contiguous_copies_of_its_views_is_told_it_assumes_contiguous_arguments():
+    """The view programs' twins pass contiguous copies of the same values: a rule right there depends on the layout, and
+    the fix says so without the either-or it gave before the twin (AutoGrad.jl's max, which gives every tie the whole
+    cotangent, failed the view programs at an input with ties, whatever the layout)."""
     rule = _rule(ROOT / "tests" / "corpus" / "context_views.py", "pair_sums_rrule")
     found = {f.location: f for f in check(rule, select=["GG501"], seed=0).findings}
     assert "context strided-view" in found, sorted(found)
-    assert found["context strided-view"].fix.startswith(
-        "Either the rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in "
-        "a copy): "), found["context strided-view"].fix
-    assert found["context strided-view"].fix.endswith(
-        "or the pullback is wrong at this program's input whatever its layout: run the reproducer, and see whether "
-        "the isolation checks (GG201) fail there too.")
+    assert found["context strided-view"].message.endswith(
+        ", and right when the views are passed as contiguous copies of the same values: the rule depends on its "
+        "arguments' memory layout."), found["context strided-view"].message
+    assert found["context strided-view"].fix == (
+        "The rule assumes contiguous arguments (flat buffers, fixed strides, reshape(-1) writes that land in a copy): "
+        "index by shape, use np.ascontiguousarray on input, and build tangents with np.zeros(x.shape).")
+
+
+def square(x):
+    return x * x
+
+
+@rrule(square, arrays(shape=(2, 2), min_value=0.5, max_value=2.0))
+def square_cotangent_rrule(x):
+    # BUG: right only for cotangents whose first entry is at most its second, whatever the layout or who shares it
+    return x * x, lambda g: (None,) if g is None else ((3.0 if g[0, 0] > g[0, 1] else 2.0) * x * g,)
+
+
+def test_a_rule_as_wrong_in_a_context_s_twin_is_told_the_gradient_is_wrong_at_that_input_not_the_context_s_hazard():
+    """A FlashAttention Function whose forward clamps a sum its backward differentiates unclamped failed fan-out and
+    transposed-view, whose fixes spoke of a cotangent written in place and of row-major tensors; it was as wrong with a
+    cotangent of its own and on contiguous tensors. At seed 2 the output-used program's cotangent is one this pullback
+    gets right; fan-out's and transposed-view's are not."""
+    found = {f.location: f for f in check(square_cotangent_rrule, select=["GG501"], seed=2).findings}
+    assert "context output-used" not in found and {"context fan-out", "context transposed-view"} <= set(found), found
+    fan_out, view = found["context fan-out"], found["context transposed-view"]
+    assert re.fullmatch(
+        r"in context `fan-out` \(the output feeds three consumers whose cotangents accumulate\) the gradient of the "
+        r"program is wrong under tape\[zero\], [^(]+ \(relative error 5\.0e-01\), and wrong too when its output "
+        r"reaches the consumers through one copy, so that the pullback gets a cotangent of its own \(relative error "
+        r"5\.0e-01\): the pullback is wrong for this cotangent at this input, not in how it treats a shared cotangent\.",
+        fan_out.message), fan_out.message
+    assert fan_out.fix.startswith("The pullback is wrong for this cotangent at this input, whoever else receives the "
+                                  "output: compare its tangents with finite differences there"), fan_out.fix
+    assert view.message.endswith(
+        ", and wrong too when the views are passed as C-ordered copies of the same values (relative error 5.0e-01): the "
+        "gradient is wrong at this program's input whatever its layout, not in how the rule reads Fortran-ordered "
+        "views."), view.message
+    assert view.fix.startswith("The pullback is wrong at this program's input whatever its memory layout"), view.fix
+    assert "read-only" not in fan_out.fix and "C order" not in view.fix
 
 
 def mul(a, b):

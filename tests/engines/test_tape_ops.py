@@ -65,6 +65,7 @@ CASES = {
     "concatenate": (lambda m, x, y: m.concatenate([x, y, x], axis=1), [(2, 3), (2, 1)], "any"),
     "stack": (lambda m, x, y: m.stack([x, y], axis=-1), [(2, 3), (2, 3)], "any"),
     "copy": (lambda m, x: m.copy(x), [(2, 3)], "any"),
+    "ascontiguousarray": (lambda m, x: (m.asarray if m is jnp else m.ascontiguousarray)(x.T[::2]), [(2, 3)], "any"),  # jnp: no layout
     "square": (lambda m, x: m.square(x), [(2, 3)], "any"),
     "log1p": (lambda m, x: m.log1p(x), [(2, 3)], "pos"),
     "expm1": (lambda m, x: m.expm1(x), [(2, 3)], "any"),
@@ -117,6 +118,20 @@ def test_ops_without_tracked_arguments_are_plain_numpy():
     x = np.arange(3.0)
     assert type(tnp.sin(x)) is np.ndarray
     np.testing.assert_array_equal(tnp.dot(x, x), 5.0)
+
+
+def test_ascontiguousarray_gives_a_new_c_ordered_array_on_the_tape():
+    """What the view contexts' twins pass a rule: its values in a C-ordered array of its own, differentiated as x."""
+    seen = []
+
+    def program(x):
+        y = tnp.ascontiguousarray(x.T)
+        seen.append(y.value)
+        return tnp.sum(y * np.arange(6.0).reshape(3, 2))
+
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(grad(program, x), np.arange(6.0).reshape(3, 2).T)
+    assert seen[0].flags.c_contiguous and seen[0].base is None
 
 
 def test_abs_at_zero_follows_chainrules():
