@@ -475,6 +475,36 @@ def test_gg705_a_declared_once_differentiable_backward_is_named() -> None:
     assert f.severity == "error" and f.actual == "no graph (declared @once_differentiable)"
 
 
+class SinIntoOut(torch.autograd.Function):
+    """torch-householder's backward writes with torch.bmm(..., out=): right to first order, and autograd refuses out=
+    on tensors that require grad, which they do under create_graph=True alone."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        out = torch.empty_like(x)
+        torch.mul(grad, x.cos(), out=out)
+        return out
+
+
+def test_gg705_a_backward_that_raises_only_under_create_graph_is_a_warning_about_second_order() -> None:
+    """It was an error whose fix spoke of the input, as if the first-order backward raised there; a raise in the
+    second differentiation itself was already a warning. The first order stays checked (and right)."""
+    report, (f,) = findings(torch_rule(SinIntoOut, arrays(shape=(3,))), "GG705")
+    assert re.fullmatch(
+        r"the backward of SinIntoOut raises RuntimeError: .*out=.* when asked for a gradient with a graph "
+        r"\(torch\.autograd\.grad with create_graph=True\) and runs without one: a program that differentiates this "
+        r"gradient \(a gradient penalty, a Hessian-vector product\) stops there, so its second order is not checked\.",
+        f.message), f.message
+    assert f.severity == "warning" and f.fix.startswith("If programs are to differentiate this gradient")
+    assert check(torch_rule(SinIntoOut, arrays(shape=(3,))), select=["GG201"]).findings == []
+
+
 def test_gg705_differentiable_backward_passes() -> None:
     report, found = findings(torch_rule(SinRight, arrays(shape=(3,))), "GG705")
     assert found == [] and skips(report, "GG705") == []
