@@ -181,9 +181,11 @@ def primal_fix(rule: Any) -> str:
     from gradguard.checker.jax_rules import CUSTOM_JVP
 
     if rule.kind == "jax" and rule.extra.get(CUSTOM_JVP):
+        # ott's norm returned jax.jvp(norm, (clean_x,), ...)'s primal, at ones where x = 0: 2.0 under AD, 0 when run
         return ("Make the jvp rule's primal output the function's own value: return what the function computes (call "
-                "it, or compute it by the same formula) as primal_out, not a value from another formula (a shorter "
-                "series, a cheaper approximation) or a branch on being differentiated.")
+                "it, or compute it by the same formula) at the input itself, as primal_out, not a value from another "
+                "formula (a shorter series, a cheaper approximation), at a substituted input (the safe x of a "
+                "double-where), or a branch on being differentiated.")
     if rule.kind == "jax":
         return ("Make fwd return the function's own value as its output (call the function, or compute it by the same "
                 "formula): not a value from another formula or a branch on being differentiated.")

@@ -477,7 +477,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
                      "finite."),
             expected=show(float(lhs.value)),
             actual=show(rhs),
-            fix=_DOUBLE_FIX,
+            fix=_NONFINITE_DOUBLE_FIX,
             severity="warning",
         )
         return

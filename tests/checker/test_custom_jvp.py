@@ -796,6 +796,29 @@ def test_gg102_fix_speaks_of_the_jvp_rules_primal_output_and_of_fwd() -> None:
     spec = arrays(shape=(3,), min_value=0.5, max_value=1.0)
     (jvp,) = findings(jax_rule(_sin_by_its_series, spec, name="sin_by_its_series"), "GG102")
     assert jvp.fix.startswith("Make the jvp rule's primal output the function's own value: return what the function "
-                              "computes (call it, or compute it by the same formula) as primal_out"), jvp.fix
+                              "computes (call it, or compute it by the same formula) at the input itself, as "
+                              "primal_out"), jvp.fix
     (vjp,) = findings(jax_rule(_sin_fwd_by_its_series, spec, name="sin_fwd_by_its_series"), "GG102")
     assert vjp.fix.startswith("Make fwd return the function's own value as its output"), vjp.fix
+
+
+@jax.custom_jvp
+def _norm_of_a_safe_input(x):
+    return jnp.linalg.norm(x)
+
+
+@_norm_of_a_safe_input.defjvp
+def _norm_of_a_safe_input_jvp(primals, tangents):
+    # ott's norm: a double-where's safe input, and the primal taken there too (at ones where x = 0)
+    (x,), (t,) = primals, tangents
+    zero = jnp.all(x == 0)
+    clean = jnp.where(zero, jnp.ones_like(x), x)
+    y, dy = jax.jvp(jnp.linalg.norm, (clean,), (t,))
+    return y, jnp.where(zero, 0.0, dy)
+
+
+def test_gg102_names_a_primal_output_taken_at_a_substituted_safe_input() -> None:
+    (jvp,) = findings(jax_rule(_norm_of_a_safe_input, arrays(shape=(4,), min_value=0.0, max_value=0.0),
+                               name="norm_of_a_safe_input"), "GG102")
+    assert "at a substituted input (the safe x of a double-where)" in jvp.fix, jvp.fix
+    assert jax.value_and_grad(_norm_of_a_safe_input)(jnp.zeros(4))[0] == 2.0  # what users see: norm(0) reported as 2
