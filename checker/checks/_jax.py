@@ -274,15 +274,19 @@ def batched_directional(
     return fd.Derivative(float(value), float(error), len(ts), "richardson-batched", h0)
 
 
-def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`gradguard.engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit)."""
+def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...], *, reverse: bool = False) -> tuple[Any, ...]:
+    """`gradguard.engines.jax_engine.second_order_vjp` compiled once per rule and shapes (jvp of vjp under jit), or with
+    ``reverse`` `second_order_vjp_reverse` (reverse over reverse, where JAX's forward mode cannot enter the rule)."""
+    from gradguard.engines.jax_engine._reference import check_reverse_size, reverse_over_reverse
     from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
     jax = load()
     jnp = jax.numpy
     fn, nargs, diff = case.rule.jax_fn, case.nargs, tuple(case.diff_positions)
     statics = tuple(case.args[i] for i in range(nargs) if i not in diff)
-    key = ("second order", fn, nargs, diff, statics, _types(statics))
+    if reverse:
+        check_reverse_size([case.args[i] for i in diff])
+    key = ("second order", reverse, fn, nargs, diff, statics, _types(statics))
     built = _batched_cache.get(key)
     if built is None:
         static_pos = [i for i in range(nargs) if i not in diff]
@@ -300,6 +304,8 @@ def second_order_compiled(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[An
                 out, vjp = jax.vjp(call, *m)
                 return vjp(cotangent_for(ct, out))
 
+            if reverse:
+                return reverse_over_reverse(pulled, tuple(xs), tuple(us))
             return jax.jvp(pulled, tuple(xs), tuple(us))[1]
 
         built = _batched_cache[key] = jax.jit(derivative)

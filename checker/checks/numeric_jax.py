@@ -59,6 +59,7 @@ from gradguard.engines import fd
 __all__: list[str] = []  # GG203's reference (jax_tangents) lives in checker.checks._reference
 
 _NO_SECOND_ORDER = "gg204_unavailable"  # RuleSpec.extra key: why JAX cannot differentiate the pullback (asked once)
+_REVERSE_ONLY = "gg204_reverse_only"  # ... and why its forward mode cannot (GG204 then takes reverse over reverse)
 
 
 def _conj(tree: Any) -> Any:
@@ -585,9 +586,10 @@ def second_order(case: Case) -> Iterable[Problem]:
     with finite differences of the pullback itself; where JAX's is not finite (NaN) and finite differences establish a
     derivative the pullback has there, that is reported too (as a warning where the pullback kinks or jumps at ``x``
     along an element whose derivative is NaN). NumPy rules get the same test from the tape, which runs
-    their rrule and pullback on traced arrays (checks/second_order.py), also in the cotangent. A rule JAX refuses to differentiate twice (e.g. ``fwd``
-calls the custom_vjp function itself, so forward mode meets it) is skipped with JAX's reason: it fails loudly,
-not silently."""
+    their rrule and pullback on traced arrays (checks/second_order.py), also in the cotangent. Where JAX's forward mode
+cannot enter the rule (``fwd`` calls the custom_vjp function itself) the derivative is taken by reverse over reverse,
+as grad of grad takes it; a rule neither mode can differentiate is skipped with JAX's reasons: it fails loudly, not
+silently."""
     from gradguard.engines import jax_engine
 
     if case.rule.kind == "numpy":  # the tape differentiates NumPy rules: checks/second_order.py
@@ -606,19 +608,30 @@ not silently."""
     w = case.direction("covector")
     nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
     try:
-        jax_d = second_order_compiled(case, ybar, u)
+        jax_d = None if _REVERSE_ONLY in case.rule.run_state else second_order_compiled(case, ybar, u)
     except Exception:  # noqa: BLE001 - not jittable (GG601's business): JAX's eager trace decides
         jax_d = None
-    try:
-        if jax_d is None:
+    if jax_d is None and _REVERSE_ONLY not in case.rule.run_state:
+        try:
             jax_d = jax_engine.second_order_vjp(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
-    except Exception as exc:  # noqa: BLE001 - JAX refuses loudly (no silent wrong number): not this check's finding
-        reason = (
-            f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
-            f"(jax.hessian and grad of grad raise on it too): {first_line(exc)}"
-        )
-        case.rule.run_state[_NO_SECOND_ORDER] = reason
-        raise Skip(reason) from None
+        except Exception as exc:  # noqa: BLE001 - forward mode refused: reverse over reverse may still enter
+            case.rule.run_state[_REVERSE_ONLY] = first_line(exc)
+    if jax_d is None:
+        # jaxls's differentiable solves: fwd calls the custom_vjp itself, which JAX's forward mode refuses (eagerly and
+        # under jit) while grad of grad goes through and is right; the skip said grad of grad raised too.
+        try:
+            try:
+                jax_d = second_order_compiled(case, ybar, u, reverse=True)
+            except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace decides
+                jax_d = jax_engine.second_order_vjp_reverse(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
+        except Exception as exc:  # noqa: BLE001 - JAX refuses loudly (no silent wrong number): not this check's finding
+            reason = (
+                f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
+                f"(forward mode over it raises {case.rule.run_state[_REVERSE_ONLY]}; reverse mode raises "
+                f"{first_line(exc)})"
+            )
+            case.rule.run_state[_NO_SECOND_ORDER] = reason
+            raise Skip(reason) from None
     if not is_finite_tree([jax_d[i] for i in case.diff_positions]):
         problem = _not_finite_second_order(case, ybar, u, w, jax_d)
         if problem is not None:
@@ -674,7 +687,10 @@ def _is_custom_jvp(case: Case) -> bool:
 
 
 def _route(case: Case) -> str:
-    """How JAX differentiates the rule's pullback: through fwd and bwd (custom_vjp), or through the jvp rule."""
+    """How JAX differentiates the rule's pullback: through fwd and bwd (custom_vjp), or through the jvp rule; in
+    reverse over reverse where its forward mode raises on the rule."""
+    if _REVERSE_ONLY in case.rule.run_state:
+        return "reverse over reverse, through fwd and bwd: JAX's forward mode raises on this rule"
     return ("jvp of vjp, through the jvp rule, which JAX differentiates again" if _is_custom_jvp(case)
             else "jvp of vjp, through fwd and bwd")
 

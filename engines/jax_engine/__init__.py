@@ -7,6 +7,7 @@
     primal_of_custom_vjp(f)           the undecorated, JAX-traceable primal of a custom_vjp
     reference_vjp(primal, args, ct)   jax.vjp of a jax.numpy primal (GG203's reference)
     second_order_vjp(f, args, ct, v)  d/dt of the pullback along v, jvp of vjp (GG204)
+    second_order_vjp_reverse(...)     the same by reverse over reverse, where forward mode raises
     run_under(f, args, transform=)    value or gradient under none/jit/grad/jit_grad/vmap (GG601, GG602)
     run_traced(f, args, transform=)   run_under's jit/jit_grad traced once and run with NumPy, no compilation (GG203)
     configure(device=), environment() float64, device placement, versions for reports
@@ -22,7 +23,7 @@ any time.
 from gradguard.engines.jax_engine._compiled import Compiled
 from gradguard.engines.jax_engine._from_jvp import CustomJvpParts, custom_jvp_parts, is_custom_jvp, jvp_of, rrule_from_custom_jvp
 from gradguard.engines.jax_engine._from_jax import CustomVjpParts, custom_vjp_parts, primal_of_custom_vjp, rrule_from_custom_vjp
-from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp
+from gradguard.engines.jax_engine._reference import reference_vjp, second_order_vjp, second_order_vjp_reverse
 from gradguard.engines.jax_engine._relay import relaying
 from gradguard.engines.jax_engine._runtime import DEVICES, configure, environment, use_compilation_cache
 from gradguard.engines.jax_engine._to_jax import AdaptedRule, to_custom_vjp
@@ -44,6 +45,7 @@ __all__ = [
     "CustomVjpParts",
     "reference_vjp",
     "second_order_vjp",
+    "second_order_vjp_reverse",
     "run_under",
     "run_traced",
     "NotByNumpy",

@@ -4,7 +4,8 @@
 of the rule under test). `second_order_vjp` is the GG204 quantity: the
 derivative of the pullback along a direction in input space, computed as JAX
 forward mode over JAX reverse mode; the checker compares it with finite
-differences of the pullback.
+differences of the pullback. `second_order_vjp_reverse` is the same quantity by
+reverse over reverse, for a rule JAX's forward mode cannot enter.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from gradguard.engines.errors import AdapterError
 from gradguard.engines.jax_engine._runtime import cotangent_for, load
 
-__all__ = ["reference_vjp", "second_order_vjp"]
+__all__ = ["reference_vjp", "second_order_vjp", "second_order_vjp_reverse"]
 
 
 def reference_vjp(
@@ -71,6 +72,57 @@ def second_order_vjp(
     except jax.errors.JAXTypeError as exc:
         raise _untraceable(exc) from exc
     return _spread(dgrads, diff, len(args))
+
+
+REVERSE_MAX_SIZE = 4096  # the most tangent elements `second_order_vjp_reverse` takes a Jacobian row for
+
+
+def second_order_vjp_reverse(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    cotangent: Any,
+    direction: Sequence[Any],
+    *,
+    nondiff: Sequence[int] = (),
+) -> tuple[Any, ...]:
+    """`second_order_vjp`'s derivative by reverse over reverse: the Jacobian of the pullback (`jax.jacrev`, one reverse
+    pass per element of the tangents it returns) contracted with ``direction``. For a rule JAX's forward mode cannot
+    enter while its reverse mode can (a fwd that calls its own custom_vjp: jaxls's differentiable solves, whose grad of
+    grad is right). Real arguments of at most `REVERSE_MAX_SIZE` elements in all; `AdapterError` otherwise."""
+    jax = load()
+    jnp = jax.numpy
+    call, diff = _partial(fn, args, nondiff)
+    primals = [jnp.asarray(args[i]) for i in diff]
+    tangents = [jnp.asarray(direction[i], dtype=p.dtype) for i, p in zip(diff, primals)]
+
+    def pulled(*xs: Any) -> Any:
+        out, vjp = jax.vjp(call, *xs)
+        return vjp(cotangent_for(cotangent, out))
+
+    try:
+        dgrads = reverse_over_reverse(pulled, primals, tangents)
+    except jax.errors.JAXTypeError as exc:
+        raise _untraceable(exc) from exc
+    return _spread(dgrads, diff, len(args))
+
+
+def reverse_over_reverse(pulled: Callable[..., Any], primals: Sequence[Any], tangents: Sequence[Any]) -> list[Any]:
+    """The derivative of ``pulled`` (the pullback as a function of the arguments: one tangent per argument) along
+    ``tangents``, by its Jacobian from `jax.jacrev` (reverse over reverse), traceable under jit."""
+    jax = load()
+    check_reverse_size(primals)
+    jac = jax.jacrev(pulled, argnums=tuple(range(len(primals))))(*primals)  # jac[i][j]: tangent i by argument j
+    return [sum(jax.numpy.tensordot(jac[i][j], t, axes=t.ndim) for j, t in enumerate(tangents))
+            for i in range(len(primals))]
+
+
+def check_reverse_size(primals: Sequence[Any]) -> None:
+    """`AdapterError` where `reverse_over_reverse` does not apply: a complex argument (its Jacobian needs holomorphy),
+    or more than `REVERSE_MAX_SIZE` argument elements in all (a reverse pass each)."""
+    if any(np.iscomplexobj(p) for p in primals):
+        raise AdapterError("reverse over reverse takes real arguments only (a complex Jacobian needs holomorphy)")
+    if sum(int(np.size(p)) for p in primals) > REVERSE_MAX_SIZE:
+        raise AdapterError(f"reverse over reverse takes at most {REVERSE_MAX_SIZE} argument elements in all")
 
 
 def _partial(

@@ -346,6 +346,20 @@ def test_second_order_vjp_matches_the_analytic_hessian_of_a_custom_vjp():
     np.testing.assert_allclose(d, 6 * X * ct * v, rtol=1e-14)  # d/dt of 3 (x + t v)^2 ct
 
 
+def test_second_order_by_reverse_over_reverse_matches_forward_over_reverse():
+    v, ct = np.array([1.0, 0.0, -1.0]), np.array([2.0, 1.0, 0.5])
+    (d,) = ej.second_order_vjp_reverse(cube, (X,), ct, (v,))
+    np.testing.assert_allclose(d, 6 * X * ct * v, rtol=1e-14)
+    w = np.array([[0.5, -1.0], [2.0, 0.25]])
+    pair = lambda x, m: jnp.sin(x[:2]) @ m  # noqa: E731 - two arguments, each tangent moved by both
+    forward = ej.second_order_vjp(pair, (X, w), np.array([1.0, -2.0]), (v, w))
+    reverse = ej.second_order_vjp_reverse(pair, (X, w), np.array([1.0, -2.0]), (v, w))
+    for f, r in zip(forward, reverse):
+        np.testing.assert_allclose(r, f, rtol=1e-13, atol=1e-15)
+    with pytest.raises(AdapterError, match="complex"):
+        ej.second_order_vjp_reverse(cube, (X.astype(complex),), ct, (v,))
+
+
 # -- device and environment -------------------------------------------------------------------------
 
 
