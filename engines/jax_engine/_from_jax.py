@@ -127,7 +127,7 @@ def rrule_from_custom_vjp(fn: Any) -> Callable[..., tuple[Any, Callable[..., Any
                     "bwd(*nondiff_args, residuals, cotangent) and must return a tuple with one cotangent per "
                     f"differentiable argument ({len(args) - len(statics)}), each shaped like its argument."
                 ) from exc
-            tangents = _with_nondiff(_to_numpy(out), nondiff, len(args))
+            tangents = _with_nondiff(_to_numpy(_without_float0(out)), nondiff, len(args))
             if len(args) > len(given) and isinstance(tangents, tuple) and len(tangents) == len(args):
                 tangents = tangents[: len(given)]
             return tangents
@@ -237,6 +237,15 @@ def _to_jax(a: Any) -> Any:
 def _tree_to_jax(tree: Any) -> Any:
     jax = load()
     return jax.tree_util.tree_map(_to_jax, tree)
+
+
+def _without_float0(tree: Any) -> Any:
+    """``tree`` with JAX's float0 cotangents as None: the zero JAX asks a bwd to give an integer or boolean argument
+    that is not a nondiff argument (netket's expect, differentiable in its parameters, takes its integer samples that
+    way) is no tangent, as None is in the rrule convention; GG106 called it a tangent for an argument that has none."""
+    jax = load()
+    float0 = jax.dtypes.float0
+    return jax.tree_util.tree_map(lambda g: None if getattr(g, "dtype", None) == float0 else g, tree)
 
 
 def _to_numpy(tree: Any) -> Any:

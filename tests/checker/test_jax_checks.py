@@ -1198,3 +1198,30 @@ def test_gg203_names_the_argument_whose_own_difference_finite_differences_confir
     assert f.message.endswith("Finite differences of the primal along the difference of the two in the tangent for "
                               "argument 1 (b) agree with JAX."), f.message
     assert findings(_product_rule(1.0), "GG203") == []  # right in b, and JAX's error in a is no finding
+
+
+# netket's expect is differentiable in its parameters and takes its integer samples as an ordinary argument: JAX asks
+# bwd for a float0 zero there, its own "no tangent", and GG106 called it a tangent for an argument that has none.
+_PICKS = np.array([0, 2, 2, 1, 3, 0])
+
+
+@jax.custom_vjp
+def picked_squares(p, s):
+    return jnp.sum(p[s] ** 2)
+
+
+def _picked_squares_bwd(res, g):
+    p, s = res
+    return jnp.zeros_like(p).at[s].add(2 * p[s] * g), np.zeros(s.shape, dtype=jax.dtypes.float0)
+
+
+picked_squares.defvjp(lambda p, s: (picked_squares(p, s), (p, s)), _picked_squares_bwd)
+
+
+def test_a_float0_cotangent_for_an_integer_argument_is_no_tangent():
+    from hypothesis import strategies as st
+
+    rule = jax_rule(picked_squares, arrays(shape=(4,), min_value=0.5, max_value=2.0), st.just(_PICKS), name="picked")
+    report = check(rule, select=["GG1", "GG201", "GG202", "GG203"])
+    assert report.rules[0].error is None and report.findings == [], report.findings
+    assert {"GG106", "GG201", "GG202", "GG203"} <= set(report.rules[0].checks_run)
