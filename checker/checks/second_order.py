@@ -29,7 +29,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree
 from gradguard.checker.checks.registry import Problem, Skip
 from gradguard.checker.inputs import show_apart
-from gradguard.checker.kinks import STAIR_SLACK, contracted, finer_steps_admit, unit_vector
+from gradguard.checker.kinks import STAIR_SLACK, contracted, finer_steps_admit, shifted, staircase, stairs_blur, unit_vector
 from gradguard.checker.trees import abs_inner, copy_tree, inner, leaves, with_leaves
 from gradguard.engines import fd
 
@@ -444,6 +444,56 @@ def pullback_at(case: Case, ybar: Any) -> Any:
     return pulled
 
 
+def pullback_in_stairs(pulled: Any, args: tuple[Any, ...], u: tuple[Any, ...], w: tuple[Any, ...], lhs: fd.Derivative,
+                       rhs: float, tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether ``<w, pulled>`` climbs in stairs along the elements ``u`` moves (`kinks.stairs_blur`) and what they make
+    of finite differences at ``lhs``'s step covers the disagreement with ``rhs``: a pullback that reads a forward
+    solved to a tolerance (LML's threshold bisected to 1e-4) is flat within each stair, and its finite differences at
+    finer steps are one stair's slope (-1.12 where the derivative of the backward is -0.938)."""
+    blur = stairs_blur(lambda *a: inner(w, pulled(*a)), args, u, float(lhs.step))
+    return blur > 0 and tolerances.close(float(lhs.value), rhs, tol, scale=scale, fd_error=lhs.error + STAIR_SLACK * blur)
+
+
+ACROSS_STAIRS = (8, 16, 32, 64, 128, 256, 512)  # steps, in stairs of the primal, of `across_primal_stairs`' differences
+STAIRS_PROBED = 8  # input elements (those u moves most) probed for stairs in the primal's values
+
+
+def across_primal_stairs(case: Case, pulled: Any, u: tuple[Any, ...], w: tuple[Any, ...], rhs: float,
+                         tol: tolerances.Tolerance, scale: float) -> bool:
+    """Whether the rule's primal climbs in stairs along the elements ``u`` moves (`kinks.staircase`: a forward solved
+    to a tolerance) and central differences of ``<w, pulled>`` at steps spanning 8 to 512 of its stairs hold
+    ``rhs`` between them (the stairs' noise falls as the step grows, the truncation error grows with it). A backward that reads such a forward's output climbs with it but is not flat (it reads
+    the input too), so no stairs show in the pullback itself; finite differences at steps finer than a stair read that
+    stair's slope: LML's threshold, bisected to 1e-4, gave -1.12 where its derivative of the backward, -0.938, is what
+    steps across many stairs give."""
+    moved = sorted(((abs(float(m)), i, k) for i, d in enumerate(u) if d is not None and isinstance(case.args[i], np.ndarray)
+                    and not np.iscomplexobj(case.args[i]) for k, m in enumerate(np.asarray(d).reshape(-1)) if m != 0),
+                   reverse=True)[:STAIRS_PROBED]
+    primal = case.rule.primal
+    widths = [stairs.width / move for move, i, k in moved
+              if (stairs := staircase(lambda *a: primal(*copy_tree(a)), case.fresh(), i, k)) is not None]
+    if not widths:
+        return False
+    args = case.fresh()
+    reach = 0.05 * max(1.0, *(float(np.max(np.abs(case.args[i]))) for _, i, _ in moved))
+    estimates = []
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for m in ACROSS_STAIRS:
+                h = m * float(np.median(widths))  # a typical stair: the widest may belong to an element u barely moves
+                if h * max(move for move, _, _ in moved) > reach:
+                    break
+                up, down = (inner(w, pulled(*shifted(args, u, t))) for t in (h, -h))
+                estimates.append((up - down) / (2 * h))
+    except Exception:  # noqa: BLE001 - the pullback left its domain: nothing established
+        return False
+    if len(estimates) < 2 or not all(math.isfinite(e) for e in estimates):
+        return False
+    lo, hi = min(estimates), max(estimates)
+    return lo <= rhs <= hi or any(tolerances.close(e, rhs, tol, scale=scale) for e in estimates)
+
+
 def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d: Any) -> Problem | None:
     pulled = pullback_at(case, ybar)
     rhs = inner(u, d.wrt_args)
@@ -463,6 +513,9 @@ def _input_part(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...], d
         return None  # a pole of the pullback near x (log|det| beside a singular matrix): its tables' steps were too coarse
     if discontinuous_at_x(case, pulled, u):
         return None  # the pullback or the output is discontinuous at x (LAPACK's signs of singular vectors flip there)
+    if (pullback_in_stairs(pulled, case.fresh(), u, w, lhs, rhs, case.tol, abs_inner(u, d.wrt_args))
+            or across_primal_stairs(case, pulled, u, w, rhs, case.tol, abs_inner(u, d.wrt_args))):
+        return None
     return _problem(case, "the input", "d/dt <w, pullback at (x + t u)(ybar)>", "a random direction u", lhs, rhs, d)
 
 

@@ -19,7 +19,8 @@ from gradguard.checker.case import Case, RuleRaised, is_finite_tree
 from gradguard.checker.checks._jax import first_line
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.compare import at, where, worst_index
-from gradguard.checker.checks.second_order import discontinuous_at_x, fd_directional, kinked, kinked_where_not_finite
+from gradguard.checker.checks.second_order import (across_primal_stairs, discontinuous_at_x, fd_directional, kinked,
+                                                    kinked_where_not_finite, pullback_in_stairs)
 from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.inputs import show, show_apart
 from gradguard.checker.specs import UNSTRUCTURED_RRULE
@@ -483,6 +484,9 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
         return
     if discontinuous_at_x(case, pulled, u, w, lhs, rhs):
         return  # the output or the gradient jumps at x alone (roma's Procrustes at M = 0): no derivative to judge
+    if math.isfinite(rhs) and (pullback_in_stairs(pulled, case.fresh(), u, w, lhs, rhs, case.tol, scale)
+                               or across_primal_stairs(case, pulled, u, w, rhs, case.tol, scale)):
+        return  # the backward reads a forward solved to a tolerance (LML's bisection): finite differences read a stair
     if math.isfinite(rhs) and finer_steps_admit(contracted(pulled, w), case.fresh(), u, rhs, case.tol, scale):
         # The gradient jumps near x, not at it, or has a pole there: finer steps hold PyTorch's value between their
         # one-sided derivatives (as GG204 asks). LAPACK's eigenvector signs flipped between x and x + 1e-6 u for a

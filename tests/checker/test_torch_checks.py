@@ -505,6 +505,54 @@ def test_gg705_a_backward_that_raises_only_under_create_graph_is_a_warning_about
     assert check(torch_rule(SinIntoOut, arrays(shape=(3,))), select=["GG201"]).findings == []
 
 
+def _bisected_threshold(x, eps=1e-4):
+    """nu with sum(sigmoid(x + nu)) = 2, bisected to eps, as LML finds its threshold."""
+    lo, hi = -x.max(dim=-1).values - 7.0, -x.min(dim=-1).values + 7.0
+    while (hi - lo).max() > eps:
+        mid = (lo + hi) / 2
+        above = torch.sigmoid(x + mid.unsqueeze(-1)).sum(-1) > 2
+        hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
+    return (lo + hi) / 2
+
+
+class Cap(torch.autograd.Function):
+    """LML's projection in small: the forward's values climb in stairs (its threshold is bisected to 1e-4), and the
+    backward, the exact implicit derivative, reads the saved output, so double backward is right; finite differences
+    of the gradient at steps finer than a stair read that stair's slope (-0.149 where -0.1417 is right)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.sigmoid(x + _bisected_threshold(x).unsqueeze(-1))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        h = y * (1 - y)
+        return h * (g - (h * g).sum(-1, keepdim=True) / h.sum(-1, keepdim=True))
+
+
+class CapPartlyDetached(Cap):
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        h = y.detach() * (1 - y)  # BUG: half of h's dependence on x cut off: double backward wrong, not missing
+        return h * (g - (h * g).sum(-1, keepdim=True) / h.sum(-1, keepdim=True))
+
+
+_CAP = arrays(shape=(6,), min_value=-5.0, max_value=5.0)
+
+
+def test_gg705_judges_a_forward_in_stairs_by_steps_across_many_stairs() -> None:
+    report = check(torch_rule(Cap, _CAP, name="cap"), select=["GG705"], seed=2)  # seed 2: an error before
+    assert report.rules[0].error is None and report.findings == [], [f.message for f in report.findings]
+    assert report.rules[0].checks_run == ["GG705"]
+    for seed in (0, 2):
+        (f,) = check(torch_rule(CapPartlyDetached, _CAP, name="cap_detached"), select=["GG705"], seed=seed).findings
+        assert f.message.startswith("double backward through cap_detached is wrong"), f.message
+
+
 def test_gg705_differentiable_backward_passes() -> None:
     report, found = findings(torch_rule(SinRight, arrays(shape=(3,))), "GG705")
     assert found == [] and skips(report, "GG705") == []
