@@ -1,6 +1,6 @@
 """Real-world corpus: correct `torch.autograd.Function`s from public PyTorch projects, checked with `torch_rule`.
 
-Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane, memcnn, flash-attention, icefall and LML (the commit of each is in the constants below;
+Copied from nerfstudio, gpytorch, pyro, e3nn, geoopt, entmax, PennyLane, memcnn, flash-attention and icefall (the commit of each is in the constants below;
 the comment above each Function names its file and lines and quotes the upstream backward). The math is kept
 exactly as the source has it; helpers are copied beside it. Specs are each Function's real domain. Left out on
 purpose: torchdiffeq's ``_UncheckedAssign``, whose backward hands the overwritten slot a gradient on purpose (its
@@ -36,7 +36,6 @@ PENNYLANE = "PennyLaneAI/pennylane@4ac3a0fc72c26333c91f8f4c58f2dcd9e9a9a27c"
 MEMCNN = "silvandeleemput/memcnn@439ac2673093d6e226c4f45927c50b7210036e18"
 FLASH_ATTN = "Dao-AILab/flash-attention@3c0d49532cb3bc0a36b405f34590ff82cf582853"
 ICEFALL = "k2-fsa/icefall@36e0420c7e3e849a25b3d24dbf913c424f3d23c9"
-LML = "locuslab/lml@cf8251e56332bfe89d2078b06c92d8d489352266"
 
 
 # =====================================================================================================
@@ -1154,157 +1153,7 @@ icefall_activation_dropout_linear_rule = torch_rule(
     name="icefall_activation_dropout_linear_rule")
 
 
-
-# -- LML (locuslab/lml lml.py:36-37, 54-178): the limited multi-label projection; forward bisects for the threshold nu
-# with sum(sigmoid(x + nu)) = N to eps (1e-4 by default), backward differentiates the exact map implicitly. The forward's
-# values climb in stairs about 1e-4 wide, and finite differences at finer steps read one stair's slope: at seed 1 GG201
-# (a "kink that couples entries"), called-twice and, with branch=1000, GG705 reported those slopes as the truth (bench/RESULTS.md, the
-# forty-fourth pass). ``old_torch`` is the module's version test, fixed for PyTorch >= 0.4 (the one line changed).
-old_torch = False
-
-def bdot(x, y):
-    return torch.bmm(x.unsqueeze(1), y.unsqueeze(2)).squeeze()
-
-class LML_Function(Function):
-    @staticmethod
-    def forward(ctx, x, N, eps, n_iter, branch, verbose):
-        ctx.N = N
-        ctx.eps = eps
-        ctx.n_iter = n_iter
-        ctx.branch = branch
-        ctx.verbose = verbose
-
-        branch = ctx.branch
-        if branch is None:
-            if not x.is_cuda:
-                branch = 10
-            else:
-                branch = 100
-
-        single = x.ndimension() == 1
-        orig_x = x
-        if single:
-            x = x.unsqueeze(0)
-        assert x.ndimension() == 2
-
-        n_batch, nx = x.shape
-        if nx <= ctx.N:
-            y = (1.-1e-5)*torch.ones(n_batch, nx).type_as(x)
-            if single:
-                y = y.squeeze(0)
-            if old_torch:
-                ctx.save_for_backward(orig_x)
-                ctx.y = y
-                ctx.nu = torch.Tensor()
-            else:
-                ctx.save_for_backward(orig_x, y, torch.Tensor())
-            return y
-
-        x_sorted, _ = torch.sort(x, dim=1, descending=True)
-
-        # The sigmoid saturates the interval [-7, 7]
-        nu_lower = -x_sorted[:,ctx.N-1] - 7.
-        nu_upper = -x_sorted[:,ctx.N] + 7.
-
-        ls = torch.linspace(0,1,branch).type_as(x)
-
-        for i in range(ctx.n_iter):
-            r = nu_upper-nu_lower
-            I = r > ctx.eps
-            n_update = I.sum()
-            if n_update == 0:
-                break
-
-            Ix = I.unsqueeze(1).expand_as(x) if old_torch else I
-
-            nus = r[I].unsqueeze(1)*ls + nu_lower[I].unsqueeze(1)
-            _xs = x[Ix].view(n_update, 1, nx) + nus.unsqueeze(2)
-            fs = torch.sigmoid(_xs).sum(dim=2) - ctx.N
-            # assert torch.all(fs[:,0] < 0) and torch.all(fs[:,-1] > 0)
-
-            i_lower = ((fs < 0).sum(dim=1) - 1).long()
-            J = i_lower < 0
-            if J.sum() > 0:
-                print('LML Warning: An example has all positive iterates.')
-                i_lower[J] = 0
-
-            i_upper = i_lower + 1
-
-            nu_lower[I] = nus.gather(1, i_lower.unsqueeze(1)).squeeze()
-            nu_upper[I] = nus.gather(1, i_upper.unsqueeze(1)).squeeze()
-
-            if J.sum() > 0:
-                nu_lower[J] -= 7.
-
-        if ctx.verbose >= 0 and np.any(I.cpu().numpy()):
-            print('LML Warning: Did not converge.')
-            # import ipdb; ipdb.set_trace()
-
-        nu = nu_lower + r/2.
-        y = torch.sigmoid(x+nu.unsqueeze(1))
-        if single:
-            y = y.squeeze(0)
-
-        if old_torch:
-            # Storing these in the object may cause memory leaks.
-            ctx.save_for_backward(orig_x)
-            ctx.y = y
-            ctx.nu = nu
-        else:
-            ctx.save_for_backward(orig_x, y, nu)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        if old_torch:
-            x, = ctx.saved_tensors
-            y = ctx.y
-            nu = ctx.nu
-        else:
-            x, y, nu = ctx.saved_tensors
-
-        single = x.ndimension() == 1
-        if single:
-            x = x.unsqueeze(0)
-            y = y.unsqueeze(0)
-            grad_output = grad_output.unsqueeze(0)
-
-        assert x.ndimension() == 2
-        assert y.ndimension() == 2
-        assert grad_output.ndimension() == 2
-
-        n_batch, nx = x.shape
-        if nx <= ctx.N:
-            dx = torch.zeros_like(x)
-            if single:
-                dx = dx.squeeze()
-            grads = tuple([dx] + [None]*5)
-            return grads
-
-        Hinv = 1./(1./y + 1./(1.-y))
-        dnu = bdot(Hinv, grad_output)/Hinv.sum(dim=1)
-        dx = -Hinv*(-grad_output+dnu.unsqueeze(1))
-
-        if single:
-            dx = dx.squeeze()
-
-        grads = tuple([dx] + [None]*5)
-        return grads
-
-
-_LML_FIXED = (constant(2), constant(1e-4), constant(100), constant(None), constant(0))
-# LML(N) as smooth-topk and the module's defaults use it (eps 1e-4, branch 10 on the CPU), on (batch, classes) logits
-lml_rule = torch_rule(LML_Function, arrays(shape=(2, 6), min_value=-5.0, max_value=5.0), *_LML_FIXED, name="lml_rule")
-# smooth-topk's LMLLoss: k = 5 of 10 classes (two calls move 40 logits: more than the context probes take one by one)
-lml_top5_rule = torch_rule(LML_Function, arrays(shape=(2, 10), min_value=-10.0, max_value=10.0), constant(5),
-                           *_LML_FIXED[1:], name="lml_top5_rule")
-# (neural-motifs' LML(N=topk, branch=1000), whose GG705 read a stair's slope too, takes two minutes a seed; the same
-# stairs under double backward are tests/checker/test_torch_checks.py's Cap.)
-
-
 LABELS = {
-    "lml_rule": {"source": f"{LML} lml.py:36-37, 54-178"},
-    "lml_top5_rule": {"source": f"{LML} lml.py:36-37, 54-178"},
     "icefall_bias_norm_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:369-422"},
     "icefall_mul_for_dropout3_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:1305-1322"},
     "icefall_activation_dropout_linear_rule": {"source": f"{ICEFALL} egs/librispeech/ASR/zipformer/scaling.py:1513-1585"},
