@@ -191,10 +191,12 @@ def _drive(rule: RuleSpec, options: Options, body: Callable[[Any, Any], None], l
     def checked(args: Any, data: Any) -> None:  # its frame tells the checks' exceptions from the specs' drawing's
         try:
             body(args, data)
-        except (_CheckFailed, _BudgetSpent, HypothesisException, RuleTimeout, RuleMemoryLimit, SpecError):
+        except (_CheckFailed, _BudgetSpent, HypothesisException, Flaky, RuleTimeout, RuleMemoryLimit, SpecError):
             raise
         except Exception as exc:
-            crashed.append(exc)
+            # Hypothesis' own control flow (FlakyStrategyDefinition from a check's draws on a replay) is not a crash
+            if not type(exc).__module__.startswith("hypothesis"):
+                crashed.append(exc)
             raise
 
     search = keyless(_hypothesis_settings(options)(hyp_seed(options.seed)(given(strategy, st.data())(checked))))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager
 
 import numpy as np
+from hypothesis.errors import HypothesisException
 
 from gradguard.checker import random_state, reproducer
 from gradguard.checker._deadline import STUCK_EXIT, _Budget, at_safe_point
@@ -397,8 +398,8 @@ def _survey(rule: RuleSpec, infos: list[CheckInfo], options: Options) -> _Survey
             case = Case(rule, tuple(args), draws, shared)
             try:
                 outcome = _run_one(info, case)
-            except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt):
-                raise
+            except (RuleTimeout, RuleMemoryLimit, KeyboardInterrupt, HypothesisException):
+                raise  # Hypothesis' own (a check's draw that does not replay) is the search's to handle, no crash
             except Exception as exc:
                 raise internal_error(f"check {info.id}", rule.name, exc) from None
             if isinstance(outcome, str):
