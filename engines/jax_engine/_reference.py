@@ -54,6 +54,19 @@ def second_order_vjp(
     argument, None at ``nondiff`` positions.
     """
     jax = load()
+    diff, primals, tangents, pulled = _pullback_along(fn, args, cotangent, direction, nondiff)
+    try:
+        _, dgrads = jax.jvp(pulled, primals, tangents)
+    except jax.errors.JAXTypeError as exc:
+        raise _untraceable(exc) from exc
+    return _spread(dgrads, diff, len(args))
+
+
+def _pullback_along(fn: Callable[..., Any], args: Sequence[Any], cotangent: Any, direction: Sequence[Any],
+                    nondiff: Sequence[int]) -> tuple[list[int], list[Any], list[Any], Callable[..., Any]]:
+    """What both second-order derivatives differentiate: the differentiable positions, their primals and directions as
+    JAX arrays, and the pullback at ``cotangent`` as a function of the primals."""
+    jax = load()
     jnp = jax.numpy
     if len(direction) != len(args):
         raise AdapterError(
@@ -67,11 +80,7 @@ def second_order_vjp(
         out, vjp = jax.vjp(call, *xs)
         return vjp(cotangent_for(cotangent, out))
 
-    try:
-        _, dgrads = jax.jvp(pulled, primals, tangents)
-    except jax.errors.JAXTypeError as exc:
-        raise _untraceable(exc) from exc
-    return _spread(dgrads, diff, len(args))
+    return diff, primals, tangents, pulled
 
 
 REVERSE_MAX_SIZE = 4096  # the most tangent elements `second_order_vjp_reverse` takes a Jacobian row for
@@ -90,15 +99,7 @@ def second_order_vjp_reverse(
     enter while its reverse mode can (a fwd that calls its own custom_vjp: jaxls's differentiable solves, whose grad of
     grad is right). Real arguments of at most `REVERSE_MAX_SIZE` elements in all; `AdapterError` otherwise."""
     jax = load()
-    jnp = jax.numpy
-    call, diff = _partial(fn, args, nondiff)
-    primals = [jnp.asarray(args[i]) for i in diff]
-    tangents = [jnp.asarray(direction[i], dtype=p.dtype) for i, p in zip(diff, primals)]
-
-    def pulled(*xs: Any) -> Any:
-        out, vjp = jax.vjp(call, *xs)
-        return vjp(cotangent_for(cotangent, out))
-
+    diff, primals, tangents, pulled = _pullback_along(fn, args, cotangent, direction, nondiff)
     try:
         dgrads = reverse_over_reverse(pulled, primals, tangents)
     except jax.errors.JAXTypeError as exc:
