@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 from gradguard.checker.errors import SpecError
 from gradguard.checker.pytree_args import flattening
+from gradguard.checker.pytree_outputs import plain_outputs, plain_rule
 from gradguard.checker.specs import RuleSpec, build_spec, constant_positions, structures_of, with_kwargs
 from gradguard.checker.structure import structured_primal
 
@@ -129,7 +130,8 @@ def jax_rule(
     ``kwargs={"axis": 1}`` passes keyword arguments as JAX resolves them. A pytree argument (a NamedTuple,
     dict, tuple or list of arrays, drawn e.g. by ``st.builds(Point, arrays(...), arrays(...))``) is checked
     leaf by leaf, each leaf an argument named by its path (`gradguard.checker.pytree_args`); pytree outputs
-    need nothing. ``unused_cotangent`` is
+    need nothing (a registered class, such as a flax struct, is read as the dict of its leaves keyed by their
+    paths: `gradguard.checker.pytree_outputs`). ``unused_cotangent`` is
     ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None. ``ignore`` leaves checks out of
     this rule's runs, as for `rrule`.
     """
@@ -154,8 +156,9 @@ def jax_rule(
     # transpose hands back its zeros for them and GG106 read those as a tangent the rule returned
     merged = (*nondiff, *constant_positions(arg_specs),
               *(i for i in parts.nondiff_argnums if declared is None or i < declared))
-    rule = _adapted(fn, forward_mode, merged)
-    primal = _numpy_primal(parts.fun, parts.nondiff_argnums)
+    # registered pytree outputs (flax structs, netket's Stats) are read as dicts of their leaves by all three
+    rule = plain_rule(_adapted(fn, forward_mode, merged))
+    primal = plain_outputs(_numpy_primal(parts.fun, parts.nondiff_argnums))
     user = _user_function(parts.fun)
     if user is not parts.fun:  # jax.custom_gradient: the user's function names the rule, its parameters and its lines
         primal.__name__ = primal.__qualname__ = user.__name__
@@ -163,7 +166,7 @@ def jax_rule(
             primal.__signature__ = inspect.signature(user)  # type: ignore[attr-defined]
         except (TypeError, ValueError):
             pass
-    jax_fn, jax_primal = with_kwargs(fn, kwargs or {}), with_kwargs(parts.fun, kwargs or {})
+    jax_fn, jax_primal = plain_outputs(with_kwargs(fn, kwargs or {})), plain_outputs(with_kwargs(parts.fun, kwargs or {}))
     flat = flattening(parts.fun, arg_specs, args, merged)
     if flat is not None:  # pytree arguments: checked leaf by leaf (see checker.pytree_args)
         if isinstance(mutates, int) and not isinstance(mutates, bool):

@@ -1,6 +1,7 @@
-"""Pytree arguments of JAX rules: a NamedTuple, dict, tuple or list argument is checked leaf by leaf.
+"""Pytree arguments of JAX rules: a NamedTuple, dict, tuple, list or registered argument is checked leaf by leaf.
 
-`jax.custom_vjp` accepts any pytree as an argument (JAX's notebook passes a ``Point(x, y)`` NamedTuple), and
+`jax.custom_vjp` accepts any pytree as an argument (JAX's notebook passes a ``Point(x, y)`` NamedTuple; a model's
+parameters come as a flax struct or a class registered with ``jax.tree_util``), and
 its ``bwd`` returns a tangent of the same structure. The checks draw directions, move inputs and compare
 tangents argument by argument, on arrays and numbers; so `jax_rule` reads such a rule on the leaves of its
 pytree arguments, each leaf an argument of its own: ``point_rule(pt)`` with ``pt = Point(x, y)`` is checked
@@ -127,6 +128,17 @@ def _jax() -> Any:
     return load()
 
 
+def _is_pytree(a: Any) -> bool:
+    """A tuple, list or dict, or a class registered with JAX as a pytree node (a flax struct, a dataclass passed to
+    ``jax.tree_util.register_dataclass``): not an array, number or unregistered object, which JAX reads as leaves."""
+    if isinstance(a, (tuple, list, dict)):
+        return True
+    if a is None:
+        return False
+    jax = _jax()
+    return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(a))
+
+
 def _one_draw(strategy: SearchStrategy) -> Any:
     from gradguard.checker._hypothesis import first_draw
 
@@ -160,7 +172,7 @@ def flattening(fun: Callable[..., Any], arg_specs: tuple[SearchStrategy, ...], a
     from gradguard.checker.specs import constant_positions
 
     skip = set(nondiff) | constant_positions(arg_specs).keys()
-    if not any(i not in skip and isinstance(a, (tuple, list, dict)) for i, a in enumerate(drawn)):
+    if not any(i not in skip and _is_pytree(a) for i, a in enumerate(drawn)):
         return None
     try:
         params = [p.name for p in inspect.signature(fun).parameters.values()]
@@ -169,7 +181,7 @@ def flattening(fun: Callable[..., Any], arg_specs: tuple[SearchStrategy, ...], a
     treedefs, counts, names = [], [], []
     for i, a in enumerate(drawn):
         param = params[i] if i < len(params) else f"arg{i}"
-        if i in skip or not isinstance(a, (tuple, list, dict)):
+        if i in skip or not _is_pytree(a):
             treedefs.append(None)
             counts.append(1)
             names.append(param)

@@ -195,7 +195,7 @@ def unwrapped(value: Any) -> Any:
 
 def _traceable(a: Any) -> bool:
     """Whether jit traces an argument: arrays and float or complex numbers (NumPy's or Python's); containers of
-    them (pytrees) too. Everything else (ints, bools, None, strings, functions) is fixed."""
+    them and registered pytree classes holding them too. Everything else (ints, bools, None, strings, functions) is fixed."""
     if isinstance(a, bool):
         return False
     if isinstance(a, (float, complex, np.ndarray, np.generic)):
@@ -203,10 +203,13 @@ def _traceable(a: Any) -> bool:
     jax = load()
     if isinstance(a, jax.Array):
         return True
-    if isinstance(a, (tuple, list, dict)) and a:
-        leaves = jax.tree_util.tree_leaves(a)
-        return bool(leaves) and all(_traceable(x) for x in leaves)
-    return False
+    if a is None or isinstance(a, str):
+        return False
+    leaves, tree = jax.tree_util.tree_flatten(a)
+    if jax.tree_util.treedef_is_leaf(tree):  # an object JAX does not take apart: fixed
+        return False
+    # a container, or a class registered as a pytree (a flax struct of parameters): traced where its leaves are
+    return bool(leaves) and all(_traceable(x) for x in leaves)
 
 
 def _avals(values: Sequence[Any]) -> tuple:

@@ -8,6 +8,7 @@ reproducer that replays the failure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -123,3 +124,101 @@ def test_the_structure_is_read_from_one_seeded_draw_the_same_on_every_call():
     assert len({repr(spec.example()) for _ in range(20)}) > 1  # what example() would have given instead
     with pytest.raises(Unsatisfiable):
         first_draw(st.integers().filter(lambda _: False))
+
+
+# -- classes registered with JAX (a flax struct, `jax.tree_util.register_dataclass`) in and out -------------------------
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Params:
+    w: jax.Array
+    b: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Stats:
+    mean: jax.Array
+    var: jax.Array
+
+
+PARAMS = st.builds(Params, arrays(shape=(3,), min_value=-2.0, max_value=2.0), arrays(shape=(3,), min_value=-2.0, max_value=2.0))
+XS = arrays(shape=(3,), min_value=-2.0, max_value=2.0)
+
+
+def _stats_of(p, x):
+    y = jnp.tanh(p.w * x + p.b)
+    return Stats(jnp.mean(y), jnp.var(y))
+
+
+def _stats_fwd(p, x):
+    return _stats_of(p, x), (p, x)
+
+
+def _stats_bwd(res, g, slip=False):
+    p, x = res
+    y = jnp.tanh(p.w * x + p.b)
+    n = y.shape[0]
+    # d mean / dy = 1/n; d var / dy = 2 (y - mean) / n
+    ybar = g.mean / n + g.var * 2 * ((y if slip else y - jnp.mean(y))) / n
+    d = ybar * (1 - y**2)
+    return Params(w=d * x, b=d), d * p.w
+
+
+registered_stats = jax.custom_vjp(_stats_of)
+registered_stats.defvjp(_stats_fwd, _stats_bwd)
+registered_stats_rule = jax_rule(registered_stats, PARAMS, XS, name="registered_stats_rule")
+registered_stats_slip = jax.custom_vjp(_stats_of)  # the variance's cotangent forgets the mean it is centred on
+registered_stats_slip.defvjp(_stats_fwd, lambda res, g: _stats_bwd(res, g, slip=True))
+registered_stats_slip_rule = jax_rule(registered_stats_slip, PARAMS, XS, name="registered_stats_slip_rule")
+
+
+def test_registered_classes_in_and_out_are_checked_leaf_by_leaf_and_a_correct_rule_passes():
+    result = check(registered_stats_rule, seed=0).rules[0]
+    assert result.error is None and result.verdict == "pass", (result.error, [f.message for f in result.findings])
+    assert {c["status"] for c in result.safety_matrix["cells"]} == {"right"}
+    skipped = {s["id"] for s in result.checks_skipped}
+    assert not {"GG201", "GG202", "GG203", "GG204", "GG301", "GG601", "GG602"} & skipped, result.checks_skipped
+
+
+def test_a_wrong_tangent_through_a_registered_output_fails_with_the_output_leaves_named():
+    result = check(registered_stats_slip_rule, seed=0, select=["GG201"]).rules[0]
+    assert result.error is None and result.verdict == "fail", result.error
+    (finding,) = result.findings
+    assert re.fullmatch(
+        r"the pullback of registered_stats_slip_rule disagrees with finite differences of the primal: cotangent for "
+        r"argument (0|1|2) \((p_w|p_b|x)\) at \[\d\]: expected \S+ \(finite differences\), got \S+ \(dot-product test "
+        r"moving argument \1 \(\2\) alone: .*\)\.", finding.message), finding.message
+    assert re.fullmatch(r"_stats_of\(p_w=array\(.*\), p_b=array\(.*\), x=array\(.*\)\)",
+                        finding.counterexample["call"]), finding.counterexample["call"]
+    assert re.fullmatch(r"\{'mean': array\(.*\), 'var': array\(.*\)\}", finding.counterexample["draws"]["cotangent"])
+
+
+def test_plain_outputs_round_trip_a_registered_node_inside_containers():
+    from gradguard.checker.pytree_outputs import plain, restored
+
+    out = (Stats(np.ones(2), np.float64(3.0)), {"k": Stats(np.zeros(1), np.ones(1))}, np.ones(3))
+    flat = plain(out)
+    assert isinstance(flat, tuple) and flat[0].keys() == {"mean", "var"} and flat[1]["k"].keys() == {"mean", "var"}
+    assert flat[2] is out[2]
+    back = restored(jax.tree_util.tree_map(lambda a: 2 * a, flat), out)
+    assert isinstance(back[0], Stats) and isinstance(back[1]["k"], Stats) and float(back[0].var) == 6.0
+    assert restored(None, out) is None
+    assert restored({"mean": 1.0}, out[0]) == {"mean": 1.0}  # not the plain structure: handed on as it is
+
+
+def test_a_registered_argument_compiles_once_for_every_value_of_its_leaves():
+    from gradguard.engines.jax_engine import Compiled
+
+    traces = []
+
+    def f(p, x):
+        traces.append(1)
+        return p.w * x + p.b
+
+    compiled = Compiled(f)
+    for k in range(4):
+        p = Params(jnp.full(3, float(k)), jnp.ones(3))
+        np.testing.assert_allclose(compiled((p, jnp.ones(3))), k + 1.0)
+    # one trace for jit and one eager run, which the first compiled result is checked against; keyed by its
+    # contents instead, a registered class was traced again for every value
+    assert len(traces) == 2 and not compiled.eager_keys
