@@ -341,6 +341,16 @@ def _x64_fix(case: Case, want: np.dtype, got: np.dtype) -> str:
             f"(jnp.eye(n, dtype=x.dtype)).")
 
 
+def _jax_tangent_space(value: Any) -> bool:
+    """Whether JAX gives an argument a tangent space: a float or complex leaf in it, NumPy's or JAX's own arrays (a
+    ``constant(jnp.ones(3))``) and numbers alike, alone or in a pytree."""
+    from gradguard.engines.jax_engine._runtime import load
+
+    jax = load()
+    return any(not isinstance(leaf, (bool, np.bool_)) and np.result_type(leaf).kind in "fc"
+               for leaf in jax.tree_util.tree_leaves(value) if hasattr(leaf, "dtype") or isinstance(leaf, (float, complex)))
+
+
 @check(
     "GG106",
     family="contract",
@@ -373,7 +383,7 @@ def nondiff_gets_none(case: Case) -> Iterable[Problem]:
     for i in range(case.nargs):
         if i in diff or t[i] is None:
             continue
-        if case.rule.kind == "jax" and differentiable(case.args[i]):
+        if case.rule.kind == "jax" and _jax_tangent_space(case.args[i]):
             # JAX gives every float argument outside nondiff_argnums (which the adapter binds) a tangent space: a
             # custom_vjp's bwd must return a cotangent for it, zeros_like(arg) being the idiom for "none"
             # (JAX-GalSim's kv for its order), and the spec's constant() only narrows what is checked

@@ -1225,3 +1225,24 @@ def test_a_float0_cotangent_for_an_integer_argument_is_no_tangent():
     report = check(rule, select=["GG1", "GG201", "GG202", "GG203"])
     assert report.rules[0].error is None and report.findings == [], report.findings
     assert {"GG106", "GG201", "GG202", "GG203"} <= set(report.rules[0].checks_run)
+
+
+# A fixed argument given as a JAX array: JAX gives a float one a tangent space as it does a NumPy one (jax-fluids
+# passes jnp arrays there), and bwd must return a cotangent for it; GG106 asked for None. An integer one has none.
+@jax.custom_vjp
+def scaled(x, s):
+    return x * s
+
+
+scaled.defvjp(lambda x, s: (x * s, (x, s)), lambda res, g: (g * res[1], g * res[0]))
+
+
+def test_a_float_jax_array_constant_gets_a_cotangent_and_an_integer_one_none():
+    ok = jax_rule(scaled, arrays(shape=(3,)), constant(jnp.full(3, 2.0)), name="scaled_by_a_jax_constant")
+    report = check(ok, select=["GG106"])
+    assert report.rules[0].error is None and report.findings == [], report.findings
+    assert "GG106" in report.rules[0].checks_run
+    wrong = jax_rule(scaled, arrays(shape=(3,)), constant(jnp.arange(1, 4)), name="scaled_by_jax_integers")
+    (finding,) = check(wrong, select=["GG106"]).findings
+    assert finding.message.startswith("argument 1 (s) is declared nondiff, so its tangent must be None, but the "
+                                      "pullback returned array("), finding.message
