@@ -475,6 +475,31 @@ def test_gg705_a_declared_once_differentiable_backward_is_named() -> None:
     assert f.severity == "error" and f.actual == "no graph (declared @once_differentiable)"
 
 
+class _SolvedToATolerance(torch.autograd.Function):
+    """A solver's Function (zuko's adaptive ODE adjoint): its steps move with x, so its gradient moves by a part of
+    the solver's tolerance that its @once_differentiable backward does not give a second order for."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 2.0 * x + 1e-4 * x.sin()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (2.0 + 1e-4 * x.cos())
+
+
+def test_gg705_judges_a_missing_second_order_against_the_declared_tolerance_of_the_gradient() -> None:
+    """The missing term is 5e-5 of the gradient: an error at float64's tolerance, none where the rule declares the
+    solver's rtol=1e-3, which holds relative to the gradient as it does where PyTorch's second order is compared."""
+    _, (f,) = findings(torch_rule(_SolvedToATolerance, arrays(shape=(3,), min_value=0.5, max_value=1.5)), "GG705")
+    assert f.message.startswith("double backward through _SolvedToATolerance is silently incomplete"), f.message
+    declared = torch_rule(_SolvedToATolerance, arrays(shape=(3,), min_value=0.5, max_value=1.5), rtol=1e-3)
+    assert findings(declared, "GG705")[1] == []
+
+
 class SinIntoOut(torch.autograd.Function):
     """torch-householder's backward writes with torch.bmm(..., out=): right to first order, and autograd refuses out=
     on tensors that require grad, which they do under create_graph=True alone."""
