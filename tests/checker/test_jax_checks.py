@@ -421,6 +421,46 @@ def test_gg204_takes_reverse_over_reverse_where_forward_mode_cannot_enter_the_ru
         f.message), f.message
 
 
+# jax-fluids' THINC interface centre (diffuse_interface/helper_functions.py), in float32 at a volume fraction of 1e-4
+# and a slope of 1e-3, where it takes exp(2e-7) - 1: the pullback's float32 rounding is a staircase whose finite
+# differences gave 439 against JAX's -2.3e11 (float64 and JAX agree on -3.3e11 there).
+def _thinc_centre(vf, beta):
+    tmp = 2.0 * beta
+    a, b = jnp.exp(tmp), jnp.exp(tmp * vf)
+    return 1.0 / tmp * jnp.log((b - 1.0) / (a - b))
+
+
+def _thinc_centre_bwd(res, g, stopped=False):
+    vf, beta = res
+    tmp = 2.0 * beta
+    a, b = jnp.exp(tmp), jnp.exp(tmp * vf)
+    if stopped:  # BUG: a residual cut off from vf: first order right, its derivative in vf not
+        b = jax.lax.stop_gradient(b)
+    one_beta = 1.0 / beta
+    return (((1.0 - a) * b / ((1.0 - b) * (a - b))) * g,
+            (one_beta * vf * b / (b - 1.0) + one_beta * (vf * b - a) / (a - b)
+             - 0.5 * one_beta * one_beta * jnp.log((b - 1.0) / (a - b))) * g)
+
+
+thinc_centre = jax.custom_vjp(_thinc_centre)
+thinc_centre.defvjp(lambda vf, beta: (_thinc_centre(vf, beta), (vf, beta)), _thinc_centre_bwd)
+thinc_centre_stopped = jax.custom_vjp(_thinc_centre)
+thinc_centre_stopped.defvjp(lambda vf, beta: (_thinc_centre(vf, beta), (vf, beta)),
+                            lambda res, g: _thinc_centre_bwd(res, g, stopped=True))
+_VF = arrays(shape=(6,), dtype="float32", min_value=0.9999e-4, max_value=1.0001e-4)
+_BETA = arrays(shape=(6,), dtype="float32", min_value=0.9999e-3, max_value=1.0001e-3)
+
+
+def test_gg204_leaves_a_float32_staircase_to_float64_and_still_finds_a_second_order_wrong_there():
+    assert findings(jax_rule(thinc_centre, _VF, _BETA, name="thinc_centre"), "GG204") == []
+    # a float32 rule whose second order is wrong in float64 too (at the volume fractions of most cells)
+    bulk = (arrays(shape=(6,), dtype="float32", min_value=0.1, max_value=0.9),
+            arrays(shape=(6,), dtype="float32", min_value=0.5, max_value=2.3))
+    (f,) = findings(jax_rule(thinc_centre_stopped, *bulk, name="thinc_centre_stopped"), "GG204")
+    assert f.message.startswith("the second order of thinc_centre_stopped is wrong in the tangent for argument "), \
+        f.message
+
+
 def test_gg204_judges_numpy_rules_with_the_tape():
     """A NumPy rule's second order comes from the tape (tests/checker/test_second_order.py): a wrong but
     traceable pullback is differentiated consistently, so GG204 runs and leaves the first order to GG201."""
