@@ -15,7 +15,7 @@ from gradguard.checker.compare import at, close_to_reference, first_mismatch, wh
 from gradguard.checker.checks._state import argument_labels, note_primal_irreproducible
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import describe, leaves, same_structure, with_article
+from gradguard.checker.trees import copy_tree, describe, leaves, same_structure, with_article
 from gradguard.engines.values import differentiable
 
 __all__: list[str] = []
@@ -254,7 +254,8 @@ def tangent_count(case: Case) -> Iterable[Problem]:
 def tangent_shapes(case: Case) -> Iterable[Problem]:
     """Each tangent must have the shape of its argument. A flattened or broadcast tangent may happen to add
     up correctly in one program and fail, or silently broadcast into the wrong gradient, in another."""
-    t = case.first_pullback().tangents
+    pulled = case.first_pullback()
+    t = pulled.tangents
     if not isinstance(t, (tuple, list)) or len(t) != case.nargs:
         return  # GG103's finding
     for i in case.diff_positions:
@@ -269,6 +270,58 @@ def tangent_shapes(case: Case) -> Iterable[Problem]:
                 actual=str(got),
                 fix=f"Return a tangent shaped like {argument_labels(case)[i]} (sum over broadcast axes, reshape flattened results).",
             )
+    if case.rule.kind == "jax":
+        yield from _fixed_cotangent_shapes(case, t, pulled.ybar)
+
+
+def _fixed_cotangent_shapes(case: Case, t: tuple[Any, ...] | list[Any], ybar: Any) -> Iterable[Problem]:
+    """A JAX rule's cotangent for a float argument its declaration fixes (``constant(2.3)``) but that is not among
+    the custom_vjp's ``nondiff_argnums``: JAX checks its shape against the argument's whatever the spec says
+    (jax-fluids' THINC functions return a cotangent shaped like the volume fractions for a Python float slope, and
+    every ``jax.grad`` through them raises). Reported where the shapes differ and JAX's own vjp of the rule at the
+    input raises; its value is not judged (GG106)."""
+    for i in range(case.nargs):
+        arg = case.args[i]
+        if i in case.diff_positions or t[i] is None or not _jax_tangent_space(arg) \
+                or not (isinstance(arg, (np.ndarray, np.generic, float, complex)) or hasattr(arg, "shape")):
+            continue
+        want, got = np.shape(arg), np.shape(t[i])
+        if want == got:
+            continue
+        raised = _jax_refuses(case, ybar)
+        if raised is None:
+            return
+        label = argument_labels(case)[i]
+        yield Problem(
+            message=(f"the cotangent bwd returns for {label} has shape {got}, but the argument has shape {want}: "
+                     f"{label} is fixed in this declaration, but it is not among the custom_vjp's nondiff_argnums, so "
+                     f"JAX checks the shape of bwd's cotangent for it, and jax.vjp of the rule at this input raises "
+                     f"{raised}"),
+            location=f"argument {i}",
+            expected=str(want),
+            actual=str(got),
+            fix=(f"Return a cotangent shaped like {label} (sum over its broadcast axes, or jnp.zeros_like for an "
+                 "argument that gets none), or list it in nondiff_argnums if it is never differentiated."),
+        )
+
+
+def _jax_refuses(case: Case, ybar: Any) -> str | None:
+    """What JAX raises about shapes taking the vjp of the rule's custom_vjp at the input with the first pullback's
+    cotangent (the first line, cut at 300 characters and ending in a full stop); None where it raises nothing, or
+    something else."""
+    from gradguard.checker.checks._jax import first_line
+    from gradguard.engines.jax_engine import reference_vjp
+
+    nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
+    try:
+        reference_vjp(case.rule.jax_fn, case.fresh(), copy_tree(ybar), nondiff=nondiff)
+    except Exception as exc:  # noqa: BLE001 - JAX's own refusal is what is reported
+        if "shape" not in str(exc):  # refused for another reason (not traceable): GG601 and the contexts say so
+            return None
+        text = first_line(exc)
+        text = text if len(text) <= 300 else text[:297] + "..."
+        return text if text.endswith(".") else text + "."
+    return None
 
 
 @check(

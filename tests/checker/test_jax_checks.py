@@ -1286,3 +1286,29 @@ def test_a_float_jax_array_constant_gets_a_cotangent_and_an_integer_one_none():
     (finding,) = check(wrong, select=["GG106"]).findings
     assert finding.message.startswith("argument 1 (s) is declared nondiff, so its tangent must be None, but the "
                                       "pullback returned array("), finding.message
+
+
+# jax-fluids' THINC functions take a Python float slope (interface projection CONST) and return a cotangent shaped like
+# the volume fractions for it: every jax.grad through them raises, and gradguard passed them (the slope declared fixed).
+@jax.custom_vjp
+def scaled_summed(x, s):
+    return x * s
+
+
+scaled_summed.defvjp(lambda x, s: (x * s, (x, s)), lambda res, g: (g * res[1], jnp.sum(g * res[0])))
+
+
+def test_gg104_a_fixed_float_argument_s_cotangent_must_have_its_shape_where_jax_checks_it():
+    wrong = jax_rule(scaled, arrays(shape=(3,)), constant(2.0), name="scaled_by_a_float")
+    (f,) = findings(wrong, "GG104")
+    assert f.message == (
+        "the cotangent bwd returns for argument 1 (s) has shape (3,), but the argument has shape (): argument 1 (s) is "
+        "fixed in this declaration, but it is not among the custom_vjp's nondiff_argnums, so JAX checks the shape of "
+        "bwd's cotangent for it, and jax.vjp of the rule at this input raises ValueError: Custom VJP bwd rule must "
+        "produce an output with the same type as the args tuple of the primal function, but at output[1] the bwd rule "
+        "produced an output of type float64[3] corresponding to an input of type float64[], so the shapes do not "
+        "match."), f.message
+    assert "or list it in nondiff_argnums" in f.fix
+    with pytest.raises(ValueError, match="Custom VJP bwd rule"):  # what the finding says, in JAX itself
+        jax.grad(lambda x: scaled(x, 2.0).sum())(jnp.ones(3))
+    assert findings(jax_rule(scaled_summed, arrays(shape=(3,)), constant(2.0), name="summed"), "GG104") == []
