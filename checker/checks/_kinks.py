@@ -576,8 +576,9 @@ EXCUSES = {
     "not generic": "the test passes along a generic direction, or the primal is not differentiable there and "
     "every element lies between its own one-sided derivatives",
     "near kinks": "kinks pass closer to x than any usable step, and the rule's answers jump between pieces",
-    "not linear": "the derivative along the sum of two directions is not the sum of the derivatives along each: "
-    "the primal has directional derivatives here but no derivative (the median of tied entries)",
+    "not linear": "the derivative along the sum of two directions is not the sum of the derivatives along each, so "
+    "finite differences establish no derivative here (as at the median of tied entries, which has directional "
+    "derivatives only, or where a narrower float's rounding makes the primal's values stepped)",
     "unresolved": "the primal's one-sided slopes grow, or never settle, as the step shrinks, at every step float64 can "
     "take: a jump or a singularity nearer to x than any step, or jumps denser than every step, where finite differences "
     "establish no derivative",
