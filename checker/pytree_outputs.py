@@ -18,6 +18,8 @@ import functools
 import re
 from typing import Any, Callable
 
+import numpy as np
+
 __all__ = ["plain", "restored", "plain_outputs", "plain_rule"]
 
 
@@ -29,9 +31,11 @@ def _jax() -> Any:
 
 def _is_node(x: Any) -> bool:
     """A registered pytree node the checks do not read themselves: not a tuple, list, dict, None or leaf."""
-    if x is None or isinstance(x, (tuple, list, dict)):
+    if x is None or isinstance(x, (tuple, list, dict, np.ndarray, np.generic, int, float, complex)):
         return False
     jax = _jax()
+    if isinstance(x, jax.Array):
+        return False
     return not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(x))
 
 
