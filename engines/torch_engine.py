@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -129,30 +130,77 @@ _fixed_cpu_state: list[Any] = []  # that state of the CPU generator, made once (
 
 
 def apply(function: Any, *inputs: Any, **kwargs: Any) -> Any:
-    """``function.apply(*inputs, **kwargs)`` started from one fixed state of PyTorch's global random generators,
-    the caller's state restored afterwards.
+    """``function.apply(*inputs, **kwargs)`` started from one fixed state of PyTorch's global random generators, and
+    of the Function's own generators, the caller's states restored afterwards.
 
     A Function may draw from the global generators (``torch.rand_like``: a dropout mask saved for backward): that is
     how PyTorch's own dropout works, a program is reproducible under ``torch.manual_seed``, and checkpointing
     restores the state before it runs a forward again. So every forward gradguard runs starts from the same state,
     as a program re-run under one seed does: two calls on one input draw the same mask, and what the checks compare
-    (two calls, the primal, finite differences) is one function. Randomness from anywhere else (a private or
-    unseeded generator, the clock) still differs from call to call (GG406), and so does a backward that draws
-    again instead of saving what its forward drew: it runs from the caller's state, not the forward's."""
+    (two calls, the primal, finite differences) is one function. A generator of the Function's own (a seeded
+    ``torch.Generator`` its forward closes over, holds as a class attribute or is given as an argument: brevitas'
+    stochastic rounding) is held the same way, at the state it had when gradguard first met it. Randomness from
+    anywhere else (an unseeded generator made in forward, the clock) still differs from call to call (GG406), and so
+    does a backward that draws again instead of saving what its forward drew: it runs from the caller's state, not
+    the forward's."""
     torch = load()
     if not _fixed_cpu_state:
         _fixed_cpu_state.append(torch.Generator().manual_seed(RANDOM_SEED).get_state())
+    own = _own_generators(function, inputs, kwargs)
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    callers = [(g, g.get_state()) for g, _ in own]
     torch.set_rng_state(_fixed_cpu_state[0])
     if cuda is not None:
         torch.cuda.manual_seed_all(RANDOM_SEED)
+    for g, first in own:
+        g.set_state(first)
     try:
         return function.apply(*inputs, **kwargs)
     finally:
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+        for g, state in callers:
+            g.set_state(state)
+
+
+# a Function's own generators and the state each had when first met, by generator (weakly: a Function may be made per
+# call, as brevitas' factory makes one per module)
+_first_states: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _own_generators(function: Any, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """The ``torch.Generator`` objects the Function's forward closes over, reads as globals or class attributes, or
+    is given as arguments, each with its first-met state."""
+    torch = load()
+    found: dict[int, Any] = {}
+
+    def take(value: Any) -> None:
+        if isinstance(value, torch.Generator):
+            found.setdefault(id(value), value)
+
+    for value in (*inputs, *kwargs.values()):
+        take(value)
+    for name, value in vars(function).items() if isinstance(function, type) else ():
+        take(value)
+    forward = getattr(function, "forward", None)
+    code = getattr(forward, "__code__", None)
+    for cell in getattr(forward, "__closure__", None) or ():
+        try:
+            take(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    if code is not None:
+        names = getattr(forward, "__globals__", {})
+        for name in code.co_names:
+            take(names.get(name))
+    out = []
+    for g in found.values():
+        if g not in _first_states:
+            _first_states[g] = g.get_state()
+        out.append((g, _first_states[g]))
+    return out
 
 
 def to_numpy(value: Any) -> Any:

@@ -285,6 +285,53 @@ def test_a_mask_from_the_global_generator_saved_for_backward_passes_and_one_draw
                                         "input gave different tangents for the same cotangent")
 
 
+def _stochastic_round(generator):
+    """brevitas' StochasticRoundSteFn (core/function_wrapper/stochastic_round.py): a straight-through estimator
+    drawing from the generator its factory closes over (seeded by the module, `StochasticRoundSte(seed=0)`)."""
+
+    class StochasticRoundSteFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            floor_x = torch.floor(x)
+            prob = torch.bernoulli(torch.abs(x - floor_x), generator=generator)
+            return torch.where(prob.to(torch.bool), floor_x + 1.0, floor_x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    return StochasticRoundSteFn
+
+
+class RoundsWithAFreshGenerator(torch.autograd.Function):
+    """The broken twin: a generator made, unseeded, in every forward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        floor_x = torch.floor(x)
+        prob = torch.bernoulli(torch.abs(x - floor_x), generator=torch.Generator().manual_seed(torch.seed()))
+        return torch.where(prob.to(torch.bool), floor_x + 1.0, floor_x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_a_generator_the_function_holds_starts_every_forward_from_one_state():
+    """brevitas' stochastic rounding drew GG406 with a seeded generator of its own, and passed with the global one.
+    Its state is held for each forward as the global generator's is, and given back afterwards."""
+    generator = torch.Generator().manual_seed(0)
+    before = generator.get_state()
+    spec = arrays(shape=(4,), dtype="float32", min_value=-8.0, max_value=8.0)
+    own = check(torch_rule(_stochastic_round(generator), spec, ignore=["GG201", "GG203", "GG501"],
+                           name="stochastic_round"), select=["GG406"]).rules[0]
+    assert own.error is None and own.findings == [] and "GG406" in own.checks_run, own.findings
+    assert torch.equal(generator.get_state(), before)  # the program's generator is where it was
+    (f,) = check(torch_rule(RoundsWithAFreshGenerator, spec, name="fresh_generator"), select=["GG406"]).findings
+    assert f.message.startswith("two forward calls of fresh_generator on identical copies of the same input gave "
+                                "different outputs: "), f.message
+
+
 def _cube_with_numpy_output(factor):
     class CubeWithNumpyOutput(torch.autograd.Function):
         """NumpyCubeNotComposable's pattern (PyTorch's autograd_function_db): a NumPy array beside the tensor."""
