@@ -458,29 +458,45 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         location=where(i, idx),
         expected=want_text,
         actual=got_text,
-        fix=_subnormal_note(case) + fix,
+        fix=_subnormal_note(case, ybar, ybar2, alpha) + fix,
     )
 
 
-def _subnormal_note(case: Case) -> str:
+def _subnormal_note(case: Case, ybar: Any, ybar2: Any, alpha: float) -> str:
     """For GG202's fix where a differentiated argument holds subnormal numbers: a product through one keeps few
     digits or rounds to 0 (kaolin's cumulative-product backward, ``prod * g / x`` at x = 4.9e-324: 0 for g = 0.5, 0.5
     times its value for g = 1), so the arithmetic, not the formula, may be what is not linear there. Said as what
-    the input holds; '' where no argument holds one."""
+    the input holds; '' where no argument holds one, or where the pullback is as far from linear on a copy of the
+    input with those numbers set to 0 (torchao's int8 backward, which rounds its cotangent, at an input holding
+    2.6e-42: the note sent its reader the wrong way)."""
+    flushed, labels = list(case.fresh()), []
     for i in case.diff_positions:
-        a = case.args[i]
+        a = flushed[i]
         if isinstance(a, np.ndarray) and a.dtype.kind in "fc" and a.size:
             tiny = np.finfo(a.dtype).tiny
             with np.errstate(all="ignore"):
                 parts = [a.real, a.imag] if a.dtype.kind == "c" else [a]
                 if any(np.any((p != 0) & (np.abs(p) < tiny)) for p in parts):
-                    label = argument_labels(case)[i]
-                    return (f"{label[:1].upper()}{label[1:]} holds subnormal numbers (nonzero, below {tiny:.3g} in "
-                            "size), where products and quotients through them keep few digits or round to 0: the "
-                            "pullback's arithmetic there, not its formula, may be what is not linear (a pullback that "
-                            "divides by the input is one); a formula that does not divide by such values stays "
-                            "linear. ")
-    return ""
+                    labels.append((argument_labels(case)[i], tiny))
+                    for p in parts:
+                        p[(p != 0) & (np.abs(p) < tiny)] = 0
+    if not labels:
+        return ""
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            terms = [(alpha, _tangents_for(case, ybar, copy_tree(tuple(flushed)))),
+                     (1.0, _tangents_for(case, ybar2, copy_tree(tuple(flushed))))]
+            combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2), copy_tree(tuple(flushed)))
+            if _nonlinear(case, combined, terms) is not None:
+                return ""  # as far from linear without them: not their arithmetic
+    except Exception:  # noqa: BLE001 - the rule refuses the copy: what the input holds is still worth saying
+        pass
+    label, tiny = labels[0]
+    return (f"{label[:1].upper()}{label[1:]} holds subnormal numbers (nonzero, below {tiny:.3g} in size), where "
+            "products and quotients through them keep few digits or round to 0: the pullback's arithmetic there, not "
+            "its formula, may be what is not linear (a pullback that divides by the input is one); a formula that does "
+            "not divide by such values stays linear. ")
 
 
 # -- GG205 ----------------------------------------------------------------------------------------

@@ -1018,6 +1018,9 @@ def test_gg202_at_a_subnormal_input_says_the_arithmetic_may_be_what_is_not_linea
     unit_only = rrule(_cumprod, arrays(shape=(4,)), name="unit_only")(lambda x: (np.cumprod(x), lambda g: (np.ones(4),)))
     (q,) = CHECKS["GG202"].fn(Case(unit_only, (np.ones(4),), ReplayDraws([np.ones(4), 0.5, np.ones(4)])))
     assert q.fix.startswith("Scale every tangent by the cotangent"), q.fix
+    # as far from linear with the subnormal number set to 0: the note would send its reader the wrong way
+    (r,) = CHECKS["GG202"].fn(Case(unit_only, (x,), ReplayDraws([np.ones(4), 0.5, np.ones(4)])))
+    assert r.fix.startswith("Scale every tangent by the cotangent"), r.fix
 
 
 @rrule(_cumprod, arrays(shape=(2, 8), min_value=0.5, max_value=2.0))
