@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["differentiable"]
+__all__ = ["differentiable", "is_ml_float"]
 
 
 def differentiable(value: Any) -> bool:
@@ -20,3 +20,22 @@ def differentiable(value: Any) -> bool:
     if isinstance(value, (float, complex, np.floating, np.complexfloating)):
         return True
     return isinstance(value, np.ndarray) and value.dtype.kind in "fc"
+
+
+def is_ml_float(dtype: Any) -> bool:
+    """Whether ``dtype`` is one of the floats NumPy only knows through ml_dtypes (bfloat16, the float8 types: what JAX's
+    low-precision arrays hold), whose NumPy kind is "V" rather than "f"."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return False
+    if dtype.kind != "V" or not getattr(dtype.type, "__module__", "").startswith("ml_dtypes"):
+        return False
+    try:
+        import ml_dtypes
+
+        ml_dtypes.finfo(dtype)  # raises for ml_dtypes' integer types (int4)
+    except Exception:  # noqa: BLE001 - not a float type ml_dtypes knows
+        return False
+    return True
+

@@ -28,6 +28,7 @@ from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
 from gradguard.checker.trees import children, copy_tree, is_leaf, keys_of, rebuild
+from gradguard.engines.values import is_ml_float
 
 __all__: list[str] = []
 
@@ -98,7 +99,9 @@ def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, .
         b = np.zeros(np.shape(ref)) if b is None else np.asarray(b)
         if a.shape != b.shape:
             return path, (), f"shape {a.shape}", f"shape {b.shape}"
-        found = first_mismatch([(path, a, b)], agree)
+        # a mask or an index among the outputs (praxis' sparsity mask) is compared exactly: booleans do not subtract
+        numeric = all(x.dtype.kind in "fc" or is_ml_float(x.dtype) for x in (a, b))
+        found = first_mismatch([(path, a, b)], agree if numeric else compare.exact)
         if found is not None:
             return found
     return None

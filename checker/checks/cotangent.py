@@ -24,6 +24,7 @@ from gradguard.checker.inputs import show
 from gradguard.checker.specs import unused_cotangent_of
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, tree_map
 from gradguard.engines.errors import clause
+from gradguard.engines.values import is_ml_float
 
 __all__: list[str] = []
 
@@ -36,7 +37,7 @@ def _first_nonzero(case: Case, tangents: Any, positions: Iterable[int]) -> tuple
         if t is None:
             continue
         arr = np.asarray(t)
-        if arr.dtype.kind not in "biufc":
+        if arr.dtype.kind not in "biufc" and not is_ml_float(arr.dtype):  # (bfloat16's kind is "V")
             return i, (), t
         with np.errstate(all="ignore"):
             idx = first_index(~(np.abs(arr) <= atol))

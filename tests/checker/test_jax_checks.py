@@ -1313,3 +1313,46 @@ def test_gg104_a_fixed_float_argument_s_cotangent_must_have_its_shape_where_jax_
     with pytest.raises(ValueError, match="Custom VJP bwd rule"):  # what the finding says, in JAX itself
         jax.grad(lambda x: scaled(x, 2.0).sum())(jnp.ones(3))
     assert findings(jax_rule(scaled_summed, arrays(shape=(3,)), constant(2.0), name="summed"), "GG104") == []
+
+
+# praxis' sr_ste returns its sparsity mask beside the masked weights: GG601 and GG602 subtracted booleans and crashed.
+@jax.custom_vjp
+def masked_and_mask(x, mask):
+    return x * mask, mask
+
+
+masked_and_mask.defvjp(lambda x, mask: ((x * mask, mask), mask), lambda mask, g: (g[0] * mask, None))
+
+
+def test_gg601_and_gg602_compare_a_boolean_output_exactly():
+    rule = jax_rule(masked_and_mask, arrays(shape=(4,)), constant(np.array([True, False, True, True])),
+                    name="masked_and_mask")
+    report = check(rule, select=["GG601", "GG602"])
+    assert report.rules[0].error is None and report.findings == [], (report.rules[0].error, report.findings)
+    assert {"GG601", "GG602"} <= set(report.rules[0].checks_run)
+
+
+# praxis' einsum with a bfloat16 output dtype hands back bfloat16 tangents: ml_dtypes' bfloat16 is NumPy kind "V", and
+# GG301 called an all-zero one nonzero. A tangent that is not zero for a zero cotangent is still found.
+@jax.custom_vjp
+def doubled_in_bf16(x):
+    return 2 * x
+
+
+doubled_in_bf16.defvjp(lambda x: (2 * x, None), lambda _, g: ((2 * g).astype(jnp.bfloat16),))
+
+
+@jax.custom_vjp
+def offset_in_bf16(x):
+    return 2 * x
+
+
+offset_in_bf16.defvjp(lambda x: (2 * x, None), lambda _, g: ((2 * g + 1.0).astype(jnp.bfloat16),))
+
+
+def test_gg301_reads_a_bfloat16_tangent_as_the_float_it_is():
+    spec = arrays(shape=(3,), dtype="float32", min_value=-2.0, max_value=2.0)
+    assert findings(jax_rule(doubled_in_bf16, spec, name="doubled_in_bf16"), "GG301") == []
+    (f,) = findings(jax_rule(offset_in_bf16, spec, name="offset_in_bf16"), "GG301")
+    assert f.message.startswith("the pullback of offset_in_bf16 must return zero tangents for a zero cotangent, but "
+                                "the tangent for argument 0 (x) at [0] is 1"), f.message
