@@ -351,11 +351,30 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
                 raise Skip("the rule raises on an example of the batch called alone (the other checks report it)") from None
     from gradguard.engines.jax_engine import _relay
 
+    stacked = None
     try:
         with _relay.relaying():
             stacked = [_stack([xs[k] for xs in batch]) for k in range(len(diff))]
             out, tangents = _quiet(lambda: _batched_vjp(fn, jit)(*stacked, _stack(ybars)))
     except Exception as exc:  # noqa: BLE001
+        inherited = _primal_refuses_vmap(case, stacked)
+        if inherited is not None:
+            from gradguard.checker.jax_rules import custom_kind
+
+            # maxtext's ragged_dot_with_mask: jax.lax.ragged_dot has no batching rule over this axis, so the function
+            # underneath raises the same way; nothing in fwd or bwd is to blame (loud, not silent: a warning)
+            yield Problem(
+                message=(f"{name} raises under jax.vmap (a batch of {len(batch)} inputs) but not one example at a "
+                         f"time: {first_line(exc)}; so does the function underneath the {custom_kind(case.rule)} "
+                         f"under the same vmap ({inherited}): the operations it is written with cannot be batched "
+                         "this way, whatever its rule does."),
+                actual=first_line(exc),
+                fix=("Nothing in fwd or bwd is to blame: a program that vmaps this function stops with JAX's error. "
+                     "Batch it another way (a loop, lax.map, or the operation's own batch dimension) where that "
+                     "matters."),
+                severity="warning",
+            )
+            return
         yield Problem(
             message=f"{name} raises under jax.vmap (a batch of {len(batch)} inputs) but not one example at a time: {first_line(exc)}",
             actual=first_line(exc),
@@ -403,6 +422,22 @@ def same_under_vmap(case: Case) -> Iterable[Problem]:
                 fix=_VMAP_FIX,
             )
             return
+
+
+def _primal_refuses_vmap(case: Case, stacked: list[Any] | None) -> str | None:
+    """What ``jax.vmap`` of the function underneath the custom rule raises on the stacked batch (its first line), or
+    None where it runs, or where there is no such function or batch."""
+    primal = case.rule.extra.get("jax_primal")
+    if primal is None or stacked is None:
+        return None
+    import jax
+
+    fn, _ = bind_nondiff(primal, case)
+    try:
+        _quiet(lambda: jax.vmap(fn)(*copy_tree(stacked)))
+    except Exception as exc:  # noqa: BLE001 - JAX's refusal is the evidence
+        return first_line(exc)
+    return None
 
 
 def _same_without_vmap(fn: Any, jit: bool, xs: tuple[Any, ...], ybar: Any, batched_out: Any, case: Case) -> bool:

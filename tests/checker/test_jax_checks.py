@@ -1356,3 +1356,34 @@ def test_gg301_reads_a_bfloat16_tangent_as_the_float_it_is():
     (f,) = findings(jax_rule(offset_in_bf16, spec, name="offset_in_bf16"), "GG301")
     assert f.message.startswith("the pullback of offset_in_bf16 must return zero tangents for a zero cotangent, but "
                                 "the tangent for argument 0 (x) at [0] is 1"), f.message
+
+
+# maxtext's ragged_dot_with_mask: jax.lax.ragged_dot has no batching rule over the axis vmap adds, so the function
+# underneath the custom_vjp raises the same way under vmap; the fix spoke of Python control flow and callbacks.
+_GROUPS = np.array([2, 1, 2], dtype=np.int32)
+
+
+@jax.custom_vjp
+def grouped_dot(x, w):
+    return jax.lax.ragged_dot(x, w, _GROUPS)
+
+
+def _grouped_dot_bwd(res, g):
+    return jax.vjp(lambda a, b: jax.lax.ragged_dot(a, b, _GROUPS), *res)[1](g)
+
+
+grouped_dot.defvjp(lambda x, w: (grouped_dot(x, w), (x, w)), _grouped_dot_bwd)
+
+
+def test_gg602_a_primal_jax_cannot_batch_is_a_warning_that_blames_no_rule():
+    rule = jax_rule(grouped_dot, arrays(shape=(5, 4)), arrays(shape=(3, 4, 2)), name="grouped_dot")
+    report = check(rule, select=["GG602"])
+    (f,) = report.findings
+    assert f.severity == "warning" and report.passed, f
+    assert re.fullmatch(
+        r"grouped_dot raises under jax\.vmap \(a batch of \d inputs\) but not one example at a time: (.+); so does the "
+        r"function underneath the custom_vjp under the same vmap \(\1\): the operations it is written with cannot be "
+        r"batched this way, whatever its rule does\.", f.message), f.message
+    assert f.fix.startswith("Nothing in fwd or bwd is to blame")
+    with pytest.raises(NotImplementedError):  # what the finding says, in JAX itself
+        jax.vmap(lambda x, w: jax.lax.ragged_dot(x, w, _GROUPS))(jnp.ones((2, 5, 4)), jnp.ones((2, 3, 4, 2)))
