@@ -13,6 +13,7 @@ from gradguard.checker.contexts._ops import Ops, tape_ops
 from gradguard.checker.contexts._programs import Plan
 from gradguard.checker.specs import RuleSpec, unused_cotangent_of
 from gradguard.checker.trees import children, copy_tree, is_leaf, rebuild
+from gradguard.engines.values import is_ml_float
 
 __all__ = ["POLICIES", "ENGINES"]
 
@@ -79,9 +80,16 @@ def _numpy_rrule(rule: RuleSpec) -> Callable[..., Any]:
 
 
 def _to_numpy(tree: Any) -> Any:
+    """NumPy arrays of a JAX rule's output; a bfloat16 or float8 one (NumPy kind "V", through ml_dtypes) as the float32
+    that holds its values exactly, which the tape tracks: left as it is, the tape took it for a constant and the
+    program's gradient through it for 0 (praxis' einsum with a bfloat16 output dtype). Its pullback still gets the
+    cotangent cast to its own dtype, as JAX casts it."""
     if not is_leaf(tree):
         return rebuild(tree, (_to_numpy(t) for t in children(tree)))
-    return np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
+    out = np.asarray(tree) if hasattr(tree, "__array__") and not isinstance(tree, np.ndarray) else tree
+    if isinstance(out, (np.ndarray, np.generic)) and is_ml_float(out.dtype):
+        return out.astype(np.float32)
+    return out
 
 
 ENGINES: tuple[Engine, ...] = tuple(

@@ -1387,3 +1387,23 @@ def test_gg602_a_primal_jax_cannot_batch_is_a_warning_that_blames_no_rule():
     assert f.fix.startswith("Nothing in fwd or bwd is to blame")
     with pytest.raises(NotImplementedError):  # what the finding says, in JAX itself
         jax.vmap(lambda x, w: jax.lax.ragged_dot(x, w, _GROUPS))(jnp.ones((2, 5, 4)), jnp.ones((2, 3, 4, 2)))
+
+
+# praxis' einsum with a bfloat16 output dtype: fwd hands back bfloat16 (the function underneath computes in float32),
+# which the tape took (NumPy kind "V") for a constant: its columns read the program's gradient through it as 0 where
+# JAX's and finite differences' agree on 2 per unit.
+@jax.custom_vjp
+def doubled_to_bf16(x):
+    return 2 * x
+
+
+doubled_to_bf16.defvjp(lambda x: ((2 * x).astype(jnp.bfloat16), None), lambda _, g: ((2 * g).astype(jnp.float32),))
+
+
+def test_the_tape_columns_differentiate_through_a_bfloat16_output():
+    rule = jax_rule(doubled_to_bf16, arrays(shape=(3,), dtype="float32", min_value=-2.0, max_value=2.0),
+                    name="doubled_to_bf16")
+    result = check(rule, select=["GG501"]).rules[0]
+    assert result.error is None and result.findings == [], [f.message for f in result.findings]
+    cells = {(c["context"], c["engine"]): c["status"] for c in result.safety_matrix["cells"]}
+    assert cells[("output-used", "tape[zero]")] == "right" and cells[("output-used", "jax")] == "right", cells
