@@ -131,6 +131,13 @@ def _kept_input(args: tuple[Any, ...]) -> tuple[Any, ...]:
     where it can be, else its arrays copied and the rest passed as it is, as the specs' own ``constant(...)`` passes
     it to every drawn input. An ODL operator holds its array module, which deepcopy refuses ("cannot pickle
     'module' object"), and a rule failing two checks crashed the second's search."""
+    try:
+        # in one call, so that arguments that share an object stay one (a module's bound method and that module's
+        # parameters beside it, as PyG's InvertibleFunction takes them: copied apart, the backward's parameters were
+        # not the ones its function used)
+        return tuple(copy.deepcopy(tuple(args)))
+    except Exception:  # noqa: BLE001 - some argument deepcopy cannot take: each one on its own
+        pass
     out = []
     for a in args:
         try:

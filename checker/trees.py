@@ -87,7 +87,8 @@ def same_structure(a: Any, b: Any) -> bool:
 
 
 def copy_tree(tree: Any) -> Any:
-    """Deep copy of arrays, NumPy's and PyTorch's (so a rule mutating its input never touches the original).
+    """Deep copy of arrays, NumPy's and PyTorch's (so a rule mutating its input never touches the original), except
+    a ``torch.nn.Parameter``, which is passed as it is (below).
 
     A PyTorch tensor is copied with ``clone()``, which keeps a graph to the original where it carries one (a
     cotangent that a double-backward check differentiates along). Before, a tensor passed as a constant (a
@@ -95,10 +96,16 @@ def copy_tree(tree: Any) -> Any:
     later check, and GG103 called the pullback raising at an input where, run alone, it passes."""
     torch = sys.modules.get("torch")  # only where it is loaded: checking NumPy rules never imports it
     tensor = None if torch is None else torch.Tensor
+    parameter = None if torch is None else torch.nn.Parameter
 
     def one(x: Any) -> Any:
         if isinstance(x, np.ndarray):
             return np.array(x, copy=True)
+        if parameter is not None and isinstance(x, parameter):
+            # a module's own parameter, passed beside a function of that module (PyG's InvertibleFunction gets
+            # `*self.parameters()` so that autograd.grad in backward reaches them): a clone is not in the graph the
+            # module builds, and the backward raised "appears to not have been used in the graph"
+            return x
         if tensor is not None and isinstance(x, tensor):
             return x.clone()
         return x

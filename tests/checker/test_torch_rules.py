@@ -332,6 +332,68 @@ def test_a_generator_the_function_holds_starts_every_forward_from_one_state():
                                 "different outputs: "), f.message
 
 
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def _recompute(x_factor):
+    class Recompute(torch.autograd.Function):
+        """PyG's InvertibleFunction, memcnn's and RevTorch's pattern: a module's function and that module's own
+        parameters, passed so that autograd.grad in backward reaches them."""
+
+        @staticmethod
+        def forward(ctx, fn, x, *weights):
+            ctx.fn, ctx.weights = fn, weights
+            ctx.save_for_backward(x)
+            with torch.no_grad():
+                return fn(x)
+
+        @staticmethod
+        def backward(ctx, gy):
+            (x,) = ctx.saved_tensors
+            with torch.enable_grad():
+                xd = x.detach().requires_grad_()
+                out = ctx.fn(xd)
+            gx, *gw = torch.autograd.grad(out, (xd,) + ctx.weights, gy)
+            return (None, x_factor * gx, *gw)
+
+    return Recompute
+
+
+def test_a_module_s_parameters_beside_its_function_stay_that_module_s():
+    """A clone of the parameter (every case's fresh copy), or a deepcopy of each argument apart (a search starting
+    from an earlier check's input), is not the tensor the module's function uses: its backward raised "appears to
+    not have been used in the graph" (GG103) where plain PyTorch runs it."""
+    module = _Scaled()
+    ok = check(torch_rule(_recompute(1.0), constant(module.forward), arrays(shape=(3,)), constant(module.w),
+                          name="recompute"), select=["GG1", "GG201", "GG403"]).rules[0]
+    assert ok.error is None and ok.findings == [], [f.message for f in ok.findings]
+    wrong = check(torch_rule(_recompute(2.0), constant(module.forward), arrays(shape=(3,)), constant(module.w),
+                             name="recompute_doubled"), select=["GG1", "GG201", "GG403"]).rules[0]
+    assert wrong.error is None and [f.check_id for f in wrong.findings] == ["GG201"], \
+        [f.message for f in wrong.findings]
+
+
+def test_a_kept_input_is_copied_whole_so_shared_objects_stay_shared():
+    """A search that starts from an earlier check's input copies it: each argument apart, the copy of the module's
+    bound method held its own copy of the parameter passed beside it. An argument deepcopy refuses still passes."""
+    import types
+
+    from gradguard.checker._search import _kept_input
+
+    module = _Scaled()
+    fn, x, w = _kept_input((module.forward, np.ones(3), module.w))
+    assert fn.__self__.w is w and w is not module.w
+    held = types.ModuleType("held")  # deepcopy refuses a module: the others are copied one by one
+    kept = _kept_input((held, np.ones(2)))
+    assert kept[0] is held and kept[1] is not None
+
+
 def _cube_with_numpy_output(factor):
     class CubeWithNumpyOutput(torch.autograd.Function):
         """NumpyCubeNotComposable's pattern (PyTorch's autograd_function_db): a NumPy array beside the tensor."""
