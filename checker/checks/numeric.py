@@ -44,7 +44,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import apart, show, show_apart
-from gradguard.checker.trees import copy_tree, is_narrow_float, tree_map, widened
+from gradguard.checker.trees import copy_tree, is_narrow_float, leaves, tree_map, widened
 from gradguard.engines import fd
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
@@ -275,7 +275,7 @@ def _add(a: Any, b: Any) -> Any:
 
 
 def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[Any, ...]]],
-               rounding: list[Any] | None = None) -> Any:
+               rounding: list[Any] | None = None, tol: tolerances.Tolerance | None = None) -> Any:
     """The first element where ``got`` is not ``sum(c * t for c, t in terms)`` (the linear combination of earlier
     pullbacks), or None. The combination is formed in float64 and judged at the scale of its terms, not of its
     sum: the cotangent the pullback was handed (``alpha * ybar1 + ybar2`` in the cotangent's dtype) rounds at
@@ -285,7 +285,9 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
     the tolerance of a value the tangent's dtype cannot hold is that value correctly rounded: DeZero's division at
     x1 = 1e-38 in float32 has the tangent gy / x1 = 2.7e38 for gy = 2.7, and 5.4e38 for twice gy, which float32
     rounds to inf (its largest number is 3.4e38). ``rounding``: per argument, how far the pullbacks' own rounding
-    may move the two sides apart (`_narrow_rounding`); a difference within it is no nonlinearity."""
+    may move the two sides apart (`_narrow_rounding`); a difference within it is no nonlinearity. ``tol``: the
+    tolerance, the case's where not given (`_output_rounding` widens it for a bfloat16 output)."""
+    tol = case.tol if tol is None else tol
     combos = [(coef, tuple(widened(t) for t in tangents)) for coef, tangents in terms]
     want, size = [], []
     for i in range(len(got)):
@@ -294,8 +296,8 @@ def _nonlinear(case: Case, got: tuple[Any, ...], terms: list[tuple[float, tuple[
         size.append(sum(abs(coef) * np.abs(t) for coef, t in parts) if parts else None)
     for i, a, b in tangent_pairs(case, got, tuple(want)):
         terms = 0.0 if size[i] is None else float(np.max(np.where(np.isfinite(size[i]), size[i], 0.0), initial=0.0))
-        close = close_at_leaf_scale(case.tol, at_least=terms)
-        overflows = _overflows_to(a.dtype, case.tol, terms)
+        close = close_at_leaf_scale(tol, at_least=terms)
+        overflows = _overflows_to(a.dtype, tol, terms)
         slack = None if rounding is None else rounding[i]
 
         def rounded(x: np.ndarray, y: np.ndarray, slack: Any = slack) -> np.ndarray:
@@ -420,20 +422,21 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     # One combined test on the passing path (three pullbacks); the failing path says which law broke.
     other = _tangents_for(case, ybar2)
     combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2))
-    bad = _nonlinear(case, combined, [(alpha, base), (1.0, other)])
+    tol = _output_rounding(case, y)
+    bad = _nonlinear(case, combined, [(alpha, base), (1.0, other)], tol=tol)
     if bad is None:
         return
     # Narrow floats: the disagreement may be the pullbacks' own rounding, which a float64 shadow measures
     rounding = _narrow_rounding(case, [(1.0, _add(scale_tree(ybar, alpha), ybar2), combined), (alpha, ybar, base),
                                        (1.0, ybar2, other)])
-    if rounding is not None and _nonlinear(case, combined, [(alpha, base), (1.0, other)], rounding) is None:
+    if rounding is not None and _nonlinear(case, combined, [(alpha, base), (1.0, other)], rounding, tol=tol) is None:
         return
     a = show(alpha)
     law = f"pullback({a} * ybar1 + ybar2) = {{got}}, but {a} * pullback(ybar1) + pullback(ybar2) = {{want}}"
     fix = ("Make the pullback a linear function of ybar: no constant terms, no nonlinear use of ybar (abs, square, "
            "sign, rounding it to a lower precision). A pullback that solves a system iteratively is linear only to "
            "its solver's tolerance: declare the rule's atol= and rtol= at that tolerance." + _ON_PURPOSE)
-    scaled = _nonlinear(case, _tangents_for(case, scale_tree(ybar, alpha)), [(alpha, base)])
+    scaled = _nonlinear(case, _tangents_for(case, scale_tree(ybar, alpha)), [(alpha, base)], tol=tol)
     if scaled is not None:
         bad = scaled
         law = f"pullback({a} * ybar) = {{got}}, but {a} * pullback(ybar) = {{want}}"
@@ -443,7 +446,7 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
             "lower precision)." + _ON_PURPOSE
         )
     else:
-        summed = _nonlinear(case, _tangents_for(case, _add(ybar, ybar2)), [(1.0, base), (1.0, other)])
+        summed = _nonlinear(case, _tangents_for(case, _add(ybar, ybar2)), [(1.0, base), (1.0, other)], tol=tol)
         if summed is not None:
             bad = summed
             law = "pullback(ybar1 + ybar2) = {got}, but pullback(ybar1) + pullback(ybar2) = {want}"
@@ -460,6 +463,26 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         actual=got_text,
         fix=_subnormal_note(case, ybar, ybar2, alpha) + fix,
     )
+
+
+def _output_rounding(case: Case, y: Any) -> tolerances.Tolerance:
+    """The case's tolerance, widened to four units of rounding of the narrowest bfloat16 or float8 output: JAX hands
+    such an output's bwd its cotangent in the output's dtype, so ``alpha * ybar1 + ybar2`` reaches the pullback
+    rounded to 8 bits or fewer (praxis' einsum with a bfloat16 output dtype: pullback(ybar1 + ybar2) = 8.0 where the
+    sum of the two pullbacks is 8.0234375)."""
+    from gradguard.engines.values import is_ml_float
+
+    eps = [float(_ml_finfo(leaf.dtype).eps) for leaf in leaves(y)
+           if isinstance(leaf, (np.ndarray, np.generic)) and is_ml_float(leaf.dtype)]
+    if not eps:
+        return case.tol
+    return tolerances.Tolerance(rtol=max(case.tol.rtol, 4 * max(eps)), atol=case.tol.atol)
+
+
+def _ml_finfo(dtype: Any) -> Any:
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype)
 
 
 def _subnormal_note(case: Case, ybar: Any, ybar2: Any, alpha: float) -> str:

@@ -1407,3 +1407,34 @@ def test_the_tape_columns_differentiate_through_a_bfloat16_output():
     assert result.error is None and result.findings == [], [f.message for f in result.findings]
     cells = {(c["context"], c["engine"]): c["status"] for c in result.safety_matrix["cells"]}
     assert cells[("output-used", "tape[zero]")] == "right" and cells[("output-used", "jax")] == "right", cells
+
+
+# A bfloat16 output's values are rounded to 8 bits and its bwd gets its cotangent in bfloat16: GG202 read that
+# rounding as nonlinearity (8.0 against 8.0234375), and GG201 and GG203 passed a bwd 3/2 of the derivative, their kink
+# probes reading the output's stairs as one-sided slopes any answer lay between.
+def _squared_to_bf16_bwd(factor, scaled=True):
+    def bwd(x, g):
+        return ((factor * x * (g if scaled else jnp.ones_like(g))).astype(jnp.float32),)
+
+    return bwd
+
+
+def _squared_to_bf16(factor, scaled=True):
+    fn = jax.custom_vjp(lambda x: (x * x).astype(jnp.bfloat16))
+    fn.defvjp(lambda x: (fn(x), x), _squared_to_bf16_bwd(factor, scaled))
+    return fn
+
+
+_F32 = arrays(shape=(3,), dtype="float32", min_value=-2.0, max_value=2.0)
+
+
+def test_a_bfloat16_output_is_judged_at_its_own_rounding():
+    right = check(jax_rule(_squared_to_bf16(2.0), _F32, name="squared_bf16"), select=["GG201", "GG202", "GG203"])
+    assert right.rules[0].error is None and right.findings == [], [f.message for f in right.findings]
+    (f,) = check(jax_rule(_squared_to_bf16(3.0), _F32, name="squared_bf16_tripled"),
+                 select=["GG201", "GG202", "GG203"]).findings
+    assert f.check_id == "GG203" and re.match(
+        r"the pullback of squared_bf16_tripled disagrees with the JAX reference gradient .*: cotangent for argument 0 "
+        r"\(x\) at \[\d\]: expected (\S+) \(JAX\), got (\S+)\.", f.message), f.message
+    unit = check(jax_rule(_squared_to_bf16(2.0, scaled=False), _F32, name="squared_bf16_unit"), select=["GG202"])
+    assert [g.check_id for g in unit.findings] == ["GG202"]
