@@ -25,7 +25,7 @@ from gradguard.checker import tolerances
 from gradguard.checker._memory import note_memory_error
 from gradguard.checker.problems import Problem, Skip
 from gradguard.checker.specs import RuleSpec, without_constant_outputs
-from gradguard.engines.values import differentiable
+from gradguard.engines.values import differentiable, is_ml_float
 from gradguard.checker.trees import children, copy_tree, describe, is_leaf, leaves, rebuild, same_bits, tree_map
 
 __all__ = ["Case", "RuleRaised", "DeviceMemoryExhausted", "UnsupportedOutput", "Draws", "HypothesisDraws", "ReplayDraws", "ReplayExhausted", "Shared",
@@ -755,7 +755,17 @@ def zeros_like_tree(tree: Any) -> Any:
 
 
 def is_finite_tree(tree: Any) -> bool:
-    return all(x is None or bool(np.all(np.isfinite(x))) for x in leaves(tree))
+    """Whether every number in ``tree`` is finite. Leaves that are not numbers NumPy can test (JAX's float0 tangent of
+    an integer output, kind "V", which quadax's jvp returns for its step count) have nothing to be infinite."""
+    for x in leaves(tree):
+        if x is None:
+            continue
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biufc" and not is_ml_float(arr.dtype):
+            continue
+        if not bool(np.all(np.isfinite(arr))):
+            return False
+    return True
 
 
 def scale_tree(tree: Any, alpha: float) -> Any:

@@ -114,6 +114,7 @@ def plain_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
         out = fn(*args, **kwargs)
         return plain(out) if _holds_node(out) else out
 
+    with_plain_output.reads_outputs_of = fn  # type: ignore[attr-defined]  # (jvp_of finds a custom_jvp's parts there)
     return with_plain_output
 
 

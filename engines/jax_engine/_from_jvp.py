@@ -23,7 +23,7 @@ import numpy as np
 
 from gradguard.engines.errors import AdapterError, ReverseModeError
 from gradguard.engines.jax_engine._compiled import Compiled
-from gradguard.engines.jax_engine._from_jax import _cotangent, _resolver, _to_numpy
+from gradguard.engines.jax_engine._from_jax import _cotangent, _resolver, _to_numpy, _without_float0
 from gradguard.engines.jax_engine._runtime import load
 
 __all__ = ["CustomJvpParts", "custom_jvp_parts", "rrule_from_custom_jvp", "jvp_of", "is_custom_jvp"]
@@ -195,7 +195,8 @@ def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Se
     its first run (`Compiled`: eager where jit cannot run it or gives another answer), so a jvp is not run
     primitive by primitive on every call: the forward checks call it several times per drawn input."""
     jax = load()
-    parts = custom_jvp_parts(fn) if isinstance(fn, jax.custom_jvp) else None
+    base = getattr(fn, "reads_outputs_of", fn)  # the custom_jvp under the checker's reading of registered outputs
+    parts = custom_jvp_parts(base) if isinstance(base, jax.custom_jvp) else None
     static = set(nondiff) | set(parts.nondiff_argnums if parts else ())
     diff = tuple(i for i, t in enumerate(tangents) if t is not None and i not in static)
     primals = [_jnp(args[i]) for i in diff]
@@ -206,7 +207,8 @@ def jvp_of(fn: Any, args: Sequence[Any], tangents: Sequence[Any], *, nondiff: Se
     else:
         fixed = {0, 1, *(2 + i for i in (parts.nondiff_argnums if parts else ()))}
         y, t = compiled((diff, len(args), *args, *tans), fixed)
-    return _to_numpy(y), _to_numpy(t)
+    # an integer or boolean output's tangent is JAX's float0 zero (quadax's step count): no tangent, as None is
+    return _to_numpy(y), _to_numpy(_without_float0(t))
 
 
 # jvp_of's compiled jvps, per function (weakly: a rule's jvp goes with the rule).

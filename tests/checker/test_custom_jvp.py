@@ -822,3 +822,37 @@ def test_gg102_names_a_primal_output_taken_at_a_substituted_safe_input() -> None
                                name="norm_of_a_safe_input"), "GG102")
     assert "at a substituted input (the safe x of a double-where)" in jvp.fix, jvp.fix
     assert jax.value_and_grad(_norm_of_a_safe_input)(jnp.zeros(4))[0] == 2.0  # what users see: norm(0) reported as 2
+
+
+# quadax's jvp returns JAX's float0 zero for its integer step count: GG207 and GG208 crashed testing it for
+# finiteness, and the rule's every other check was lost.
+@jax.custom_jvp
+def sum_and_count(x):
+    return jnp.sum(jnp.sin(x)), jnp.sum(x > 0)
+
+
+@sum_and_count.defjvp
+def _sum_and_count_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y, n = sum_and_count(x)
+    return (y, n), (jnp.sum(jnp.cos(x) * t), np.zeros(np.shape(n), dtype=jax.dtypes.float0))
+
+
+@jax.custom_jvp
+def sum_and_count_slip(x):
+    return jnp.sum(jnp.sin(x)), jnp.sum(x > 0)
+
+
+@sum_and_count_slip.defjvp
+def _sum_and_count_slip_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y, n = sum_and_count_slip(x)
+    return (y, n), (jnp.sum(-jnp.cos(x) * t), np.zeros(np.shape(n), dtype=jax.dtypes.float0))  # BUG: d sin = cos
+
+
+def test_a_float0_tangent_of_an_integer_output_is_no_tangent():
+    spec = arrays(shape=(3,), min_value=-2.0, max_value=2.0)
+    ok = check(jax_rule(sum_and_count, spec, name="sum_and_count"), select=["GG207", "GG208"]).rules[0]
+    assert ok.error is None and ok.findings == [] and {"GG207", "GG208"} <= set(ok.checks_run), (ok.error, ok.findings)
+    slip = check(jax_rule(sum_and_count_slip, spec, name="sum_and_count_slip"), select=["GG207"]).rules[0]
+    assert slip.error is None and [f.check_id for f in slip.findings] == ["GG207"], slip.error

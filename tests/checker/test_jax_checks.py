@@ -1438,3 +1438,19 @@ def test_a_bfloat16_output_is_judged_at_its_own_rounding():
         r"\(x\) at \[\d\]: expected (\S+) \(JAX\), got (\S+)\.", f.message), f.message
     unit = check(jax_rule(_squared_to_bf16(2.0, scaled=False), _F32, name="squared_bf16_unit"), select=["GG202"])
     assert [g.check_id for g in unit.findings] == ["GG202"]
+
+
+# s2fft's mwss sampling: JAX's own derivative of the function underneath is NaN at every input (a jnp.where whose
+# untaken branch has an infinite derivative; the custom_vjp exists to avoid it), and GG203 was listed as run.
+@jax.custom_vjp
+def squared_beside_a_nan_branch(x):
+    return x**2 + jnp.where(x > -100.0, 0.0, jnp.sqrt(x - x))
+
+
+squared_beside_a_nan_branch.defvjp(lambda x: (squared_beside_a_nan_branch(x), x), lambda x, g: (2 * x * g,))
+
+
+def test_gg203_without_a_finite_reference_at_any_input_is_skipped_and_says_why():
+    rule = jax_rule(squared_beside_a_nan_branch, arrays(shape=(3,), min_value=-2.0, max_value=2.0), name="nan_ref")
+    assert skipped(rule, "GG203").startswith("JAX's derivative of the primal is not finite at any input drawn")
+    assert findings(rule, "GG201") == []  # finite differences still judge it

@@ -222,3 +222,29 @@ def test_a_registered_argument_compiles_once_for_every_value_of_its_leaves():
     # one trace for jit and one eager run, which the first compiled result is checked against; keyed by its
     # contents instead, a registered class was traced again for every value
     assert len(traces) == 2 and not compiled.eager_keys
+
+
+# equinox's partition leaves a None in every static slot of a module's dynamic half (quadax's integrators take one):
+# the tangent's None counted as a leaf and the argument's did not, and GG103 called a right tangent the wrong size.
+@jax.custom_vjp
+def sin_first(triple):
+    x, z, _ = triple
+    return jnp.sin(x) * z
+
+
+def _sin_first_bwd(res, g, slip=1.0):
+    x, z = res
+    return ((g * jnp.cos(x) * z * slip, g * jnp.sin(x), None),)
+
+
+sin_first.defvjp(lambda t: (sin_first(t), t[:2]), _sin_first_bwd)
+sin_first_slip = jax.custom_vjp(sin_first.fun)
+sin_first_slip.defvjp(lambda t: (sin_first_slip(t), t[:2]), lambda res, g: _sin_first_bwd(res, g, slip=-1.0))
+TRIPLES = arrays(shape=(3,), min_value=-2.0, max_value=2.0).map(lambda x: (x, x[::-1] + 3.0, None))
+
+
+def test_a_none_inside_a_pytree_argument_is_an_empty_subtree_on_both_sides():
+    ok = check(jax_rule(sin_first, TRIPLES, name="sin_first"), select=["GG1", "GG201"]).rules[0]
+    assert ok.error is None and ok.findings == [], [f.message for f in ok.findings]
+    (f,) = check(jax_rule(sin_first_slip, TRIPLES, name="sin_first_slip"), select=["GG1", "GG201"]).findings
+    assert f.check_id == "GG201" and "argument 0 (triple_0)" in f.message, f.message
