@@ -44,7 +44,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import apart, show, show_apart
-from gradguard.checker.trees import copy_tree, is_narrow_float, leaves, tree_map, widened
+from gradguard.checker.trees import copy_tree, is_narrow_float, leaves, tree_map, widened, with_leaves
 from gradguard.engines import fd
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
@@ -155,6 +155,7 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
         other = adjoint_tangents(case, case.pair()[1], ybar, other_convention(conv))
         if dot_test(lhs, other, v).agrees(tol):
             hint = f" The pullback matches {owner(other_convention(conv))} conjugation convention instead: see GG205."
+    hint += _ignored_output(case, ybar, v, conv, tol)
     wrong = localise(case, ybar, v, tangents, whole, conv) or [WrongTangent(-1, whole)]
     for w in wrong:
         if w.arg < 0:
@@ -194,6 +195,60 @@ def pullback_matches_fd(case: Case) -> Iterable[Problem]:
                 + tolerances.approximation_hint(*_compared(w, lhs, whole), tol)
             ),
         )
+
+
+def _ignored_output(case: Case, ybar: Any, v: tuple[Any, ...], conv: str, tol: tolerances.Tolerance) -> str:
+    """For a rule with several outputs whose dot-product test failed: where the pullback returns zero tangents for the
+    cotangent of one output alone, finite differences show that output moving along ``v``, and with that output's
+    cotangent set to 0 the rule agrees with them, a sentence saying so ('' otherwise). maxtext's cross-entropy ignores
+    the cotangent of its z-loss, an output its training only logs; the fix spoke of signs and chain-rule factors."""
+    parts = leaves(ybar)
+    places = [k for k, leaf in enumerate(parts) if leaf is not None]
+    if len(places) < 2:
+        return ""
+    zero = [None if leaf is None else np.zeros_like(leaf) for leaf in parts]
+
+    def only(keep: set[int]) -> Any:
+        return with_leaves(ybar, [parts[j] if j in keep else zero[j] for j in range(len(parts))])
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for k in places:
+                alone = only({k})
+                tangents = adjoint_tangents(case, case.pair()[1], alone, conv)
+                if any(t is not None and np.any(np.asarray(t) != 0) for t in tangents):
+                    continue
+                moved = finite_difference(case, alone, v)
+                if moved is None or tolerances.close(float(moved.value), 0.0, tol, fd_error=moved.error):
+                    continue
+                rest = only(set(places) - {k})
+                lhs = finite_difference(case, rest, v)
+                if lhs is None or not dot_test(lhs, adjoint_tangents(case, case.pair()[1], rest, conv), v).agrees(tol):
+                    continue
+                return (f" The pullback returns zero tangents for the cotangent of output {_output_place(ybar, k)} alone, "
+                        f"where finite differences give <ybar, J v> = {show(float(moved.value))} for it, and with that "
+                        "output's cotangent set to 0 it agrees with finite differences: it ignores that output's "
+                        "cotangent. An output that programs never differentiate (a statistic computed for logging) "
+                        "makes that harmless where the rule is used so; where the output is differentiated, add its "
+                        "terms to the pullback.")
+    except Exception:  # noqa: BLE001 - a hint only: the finding stands without it
+        return ""
+    return ""
+
+
+def _output_place(tree: Any, k: int) -> str:
+    """The path of ``tree``'s k-th leaf, as ``[1]`` or ``['z_loss']``."""
+    from gradguard.checker.trees import children, is_leaf, keys_of
+
+    def walk(node: Any, path: str) -> list[str]:
+        if is_leaf(node):
+            return [path]
+        keys = keys_of(node) if isinstance(node, dict) else range(len(node))
+        return [p for key, child in zip(keys, children(node)) for p in walk(child, f"{path}[{key!r}]")]
+
+    paths = walk(tree, "")
+    return paths[k] if k < len(paths) and paths[k] else str(k)
 
 
 NO_STEP = ("an element of the input is subnormal, so small that no step its float type can take is small beside it, and "

@@ -1036,3 +1036,33 @@ def test_a_counterexample_shows_a_small_input_whole():
     assert "..." not in f.counterexample["call"] and "..." not in f.counterexample["args"][0], f.counterexample
     assert f.counterexample["args"][0].count(",") >= 15, f.counterexample["args"][0]
     assert all("..." not in v for v in f.counterexample["draws"].values()), f.counterexample["draws"]
+
+
+# maxtext's cross-entropy returns its loss and a z-loss its training only logs, and its bwd ignores the z-loss's
+# cotangent: GG201's fix spoke of signs and chain-rule factors only.
+def _loss_and_z(x):
+    return np.sum(x**2), np.log(np.sum(np.exp(x))) ** 2
+
+
+@rrule(_loss_and_z, arrays(shape=(4,), min_value=-2, max_value=2))
+def loss_ignoring_z_rrule(x):
+    return _loss_and_z(x), lambda g: (2 * x * g[0],)
+
+
+@rrule(_loss_and_z, arrays(shape=(4,), min_value=-2, max_value=2))
+def loss_with_z_halved_rrule(x):
+    def pullback(g):
+        lse = np.log(np.sum(np.exp(x)))
+        return (2 * x * g[0] + lse * np.exp(x - lse) * g[1],)  # BUG: 2 * lse * softmax is right
+
+    return _loss_and_z(x), pullback
+
+
+def test_gg201_says_where_the_pullback_ignores_one_output_s_cotangent():
+    (f,) = check(loss_ignoring_z_rrule, select=["GG201"]).findings
+    assert re.search(
+        r"The pullback returns zero tangents for the cotangent of output \[1\] alone, where finite differences give "
+        r"<ybar, J v> = \S+ for it, and with that output's cotangent set to 0 it agrees with finite differences: it "
+        r"ignores that output's cotangent\.", f.fix), f.fix
+    (g,) = check(loss_with_z_halved_rrule, select=["GG201"]).findings
+    assert "ignores that output's cotangent" not in g.fix, g.fix
