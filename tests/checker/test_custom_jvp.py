@@ -826,28 +826,22 @@ def test_gg102_names_a_primal_output_taken_at_a_substituted_safe_input() -> None
 
 # quadax's jvp returns JAX's float0 zero for its integer step count: GG207 and GG208 crashed testing it for
 # finiteness, and the rule's every other check was lost.
-@jax.custom_jvp
-def sum_and_count(x):
-    return jnp.sum(jnp.sin(x)), jnp.sum(x > 0)
+def _sum_and_count(sign):
+    @jax.custom_jvp
+    def sum_and_count(x):
+        return jnp.sum(jnp.sin(x)), jnp.sum(x > 0)
+
+    @sum_and_count.defjvp
+    def _jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y, n = sum_and_count(x)
+        return (y, n), (jnp.sum(sign * jnp.cos(x) * t), np.zeros(np.shape(n), dtype=jax.dtypes.float0))
+
+    return sum_and_count
 
 
-@sum_and_count.defjvp
-def _sum_and_count_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y, n = sum_and_count(x)
-    return (y, n), (jnp.sum(jnp.cos(x) * t), np.zeros(np.shape(n), dtype=jax.dtypes.float0))
-
-
-@jax.custom_jvp
-def sum_and_count_slip(x):
-    return jnp.sum(jnp.sin(x)), jnp.sum(x > 0)
-
-
-@sum_and_count_slip.defjvp
-def _sum_and_count_slip_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y, n = sum_and_count_slip(x)
-    return (y, n), (jnp.sum(-jnp.cos(x) * t), np.zeros(np.shape(n), dtype=jax.dtypes.float0))  # BUG: d sin = cos
+sum_and_count = _sum_and_count(1.0)
+sum_and_count_slip = _sum_and_count(-1.0)  # BUG: d sin = cos
 
 
 def test_a_float0_tangent_of_an_integer_output_is_no_tangent():
