@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["with_article", "leaves", "with_leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
+__all__ = ["with_article", "leaves", "leaf_paths", "with_leaves", "tree_map", "rebuild", "inner", "abs_inner", "copy_tree", "same_bits", "is_leaf", "children", "keys_of",
            "same_structure", "describe", "max_abs", "REAL_KINDS", "is_narrow_float", "widened"]
 
 
@@ -43,6 +43,17 @@ def leaves(tree: Any) -> list[Any]:
     if is_leaf(tree):
         return [tree]
     return [leaf for sub in children(tree) for leaf in leaves(sub)]
+
+
+def leaf_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``(path, leaf)`` for each of ``tree``'s leaves in :func:`leaves`' order, the path as ``[1]['z_loss']``."""
+    if is_leaf(tree):
+        return [(prefix, tree)]
+    out = []
+    keys = keys_of(tree) if isinstance(tree, dict) else range(len(tree))
+    for k, sub in zip(keys, children(tree)):
+        out.extend(leaf_paths(sub, f"{prefix}[{k!r}]" if isinstance(tree, dict) else f"{prefix}[{k}]"))
+    return out
 
 
 def with_leaves(tree: Any, flat: Any) -> Any:

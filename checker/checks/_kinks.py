@@ -603,13 +603,25 @@ def rounded_output(case: Case) -> bool:
     rounded to 8 bits or fewer, so the one-sided slopes the kink probes take at fine steps read those stairs, and any
     answer lay "between the sides" (GG201 and GG203 passed a bwd with a factor 3 where 2 is right), while finite
     differences at float32's tolerance call a right one wrong: no verdict from them."""
-    from gradguard.engines.values import is_ml_float
-
     try:
         output = case.first_call().output
     except Exception:  # noqa: BLE001 - the forward raised: the other checks say so
         return False
-    return any(isinstance(leaf, (np.ndarray, np.generic)) and is_ml_float(leaf.dtype) for leaf in leaves(output))
+    return ml_float_eps(output) is not None
+
+
+def ml_float_eps(tree: Any) -> float | None:
+    """The machine epsilon of the widest-spaced bfloat16 or float8 array among ``tree``'s leaves (ml_dtypes' floats,
+    NumPy kind "V"), or None where no leaf is one."""
+    from gradguard.engines.values import is_ml_float
+
+    eps = []
+    for leaf in leaves(tree):
+        if isinstance(leaf, (np.ndarray, np.generic)) and is_ml_float(leaf.dtype):
+            import ml_dtypes
+
+            eps.append(float(ml_dtypes.finfo(leaf.dtype).eps))
+    return max(eps) if eps else None
 
 
 def kink_excuse(case: Case, ybar: Any, v: tuple[Any, ...], tangents: tuple[Any, ...], whole: DotTest, conv: str,

@@ -27,7 +27,7 @@ from gradguard.checker.checks._jax import bind_nondiff, first_line, jax_ready, s
 from gradguard.checker.checks._state import argument_labels
 from gradguard.checker.checks.registry import CHECKS, Problem, Skip, check
 from gradguard.checker.inputs import show
-from gradguard.checker.trees import children, copy_tree, is_leaf, keys_of, rebuild
+from gradguard.checker.trees import children, copy_tree, is_leaf, leaf_paths, rebuild
 from gradguard.engines.values import is_ml_float
 
 __all__: list[str] = []
@@ -74,16 +74,6 @@ def _quiet(fn: Callable[[], Any]) -> Any:
         return fn()
 
 
-def _leaf_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if is_leaf(tree):
-        return [(prefix, tree)]
-    out = []
-    keys = keys_of(tree) if isinstance(tree, dict) else range(len(tree))
-    for k, sub in zip(keys, children(tree)):
-        out.extend(_leaf_paths(sub, f"{prefix}[{k!r}]" if isinstance(tree, dict) else f"{prefix}[{k}]"))
-    return out
-
-
 def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, ...], Any, Any] | None:
     """``(leaf path, index, got, want)`` of the first element outside the dtype's tolerance, or None.
 
@@ -91,7 +81,7 @@ def first_difference(got: Any, want: Any, case: Case) -> tuple[str, tuple[int, .
     (:func:`gradguard.checker.compare.close_at_leaf_scale` with ``nonfinite="nan"``).
     """
     agree = close_at_leaf_scale(case.tol, nonfinite="nan")
-    for (path, a), (_, b) in zip(_leaf_paths(got), _leaf_paths(want)):
+    for (path, a), (_, b) in zip(leaf_paths(got), leaf_paths(want)):
         if a is None and b is None:
             continue
         ref = b if b is not None else a

@@ -20,7 +20,7 @@ from gradguard.checker import tolerances
 from gradguard.checker.case import Case, is_finite_tree, scale_tree
 from gradguard.checker.compare import close_at_leaf_scale, first_mismatch, where
 from gradguard.checker.checks._state import argument_labels
-from gradguard.checker.checks._kinks import EXCUSES, NO_VERDICT, kink_excuse
+from gradguard.checker.checks._kinks import EXCUSES, NO_VERDICT, kink_excuse, ml_float_eps
 from gradguard.checker.checks._vjp import (
     CHAINRULES,
     CONVENTION_TEXT,
@@ -44,7 +44,7 @@ from gradguard.checker.checks._vjp import (
 )
 from gradguard.checker.checks.registry import Problem, Skip, check
 from gradguard.checker.inputs import apart, show, show_apart
-from gradguard.checker.trees import copy_tree, is_narrow_float, leaves, tree_map, widened, with_leaves
+from gradguard.checker.trees import copy_tree, is_narrow_float, leaf_paths, leaves, tree_map, widened, with_leaves
 from gradguard.engines import fd
 
 __all__: list[str] = []  # the checks register themselves; shared helpers live in checker.checks._vjp
@@ -226,7 +226,7 @@ def _ignored_output(case: Case, ybar: Any, v: tuple[Any, ...], conv: str, tol: t
                 lhs = finite_difference(case, rest, v)
                 if lhs is None or not dot_test(lhs, adjoint_tangents(case, case.pair()[1], rest, conv), v).agrees(tol):
                     continue
-                return (f" The pullback returns zero tangents for the cotangent of output {_output_place(ybar, k)} alone, "
+                return (f" The pullback returns zero tangents for the cotangent of output {leaf_paths(ybar)[k][0] or k} alone, "
                         f"where finite differences give <ybar, J v> = {show(float(moved.value))} for it, and with that "
                         "output's cotangent set to 0 it agrees with finite differences: it ignores that output's "
                         "cotangent. An output that programs never differentiate (a statistic computed for logging) "
@@ -235,20 +235,6 @@ def _ignored_output(case: Case, ybar: Any, v: tuple[Any, ...], conv: str, tol: t
     except Exception:  # noqa: BLE001 - a hint only: the finding stands without it
         return ""
     return ""
-
-
-def _output_place(tree: Any, k: int) -> str:
-    """The path of ``tree``'s k-th leaf, as ``[1]`` or ``['z_loss']``."""
-    from gradguard.checker.trees import children, is_leaf, keys_of
-
-    def walk(node: Any, path: str) -> list[str]:
-        if is_leaf(node):
-            return [path]
-        keys = keys_of(node) if isinstance(node, dict) else range(len(node))
-        return [p for key, child in zip(keys, children(node)) for p in walk(child, f"{path}[{key!r}]")]
-
-    paths = walk(tree, "")
-    return paths[k] if k < len(paths) and paths[k] else str(k)
 
 
 NO_STEP = ("an element of the input is subnormal, so small that no step its float type can take is small beside it, and "
@@ -516,7 +502,7 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         location=where(i, idx),
         expected=want_text,
         actual=got_text,
-        fix=_subnormal_note(case, ybar, ybar2, alpha) + fix,
+        fix=_subnormal_note(case, ybar, ybar2, alpha, tol) + fix,
     )
 
 
@@ -525,22 +511,13 @@ def _output_rounding(case: Case, y: Any) -> tolerances.Tolerance:
     such an output's bwd its cotangent in the output's dtype, so ``alpha * ybar1 + ybar2`` reaches the pullback
     rounded to 8 bits or fewer (praxis' einsum with a bfloat16 output dtype: pullback(ybar1 + ybar2) = 8.0 where the
     sum of the two pullbacks is 8.0234375)."""
-    from gradguard.engines.values import is_ml_float
-
-    eps = [float(_ml_finfo(leaf.dtype).eps) for leaf in leaves(y)
-           if isinstance(leaf, (np.ndarray, np.generic)) and is_ml_float(leaf.dtype)]
-    if not eps:
+    eps = ml_float_eps(y)
+    if eps is None:
         return case.tol
-    return tolerances.Tolerance(rtol=max(case.tol.rtol, 4 * max(eps)), atol=case.tol.atol)
+    return tolerances.Tolerance(rtol=max(case.tol.rtol, 4 * eps), atol=case.tol.atol)
 
 
-def _ml_finfo(dtype: Any) -> Any:
-    import ml_dtypes
-
-    return ml_dtypes.finfo(dtype)
-
-
-def _subnormal_note(case: Case, ybar: Any, ybar2: Any, alpha: float) -> str:
+def _subnormal_note(case: Case, ybar: Any, ybar2: Any, alpha: float, tol: tolerances.Tolerance) -> str:
     """For GG202's fix where a differentiated argument holds subnormal numbers: a product through one keeps few
     digits or rounds to 0 (kaolin's cumulative-product backward, ``prod * g / x`` at x = 4.9e-324: 0 for g = 0.5, 0.5
     times its value for g = 1), so the arithmetic, not the formula, may be what is not linear there. Said as what
@@ -566,7 +543,7 @@ def _subnormal_note(case: Case, ybar: Any, ybar2: Any, alpha: float) -> str:
             terms = [(alpha, _tangents_for(case, ybar, copy_tree(tuple(flushed)))),
                      (1.0, _tangents_for(case, ybar2, copy_tree(tuple(flushed))))]
             combined = _tangents_for(case, _add(scale_tree(ybar, alpha), ybar2), copy_tree(tuple(flushed)))
-            if _nonlinear(case, combined, terms) is not None:
+            if _nonlinear(case, combined, terms, tol=tol) is not None:
                 return ""  # as far from linear without them: not their arithmetic
     except Exception:  # noqa: BLE001 - the rule refuses the copy: what the input holds is still worth saying
         pass

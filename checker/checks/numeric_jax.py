@@ -599,8 +599,6 @@ def second_order(case: Case) -> Iterable[Problem]:
 cannot enter the rule (``fwd`` calls the custom_vjp function itself) the derivative is taken by reverse over reverse,
 as grad of grad takes it; a rule neither mode can differentiate is skipped with JAX's reasons: it fails loudly, not
 silently."""
-    from gradguard.engines import jax_engine
-
     if case.rule.kind == "numpy":  # the tape differentiates NumPy rules: checks/second_order.py
         yield from numpy_second_order(case)
         return
@@ -615,32 +613,16 @@ silently."""
         return  # GG206 judges non-finite tangents
     u = case.direction("direction")
     w = case.direction("covector")
-    nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
-    try:
-        jax_d = None if _REVERSE_ONLY in case.rule.run_state else second_order_compiled(case, ybar, u)
-    except Exception:  # noqa: BLE001 - not jittable (GG601's business): JAX's eager trace decides
-        jax_d = None
-    if jax_d is None and _REVERSE_ONLY not in case.rule.run_state:
-        try:
-            jax_d = jax_engine.second_order_vjp(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
-        except Exception as exc:  # noqa: BLE001 - forward mode refused: reverse over reverse may still enter
-            case.rule.run_state[_REVERSE_ONLY] = first_line(exc)
+    jax_d, forward, reverse = _jax_second_order(case, ybar, u)
+    if forward is not None:
+        case.rule.run_state[_REVERSE_ONLY] = forward
     if jax_d is None:
-        # jaxls's differentiable solves: fwd calls the custom_vjp itself, which JAX's forward mode refuses (eagerly and
-        # under jit) while grad of grad goes through and is right; the skip said grad of grad raised too.
-        try:
-            try:
-                jax_d = second_order_compiled(case, ybar, u, reverse=True)
-            except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace decides
-                jax_d = jax_engine.second_order_vjp_reverse(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
-        except Exception as exc:  # noqa: BLE001 - JAX refuses loudly (no silent wrong number): not this check's finding
-            reason = (
-                f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
-                f"(forward mode over it raises {case.rule.run_state[_REVERSE_ONLY]}; reverse mode raises "
-                f"{first_line(exc)})"
-            )
-            case.rule.run_state[_NO_SECOND_ORDER] = reason
-            raise Skip(reason) from None
+        reason = (
+            f"JAX cannot differentiate the pullback of {case.rule.name}, so it has no second order to judge "
+            f"(forward mode over it raises {case.rule.run_state[_REVERSE_ONLY]}; reverse mode raises {reverse})"
+        )
+        case.rule.run_state[_NO_SECOND_ORDER] = reason
+        raise Skip(reason)
     if not is_finite_tree([jax_d[i] for i in case.diff_positions]):
         problem = _not_finite_second_order(case, ybar, u, w, jax_d)
         if problem is not None:
@@ -694,6 +676,38 @@ silently."""
     )
 
 
+def _jax_second_order(case: Case, ybar: Any, u: tuple[Any, ...]) -> tuple[Any, str | None, str | None]:
+    """JAX's derivative of the pullback along ``u`` at the case's input, and why each mode refused: ``(derivative or
+    None, forward mode's refusal, reverse mode's refusal)``. Forward over reverse, compiled and else eager, unless the
+    rule is known to refuse forward mode (``_REVERSE_ONLY``); then reverse over reverse, compiled and else eager.
+    jaxls's differentiable solves: fwd calls the custom_vjp itself, which JAX's forward mode refuses (eagerly and under
+    jit) while grad of grad goes through and is right."""
+    from gradguard.engines import jax_engine
+
+    nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
+    jax_d, forward = None, None
+    if _REVERSE_ONLY not in case.rule.run_state:
+        try:
+            jax_d = second_order_compiled(case, ybar, u)
+        except Exception:  # noqa: BLE001 - not jittable (GG601's business): JAX's eager trace decides
+            jax_d = None
+        if jax_d is None:
+            try:
+                jax_d = jax_engine.second_order_vjp(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff)
+            except Exception as exc:  # noqa: BLE001 - forward mode refused: reverse over reverse may still enter
+                forward = first_line(exc)
+    if jax_d is not None:
+        return jax_d, None, None
+    try:
+        try:
+            return second_order_compiled(case, ybar, u, reverse=True), forward, None
+        except Exception:  # noqa: BLE001 - not jittable: JAX's eager trace decides
+            return (jax_engine.second_order_vjp_reverse(case.rule.jax_fn, case.fresh(), ybar, u, nondiff=nondiff),
+                    forward, None)
+    except Exception as exc:  # noqa: BLE001 - JAX refuses loudly (no silent wrong number)
+        return None, forward, first_line(exc)
+
+
 def _right_in_float64(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, ...]) -> bool:
     """For a rule on a narrower float: whether, on float64 copies of those arguments (of the cotangent and the
     directions too), finite differences of the pullback agree with JAX's derivative of it, or establish nothing it
@@ -701,8 +715,6 @@ def _right_in_float64(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, .
     centre at a volume fraction of 1e-4 takes exp(2e-7) - 1, whose float32 rounding makes the pullback a staircase
     (finite differences 439 where float64's and JAX's agree on -3.3e11). False where no argument is narrow, the
     primal does not compute in float64 on the copies, or JAX or the differences fail there."""
-    from gradguard.engines import jax_engine
-
     wide = float64_copies(case)
     if wide is None:
         return False
@@ -710,23 +722,10 @@ def _right_in_float64(case: Case, ybar: Any, u: tuple[Any, ...], w: tuple[Any, .
     wide_u = tuple(widened(d) if i in narrow else d for i, d in enumerate(u))
     wide_w = tuple(widened(d) if i in narrow else d for i, d in enumerate(w))
     wide_ybar = tree_map(widened, copy_tree(ybar))
-    nondiff = tuple(i for i in range(case.nargs) if i not in case.diff_positions)
-    # as the check took it at the input: forward over reverse where it can, compiled first, then reverse over reverse
-    ways = [lambda: second_order_compiled(wide, wide_ybar, wide_u),
-            lambda: jax_engine.second_order_vjp(case.rule.jax_fn, wide.fresh(), wide_ybar, wide_u, nondiff=nondiff)]
-    ways = ways[len(ways) if _REVERSE_ONLY in case.rule.run_state else 0:] + [
-        lambda: second_order_compiled(wide, wide_ybar, wide_u, reverse=True),
-        lambda: jax_engine.second_order_vjp_reverse(case.rule.jax_fn, wide.fresh(), wide_ybar, wide_u, nondiff=nondiff)]
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            jax_d = None
-            for way in ways:
-                try:
-                    jax_d = way()
-                    break
-                except Exception:  # noqa: BLE001 - this way cannot enter the rule: the next one may
-                    continue
+            jax_d = _jax_second_order(wide, wide_ybar, wide_u)[0]  # as the check took it at the input
             if jax_d is None or not is_finite_tree([jax_d[i] for i in wide.diff_positions]):
                 return False
             lhs = _pullback_fd(wide, wide_ybar, wide_u, wide_w)
