@@ -8,7 +8,8 @@ it) and a ``.gitignore`` (version control ignores it). A rule's stored result is
 - the source of the rule's module and of every module of the user's project it imports, directly or
   through other project modules (found from the ``import`` statements, without importing anything;
   the standard library, installed packages and gradguard itself are not the user's project);
-- the rule's specs (argument strategies, ``mutates``, ``nondiff``, tolerances, declared conventions, name, lines);
+- the rule's specs (argument strategies, ``mutates``, ``nondiff``, ``nondiff_outputs``, tolerances, declared
+  conventions, name, lines);
 - gradguard itself (its version and the source of its checker and engines), Python and the versions of
   NumPy, Hypothesis, JAX and PyTorch;
 - the settings: selected checks, seed, examples, time limit, device, the folder paths are shown
@@ -164,6 +165,7 @@ def _spec_text(rule: Any) -> str:
         "unused_cotangent": rule.unused_cotangent,
         "complex_convention": rule.complex_convention,
         "ignore": list(rule.ignore),
+        "nondiff_outputs": sorted(rule.nondiff_outputs),
         "nargs": rule.nargs,
         "args": repr(rule.args_strategy),
     }

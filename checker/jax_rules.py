@@ -114,6 +114,7 @@ def jax_rule(
     kwargs: dict[str, Any] | None = None,
     unused_cotangent: str = "zeros",
     ignore: Any = None,
+    nondiff_outputs: Iterable[int] | int = (),
 ) -> RuleSpec:
     """Declare a `jax.custom_vjp` or `jax.custom_jvp` function ``fn`` as a rule to check; returns a :class:`RuleSpec`.
 
@@ -133,7 +134,8 @@ def jax_rule(
     need nothing (a registered class, such as a flax struct, is read as the dict of its leaves keyed by their
     paths: `gradguard.checker.pytree_outputs`). ``unused_cotangent`` is
     ``"zeros"`` by default: JAX hands an unused output's ``bwd`` zeros, never None. ``ignore`` leaves checks out of
-    this rule's runs, as for `rrule`.
+    this rule's runs, and ``nondiff_outputs`` names outputs of a tuple that programs never differentiate, as for
+    `rrule`.
     """
     from gradguard.engines.errors import AdapterError
     from gradguard.engines.jax_engine import custom_jvp_parts, custom_vjp_parts, is_custom_jvp
@@ -192,6 +194,7 @@ def jax_rule(
         kwargs=kwargs,
         unused_cotangent=unused_cotangent,
         ignore=ignore,
+        nondiff_outputs=nondiff_outputs,
     )
     structures = structures_of(arg_specs)
     spec.extra["jax_primal"] = structured_primal(jax_primal, structures) if structures else jax_primal

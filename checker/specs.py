@@ -310,6 +310,8 @@ class RuleSpec:
     unused_cotangent: str | None = None  # declared convention (UNUSED_COTANGENTS); None: the run's default
     complex_convention: str | None = None  # declared (COMPLEX_CONVENTIONS); None: the rule kind's own
     ignore: tuple[str, ...] = ()  # check ids or prefixes this rule's declaration leaves out of its runs
+    # positions of a tuple output that programs never differentiate (declared: an auxiliary statistic)
+    nondiff_outputs: frozenset[int] = frozenset()
     jax_fn: Any = None  # the custom_vjp function, for jax rules
     source_file: str | None = None
     source_lines: tuple[int, int] | None = None
@@ -338,9 +340,9 @@ CONSTANT_OUTPUTS = "constant_outputs"  # RuleSpec.extra key: positions of a tupl
 def without_constant_outputs(rule: RuleSpec, y: Any) -> Any:
     """``y`` with None at the positions of a tuple (or list) output that the rule's framework declares to carry no
     derivative (a `torch.autograd.Function`'s outputs marked with ``ctx.mark_non_differentiable``: PyTorch never
-    passes a gradient through them, and the backward is not asked for their derivative); ``y`` itself where there
-    are none. What draws cotangents and weights from ``y`` then gives those positions none."""
-    positions = rule.extra.get(CONSTANT_OUTPUTS)
+    passes a gradient through them, and the backward is not asked for their derivative), or that its declaration
+    says programs never differentiate (``nondiff_outputs=``); ``y`` itself where there are none. What draws cotangents and weights from ``y`` then gives those positions none."""
+    positions = rule.nondiff_outputs | rule.extra.get(CONSTANT_OUTPUTS, frozenset())
     if not positions or not isinstance(y, (tuple, list)) or not any(k < len(y) for k in positions):
         return y
     return rebuild(y, (None if k in positions else part for k, part in enumerate(children(y))))
@@ -391,15 +393,15 @@ def unused_cotangent_of(rule: RuleSpec) -> str:
     return rule.unused_cotangent or rule.run_state.get(RUN_UNUSED_COTANGENT) or DEFAULT_UNUSED_COTANGENT
 
 
-def _positions(option: str, value: Any, nargs: int | None) -> frozenset[int]:
+def _positions(option: str, value: Any, nargs: int | None, what: str = "argument") -> frozenset[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     if not isinstance(value, Iterable) or isinstance(value, (str, bytes)):
-        raise SpecError(f"Got {option}={value!r}, but {option} must be a tuple of argument positions, e.g. {option}=(0,).")
+        raise SpecError(f"Got {option}={value!r}, but {option} must be a tuple of {what} positions, e.g. {option}=(0,).")
     out = []
     for v in value:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise SpecError(f"Got {option}={value!r}, but {v!r} is not a non-negative argument position.")
+            raise SpecError(f"Got {option}={value!r}, but {v!r} is not a non-negative {what} position.")
         if nargs is not None and v >= nargs:
             raise SpecError(f"Got {option}={value!r}, but the rule takes {nargs} argument(s), so position {v} does not exist.")
         out.append(v)
@@ -505,6 +507,7 @@ def build_spec(
     unused_cotangent: str | None = None,
     complex_convention: str | None = None,
     ignore: Any = None,
+    nondiff_outputs: Any = (),
 ) -> RuleSpec:
     """Validate everything eagerly and build a :class:`RuleSpec` (shared by `rrule` and `jax_rule`)."""
     if not callable(primal):
@@ -542,6 +545,7 @@ def build_spec(
     unused_cotangent = validate_unused_cotangent(unused_cotangent)
     complex_convention = _complex_convention(complex_convention)
     ignored = ignored_checks(ignore)
+    constant_outputs = _positions("nondiff_outputs", nondiff_outputs, None, "output")  # against the output: GG101
 
     # Arrays of other libraries a spec draws (arrays(...).map(jnp.asarray)) reach the checks as NumPy copies;
     # a NumPy-kind rule gets them back in its own library, and its foreign outputs come back as NumPy arrays
@@ -570,6 +574,7 @@ def build_spec(
         unused_cotangent=unused_cotangent,
         complex_convention=complex_convention,
         ignore=ignored,
+        nondiff_outputs=constant_outputs,
         jax_fn=jax_fn,
         source_file=path,
         source_lines=lines,
@@ -596,6 +601,7 @@ def rrule(
     unused_cotangent: str | None = None,
     complex_convention: str | None = None,
     ignore: Any = None,
+    nondiff_outputs: Iterable[int] | int = (),
 ) -> Callable[[Callable[..., Any]], RuleSpec]:
     """Declare a reverse-mode rule for ``primal``; returns a decorator producing a :class:`RuleSpec`.
 
@@ -614,6 +620,11 @@ def rrule(
     rule, as ``--ignore`` does for a whole run: a straight-through estimator or a surrogate gradient, which is not
     the derivative on purpose, fails those by design, and the other rules keep them. The report lists them as
     skipped, with the declaration as the reason.
+    ``nondiff_outputs`` names positions of a tuple output that programs never differentiate (an auxiliary
+    statistic returned for logging, whose cotangent the pullback ignores on purpose): every check hands them a
+    zero cotangent, as PyTorch does for an output marked with ``ctx.mark_non_differentiable``, and the contexts
+    give them no weight. The other outputs are checked as before. It is a promise about the programs the rule
+    is used in: one that differentiates such an output gets a wrong gradient, and no check can see that.
     """
     if not callable(primal):
         raise SpecError(f"Got primal={primal!r}, but the first argument of rrule must be the primal function.")
@@ -622,11 +633,13 @@ def rrule(
         return build_spec(
             rule_fn, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol, atol=atol,
             kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention, ignore=ignore,
+            nondiff_outputs=nondiff_outputs,
         )
 
     # Validate the options now, not at decoration, so the error points at the rrule(...) line.
     build_spec(_validation_stub, primal, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name, rtol=rtol,
-               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention, ignore=ignore)
+               atol=atol, kwargs=kwargs, unused_cotangent=unused_cotangent, complex_convention=complex_convention, ignore=ignore,
+               nondiff_outputs=nondiff_outputs)
     return decorate
 
 

@@ -57,6 +57,7 @@ def torch_rule(
     primal: Callable[..., Any] | None = None,
     unused_cotangent: str = "zeros",
     ignore: Any = None,
+    nondiff_outputs: Iterable[int] | int = (),
 ) -> RuleSpec:
     """Declare a `torch.autograd.Function` subclass as a rule to check; returns a :class:`RuleSpec`.
 
@@ -65,7 +66,9 @@ def torch_rule(
     by default it is ``function.apply`` under ``torch.no_grad()``. A forward that writes into an input
     (``ctx.mark_dirty``) is declared with ``mutates=`` like any mutating rule. ``unused_cotangent`` is
     ``"zeros"`` by default: PyTorch materialises zero gradients for unused outputs. ``ignore`` leaves checks out of
-    this rule's runs (a surrogate gradient's ``ignore=["GG201", "GG501"]``), as for `rrule`.
+    this rule's runs (a surrogate gradient's ``ignore=["GG201", "GG501"]``), as for `rrule`. Outputs marked with
+    ``ctx.mark_non_differentiable`` need no declaration; ``nondiff_outputs`` names others that programs never
+    differentiate, as for `rrule`.
     """
     from gradguard.engines import torch_engine
     from gradguard.engines.errors import AdapterError
@@ -131,6 +134,7 @@ def torch_rule(
     spec = build_spec(
         rule, chosen, arg_specs, args=args, mutates=mutates, nondiff=nondiff, name=name or fname, rtol=rtol,
         atol=atol, kind="torch", kwargs=kwargs, unused_cotangent=unused_cotangent, ignore=ignore,
+        nondiff_outputs=nondiff_outputs,
     )
     positions["nondiff"] = spec.nondiff
     positions["spec"] = spec

@@ -47,6 +47,7 @@ def returns_pair(case: Case) -> Iterable[Problem]:
     A forward pass that raises is reported here too: no pair could be made for that input."""
     call = case.first_call()
     if call.is_pair:
+        yield from _undeclarable_outputs(case, call.output)
         return
     result = call.result
     if isinstance(result, tuple) and len(result) == 2:
@@ -60,6 +61,30 @@ def returns_pair(case: Case) -> Iterable[Problem]:
         expected="(output, callable pullback)",
         actual=actual,
         fix=fix,
+    )
+
+
+def _undeclarable_outputs(case: Case, y: Any) -> Iterable[Problem]:
+    """A ``nondiff_outputs=`` declaration that names no output of this one: a single output, or a position past
+    the tuple's end. Checked once the output is known; the other checks would hand a cotangent to every output."""
+    declared = sorted(case.rule.nondiff_outputs)
+    if not declared:
+        return
+    count = len(y) if isinstance(y, (tuple, list)) else None
+    missing = [k for k in declared if count is None or k >= count]
+    if not missing:
+        return
+    shown = f"nondiff_outputs={tuple(declared)!r}"
+    actual = (f"a tuple of {count} output(s), positions 0 to {count - 1}" if count
+              else f"{with_article(describe(y))}, not a tuple of outputs")
+    yield Problem(
+        message=f"the declaration of {case.rule.name} says {shown}, but the rule returns {actual}: position(s) "
+                f"{', '.join(map(str, missing))} name no output.",
+        location="declaration",
+        expected=f"a tuple output with position(s) {', '.join(map(str, missing))}",
+        actual=actual,
+        fix="nondiff_outputs names positions in the tuple the rule returns as its output: give the positions of "
+            "the outputs that programs never differentiate, or remove the option.",
     )
 
 

@@ -226,15 +226,24 @@ def _ignored_output(case: Case, ybar: Any, v: tuple[Any, ...], conv: str, tol: t
                 lhs = finite_difference(case, rest, v)
                 if lhs is None or not dot_test(lhs, adjoint_tangents(case, case.pair()[1], rest, conv), v).agrees(tol):
                     continue
-                return (f" The pullback returns zero tangents for the cotangent of output {leaf_paths(ybar)[k][0] or k} alone, "
+                path = leaf_paths(ybar)[k][0]
+                return (f" The pullback returns zero tangents for the cotangent of output {path or k} alone, "
                         f"where finite differences give <ybar, J v> = {show(float(moved.value))} for it, and with that "
                         "output's cotangent set to 0 it agrees with finite differences: it ignores that output's "
-                        "cotangent. An output that programs never differentiate (a statistic computed for logging) "
-                        "makes that harmless where the rule is used so; where the output is differentiated, add its "
-                        "terms to the pullback.")
+                        "cotangent. Where the output is differentiated, add its terms to the pullback; an output that "
+                        "programs never differentiate (a statistic computed for logging) makes that harmless, "
+                        + _declaring(path))
     except Exception:  # noqa: BLE001 - a hint only: the finding stands without it
         return ""
     return ""
+
+
+def _declaring(path: str) -> str:
+    """How to say that an output is never differentiated, for the output at ``path`` (``[1]``, ``['z_loss']``)."""
+    top = path[1:-1] if path.startswith("[") and path.endswith("]") and path.count("[") == 1 else ""
+    if top.isdigit():
+        return f"and declaring it (nondiff_outputs=({top},)) checks the other outputs alone."
+    return "and only an output in a tuple of outputs can be declared so (nondiff_outputs=)."
 
 
 NO_STEP = ("an element of the input is subnormal, so small that no step its float type can take is small beside it, and "
