@@ -36,6 +36,12 @@ class UsageError(GradguardError, ValueError):
     """Invalid arguments to `check()` or to the command line."""
 
 
+class RuleCodeWarning(UserWarning):
+    """A Python warning the code a rule's checks called raised (gradguard.checker.raised_warnings keeps each distinct
+    one with the rule's result instead of printing it at every call): the pytest plugin and ``assert_rule_ok``
+    warn once with each, naming the rule, the warning's category and its place, so pytest's summary lists it."""
+
+
 class FewerInputsWarning(UserWarning):
     """A rule passed on fewer inputs than asked, because its checks spent the input budget (``--input-budget``):
     the pytest plugin and ``assert_rule_ok`` warn with the report's note, so a test run says it too."""

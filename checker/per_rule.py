@@ -37,6 +37,7 @@ from gradguard.checker.checks import CHECKS, CheckInfo, Problem, Skip, check_pre
 from gradguard.checker.checks._state import irreproducibility_scope
 from gradguard.checker.inputs import COUNTEREXAMPLE_THRESHOLD, format_call, show
 from gradguard.checker.options import SAFETY_MATRIX, Options, PerRule
+from gradguard.checker.raised_warnings import collected
 from gradguard.checker.errors import SpecError
 from gradguard.checker.report import LEFT_OUT, Finding, RuleResult
 from gradguard.checker.specs import RUN_UNUSED_COTANGENT, RuleSpec, ignores
@@ -83,7 +84,7 @@ def check_rule(rule: RuleSpec, ids: list[str], options: Options) -> RuleResult:
             # limit timed out in the import, with no check begun) nor its memory.
             _prepare_engine(rule, [info.id for info in infos], options.jax_cache_dir)
         with time_limit(options.rule_timeout_s, stuck=_stop_stuck(rule, options)), np.errstate(all="ignore"), \
-                warnings.catch_warnings(), callbacks_quiet(), random_state.kept():
+                collected(result.python_warnings, options.root), callbacks_quiet(), random_state.kept():
             warnings.simplefilter("ignore", RuntimeWarning)
             with memory:  # its growth counts from here: loading JAX above is not the rule's
                 _run_checks(rule, infos, options, result)

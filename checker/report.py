@@ -82,6 +82,9 @@ class RuleResult:
     error: dict[str, Any] | None = None  # {"type", "message", "traceback"} when verdict == "error"
     safety_matrix: dict[str, Any] | None = None
     cached: bool = False  # reused from the verdict cache (checker.cache), not checked in this run
+    # Python warnings the code the checks called raised, each distinct one once ({"category", "message", "where"};
+    # gradguard.checker.raised_warnings): kept here instead of printed, and not findings
+    python_warnings: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def budget_cut(self) -> bool:

@@ -130,6 +130,11 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
         for rule in cut:
             lines.append(f"{style('note', fg='yellow')} {rule.name}: {rule.examples_cut['message']}")
 
+    raised = [r for r in report.rules if r.python_warnings]
+    if raised and not verbose:  # listed with -v; printed as the rule raised them, they buried the report
+        lines += ["", f"{style('note', fg='yellow')}: {_plural(len(raised), 'rule')} raised Python warnings while "
+                      "checked (not findings; -v lists them)"]
+
     for rule in report.rules:
         shown = rule.findings if verbose else _errors(rule)
         failed = bool(shown) or (rule.verdict == "error" and rule.error)
@@ -157,6 +162,10 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False, q
                 lines.append(f"  {part['id']} {partial_note(part)}")
             for skipped in rule.checks_skipped:
                 lines.append(f"  skipped {skipped['id']}: {skipped['reason']}")
+            if rule.python_warnings:
+                lines.append("  Python warnings raised while checked (each once; not findings):")
+                lines += [f"    {w['category']} at {w['where']}: {w['message']}" if w["category"]
+                          else f"    {w['message']}" for w in rule.python_warnings]
             if not rule.findings and rule.verdict == "pass":
                 # a rule no check could judge has passed nothing: say so, not "all checks passed"
                 lines.append(f"  {style('all checks passed', fg='green')}" if rule.checks_run

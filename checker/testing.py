@@ -48,6 +48,7 @@ def assert_rule_ok(rule: Any, *, config: bool = True, **kwargs: Any) -> Report:
     if not report.passed:
         raise AssertionError(f"gradguard: rule {rule.name} does not pass\n\n" + render_text(report))
     warn_fewer_inputs(report)
+    warn_raised(report)
     return report
 
 
@@ -61,3 +62,16 @@ def warn_fewer_inputs(report: Report) -> None:
     for rule in report.rules:
         if rule.budget_cut:
             warnings.warn(FewerInputsWarning(f"gradguard: {rule.name}: {rule.examples_cut['message']}"), stacklevel=3)
+
+
+def warn_raised(report: Report) -> None:
+    """A :class:`RuleCodeWarning` for each Python warning a rule's code raised while checked (each distinct one once:
+    the report keeps them instead of printing them at every call)."""
+    import warnings
+
+    from gradguard.checker.errors import RuleCodeWarning
+
+    for rule in report.rules:
+        for w in rule.python_warnings:
+            where = f"{w['category']} at {w['where']}: " if w["category"] else ""
+            warnings.warn(RuleCodeWarning(f"gradguard: {rule.name} raised {where}{w['message']}"), stacklevel=3)

@@ -95,11 +95,12 @@ class RuleItem(pytest.Item):
     def runtest(self) -> None:
         from gradguard.checker.runner import check
         from gradguard.checker.terminal import render_text
-        from gradguard.checker.testing import warn_fewer_inputs
+        from gradguard.checker.testing import warn_fewer_inputs, warn_raised
 
         report = check(self.rule, **self.config.stash[_STATE]["kwargs"])
         self.user_properties.append(("gradguard_verdict", report.rules[0].verdict if report.rules else "none"))
         warn_fewer_inputs(report)
+        warn_raised(report)
         if not report.passed:
             result = report.rules[0] if report.rules else None
             if result is not None and result.error:

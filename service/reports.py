@@ -176,6 +176,12 @@ class SafetyMatrix(_Model):
     descriptions: Annotated[dict[Name, Short], Field(max_length=64)] = {}
 
 
+class PythonWarning(_Model):
+    category: Name  # "" on the entry that counts the warnings not kept
+    message: Short
+    where: Name
+
+
 class RuleResult(_Model):
     name: Name
     module: Name | None = None
@@ -193,6 +199,8 @@ class RuleResult(_Model):
     error: RuleError | None = None
     safety_matrix: SafetyMatrix | None = None
     cached: StrictBool = False  # reused from a verdict cache, not checked in that run
+    # Python warnings the rule's code raised while checked (checker.raised_warnings keeps 20 and one count)
+    python_warnings: Annotated[list[PythonWarning], Field(max_length=21)] = []
 
 
 class LoadError(_Model):

@@ -191,6 +191,7 @@ def rule_views(report: dict[str, Any], files: Mapping[str, bytes], *, rule_url: 
             "grid": _grid(rule, first_of),
             "matrix": matrix_view(rule.get("safety_matrix")),
             "checks_skipped": rule.get("checks_skipped") or [],
+            "python_warnings": rule.get("python_warnings") or [],
             "checks_partial": [dict(part, note=partial_note(part)) for part in rule.get("checks_partial") or []],
             "history_url": rule_url.format(name=quote(str(rule.get("name", "")), safe="")),
         })

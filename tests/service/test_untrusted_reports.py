@@ -108,6 +108,12 @@ def test_a_report_with_no_rules_is_an_error_not_a_pass():
      "rules.0.checks_partial.0.id: String should match"),
     (lambda r: r["rules"][0].update(checks_partial=[{"id": "GG201", "judged": 1, "skipped": 2}]),
      "rules.0.checks_partial.0.reason: Field required"),
+    (lambda r: r["rules"][0].update(python_warnings=[{"category": "UserWarning", "message": "m", "where": "a.py:1"}] * 22),
+     "rules.0.python_warnings: List should have at most 21 items"),
+    (lambda r: r["rules"][0].update(python_warnings=[{"category": 5, "message": "m", "where": "a.py:1"}]),
+     "rules.0.python_warnings.0.category: Input should be a valid string"),
+    (lambda r: r["rules"][0].update(python_warnings=[{"category": "UserWarning", "message": "m"}]),
+     "rules.0.python_warnings.0.where: Field required"),
     (lambda r: r["rules"][0]["findings"][0].update(counterexample={"draws": {"x": [[[[1]]]]}}),
      "rules.0.findings.0.counterexample.draws.x: Input should be a valid string"),
     (lambda r: r.update(rules=[_rule(f"r{i}") for i in range(MAX_RULES + 1)]),
@@ -320,7 +326,8 @@ def test_hostile_but_valid_reports_at_the_caps_are_served_by_every_page(make_set
             "duration_s": 1e300, "findings": [finding] * MAX_FINDINGS_PER_RULE,
             "safety_matrix": {"contexts": [hostile[:400]], "engines": [hostile[:400]],
                               "cells": [{"context": hostile[:400], "engine": "jax", "status": "wrong",
-                                         "rel_error": float("inf"), "message": hostile}]}}
+                                         "rel_error": float("inf"), "message": hostile}]},
+            "python_warnings": [{"category": hostile[:400], "message": hostile, "where": hostile[:400]}] * 21}
     doc = _report([rule] * 3, environment={"x": float("nan")})
     with factory() as session:
         assert lifecycle.finish_run(session, run_id=run_id, worker=WORKER, ok=True, report=doc, level="bubblewrap",
