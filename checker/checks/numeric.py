@@ -460,7 +460,9 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     ``pullback(ybar1 + ybar2) == pullback(ybar1) + pullback(ybar2)``. A pullback returning ``ones(n)`` instead
     of ``full(n, ybar)`` passes every test that uses a unit cotangent (scalar losses, ``gradcheck`` on
     ``sum``) and is wrong in every program where the output is scaled, squared or used twice. This check
-    needs no finite differences, so it also covers rules whose primal cannot be differenced. An element where
+    needs no finite differences, so it also covers rules whose primal cannot be differenced. It also asks at a small
+    scale, ``pullback(2**-30 * ybar)``, where a shortcut for cotangents close to 0 (``np.allclose(ybar, 0)``) or a
+    solve to an absolute tolerance drops the gradient of every small cotangent. An element where
     the right-hand side is not finite (``inf - inf`` of two tangents that overflow: rsqrt's derivative at 6.6e-231
     is -4.7e344) says nothing about linearity: GG206 judges non-finite tangents."""
     if not case.diff_positions:
@@ -475,6 +477,9 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
     tol = _output_rounding(case, y)
     bad = _nonlinear(case, combined, [(alpha, base), (1.0, other)], tol=tol)
     if bad is None:
+        small = _small_cotangent(case, ybar, base, tol)
+        if small is not None:
+            yield small
         return
     # Narrow floats: the disagreement may be the pullbacks' own rounding, which a float64 shadow measures
     rounding = _narrow_rounding(case, [(1.0, _add(scale_tree(ybar, alpha), ybar2), combined), (alpha, ybar, base),
@@ -513,6 +518,121 @@ def pullback_linear(case: Case) -> Iterable[Problem]:
         actual=got_text,
         fix=_subnormal_note(case, ybar, ybar2, alpha, tol) + fix,
     )
+
+
+SMALL_SCALE = 2.0**-30  # GG202's small cotangent: below np.allclose's 1e-8, exact to scale by (a power of two)
+SMALL_TEXT = "2**-30"
+# GG202's small cotangent in float64: a relative difference beyond this is an error (an early stop, a partial sum);
+# within it, an absolute constant in the pullback (``+ 1e-12``) that unit cotangents hide and no program notices
+SMALL_RTOL = 1e-2
+UNDERFLOW_MARGIN = 2.0**52  # a value this many times its dtype's smallest normal number is far from underflow
+
+
+def _small_cotangent(case: Case, ybar: Any, base: tuple[Any, ...], tol: tolerances.Tolerance) -> Problem | None:
+    """GG202 at a small scale: ``pullback(2**-30 * ybar)`` against ``2**-30 * pullback(ybar)`` (one more pullback).
+    diffcp's adjoint returns zeros whenever ``np.allclose(dz, 0)`` (absolute tolerance 1e-8), so a cotangent of 1e-9
+    (a loss term with a small weight, a deep network's gradients) gets no gradient at all, while every cotangent
+    GG202 draws (1/4 to 4 in size) passes. A power of two scales every product and sum of a linear pullback exactly,
+    so only underflow can move the two sides apart:
+
+    * all tangents exactly zero where ``2**-30 * pullback(ybar)`` has an element at least 2**52 times its dtype's
+      smallest normal number (no rounding makes that 0: a shortcut, or a cast of the cotangent to float16), in
+      float32 and float64;
+    * in float64, the tangents rescaled by 2**30 against ``pullback(ybar)``, more than 1% apart (nothing in a
+      pullback's arithmetic comes near float64's underflow at that scale; an absolute constant of 1e-12 added to
+      the tangents is as far from linear, but moves them by 0.04% there, and no program notices it).
+
+    Cotangents of a narrow float (float16, bfloat16), where 2**-30 underflows, are not probed, nor inputs holding a
+    number so small that 2**-30 times it nears the underflow (`_near_underflow`); nor is a rule whose
+    declared ``atol`` holds the whole of ``2**-30 * pullback(ybar)`` (a pullback that solves a system to an absolute
+    tolerance is linear only to it)."""
+    if not all(_wide_float(leaf) for leaf in leaves(ybar) if leaf is not None) or _near_underflow(case.args):
+        return None
+    judged = {i: widened(base[i]) for i in case.diff_positions
+              if base[i] is not None and np.result_type(base[i]).kind in "fc" and np.size(base[i])}
+    if not judged:
+        return None
+    largest = {i: float(np.max(np.abs(t), initial=0.0)) for i, t in judged.items()}
+    if not all(math.isfinite(v) for v in largest.values()) or max(largest.values()) == 0.0:
+        return None
+    if case.rule.atol is not None and max(largest.values()) * SMALL_SCALE <= case.rule.atol:
+        return None
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _tangents_for(case, scale_tree(ybar, SMALL_SCALE))
+    except Exception:  # noqa: BLE001 - a pullback that raises at a small cotangent: GG103's and GG301's to report
+        return None
+    law = f"pullback({SMALL_TEXT} * ybar) = {{got}}, but {SMALL_TEXT} * pullback(ybar) = {{want}}"
+    safe = {i: largest[i] * SMALL_SCALE >= np.finfo(np.result_type(base[i])).tiny * UNDERFLOW_MARGIN for i in judged}
+    zero = all(got[i] is not None and not np.any(np.asarray(got[i]) != 0) for i in judged)
+    if zero and any(safe.values()):
+        i = max((k for k in judged if safe[k]), key=lambda k: largest[k])
+        idx = np.unravel_index(int(np.argmax(np.abs(judged[i]))), np.shape(judged[i])) if np.ndim(judged[i]) else ()
+        want = complex(judged[i][idx]) * SMALL_SCALE if np.iscomplexobj(judged[i]) else float(judged[i][idx]) * SMALL_SCALE
+        how = "returns all-zero tangents for it"
+        got_value: Any = 0.0
+    else:
+        if any(np.result_type(base[i]) != np.float64 and np.result_type(base[i]) != np.complex128 for i in judged):
+            return None
+        # elements whose value at that scale lies near the underflow are no evidence: they keep their own value
+        rescaled = tuple(None if t is None or i not in judged else np.where(
+            np.abs(judged[i]) * SMALL_SCALE >= np.finfo(np.float64).tiny * UNDERFLOW_MARGIN,
+            widened(t) / SMALL_SCALE, judged[i]) for i, t in enumerate(got))
+        material = tolerances.Tolerance(rtol=max(tol.rtol, SMALL_RTOL), atol=tol.atol)
+        bad = _nonlinear(case, rescaled, [(1.0, base)], tol=material)
+        if bad is None:
+            return None
+        i, idx, got_value, want = bad
+        got_value, want = got_value * SMALL_SCALE, want * SMALL_SCALE
+        how = "is not the same linear map at that scale"
+    want_text, got_text = show_apart(want, got_value)
+    return Problem(
+        message=(f"the pullback of {case.rule.name} is not linear in the cotangent at a small scale: it {how}; for "
+                 f"{named_place(case, i, idx)}, " + law.format(got=got_text, want=want_text) + "."),
+        location=where(i, idx),
+        expected=want_text,
+        actual=got_text,
+        fix=("A pullback is linear at every scale: a shortcut that returns zeros when the cotangent is close to 0 "
+             "(np.allclose(ybar, 0), a tolerance on its norm) or a solve to an absolute tolerance drops the gradient "
+             "of every small cotangent (a loss term with a small weight, a deep network's gradients). Test for "
+             "exact zeros (not np.any(ybar)) instead, and make a solver's tolerance relative to the right-hand side; "
+             "rounding it to a lower precision (float16) underflows the same way. A pullback that is linear only to "
+             "a known absolute tolerance declares it: atol= on the rule." + _ON_PURPOSE),
+    )
+
+
+def _near_underflow(args: tuple[Any, ...]) -> bool:
+    """Whether an argument holds a nonzero float so small that 2**-30 times it lies near its dtype's underflow: a
+    product of the small cotangent with it loses digits or rounds to 0 (autograd's hypot pullback, ``g * y / ans``,
+    gave 0 for 2**-30 at y = 1e-310, where ``g * y`` underflows and ``y / ans`` is 1), which says nothing about
+    the pullback's formula."""
+    for leaf in leaves(args):
+        if leaf is None or isinstance(leaf, bool):
+            continue
+        try:
+            arr = np.asarray(leaf)
+        except Exception:  # noqa: BLE001 - an object no array holds: no float to look at
+            continue
+        if arr.dtype.kind not in "fc" or not arr.size:
+            continue
+        parts = [arr.real, arr.imag] if arr.dtype.kind == "c" else [arr]
+        floor = np.finfo(arr.dtype).tiny * UNDERFLOW_MARGIN / SMALL_SCALE
+        with np.errstate(all="ignore"):
+            if any(np.any((p != 0) & (np.abs(p) < floor)) for p in parts):
+                return True
+    return False
+
+
+def _wide_float(value: Any) -> bool:
+    """A float32, float64 or complex cotangent (a Python float too): one that holds 2**-30 times itself exactly."""
+    if isinstance(value, (float, complex)) and not isinstance(value, bool):
+        return True
+    try:
+        dtype = np.result_type(value)
+    except TypeError:
+        return False
+    return dtype in (np.float32, np.float64, np.complex64, np.complex128)
 
 
 def _output_rounding(case: Case, y: Any) -> tolerances.Tolerance:

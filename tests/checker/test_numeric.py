@@ -339,6 +339,102 @@ def test_gg202_not_additive():
     ), f.message
 
 
+# diffcp's adjoint returns zeros whenever np.allclose(dz, 0) (absolute tolerance 1e-8): a cotangent of 1e-9 gets
+# no gradient, while every cotangent GG202 draws (1/4 to 4 in size) passes. GG202 also asks at 2**-30 times ybar.
+def triple_sine(x):
+    return 3 * np.sin(x)
+
+
+SINE_SPEC = arrays(shape=(3,), min_value=-2, max_value=2)
+
+
+@rrule(triple_sine, SINE_SPEC)
+def allclose_shortcut_rrule(x):
+    def pullback(g):
+        if np.allclose(g, 0):
+            return (np.zeros_like(x),)
+        return (3 * np.cos(x) * g,)
+
+    return triple_sine(x), pullback
+
+
+@rrule(triple_sine, SINE_SPEC)
+def exact_zero_shortcut_rrule(x):
+    def pullback(g):
+        if not np.any(g):  # exact zeros only: linear
+            return (np.zeros_like(x),)
+        return (3 * np.cos(x) * g,)
+
+    return triple_sine(x), pullback
+
+
+@rrule(triple_sine, SINE_SPEC, atol=1e-7)
+def allclose_shortcut_declared_rrule(x):  # linear only to |3 cos(x)| * 1e-8 and says so
+    return allclose_shortcut_rrule.rrule(x)
+
+
+@rrule(triple_sine, arrays(shape=(3,), dtype="float32", min_value=-2, max_value=2))
+def half_cotangent_rrule(x):
+    return triple_sine(x), lambda g: ((3 * np.cos(x) * g.astype(np.float16)).astype(np.float32),)
+
+
+def _solve_to_absolute_tolerance(b, atol=1e-8):
+    # Richardson iteration for (2 I) t = b, stopped when the residual is below an absolute tolerance
+    t = np.zeros_like(b)
+    while np.max(np.abs(b - 2 * t)) > atol:
+        t = t + 0.25 * (b - 2 * t)
+    return t
+
+
+@rrule(double, arrays(shape=(3,), min_value=-2, max_value=2))
+def absolute_solve_rrule(x):
+    return 2 * x, lambda g: (4 * _solve_to_absolute_tolerance(g),)  # (2I)^-1 g, times 4: 2 g
+
+
+@rrule(double, arrays(shape=(3,), min_value=-2, max_value=2))
+def plus_constant_rrule(x):
+    return 2 * x, lambda g: (2 * g + 1e-12,)  # affine by 1e-12: far within 1% at 2**-30
+
+
+def test_gg202_small_cotangent_shortcut():
+    (f,) = findings(allclose_shortcut_rrule, "GG202")
+    assert re.fullmatch(
+        rf"the pullback of allclose_shortcut_rrule is not linear in the cotangent at a small scale: it returns "
+        rf"all-zero tangents for it; for argument 0 \(x\) at \[\d\], pullback\(2\*\*-30 \* ybar\) = 0\.0, but "
+        rf"2\*\*-30 \* pullback\(ybar\) = {NUM}\.", f.message), f.message
+    assert f.fix.startswith("A pullback is linear at every scale: a shortcut that returns zeros when the cotangent "
+                            "is close to 0 (np.allclose(ybar, 0)")
+    assert findings(exact_zero_shortcut_rrule, "GG202") == []
+    assert findings(allclose_shortcut_declared_rrule, "GG202") == []
+    (g,) = findings(half_cotangent_rrule, "GG202")  # float32 rounded to float16 underflows at 2**-30
+    assert "returns all-zero tangents for it" in g.message, g.message
+
+
+def test_gg202_small_cotangent_absolute_tolerance_solve():
+    (f,) = findings(absolute_solve_rrule, "GG202")
+    assert re.fullmatch(
+        rf"the pullback of absolute_solve_rrule is not linear in the cotangent at a small scale: it (returns all-zero "
+        rf"tangents for it|is not the same linear map at that scale); for argument 0 \(x\) at \[\d\], "
+        rf"pullback\(2\*\*-30 \* ybar\) = {NUM}, but 2\*\*-30 \* pullback\(ybar\) = {NUM}\.", f.message), f.message
+    assert findings(plus_constant_rrule, "GG202") == []
+
+
+@rrule(np.hypot, arrays(shape=(3,)), arrays(shape=(3,)))
+def hypot_autograd_rrule(x, y):  # HIPS/autograd's: g * x / ans, g * y / ans
+    ans = np.hypot(x, y)
+    return ans, lambda g: (g * x / ans, g * y / ans)
+
+
+def test_gg202_small_cotangent_is_not_asked_where_an_input_nears_the_underflow():
+    from gradguard.checker.reproducer import replay
+
+    # g * y underflows at 2**-30 * g for y = 1e-314 (y / ans is 1): the product's rounding, not the formula
+    tiny = (np.zeros(3), np.full(3, 1e-314))
+    assert replay(hypot_autograd_rrule, "GG202", tiny, [np.ones(3), 2.0, np.ones(3)]) == []
+    with pytest.raises(AssertionError, match="at a small scale"):  # the same probe at an ordinary input still asks
+        replay(allclose_shortcut_rrule, "GG202", (np.ones(3),), [np.ones(3), 2.0, np.ones(3)])
+
+
 def scale32(x):
     return x * np.float32(1000.3)
 
