@@ -23,7 +23,7 @@ from gradguard.checker.checks.second_order import (across_primal_stairs, discont
                                                     kinked_where_not_finite, pullback_in_stairs)
 from gradguard.checker.kinks import contracted, finer_steps_admit
 from gradguard.checker.inputs import show, show_apart
-from gradguard.checker.specs import UNSTRUCTURED_RRULE
+from gradguard.checker.specs import UNSTRUCTURED_RRULE, ignores
 from gradguard.checker.trees import abs_inner, copy_tree, describe, inner, leaves, tree_map, with_leaves
 from gradguard.engines.torch_engine import gradients
 from gradguard.engines import fd
@@ -503,7 +503,7 @@ def _along_input(case: Case, call: Any, ybar: Any, u: tuple[Any, ...], w: tuple[
                  f"derivative of the backward (create_graph=True) gives {torch_text}."),
         expected=fd_text,
         actual=torch_text,
-        fix=_WRONG_DOUBLE_FIX if math.isfinite(rhs) else _NONFINITE_DOUBLE_FIX,
+        fix=_wrong_double_fix(case) if math.isfinite(rhs) else _NONFINITE_DOUBLE_FIX,
     )
 
 
@@ -602,6 +602,14 @@ def _along_cotangent(case: Case, ybar: Any, w: tuple[Any, ...]) -> Problem | Non
     )
 
 
+def _wrong_double_fix(case: Case) -> str:
+    """GG705's fix for a double backward that is wrong, opening with the first order: fix it first where GG201 judges
+    it, and where the declaration leaves GG201 out, what is compared instead."""
+    if ignores(case.rule, "GG201"):
+        return _SURROGATE_FIRST + "Write backward with " + _WRONG_DOUBLE_FIX.removeprefix("Otherwise write backward with ")
+    return _FIRST_ORDER_FIRST + _WRONG_DOUBLE_FIX
+
+
 def _weighted_graph(case: Case, grads: dict[int, Any], w: tuple[Any, ...]) -> Any:
     """``<w, grads>`` as a real PyTorch scalar over the gradients that carry a graph (``Re sum(conj(w) g)`` for a
     complex gradient, as `trees.inner` reads it: PyTorch differentiates only a real scalar, and a complex sum made
@@ -686,8 +694,14 @@ _NONFINITE_DOUBLE_FIX = ("Keep inf and NaN out of the backward's own graph: a to
                          "divides by zero or takes a log or sqrt of 0 still contributes 0 * inf to the double backward. "
                          "Guard the operand itself (torch.where(mask, x, 1) inside the risky operation, then "
                          "torch.where(mask, that, other)), as for a first-order NaN (GG206, GG301).")
-_WRONG_DOUBLE_FIX = ("If the first order is wrong too (GG201), fix it first: a backward that reads the Function's "
-                     "saved output is differentiated through this same backward. Otherwise write backward with "
+_FIRST_ORDER_FIRST = ("If the first order is wrong too (GG201), fix it first: a backward that reads the Function's "
+                      "saved output is differentiated through this same backward. ")
+# A rule that leaves GG201 out (a straight-through estimator, a surrogate gradient) has a first order that is not the
+# derivative on purpose: what this check judges is the derivative of that backward as written (bitsandbytes' int8
+# matmul, whose fix sent its reader to the check it had left out)
+_SURROGATE_FIRST = ("The rule leaves GG201 out (a surrogate first order): this compares the derivative of its backward "
+                    "as written with finite differences of that same backward. ")
+_WRONG_DOUBLE_FIX = ("Otherwise write backward with "
                      "differentiable torch operations on the saved tensors (no .detach(), .numpy() or torch.no_grad() "
                      "on any part of it), and recompute in backward what forward computed and saved besides the "
                      "inputs and outputs (forward runs without a graph, so such a tensor is a constant to double "

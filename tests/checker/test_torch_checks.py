@@ -440,6 +440,20 @@ def test_gg705_fix_names_a_tensor_forward_computed_and_saved() -> None:
             "without a graph, so such a tensor is a constant to double backward") in f.fix, f.fix
 
 
+def test_gg705_fix_of_a_surrogate_first_order_does_not_send_to_gg201() -> None:
+    """bitsandbytes' int8 matmul, declared a straight-through estimator (GG201 left out): GG705's fix began "If the
+    first order is wrong too (GG201), fix it first", a check the declaration had left out."""
+    _, (plain,) = findings(torch_rule(_SwishSavingItsSigmoid, arrays(shape=(3,))), "GG705")
+    assert plain.fix.startswith("If the first order is wrong too (GG201), fix it first"), plain.fix
+    surrogate = torch_rule(_SwishSavingItsSigmoid, arrays(shape=(3,)), ignore=["GG201", "GG203", "GG501"],
+                           name="surrogate")
+    _, (f,) = findings(surrogate, "GG705")
+    assert f.fix.startswith("The rule leaves GG201 out (a surrogate first order): this compares the derivative of its "
+                            "backward as written with finite differences of that same backward. Write backward with "
+                            "differentiable torch operations"), f.fix
+    assert "GG201), fix it first" not in f.fix
+
+
 def test_gg705_backward_without_a_graph() -> None:
     """physicsnemo's _SafeAcos: the message said "impossible", as if PyTorch always raised; in a larger loss (SafeAcos
     plus x**3) the Hessian-vector product came out 3.0 with no error, where 2.2302 is right."""
