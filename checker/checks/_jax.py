@@ -156,9 +156,22 @@ def _conj(tree: Any) -> Any:
     return tree_map(lambda x: np.conj(x) if x is not None and np.iscomplexobj(x) else x, tree)
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` with the message's first line; where that line opens a bracket a later line closes (a value's
+    repr, such as a tracer holding an array, printed over several lines), those lines too, joined, up to ``limit``
+    characters: diffcp's GG203 skip reason ended mid-array at "GradTracer(primal=[[-1.10980586 -0.3 -0.3 ]"."""
+    lines = str(exc).strip().splitlines()
+    head, k = (lines[0] if lines else ""), 1
+    while k < len(lines) and _unclosed(head) and len(head) < limit:
+        head += " " + " ".join(lines[k].split())
+        k += 1
+    if len(head) > limit:
+        head = head[:limit - 3] + "..."
+    return f"{type(exc).__name__}: {head}".rstrip(": ")
+
+
+def _unclosed(text: str) -> bool:
+    return sum(text.count(c) for c in "([{") > sum(text.count(c) for c in ")]}")
 
 
 # -- batched finite differences ------------------------------------------------------------------------

@@ -559,3 +559,16 @@ def test_a_rule_wrong_around_an_isolated_branch_still_fails_gg203():
         "the pullback of contact disagrees with the JAX reference gradient (jax.vjp of the function underneath the "
         "custom_vjp): cotangent for argument 0 (x) at [0]: expected 0.7 (JAX), got 1.2."
     )
+
+
+def test_a_skip_reason_keeps_a_value_printed_over_several_lines_whole():
+    """diffcp's GG203 skip reason ended mid-array: JAX's error printed a tracer holding a matrix over two lines."""
+    from gradguard.checker.checks._jax import first_line
+
+    exc = ValueError("unrecognized csc_matrix constructor input: GradTracer(primal=[[-1.1 -0.3]\n [ 0.2  0.5]], "
+                     "tangent=T)\n\nSee the documentation for more.")
+    assert first_line(exc) == ("ValueError: unrecognized csc_matrix constructor input: GradTracer(primal=[[-1.1 -0.3] "
+                               "[ 0.2 0.5]], tangent=T)")
+    assert first_line(TypeError("one line\nthe next")) == "TypeError: one line"
+    long = first_line(ValueError("open (" + "x " * 400 + "\n" + "y " * 400 + ")"))
+    assert len(long) == len("ValueError: ") + 300 and long.endswith("...")
